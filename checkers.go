@@ -1,0 +1,122 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+)
+
+// newChecker builds the Checker of one provider, by provider type. A provider type without an
+// entry cannot be checked by this build, and a providers file that uses it is rejected.
+// Constructors must not contact the provider: connections are opened by the checks themselves,
+// so that building is cheap and --config.check can build every checker without side effects.
+var newChecker = map[checks.ProviderType]func(config.Provider, *slog.Logger) (checks.Checker, error){
+	checks.TypeGCP: gcp.New,
+	checks.TypeKVM: kvm.New,
+}
+
+// entry is one running provider: the configuration its checker was built from, and the checker.
+type entry struct {
+	provider config.Provider
+	checker  checks.Checker
+}
+
+// checkerSet is the outcome of building the checkers of a providers file.
+type checkerSet struct {
+	// entries by provider name: what the exporter keeps to compare the next reload against.
+	entries map[string]entry
+	// checkers in the providers file's order: what the runner is given.
+	checkers []checks.Checker
+	// retired are the previous checkers the new set does not use (their provider was removed
+	// or changed). Close them once the runner has switched to the new set.
+	retired []io.Closer
+	// What the reload changed, for its log line.
+	added, changed, kept, removed int
+}
+
+// allClosers returns the closers of every checker of the set, for shutting down.
+func (s *checkerSet) allClosers() []io.Closer {
+	var cs []io.Closer
+	for _, c := range s.checkers {
+		if cl, ok := c.(io.Closer); ok {
+			cs = append(cs, cl)
+		}
+	}
+	return cs
+}
+
+// buildCheckers builds the checkers of cfg. A provider whose configuration is Equal to its
+// entry in old keeps its running checker, so that its connections and its state survive a
+// reload; every other provider gets a new checker. On error nothing changes: the checkers built
+// so far are closed again and every failing provider is reported.
+func buildCheckers(cfg *config.Config, old map[string]entry, logger *slog.Logger) (*checkerSet, error) {
+	set := &checkerSet{entries: make(map[string]entry, len(cfg.Providers))}
+	var built []io.Closer
+	var errs []error
+	for _, p := range cfg.Providers {
+		if prev, ok := old[p.Name]; ok && prev.provider.Equal(p) {
+			set.entries[p.Name] = prev
+			set.checkers = append(set.checkers, prev.checker)
+			set.kept++
+			continue
+		}
+		typ := checks.ProviderType(p.Type)
+		newFn, ok := newChecker[typ]
+		if !ok {
+			errs = append(errs, fmt.Errorf("provider %s: checks of type %s are not available in this build", p.Name, p.Type))
+			continue
+		}
+		c, err := newFn(p, logger.With("provider", p.Name))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("provider %s: %w", p.Name, err))
+			continue
+		}
+		if cl, ok := c.(io.Closer); ok {
+			built = append(built, cl)
+		}
+		set.entries[p.Name] = entry{provider: p, checker: c}
+		set.checkers = append(set.checkers, c)
+		if _, ok := old[p.Name]; ok {
+			set.changed++
+		} else {
+			set.added++
+		}
+	}
+	if len(errs) > 0 {
+		closeAll(built, logger)
+		return nil, errors.Join(errs...)
+	}
+	for name, prev := range old {
+		cur, ok := set.entries[name]
+		if ok && cur.checker == prev.checker {
+			continue
+		}
+		if !ok {
+			set.removed++
+		}
+		if cl, ok := prev.checker.(io.Closer); ok {
+			set.retired = append(set.retired, cl)
+		}
+	}
+	return set, nil
+}
+
+// closeAll closes every closer, logging (not returning) failures: a checker that cannot close
+// cleanly must not keep the others open.
+func closeAll(cs []io.Closer, logger *slog.Logger) {
+	for _, c := range cs {
+		if err := c.Close(); err != nil {
+			name := ""
+			if ch, ok := c.(checks.Checker); ok {
+				name = ch.Name()
+			}
+			logger.Warn("closing a checker failed", "provider", name, "err", err)
+		}
+	}
+}

@@ -1,0 +1,138 @@
+// Package checks holds the contract between the exporter and its provider checks: the Checker
+// interface, the verdict of one target (TargetResult), the closed catalogue of reasons, and the
+// immutable Snapshot a round of checks produces. The round runner lives here too; one
+// sub-package per provider type implements Checker.
+package checks
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// ProviderType is the kind of infrastructure a provider is. The providers file's `type` field.
+type ProviderType string
+
+// The provider types the exporter knows.
+const (
+	TypeKubernetes ProviderType = "kubernetes"
+	TypeGCP        ProviderType = "gcp"
+	TypeKVM        ProviderType = "kvm"
+)
+
+// Types lists every provider type, in the order the docs present them.
+var Types = []ProviderType{TypeKubernetes, TypeGCP, TypeKVM}
+
+// Reason is one CamelCase word that explains a verdict. ReasonReady means up; every other
+// reason means down. The same word appears in the reason metric label, the ProviderHealth
+// resource, the logs and the docs.
+type Reason string
+
+// Reasons shared by every provider type.
+const (
+	ReasonReady   Reason = "Ready"
+	ReasonTimeout Reason = "Timeout"
+)
+
+// Reasons of API-backed providers (kubernetes and gcp).
+const (
+	ReasonUnauthorized   Reason = "Unauthorized"
+	ReasonForbidden      Reason = "Forbidden"
+	ReasonAPIUnreachable Reason = "APIUnreachable"
+	ReasonAPIError       Reason = "APIError"
+)
+
+// Reasons of the kubernetes provider.
+const (
+	ReasonResourceNotFound Reason = "ResourceNotFound"
+	ReasonConfigError      Reason = "ConfigError"
+)
+
+// Reasons of the gcp provider.
+const (
+	ReasonCredentialsError Reason = "CredentialsError"
+	ReasonProjectNotFound  Reason = "ProjectNotFound"
+	ReasonRateLimited      Reason = "RateLimited"
+)
+
+// Reasons of the kvm provider. The dial stage of a failure is visible in the reason.
+const (
+	ReasonKeyMaterialError         Reason = "KeyMaterialError"
+	ReasonTCPUnreachable           Reason = "TCPUnreachable"
+	ReasonSSHHandshakeFailed       Reason = "SSHHandshakeFailed"
+	ReasonSSHAuthFailed            Reason = "SSHAuthFailed"
+	ReasonHostKeyUnknown           Reason = "HostKeyUnknown"
+	ReasonHostKeyMismatch          Reason = "HostKeyMismatch"
+	ReasonLibvirtSocketUnreachable Reason = "LibvirtSocketUnreachable"
+	ReasonLibvirtConnectFailed     Reason = "LibvirtConnectFailed"
+	ReasonLibvirtError             Reason = "LibvirtError"
+	ReasonPoolNotFound             Reason = "PoolNotFound"
+	ReasonPoolInactive             Reason = "PoolInactive"
+	ReasonPoolBuilding             Reason = "PoolBuilding"
+	ReasonPoolDegraded             Reason = "PoolDegraded"
+	ReasonPoolInaccessible         Reason = "PoolInaccessible"
+)
+
+// catalogue is the one source of truth for which reasons each provider type may report.
+// docs/reasons.md, the mixin and the tests are checked against it.
+var catalogue = map[ProviderType][]Reason{
+	TypeKubernetes: {ReasonReady, ReasonTimeout, ReasonUnauthorized, ReasonForbidden,
+		ReasonResourceNotFound, ReasonAPIUnreachable, ReasonAPIError, ReasonConfigError},
+	TypeGCP: {ReasonReady, ReasonTimeout, ReasonCredentialsError, ReasonUnauthorized,
+		ReasonForbidden, ReasonProjectNotFound, ReasonRateLimited, ReasonAPIUnreachable, ReasonAPIError},
+	TypeKVM: {ReasonReady, ReasonTimeout, ReasonKeyMaterialError, ReasonTCPUnreachable,
+		ReasonSSHHandshakeFailed, ReasonSSHAuthFailed, ReasonHostKeyUnknown, ReasonHostKeyMismatch,
+		ReasonLibvirtSocketUnreachable, ReasonLibvirtConnectFailed, ReasonLibvirtError,
+		ReasonPoolNotFound, ReasonPoolInactive, ReasonPoolBuilding, ReasonPoolDegraded,
+		ReasonPoolInaccessible},
+}
+
+// Reasons returns the closed catalogue of reasons a provider type may report (a copy).
+func Reasons(t ProviderType) []Reason { return slices.Clone(catalogue[t]) }
+
+// ValidReason reports whether r belongs to the catalogue of provider type t.
+func ValidReason(t ProviderType, r Reason) bool { return slices.Contains(catalogue[t], r) }
+
+// StoragePool is what a KVM check learned about the host's storage pool.
+type StoragePool struct {
+	Name            string
+	State           string // libvirt's pool state: running, inactive, building, degraded, inaccessible
+	CapacityBytes   uint64
+	AllocationBytes uint64
+	AvailableBytes  uint64
+}
+
+// TargetResult is the verdict of one check of one target.
+type TargetResult struct {
+	Target string
+	// Up is true exactly when Reason is ReasonReady.
+	Up     bool
+	Reason Reason
+	// Message is for humans: never a metric label, never a secret.
+	Message string
+	// Duration is how long the check of this target took.
+	Duration time.Duration
+	// CheckedAt is when the check of this target completed (pass or fail). The runner fills it
+	// when the checker leaves it zero.
+	CheckedAt time.Time
+	// Pool holds typed extras of KVM checks: nil when the pool was not read.
+	Pool *StoragePool
+}
+
+// Checker checks one provider. Check never fails as a whole: every problem is a verdict on a
+// target. It must return promptly once ctx is done; one that does not is abandoned by the runner,
+// whose Timeout verdicts stand for it.
+type Checker interface {
+	// Name is the provider's name from the providers file.
+	Name() string
+	// Type is the provider's type.
+	Type() ProviderType
+	// Targets lists the targets Check reports on, so that the runner can fill Timeout verdicts
+	// for a checker that did not return in time.
+	Targets() []string
+	// Check checks every target once and returns one result per target.
+	Check(ctx context.Context) []TargetResult
+}
+
+// A Checker that holds resources (connections) may also implement io.Closer; the exporter
+// closes it when its provider is removed or changed by a reload, and at exit.

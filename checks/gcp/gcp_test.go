@@ -1,0 +1,569 @@
+package gcp_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	compute "cloud.google.com/go/compute/apiv1"
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/api/iterator"
+	"google.golang.org/api/option"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
+)
+
+const project = gcefake.DefaultProject
+
+var managed = map[string]string{"managed-by": "proxy-operator"}
+
+// provider is a providers-file entry as the loader hands it over (default filter filled in).
+func provider(s *gcefake.Server, keyPath string) config.Provider {
+	return config.Provider{Name: "gcp-test", Type: "gcp", GCP: &config.GCPConfig{
+		Project:         project,
+		CredentialsFile: keyPath,
+		Filter:          config.DefaultGCPFilter,
+		Endpoint:        s.URL(),
+	}}
+}
+
+func newChecker(t testing.TB, p config.Provider, logger *slog.Logger) checks.Checker {
+	t.Helper()
+	c, err := gcp.New(p, logger)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		if cl, ok := c.(interface{ Close() error }); ok {
+			_ = cl.Close()
+		}
+	})
+	return c
+}
+
+// check runs one check with a deadline and verifies the invariants every result must hold.
+func check(t testing.TB, c checks.Checker, timeout time.Duration) checks.TargetResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	rs := c.Check(ctx)
+	if len(rs) != 1 {
+		t.Fatalf("Check returned %d results, want 1: %+v", len(rs), rs)
+	}
+	r := rs[0]
+	if r.Target != c.Targets()[0] || r.Up != (r.Reason == checks.ReasonReady) ||
+		!checks.ValidReason(checks.TypeGCP, r.Reason) || r.CheckedAt.IsZero() || r.Message == "" {
+		t.Errorf("result breaks the contract: %+v", r)
+	}
+	return r
+}
+
+func TestNewAndIdentity(t *testing.T) {
+	s := gcefake.Start(t)
+	c := newChecker(t, provider(s, s.ServiceAccountKey(t)), nil)
+	if c.Name() != "gcp-test" || c.Type() != checks.TypeGCP || len(c.Targets()) != 1 || c.Targets()[0] != project {
+		t.Errorf("identity: %s %s %v", c.Name(), c.Type(), c.Targets())
+	}
+	for name, p := range map[string]config.Provider{
+		"no gcp block": {Name: "x", Type: "gcp"},
+		"no project":   {Name: "x", Type: "gcp", GCP: &config.GCPConfig{}},
+		"bad endpoint": {Name: "x", Type: "gcp", GCP: &config.GCPConfig{Project: "p", Endpoint: "ftp://host"}},
+		"no host":      {Name: "x", Type: "gcp", GCP: &config.GCPConfig{Project: "p", Endpoint: "https://"}},
+	} {
+		if _, err := gcp.New(p, nil); err == nil {
+			t.Errorf("%s: New accepted %+v", name, p.GCP)
+		}
+	}
+	// An unreadable key is not an error of New: it is a verdict of every check.
+	p := provider(s, filepath.Join(t.TempDir(), "missing.json"))
+	if _, err := gcp.New(p, nil); err != nil {
+		t.Errorf("New with an unreadable key: %v, want nil", err)
+	}
+}
+
+func TestReady(t *testing.T) {
+	s := gcefake.Start(t)
+	s.AddInstances(project, "us-east1-b", 3, managed)
+	s.AddInstances(project, "us-east1-c", 3, map[string]string{"managed-by": "other"})
+	c := newChecker(t, provider(s, s.ServiceAccountKey(t)), nil)
+
+	r := check(t, c, 5*time.Second)
+	if r.Reason != checks.ReasonReady || !strings.Contains(r.Message, "matching instance") {
+		t.Fatalf("got %s: %s", r.Reason, r.Message)
+	}
+	if s.InstancesRequests() != 1 || s.TokenRequests() != 1 {
+		t.Errorf("requests: instances %d, token %d; want 1 and 1", s.InstancesRequests(), s.TokenRequests())
+	}
+	q := s.LastQuery()
+	if q.Get("maxResults") != "1" || q.Get("filter") != config.DefaultGCPFilter || q.Has("pageToken") {
+		t.Errorf("query = %v, want maxResults=1 and the default filter", q)
+	}
+
+	// Ready too when nothing matches: the API answered and the identity may list.
+	p := provider(s, s.ServiceAccountKey(t))
+	p.GCP.Filter = `labels.managed-by = "nobody"`
+	r = check(t, newChecker(t, p, nil), 5*time.Second)
+	if r.Reason != checks.ReasonReady || !strings.Contains(r.Message, "no instance matches") {
+		t.Errorf("no match: got %s: %s", r.Reason, r.Message)
+	}
+}
+
+// TestApplicationDefaultCredentials checks the empty credentialsFile: ADC from
+// GOOGLE_APPLICATION_CREDENTIALS.
+func TestApplicationDefaultCredentials(t *testing.T) {
+	s := gcefake.Start(t)
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", s.ServiceAccountKey(t))
+	r := check(t, newChecker(t, provider(s, ""), nil), 5*time.Second)
+	if r.Reason != checks.ReasonReady || s.TokenRequests() != 1 {
+		t.Errorf("ADC: got %s (%s), token requests %d", r.Reason, r.Message, s.TokenRequests())
+	}
+}
+
+// TestKeyAppearingLater: a key that is missing at New is loaded by a later check.
+func TestKeyAppearingLater(t *testing.T) {
+	s := gcefake.Start(t)
+	path := filepath.Join(t.TempDir(), "key.json")
+	c := newChecker(t, provider(s, path), nil)
+	r := check(t, c, 5*time.Second)
+	if r.Reason != checks.ReasonCredentialsError || s.TokenRequests()+s.InstancesRequests() != 0 {
+		t.Fatalf("missing key: got %s (%s), %d requests", r.Reason, r.Message, s.TokenRequests()+s.InstancesRequests())
+	}
+	copyFile(t, s.ServiceAccountKey(t), path)
+	if r := check(t, c, 5*time.Second); r.Reason != checks.ReasonReady {
+		t.Errorf("after the key appeared: got %s: %s", r.Reason, r.Message)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rewriteKey writes a copy of a key file with one field changed.
+func rewriteKey(t *testing.T, path, field, value string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	m[field] = value
+	b, _ = json.Marshal(m)
+	out := filepath.Join(t.TempDir(), "rewritten.json")
+	if err := os.WriteFile(out, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// closedAddr is a loopback address nothing listens on (connections are refused).
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+// TestReasons produces every reason of the gcp catalogue from the wire server or its token
+// endpoint, through the real service-account flow.
+func TestReasons(t *testing.T) {
+	cases := []struct {
+		name string
+		// setup prepares the server and returns the provider to check.
+		setup   func(t *testing.T, s *gcefake.Server) config.Provider
+		want    checks.Reason
+		msgPart string
+		// instances is how many instances requests the check must have made.
+		instances int
+	}{
+		{"ready", func(t *testing.T, s *gcefake.Server) config.Provider {
+			return provider(s, s.ServiceAccountKey(t))
+		}, checks.ReasonReady, "answered", 1},
+		{"key file missing", func(t *testing.T, s *gcefake.Server) config.Provider {
+			return provider(s, filepath.Join(t.TempDir(), "nope.json"))
+		}, checks.ReasonCredentialsError, "no such file", 0},
+		{"key file not a service-account key", func(t *testing.T, s *gcefake.Server) config.Provider {
+			return provider(s, rewriteKey(t, s.ServiceAccountKey(t), "type", "authorized_user"))
+		}, checks.ReasonCredentialsError, "credentials not loaded", 0},
+		{"private key does not parse", func(t *testing.T, s *gcefake.Server) config.Provider {
+			return provider(s, rewriteKey(t, s.ServiceAccountKey(t), "private_key",
+				"-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n"))
+		}, checks.ReasonCredentialsError, "private_key is neither a PKCS#8 nor a PKCS#1 private key", 0},
+		{"key file not JSON", func(t *testing.T, s *gcefake.Server) config.Provider {
+			path := filepath.Join(t.TempDir(), "key.pem")
+			if err := os.WriteFile(path, []byte("-----BEGIN PRIVATE KEY-----\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return provider(s, path)
+		}, checks.ReasonCredentialsError, "is not a JSON service-account key", 0},
+		{"key unknown to the token endpoint", func(t *testing.T, s *gcefake.Server) config.Provider {
+			return provider(s, s.UntrustedServiceAccountKey(t))
+		}, checks.ReasonCredentialsError, "invalid_grant: Invalid JWT Signature.", 0},
+		{"token endpoint refuses (400)", func(t *testing.T, s *gcefake.Server) config.Provider {
+			s.SetTokenFailure(400)
+			return provider(s, s.ServiceAccountKey(t))
+		}, checks.ReasonCredentialsError, "token endpoint answered 400 invalid_grant", 0},
+		{"token endpoint refuses (401)", func(t *testing.T, s *gcefake.Server) config.Provider {
+			s.SetTokenFailure(401)
+			return provider(s, s.ServiceAccountKey(t))
+		}, checks.ReasonCredentialsError, "invalid_client", 0},
+		{"token endpoint fails (503)", func(t *testing.T, s *gcefake.Server) config.Provider {
+			s.SetTokenFailure(503)
+			return provider(s, s.ServiceAccountKey(t))
+		}, checks.ReasonCredentialsError, "503", 0},
+		{"token endpoint unreachable", func(t *testing.T, s *gcefake.Server) config.Provider {
+			return provider(s, rewriteKey(t, s.ServiceAccountKey(t), "token_uri", "http://"+closedAddr(t)+"/token"))
+		}, checks.ReasonAPIUnreachable, "token endpoint unreachable", 0},
+		{"401", func(t *testing.T, s *gcefake.Server) config.Provider {
+			s.FailNext(401)
+			return provider(s, s.ServiceAccountKey(t))
+		}, checks.ReasonUnauthorized, "answered 401", 1},
+		{"403", func(t *testing.T, s *gcefake.Server) config.Provider {
+			s.SetFailure(403)
+			return provider(s, s.ServiceAccountKey(t))
+		}, checks.ReasonForbidden, "compute.instances.list", 1},
+		{"unknown project", func(t *testing.T, s *gcefake.Server) config.Provider {
+			p := provider(s, s.ServiceAccountKey(t))
+			p.GCP.Project = "no-such-project"
+			return p
+		}, checks.ReasonProjectNotFound, "projects/no-such-project", 1},
+		{"404", func(t *testing.T, s *gcefake.Server) config.Provider {
+			s.SetFailure(404)
+			return provider(s, s.ServiceAccountKey(t))
+		}, checks.ReasonProjectNotFound, "answered 404", 1},
+		{"429", func(t *testing.T, s *gcefake.Server) config.Provider {
+			s.SetFailure(429)
+			return provider(s, s.ServiceAccountKey(t))
+		}, checks.ReasonRateLimited, "Quota exceeded", 1},
+		{"500", func(t *testing.T, s *gcefake.Server) config.Provider {
+			s.SetFailure(500)
+			return provider(s, s.ServiceAccountKey(t))
+		}, checks.ReasonAPIError, "answered 500", 1},
+		// 503 is retried by some SDK calls; this check must still make one request.
+		{"503", func(t *testing.T, s *gcefake.Server) config.Provider {
+			s.SetFailure(503)
+			return provider(s, s.ServiceAccountKey(t))
+		}, checks.ReasonAPIError, "answered 503", 1},
+		{"invalid filter", func(t *testing.T, s *gcefake.Server) config.Provider {
+			p := provider(s, s.ServiceAccountKey(t))
+			p.GCP.Filter = "labels.team ~ a"
+			return p
+		}, checks.ReasonAPIError, "Invalid value for field 'filter'", 1},
+		{"API unreachable", func(t *testing.T, s *gcefake.Server) config.Provider {
+			p := provider(s, s.ServiceAccountKey(t))
+			p.GCP.Endpoint = "http://" + closedAddr(t)
+			return p
+		}, checks.ReasonAPIUnreachable, "connection refused", 0},
+		{"slow API", func(t *testing.T, s *gcefake.Server) config.Provider {
+			s.SetLatency(5 * time.Second)
+			return provider(s, s.ServiceAccountKey(t))
+		}, checks.ReasonTimeout, "the Compute API did not answer", 1},
+		{"slow token endpoint", func(t *testing.T, s *gcefake.Server) config.Provider {
+			s.SetTokenLatency(5 * time.Second)
+			return provider(s, s.ServiceAccountKey(t))
+		}, checks.ReasonTimeout, "the OAuth token exchange did not finish", 0},
+	}
+	produced := map[checks.Reason]bool{}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := gcefake.Start(t)
+			s.AddInstances(project, "us-east1-b", 2, managed)
+			c := newChecker(t, tc.setup(t, s), nil)
+			r := check(t, c, 3*time.Second)
+			t.Logf("%s: %s (%v)", r.Reason, r.Message, r.Duration.Round(time.Millisecond))
+			if r.Reason != tc.want || !strings.Contains(r.Message, tc.msgPart) {
+				t.Errorf("got %s: %q; want %s containing %q", r.Reason, r.Message, tc.want, tc.msgPart)
+			}
+			if got := s.InstancesRequests(); got != tc.instances {
+				t.Errorf("instances requests = %d, want %d", got, tc.instances)
+			}
+			produced[r.Reason] = true
+		})
+	}
+	for _, reason := range checks.Reasons(checks.TypeGCP) {
+		if !produced[reason] {
+			t.Errorf("reason %s is in the gcp catalogue but no case produced it", reason)
+		}
+	}
+}
+
+// TestRevokedTokenIsUnauthorized: a token the API no longer accepts is a real 401.
+func TestRevokedTokenIsUnauthorized(t *testing.T) {
+	s := gcefake.Start(t)
+	c := newChecker(t, provider(s, s.ServiceAccountKey(t)), nil)
+	if r := check(t, c, 5*time.Second); r.Reason != checks.ReasonReady {
+		t.Fatalf("got %s: %s", r.Reason, r.Message)
+	}
+	s.RevokeTokens()
+	if r := check(t, c, 5*time.Second); r.Reason != checks.ReasonUnauthorized {
+		t.Errorf("revoked token: got %s: %s", r.Reason, r.Message)
+	}
+}
+
+// TestTimeoutAtTheDeadline: a slow API gives Timeout at the deadline, and the abandoned call
+// is cut by the HTTP client's timeout instead of running until the server answers.
+func TestTimeoutAtTheDeadline(t *testing.T) {
+	s := gcefake.Start(t)
+	c := newChecker(t, provider(s, s.ServiceAccountKey(t)), nil)
+	// Fetch the token first, so the slow part is the instances call alone.
+	if r := check(t, c, 5*time.Second); r.Reason != checks.ReasonReady {
+		t.Fatalf("got %s: %s", r.Reason, r.Message)
+	}
+	const latency = 5 * time.Second
+	s.SetLatency(latency)
+	start := time.Now()
+	r := check(t, c, 300*time.Millisecond)
+	elapsed := time.Since(start)
+	if r.Reason != checks.ReasonTimeout {
+		t.Errorf("got %s: %s", r.Reason, r.Message)
+	}
+	// A correctness bound with a wide margin (not a speed measurement): the check must not
+	// have waited for the server's answer.
+	if elapsed >= 4*time.Second {
+		t.Errorf("Check returned after %v: it waited for the slow server (latency %v)", elapsed, latency)
+	}
+	// The abandoned request must end well before the server would have answered.
+	for s.InFlight() != 0 && time.Since(start) < 4*time.Second {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := s.InFlight(); n != 0 {
+		t.Errorf("%d request(s) still in flight %v after the deadline: the abandoned call was not cut", n, time.Since(start))
+	}
+	s.SetLatency(0)
+	if r := check(t, c, 5*time.Second); r.Reason != checks.ReasonReady {
+		t.Errorf("after the latency is gone: got %s: %s", r.Reason, r.Message)
+	}
+	if s.InstancesRequests() != 3 {
+		t.Errorf("instances requests = %d, want 3", s.InstancesRequests())
+	}
+}
+
+func TestNoRequestWhenContextDone(t *testing.T) {
+	s := gcefake.Start(t)
+	c := newChecker(t, provider(s, s.ServiceAccountKey(t)), nil)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	for _, ctx := range []context.Context{cancelled, expired} {
+		rs := c.Check(ctx)
+		if len(rs) != 1 || rs[0].Reason != checks.ReasonTimeout || rs[0].Up {
+			t.Errorf("got %+v, want one Timeout", rs)
+		}
+	}
+	if s.InstancesRequests() != 0 || s.TokenRequests() != 0 {
+		t.Errorf("requests: instances %d, token %d; want none", s.InstancesRequests(), s.TokenRequests())
+	}
+}
+
+func fleet(t testing.TB) (*gcefake.Server, string) {
+	s := gcefake.Start(t)
+	for z := range 50 {
+		s.AddInstances(project, fmt.Sprintf("zone-%02d-a", z), 200, managed)
+	}
+	return s, s.ServiceAccountKey(t)
+}
+
+// TestOneRequestPerCheckOnALargeFleet: 10,000 instances across 50 zones, and still one
+// instances request per check and one token request per token lifetime.
+func TestOneRequestPerCheckOnALargeFleet(t *testing.T) {
+	s, key := fleet(t)
+	c := newChecker(t, provider(s, key), nil)
+	for i := 1; i <= 2; i++ {
+		if r := check(t, c, 10*time.Second); r.Reason != checks.ReasonReady {
+			t.Fatalf("check %d: got %s: %s", i, r.Reason, r.Message)
+		}
+		if s.InstancesRequests() != i {
+			t.Errorf("after %d checks: %d instances requests", i, s.InstancesRequests())
+		}
+	}
+	if s.TokenRequests() != 1 {
+		t.Errorf("token requests = %d after two checks within one token lifetime, want 1", s.TokenRequests())
+	}
+}
+
+// lockedBuffer collects log output written from several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestNoSecretsInMessagesOrLogs runs the flows that touch credentials and looks for the access
+// tokens and the private keys in every result message and log line.
+func TestNoSecretsInMessagesOrLogs(t *testing.T) {
+	s := gcefake.Start(t)
+	s.AddInstances(project, "us-east1-b", 1, managed)
+	var logs lockedBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var messages []string
+	run := func(c checks.Checker, timeout time.Duration) {
+		messages = append(messages, check(t, c, timeout).Message)
+	}
+
+	good := s.ServiceAccountKey(t)
+	untrusted := s.UntrustedServiceAccountKey(t)
+	keys := []string{good, untrusted}
+
+	c := newChecker(t, provider(s, good), logger)
+	run(c, 5*time.Second) // Ready, a token issued
+	s.FailNext(401)
+	run(c, 5*time.Second)
+	s.SetFailure(403)
+	run(c, 5*time.Second)
+	s.SetFailure(0)
+	s.SetLatency(2 * time.Second)
+	run(c, 200*time.Millisecond)
+	s.SetLatency(0)
+	s.RevokeTokens()
+	run(c, 5*time.Second) // 401 with the revoked token
+	run(newChecker(t, provider(s, untrusted), logger), 5*time.Second)
+	s.SetTokenFailure(400)
+	run(newChecker(t, provider(s, good), logger), 5*time.Second)
+	s.SetTokenFailure(0)
+	run(newChecker(t, provider(s, rewriteKey(t, good, "type", "authorized_user")), logger), 5*time.Second)
+	bad := provider(s, good)
+	bad.GCP.Endpoint = "http://" + closedAddr(t)
+	run(newChecker(t, bad, logger), 5*time.Second)
+
+	tokens := s.IssuedTokens()
+	if len(tokens) == 0 {
+		t.Fatal("no token was issued: the test proves nothing")
+	}
+	haystack := strings.Join(messages, "\n") + "\n" + logs.String()
+	if !strings.Contains(logs.String(), "gcp check done") {
+		t.Fatal("the debug logs are empty: the test proves nothing")
+	}
+	for _, tok := range tokens {
+		if strings.Contains(haystack, tok) || strings.Contains(haystack, strings.TrimPrefix(tok, "ya29.")) {
+			t.Errorf("access token %s… appears in messages or logs", tok[:12])
+		}
+	}
+	for _, k := range keys {
+		for _, secret := range privateKeyLines(t, k) {
+			if strings.Contains(haystack, secret) {
+				t.Errorf("private key material of %s appears in messages or logs", filepath.Base(k))
+				break
+			}
+		}
+	}
+	if strings.Contains(haystack, "PRIVATE KEY") {
+		t.Error("a PEM header appears in messages or logs")
+	}
+}
+
+// privateKeyLines returns the base64 lines of a key file's PEM body (and the base64 of each
+// line's JSON-escaped form is the same text).
+func privateKeyLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		PrivateKey string `json:"private_key"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(f.PrivateKey, "\n") {
+		if l != "" && !strings.HasPrefix(l, "-----") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) < 10 {
+		t.Fatalf("key %s: %d PEM lines, want a real RSA key", path, len(lines))
+	}
+	return lines
+}
+
+// BenchmarkCheckVsDrain counts, over a fleet of 10,000 instances in 50 zones, the instances
+// requests of one check against a naive drain of the SDK iterator (the server's default page
+// size), side by side in the same run.
+func BenchmarkCheckVsDrain(b *testing.B) {
+	s, key := fleet(b)
+	b.Run("check", func(b *testing.B) {
+		c := newChecker(b, provider(s, key), nil)
+		check(b, c, 10*time.Second) // the token exchange happens once per token lifetime
+		reqs, toks := s.InstancesRequests(), s.TokenRequests()
+		for b.Loop() {
+			if r := check(b, c, 10*time.Second); r.Reason != checks.ReasonReady {
+				b.Fatalf("got %s: %s", r.Reason, r.Message)
+			}
+		}
+		b.ReportMetric(float64(s.InstancesRequests()-reqs)/float64(b.N), "requests/op")
+		b.ReportMetric(float64(s.TokenRequests()-toks)/float64(b.N), "token-requests/op")
+	})
+	b.Run("drain", func(b *testing.B) {
+		client, err := compute.NewInstancesRESTClient(context.Background(),
+			option.WithEndpoint(s.URL()), option.WithAuthCredentialsFile(option.ServiceAccount, key))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = client.Close() }()
+		req := &computepb.AggregatedListInstancesRequest{Project: project, Filter: proto.String(config.DefaultGCPFilter)}
+		if n := drainCount(b, client, req); n != 10000 {
+			b.Fatalf("drained %d instances, want 10000", n)
+		}
+		reqs, toks := s.InstancesRequests(), s.TokenRequests()
+		for b.Loop() {
+			drainCount(b, client, req)
+		}
+		b.ReportMetric(float64(s.InstancesRequests()-reqs)/float64(b.N), "requests/op")
+		b.ReportMetric(float64(s.TokenRequests()-toks)/float64(b.N), "token-requests/op")
+	})
+}
+
+func drainCount(b *testing.B, c *compute.InstancesClient, req *computepb.AggregatedListInstancesRequest) int {
+	it := c.AggregatedList(context.Background(), req)
+	n := 0
+	for {
+		p, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return n
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += len(p.Value.GetInstances())
+	}
+}

@@ -1,0 +1,471 @@
+package kvm
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+)
+
+// roundTimeout is the deadline of one round in these tests: short, as the machine is shared.
+const roundTimeout = 2 * time.Second
+
+func provider(name string, f *kvmhost.Fleet, hosts []*kvmhost.Host) config.Provider {
+	k := &config.KVMConfig{
+		User:           f.User,
+		PrivateKeyFile: f.ClientKeyPath,
+		KnownHostsFile: f.KnownHostsPath,
+		Port:           config.DefaultKVMPort,
+		Socket:         hosts[0].Socket,
+		StoragePool:    hosts[0].Pool,
+		Concurrency:    config.DefaultKVMConcurrency,
+	}
+	for _, h := range hosts {
+		k.Hosts = append(k.Hosts, config.KVMHost{Address: h.Addr, Name: h.Name})
+	}
+	return config.Provider{Name: name, Type: config.TypeKVM, KVM: k}
+}
+
+func newChecker(t *testing.T, p config.Provider) *Checker {
+	t.Helper()
+	c, err := NewTuned(p, nil, Tuning{
+		KeepaliveInterval: 200 * time.Millisecond,
+		KeepaliveTimeout:  time.Second,
+		DisconnectTimeout: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// round runs one check with the test's deadline and returns the verdicts by target. It fails
+// the test when the round or a verdict took longer than the deadline plus a second (the issue's
+// bound: a fault gives its reason within timeout + 1s).
+func round(t *testing.T, c *Checker) map[string]checks.TargetResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), roundTimeout)
+	defer cancel()
+	start := time.Now()
+	rs := c.Check(ctx)
+	if took := time.Since(start); took > roundTimeout+time.Second {
+		t.Errorf("the round took %s, want at most the timeout %s + 1s", took, roundTimeout)
+	}
+	if len(rs) != len(c.Targets()) {
+		t.Fatalf("%d verdicts for %d targets", len(rs), len(c.Targets()))
+	}
+	out := map[string]checks.TargetResult{}
+	for _, r := range rs {
+		if !checks.ValidReason(checks.TypeKVM, r.Reason) || r.Up != (r.Reason == checks.ReasonReady) {
+			t.Errorf("%s: invalid verdict %+v", r.Target, r)
+		}
+		if r.Duration > roundTimeout+time.Second {
+			t.Errorf("%s: verdict %s after %s, want within %s", r.Target, r.Reason, r.Duration, roundTimeout+time.Second)
+		}
+		out[r.Target] = r
+	}
+	return out
+}
+
+func expect(t *testing.T, got checks.TargetResult, want checks.Reason, msgPart string) {
+	t.Helper()
+	if got.Reason != want || !strings.Contains(got.Message, msgPart) {
+		t.Errorf("%s: got %s (%q), want %s with %q", got.Target, got.Reason, got.Message, want, msgPart)
+	}
+}
+
+func expectReady(t *testing.T, h *kvmhost.Host, got checks.TargetResult) {
+	t.Helper()
+	if got.Reason != checks.ReasonReady || !got.Up {
+		t.Errorf("%s: got %s (%q), want Ready", h.Name, got.Reason, got.Message)
+		return
+	}
+	if !strings.Contains(got.Message, h.Hostname) || !strings.Contains(got.Message, "libvirt ") {
+		t.Errorf("%s: message %q lacks the libvirt version or hostname %s", h.Name, got.Message, h.Hostname)
+	}
+	info := h.PoolInfo()
+	want := checks.StoragePool{Name: h.Pool, State: "running", CapacityBytes: info.Capacity,
+		AllocationBytes: info.Allocation, AvailableBytes: info.Available}
+	if got.Pool == nil || *got.Pool != want {
+		t.Errorf("%s: pool %+v, want what virsh pool-info says: %+v", h.Name, got.Pool, want)
+	}
+}
+
+// TestKVM runs the check against three real hosts: all ready, then each fault on one host gives
+// its reason (the other hosts stay ready) and the host recovers on the next round once undone.
+func TestKVM(t *testing.T) {
+	f := kvmhost.Start(t, 3)
+	c := newChecker(t, provider("kvm-test", f, f.Hosts))
+	stats := func() hostpool.Stats { return c.Pool().Stats() }
+
+	t.Run("ready", func(t *testing.T) {
+		rs := round(t, c)
+		for _, h := range f.Hosts {
+			expectReady(t, h, rs[h.Name])
+			if n := h.TCPConnections(); n != 1 {
+				t.Errorf("%s: %d TCP connections, want 1", h.Name, n)
+			}
+		}
+		// Steady state: the next round dials nothing.
+		before := stats()
+		rs = round(t, c)
+		for _, h := range f.Hosts {
+			expectReady(t, h, rs[h.Name])
+		}
+		if after := stats(); after.Handshakes != before.Handshakes || after.Dials["ok"] != before.Dials["ok"] {
+			t.Errorf("a steady-state round dialled: %+v -> %+v", before, after)
+		}
+	})
+
+	// fault applies a fault to host i, expects reason, undoes it and expects Ready.
+	fault := func(i int, do func(*kvmhost.Host), want checks.Reason, msgPart string, undo func(*kvmhost.Host)) {
+		t.Helper()
+		h := f.Hosts[i]
+		do(h)
+		rs := round(t, c)
+		expect(t, rs[h.Name], want, msgPart)
+		if rs[h.Name].Pool != nil {
+			t.Errorf("%s: pool sizes reported with %s", h.Name, rs[h.Name].Reason)
+		}
+		for _, o := range f.Hosts {
+			if o != h {
+				expectReady(t, o, rs[o.Name])
+			}
+		}
+		undo(h)
+		expectReady(t, h, round(t, c)[h.Name])
+	}
+
+	t.Run("sshd stopped", func(t *testing.T) {
+		fault(0, func(h *kvmhost.Host) {
+			h.StopSSHD()
+			h.KillSSHConnections() // stopping sshd leaves established links; a redial meets no listener
+			waitFor(t, "the link to close", func() bool { return stats().Links == 2 })
+		}, checks.ReasonTCPUnreachable, "connection refused", (*kvmhost.Host).StartSSHD)
+	})
+	t.Run("libvirtd stopped", func(t *testing.T) {
+		before := stats()
+		fault(1, (*kvmhost.Host).StopLibvirtd, checks.ReasonLibvirtSocketUnreachable, "libvirt socket",
+			(*kvmhost.Host).StartLibvirtd)
+		// libvirt reconnected over the SSH link that stayed up.
+		if after := stats(); after.Handshakes != before.Handshakes {
+			t.Errorf("SSH redialled for a libvirtd restart: %d -> %d handshakes", before.Handshakes, after.Handshakes)
+		}
+	})
+	t.Run("pool destroyed", func(t *testing.T) {
+		fault(2, (*kvmhost.Host).DestroyPool, checks.ReasonPoolInactive, "inactive", (*kvmhost.Host).StartPool)
+	})
+	t.Run("pool undefined", func(t *testing.T) {
+		fault(0, (*kvmhost.Host).UndefinePool, checks.ReasonPoolNotFound, f.Hosts[0].Pool, (*kvmhost.Host).DefinePool)
+	})
+	t.Run("host key replaced", func(t *testing.T) {
+		fault(1, func(h *kvmhost.Host) {
+			h.ReplaceHostKey()
+			h.KillSSHConnections()
+			waitFor(t, "the link to close", func() bool { return stats().Links == 2 })
+		}, checks.ReasonHostKeyMismatch, "key mismatch", func(h *kvmhost.Host) {
+			// The operator verifies the new keys and updates known_hosts: no reload needed.
+			replaceKnownHosts(t, f, h)
+		})
+	})
+	t.Run("address unreachable", func(t *testing.T) {
+		fault(2, func(h *kvmhost.Host) {
+			h.MakeUnreachable()
+			// The established link goes silent: the keepalive closes it, then the redial hangs.
+			waitFor(t, "the keepalive to close the silent link", func() bool { return stats().Links == 2 })
+		}, checks.ReasonTimeout, "tcp connect", (*kvmhost.Host).MakeReachable)
+	})
+	t.Run("ssh link killed", func(t *testing.T) {
+		h := f.Hosts[0]
+		before := stats()
+		h.KillSSHConnections()
+		waitFor(t, "the pool to notice the dead link", func() bool { return stats().Links == 2 })
+		expectReady(t, h, round(t, c)[h.Name])
+		if after := stats(); after.Handshakes != before.Handshakes+1 {
+			t.Errorf("handshakes %d -> %d, want one redial", before.Handshakes, after.Handshakes)
+		}
+		if n := h.TCPConnections(); n != 1 {
+			t.Errorf("%d TCP connections after the redial, want 1", n)
+		}
+	})
+	t.Run("hung libvirtd", func(t *testing.T) {
+		h := f.Hosts[1]
+		expectReady(t, h, round(t, c)[h.Name])
+		before := stats()
+		h.PauseLibvirtd()
+		paused := true
+		defer func() {
+			if paused {
+				h.ResumeLibvirtd()
+			}
+		}()
+		r := round(t, c)[h.Name]
+		expect(t, r, checks.ReasonTimeout, "no reply to")
+		if r.Duration < roundTimeout-100*time.Millisecond {
+			t.Errorf("the first round returned after %s, well before its deadline", r.Duration)
+		}
+		if n := h.TCPConnections(); n != 1 {
+			t.Errorf("%d TCP connections, want 1", n)
+		}
+		for range 2 {
+			// The next rounds report Timeout at once: the abandoned probe is still out.
+			r := round(t, c)[h.Name]
+			expect(t, r, checks.ReasonTimeout, "has still not returned")
+			if r.Duration >= roundTimeout {
+				t.Errorf("a round behind an abandoned probe took %s, want at once", r.Duration)
+			}
+			if n := h.TCPConnections(); n != 1 {
+				t.Errorf("%d TCP connections, want 1", n)
+			}
+		}
+		if s := stats(); s.AbandonedProbes != 1 {
+			t.Errorf("abandoned probes %d, want 1", s.AbandonedProbes)
+		}
+		h.ResumeLibvirtd()
+		paused = false
+		waitFor(t, "the abandoned probe to return", func() bool { return stats().AbandonedProbes == 0 })
+		expectReady(t, h, round(t, c)[h.Name])
+		after := stats()
+		if after.Handshakes != before.Handshakes || after.Dials["ok"] != before.Dials["ok"] {
+			t.Errorf("the host was redialled: %+v -> %+v", before, after)
+		}
+		if n := h.TCPConnections(); n != 1 {
+			t.Errorf("%d TCP connections after resume, want 1 (the same)", n)
+		}
+	})
+	t.Run("close", func(t *testing.T) {
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range f.Hosts {
+			waitFor(t, h.Name+" to see its connection closed", func() bool { return h.TCPConnections() == 0 })
+		}
+		if s := stats(); s.Links != 0 || s.AbandonedProbes != 0 || s.InUse != 0 {
+			t.Errorf("after close: %+v", s)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), roundTimeout)
+		defer cancel()
+		for _, r := range c.Check(ctx) {
+			expect(t, r, checks.ReasonTimeout, "closed")
+		}
+	})
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// replaceKnownHosts rewrites the fleet's known_hosts with h's current keys.
+func replaceKnownHosts(t *testing.T, f *kvmhost.Fleet, h *kvmhost.Host) {
+	t.Helper()
+	old, err := os.ReadFile(f.KnownHostsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	norm := knownhosts.Normalize(h.Addr)
+	var b strings.Builder
+	for line := range strings.SplitSeq(strings.TrimSpace(string(old)), "\n") {
+		if fields := strings.Fields(line); len(fields) > 0 && fields[0] == norm {
+			continue
+		}
+		b.WriteString(line + "\n")
+	}
+	for _, k := range h.HostKeys {
+		b.WriteString(knownhosts.Line([]string{norm}, k) + "\n")
+	}
+	if err := os.WriteFile(f.KnownHostsPath, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKeyMaterial: key problems are verdicts on every host, and a fixed key file is picked up
+// at the next round without rebuilding the checker.
+func TestKeyMaterial(t *testing.T) {
+	f := kvmhost.Start(t, 1)
+	h := f.Hosts[0]
+	dir := t.TempDir()
+
+	t.Run("key file missing, then restored", func(t *testing.T) {
+		p := provider("kvm-key-missing", f, f.Hosts)
+		p.KVM.PrivateKeyFile = filepath.Join(dir, "id_moved")
+		c := newChecker(t, p)
+		expect(t, round(t, c)[h.Name], checks.ReasonKeyMaterialError, "id_moved")
+		key, err := os.ReadFile(f.ClientKeyPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p.KVM.PrivateKeyFile, key, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		expectReady(t, h, round(t, c)[h.Name])
+	})
+
+	encrypted := filepath.Join(dir, "id_encrypted")
+	writeEncrypted(t, f.ClientKeyPath, encrypted, "correct horse")
+	t.Run("encrypted key without passphrase", func(t *testing.T) {
+		p := provider("kvm-key-encrypted", f, f.Hosts)
+		p.KVM.PrivateKeyFile = encrypted
+		c := newChecker(t, p)
+		expect(t, round(t, c)[h.Name], checks.ReasonKeyMaterialError, "passphrase")
+	})
+	t.Run("encrypted key with passphrase file", func(t *testing.T) {
+		pass := filepath.Join(dir, "passphrase")
+		if err := os.WriteFile(pass, []byte("correct horse\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p := provider("kvm-key-passphrase", f, f.Hosts)
+		p.KVM.PrivateKeyFile, p.KVM.PassphraseFile = encrypted, pass
+		expectReady(t, h, round(t, newChecker(t, p))[h.Name])
+	})
+	t.Run("host missing from known_hosts", func(t *testing.T) {
+		kh := filepath.Join(dir, "known_hosts_empty")
+		if err := os.WriteFile(kh, []byte("# no hosts\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p := provider("kvm-unknown-host", f, f.Hosts)
+		p.KVM.KnownHostsFile = kh
+		expect(t, round(t, newChecker(t, p))[h.Name], checks.ReasonHostKeyUnknown, "key is unknown")
+	})
+	t.Run("key not authorized", func(t *testing.T) {
+		_, priv, err := ed25519.GenerateKey(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, err := ssh.MarshalPrivateKey(priv, "stranger")
+		if err != nil {
+			t.Fatal(err)
+		}
+		stranger := filepath.Join(dir, "id_stranger")
+		if err := os.WriteFile(stranger, pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p := provider("kvm-stranger", f, f.Hosts)
+		p.KVM.PrivateKeyFile = stranger
+		expect(t, round(t, newChecker(t, p))[h.Name], checks.ReasonSSHAuthFailed, "unable to authenticate")
+	})
+	t.Run("insecure skip host key verification", func(t *testing.T) {
+		p := provider("kvm-insecure", f, f.Hosts)
+		p.KVM.KnownHostsFile = ""
+		p.KVM.InsecureSkipHostKeyVerification = true
+		expectReady(t, h, round(t, newChecker(t, p))[h.Name])
+	})
+	t.Run("concurrency one", func(t *testing.T) {
+		p := provider("kvm-serial", f, f.Hosts)
+		p.KVM.Concurrency = 1
+		p.KVM.Hosts = append(p.KVM.Hosts, config.KVMHost{Address: h.Addr, Name: "same-host-again"})
+		rs := round(t, newChecker(t, p))
+		expectReady(t, h, rs[h.Name])
+		if rs["same-host-again"].Reason != checks.ReasonReady {
+			t.Errorf("second target: %+v", rs["same-host-again"])
+		}
+	})
+}
+
+func writeEncrypted(t *testing.T, from, to, passphrase string) {
+	t.Helper()
+	raw, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ssh.ParseRawPrivateKey(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := ssh.MarshalPrivateKeyWithPassphrase(key, "encrypted", []byte(passphrase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, pem.EncodeToMemory(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestClassify covers the mapping of errors to reasons without hosts.
+func TestClassify(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("probe: %w", err) }
+	cases := []struct {
+		err  error
+		want checks.Reason
+	}{
+		{wrap(hostpool.ErrProbeBusy), checks.ReasonTimeout},
+		{wrap(errors.Join(hostpool.ErrProbeAbandoned, context.DeadlineExceeded)), checks.ReasonTimeout},
+		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: context.DeadlineExceeded}, checks.ReasonTimeout},
+		{&hostpool.DialError{Stage: hostpool.StageKeyMaterial, Err: os.ErrNotExist}, checks.ReasonKeyMaterialError},
+		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: errors.New("refused")}, checks.ReasonTCPUnreachable},
+		{&hostpool.DialError{Stage: hostpool.StageSSHHandshake, Err: errors.New("eof")}, checks.ReasonSSHHandshakeFailed},
+		{&hostpool.DialError{Stage: hostpool.StageSSHAuth, Err: errors.New("no")}, checks.ReasonSSHAuthFailed},
+		{&hostpool.DialError{Stage: hostpool.StageHostKey, Err: &knownhosts.KeyError{}}, checks.ReasonHostKeyUnknown},
+		{&hostpool.DialError{Stage: hostpool.StageHostKey, Err: &knownhosts.KeyError{Want: []knownhosts.KnownKey{{}}}}, checks.ReasonHostKeyMismatch},
+		{&hostpool.DialError{Stage: hostpool.StageLibvirtSocket, Err: &ssh.OpenChannelError{}}, checks.ReasonLibvirtSocketUnreachable},
+		{&hostpool.DialError{Stage: hostpool.StageLibvirtConnect, Err: errors.New("eof")}, checks.ReasonLibvirtConnectFailed},
+		{fmt.Errorf("waiting for the slot: %w", context.DeadlineExceeded), checks.ReasonTimeout},
+		{&rpcError{rpcPoolLookup, libvirt.Error{Code: uint32(libvirt.ErrNoStoragePool), Message: "no pool"}}, checks.ReasonPoolNotFound},
+		{&rpcError{rpcHostname, libvirt.Error{Code: 1, Message: "internal"}}, checks.ReasonLibvirtError},
+		{&rpcError{rpcHostname, libvirt.ErrInterrupted}, checks.ReasonLibvirtError},
+		{hostpool.ErrClosed, checks.ReasonTimeout},
+	}
+	for _, tc := range cases {
+		if got, msg := classify(tc.err, rpcHostname); got != tc.want || msg == "" {
+			t.Errorf("classify(%v) = %s %q, want %s", tc.err, got, msg, tc.want)
+		}
+	}
+	if got := libVersion(10000003); got != "10.0.3" {
+		t.Errorf("libVersion = %s", got)
+	}
+	if got := bytesIEC(3 << 30); got != "3.0 GiB" {
+		t.Errorf("bytesIEC = %s", got)
+	}
+}
+
+// TestNew rejects providers it cannot check and exposes what the runner needs.
+func TestNew(t *testing.T) {
+	if _, err := New(config.Provider{Name: "x", Type: config.TypeKVM}, nil); err == nil {
+		t.Error("a provider without a kvm block was accepted")
+	}
+	p := config.Provider{Name: "lab", Type: config.TypeKVM, KVM: &config.KVMConfig{
+		User: "root", PrivateKeyFile: "/nonexistent", KnownHostsFile: "/nonexistent", StoragePool: "default",
+		Hosts: []config.KVMHost{{Address: "198.18.0.2", Name: "hv1"}, {Address: "198.18.0.6:2222", Name: "hv2"}},
+	}}
+	c, err := New(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.(interface{ Close() error }).Close()
+	if c.Name() != "lab" || c.Type() != checks.TypeKVM || strings.Join(c.Targets(), ",") != "hv1,hv2" {
+		t.Errorf("got %s %s %v", c.Name(), c.Type(), c.Targets())
+	}
+	if got := c.(*Checker).addrs; got[0] != "198.18.0.2:22" || got[1] != "198.18.0.6:2222" {
+		t.Errorf("dial addresses %v", got)
+	}
+	// No host is contacted: the unreadable key fails first, as a verdict.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, r := range c.Check(ctx) {
+		if r.Reason != checks.ReasonKeyMaterialError {
+			t.Errorf("%s: %s %q, want KeyMaterialError", r.Target, r.Reason, r.Message)
+		}
+	}
+}

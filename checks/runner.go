@@ -1,0 +1,487 @@
+package checks
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configures a Runner.
+type Options struct {
+	// Interval between the starts of two rounds; > 0.
+	Interval time.Duration
+	// Timeout is the one deadline of each round: > 0 and <= Interval.
+	Timeout time.Duration
+	// Logger receives the transition logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Runner checks every provider once per interval and publishes the verdicts as a Snapshot.
+//
+// Each round runs every checker concurrently under one context whose deadline is the round's
+// timeout. A checker must return promptly once that context is done; the runner waits a short
+// grace period after the deadline (see graceAfter) so that a checker which does return in time
+// keeps its own verdicts, e.g. the targets it did manage to check. A checker that has not returned
+// by then is abandoned: its targets read Timeout, its late result is discarded, and it is not
+// called again until that late call has returned (so a checker that ignores its context never
+// piles up goroutines).
+type Runner struct {
+	interval time.Duration
+	timeout  time.Duration
+	grace    time.Duration
+	logger   *slog.Logger
+	running  atomic.Bool
+
+	// mu guards everything below up to current, and serialises publishing so that snapshots
+	// are stored in the order they were built.
+	mu             sync.Mutex
+	slots          []*slot
+	memory         map[string]*providerMemory
+	rounds         uint64
+	roundStarted   time.Time
+	roundDuration  time.Duration
+	abandonedTotal uint64
+
+	current atomic.Pointer[Snapshot]
+
+	subsMu sync.Mutex
+	subs   map[chan struct{}]struct{}
+
+	firstRound     chan struct{}
+	firstRoundOnce sync.Once
+}
+
+// slot is one configured checker.
+type slot struct {
+	c    Checker
+	name string
+	typ  ProviderType
+	// targets is the checker's Targets() as of the last round (or of SetCheckers); guarded by
+	// Runner.mu.
+	targets []string
+	// removed is set (under Runner.mu) when a reload dropped or replaced this checker, so that
+	// the result of a round already running for it is discarded.
+	removed bool
+	// busy is true while a Check call is running, including one abandoned at a deadline.
+	busy atomic.Bool
+}
+
+// providerMemory is what the runner remembers of a provider between rounds.
+type providerMemory struct {
+	typ     ProviderType
+	targets map[string]*TargetState
+	// bugs holds the checker misbehaviours seen in the last round, so each is logged once when
+	// it starts rather than every round.
+	bugs map[string]bool
+}
+
+// NewRunner returns a Runner for checkers. It publishes at once a snapshot listing every
+// provider without targets (round 0). Provider names must be unique; a duplicate is logged and
+// ignored.
+func NewRunner(opts Options, checkers []Checker) *Runner {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Runner{
+		interval:   opts.Interval,
+		timeout:    opts.Timeout,
+		grace:      graceAfter(opts.Timeout),
+		logger:     logger,
+		memory:     make(map[string]*providerMemory),
+		subs:       make(map[chan struct{}]struct{}),
+		firstRound: make(chan struct{}),
+	}
+	r.SetCheckers(checkers)
+	return r
+}
+
+// graceAfter is how long after the deadline the runner still accepts a checker's result: long
+// enough for a checker that watches its context to notice and return (goroutine scheduling on
+// a busy machine takes milliseconds), short enough that a round ends well within a second of its
+// deadline.
+func graceAfter(timeout time.Duration) time.Duration {
+	return min(max(timeout/4, 50*time.Millisecond), 500*time.Millisecond)
+}
+
+// Run runs the first round at once, then one every Interval, until ctx is done; rounds never
+// overlap (a round that outlives the interval delays the next tick, it is not run twice).
+// Returns when ctx is done. A round cut short by ctx is discarded, not published. Run may be
+// called only once.
+func (r *Runner) Run(ctx context.Context) {
+	if r.interval <= 0 || r.timeout <= 0 || r.timeout > r.interval {
+		panic(fmt.Sprintf("checks: invalid runner options: interval %s, timeout %s (want 0 < timeout <= interval)", r.interval, r.timeout))
+	}
+	if !r.running.CompareAndSwap(false, true) {
+		panic("checks: Runner.Run called twice")
+	}
+	ticker := time.NewTicker(r.interval)
+	defer ticker.Stop()
+	for {
+		r.round(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// SetCheckers replaces the set for the next round (reload). Providers that keep their name keep
+// their targets' state (since-times, last results) unless their type changed; removed providers
+// disappear from the snapshot at once (a new snapshot is published immediately, with new
+// providers listed without targets). A round already running finishes with the old set, but
+// only the results of checkers that are still configured are kept.
+func (r *Runner) SetCheckers(cs []Checker) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	old := make(map[string]*slot, len(r.slots))
+	for _, s := range r.slots {
+		old[s.name] = s
+	}
+	slots := make([]*slot, 0, len(cs))
+	seen := make(map[string]bool, len(cs))
+	for _, c := range cs {
+		name := c.Name()
+		if seen[name] {
+			r.logger.Error("duplicate provider name, ignoring the second checker", "provider", name)
+			continue
+		}
+		seen[name] = true
+		if o := old[name]; o != nil && sameChecker(o.c, c) {
+			// The same checker instance: keep its slot so that a call still running (abandoned)
+			// keeps counting as busy.
+			delete(old, name)
+			o.targets = c.Targets()
+			slots = append(slots, o)
+			continue
+		}
+		slots = append(slots, &slot{c: c, name: name, typ: c.Type(), targets: c.Targets()})
+	}
+	for _, o := range old {
+		o.removed = true
+	}
+
+	byName := make(map[string]*slot, len(slots))
+	for _, s := range slots {
+		byName[s.name] = s
+	}
+	for name, pm := range r.memory {
+		s := byName[name]
+		if s == nil || s.typ != pm.typ {
+			delete(r.memory, name)
+			continue
+		}
+		pm.prune(s.targets)
+	}
+	r.slots = slots
+	r.publishLocked()
+}
+
+// sameChecker reports whether a and b are the same checker, without panicking on checkers whose
+// dynamic type is not comparable.
+func sameChecker(a, b Checker) (same bool) {
+	ta := reflect.TypeOf(a)
+	if ta != reflect.TypeOf(b) || !ta.Comparable() {
+		return false
+	}
+	// A comparable struct type may still hold an interface field whose value is not.
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
+}
+
+// Current returns the newest snapshot; never nil (a snapshot without targets before the first
+// round). The snapshot must not be modified.
+func (r *Runner) Current() *Snapshot { return r.current.Load() }
+
+// Subscribe returns a channel that receives a value after each new snapshot. It is coalescing
+// (capacity 1) and never blocks the runner: a slow subscriber sees only the newest snapshot via
+// Current(). The channel is closed when ctx ends.
+func (r *Runner) Subscribe(ctx context.Context) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	r.subsMu.Lock()
+	r.subs[ch] = struct{}{}
+	r.subsMu.Unlock()
+	context.AfterFunc(ctx, func() {
+		r.subsMu.Lock()
+		defer r.subsMu.Unlock()
+		delete(r.subs, ch)
+		close(ch)
+	})
+	return ch
+}
+
+// FirstRound is closed when the first round has finished (and its snapshot is published).
+func (r *Runner) FirstRound() <-chan struct{} { return r.firstRound }
+
+// outcome is how one checker's part of a round ended.
+type outcome struct {
+	kind    outcomeKind
+	results []TargetResult
+	at      time.Time // when Check returned
+	panic   string
+}
+
+type outcomeKind int
+
+const (
+	outcomeAbandoned outcomeKind = iota // not returned by the deadline (plus grace)
+	outcomeReturned
+	outcomeBusy     // not started: an abandoned call of the same checker is still running
+	outcomePanicked // Check panicked
+)
+
+// round runs one round and publishes its snapshot, unless ctx ended during it.
+func (r *Runner) round(ctx context.Context) {
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	deadline, _ := rctx.Deadline()
+
+	r.mu.Lock()
+	slots := slices.Clone(r.slots)
+	r.mu.Unlock()
+
+	// Targets are read before the checks start: they are what the Timeout verdicts of an
+	// abandoned checker stand for.
+	targets := make([][]string, len(slots))
+	for i, s := range slots {
+		targets[i] = s.c.Targets()
+	}
+
+	type done struct {
+		i int
+		o outcome
+	}
+	// Buffered for every checker, so that a late checker's goroutine can always deliver its
+	// result (which nobody reads) and exit.
+	ch := make(chan done, len(slots))
+	outcomes := make([]outcome, len(slots))
+	pending := 0
+	for i, s := range slots {
+		if !s.busy.CompareAndSwap(false, true) {
+			outcomes[i] = outcome{kind: outcomeBusy}
+			continue
+		}
+		pending++
+		go func() {
+			o := outcome{kind: outcomeReturned}
+			func() {
+				defer func() {
+					if p := recover(); p != nil {
+						o = outcome{kind: outcomePanicked, panic: fmt.Sprintf("%v\n%s", p, debug.Stack())}
+					}
+				}()
+				o.results = s.c.Check(rctx)
+			}()
+			o.at = time.Now()
+			// Not busy any more before the result is delivered: a round that starts right
+			// after this one must find the checker free.
+			s.busy.Store(false)
+			ch <- done{i, o}
+		}()
+	}
+
+	cutoff := time.NewTimer(time.Until(deadline.Add(r.grace)))
+	defer cutoff.Stop()
+collect:
+	for pending > 0 {
+		select {
+		case d := <-ch:
+			outcomes[d.i] = d.o
+			pending--
+		case <-cutoff.C:
+			break collect
+		case <-ctx.Done():
+			// Shutting down: the round is incomplete and is not published.
+			return
+		}
+	}
+	end := time.Now()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
+	for i, s := range slots {
+		if s.removed {
+			// Dropped or replaced by a reload while the round ran.
+			continue
+		}
+		s.targets = targets[i]
+		if outcomes[i].kind == outcomeAbandoned {
+			r.abandonedTotal++
+		}
+		pm := r.memory[s.name]
+		if pm == nil {
+			pm = &providerMemory{typ: s.typ, targets: make(map[string]*TargetState)}
+			r.memory[s.name] = pm
+		}
+		bugs := make(map[string]bool)
+		verdicts := r.verdicts(s, targets[i], outcomes[i], start, deadline, pm.bugs, bugs)
+		pm.bugs = bugs
+		pm.apply(r.logger, s.name, verdicts)
+		pm.prune(targets[i])
+	}
+	r.rounds++
+	r.roundStarted = start
+	r.roundDuration = end.Sub(start)
+	r.publishLocked()
+	r.firstRoundOnce.Do(func() { close(r.firstRound) })
+}
+
+// verdicts turns one checker's outcome into exactly one valid verdict per expected target, in
+// the order of targets. Checker misbehaviour is logged once when it starts (prevBugs holds what
+// the last round saw; bugs collects this round's).
+func (r *Runner) verdicts(s *slot, targets []string, o outcome, start, deadline time.Time, prevBugs, bugs map[string]bool) []TargetResult {
+	bug := func(key string, level slog.Level, msg string, args ...any) {
+		bugs[key] = true
+		if !prevBugs[key] {
+			r.logger.Log(context.Background(), level, msg, append([]any{"provider", s.name}, args...)...)
+		}
+	}
+	all := func(tr TargetResult) []TargetResult {
+		out := make([]TargetResult, len(targets))
+		for i, t := range targets {
+			out[i] = tr
+			out[i].Target = t
+		}
+		return out
+	}
+
+	switch o.kind {
+	case outcomeAbandoned:
+		bug("abandoned", slog.LevelWarn, "checker did not return by the round deadline and was abandoned", "timeout", r.timeout)
+		return all(TargetResult{
+			Reason:    ReasonTimeout,
+			Message:   fmt.Sprintf("check did not finish within %s", r.timeout),
+			Duration:  r.timeout,
+			CheckedAt: deadline,
+		})
+	case outcomeBusy:
+		// Same key as abandoned: it is the same misbehaviour, still going on.
+		bug("abandoned", slog.LevelWarn, "checker did not return by the round deadline and was abandoned", "timeout", r.timeout)
+		return all(TargetResult{
+			Reason:    ReasonTimeout,
+			Message:   fmt.Sprintf("check not started: the previous check, abandoned after %s, has still not returned", r.timeout),
+			CheckedAt: start,
+		})
+	case outcomePanicked:
+		bug("panic", slog.LevelError, "checker panicked (a bug in the checker)", "panic", o.panic)
+		return all(TargetResult{
+			Reason:    ReasonTimeout,
+			Message:   "check failed: the checker panicked (a bug in the checker; see the exporter's log)",
+			Duration:  o.at.Sub(start),
+			CheckedAt: o.at,
+		})
+	}
+
+	byTarget := make(map[string]int, len(o.results))
+	for j, res := range o.results {
+		if !slices.Contains(targets, res.Target) {
+			bug("unknown\x00"+res.Target, slog.LevelError, "checker returned a verdict for a target it does not list, discarding it (a bug in the checker)", "target", res.Target)
+			continue
+		}
+		if _, dup := byTarget[res.Target]; dup {
+			bug("duplicate\x00"+res.Target, slog.LevelError, "checker returned two verdicts for one target, keeping the first (a bug in the checker)", "target", res.Target)
+			continue
+		}
+		byTarget[res.Target] = j
+	}
+
+	out := make([]TargetResult, len(targets))
+	for i, t := range targets {
+		j, ok := byTarget[t]
+		if !ok {
+			bug("missing\x00"+t, slog.LevelError, "checker returned no verdict for a target (a bug in the checker)", "target", t)
+			out[i] = TargetResult{
+				Target:    t,
+				Reason:    ReasonTimeout,
+				Message:   "check returned no verdict for this target (a bug in the checker)",
+				Duration:  o.at.Sub(start),
+				CheckedAt: o.at,
+			}
+			continue
+		}
+		v := o.results[j]
+		if v.CheckedAt.IsZero() {
+			v.CheckedAt = o.at
+		}
+		if v.Pool != nil {
+			// A private copy: the snapshot must not share memory the checker may reuse.
+			p := *v.Pool
+			v.Pool = &p
+		}
+		if !ValidReason(s.typ, v.Reason) {
+			bug("reason\x00"+t+"\x00"+string(v.Reason), slog.LevelError, "checker reported a reason outside its type's catalogue (a bug in the checker)", "target", t, "reason", string(v.Reason), "type", string(s.typ))
+			v.Message = fmt.Sprintf("check reported reason %q, which is not in the %s catalogue (a bug in the checker): %s", v.Reason, s.typ, v.Message)
+			v.Reason = ReasonTimeout
+		}
+		// The reason is the verdict; Up only restates it.
+		v.Up = v.Reason == ReasonReady
+		out[i] = v
+	}
+	return out
+}
+
+// publishLocked builds a new snapshot from the runner's memory, stores it and notifies the
+// subscribers. r.mu must be held.
+func (r *Runner) publishLocked() {
+	snap := &Snapshot{
+		Round:          r.rounds,
+		RoundStarted:   r.roundStarted,
+		RoundDuration:  r.roundDuration,
+		AbandonedTotal: r.abandonedTotal,
+		Providers:      make([]ProviderState, len(r.slots)),
+	}
+	for i, s := range r.slots {
+		ps := ProviderState{Name: s.name, Type: s.typ}
+		if pm := r.memory[s.name]; pm != nil && len(pm.targets) > 0 {
+			ps.Targets = make([]TargetState, 0, len(pm.targets))
+			for _, t := range s.targets {
+				if st := pm.targets[t]; st != nil {
+					ps.Targets = append(ps.Targets, *st)
+				}
+			}
+		}
+		snap.Providers[i] = ps
+	}
+	r.current.Store(snap)
+
+	r.subsMu.Lock()
+	defer r.subsMu.Unlock()
+	for ch := range r.subs {
+		select {
+		case ch <- struct{}{}:
+		default: // a value is already waiting: the subscriber will read the newest snapshot
+		}
+	}
+}
+
+// prune forgets targets the checker no longer lists.
+func (pm *providerMemory) prune(targets []string) {
+	if len(pm.targets) == 0 {
+		return
+	}
+	keep := make(map[string]bool, len(targets))
+	for _, t := range targets {
+		keep[t] = true
+	}
+	for t := range pm.targets {
+		if !keep[t] {
+			delete(pm.targets, t)
+		}
+	}
+}

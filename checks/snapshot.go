@@ -1,0 +1,68 @@
+package checks
+
+import "time"
+
+// Snapshot is the state of every provider after a round of checks. A published Snapshot is
+// immutable: the runner builds a new one for every change and swaps it in atomically, so readers
+// (a scrape, the ProviderHealth writer, the status page) never lock and never see a half-done
+// round. Readers must not modify it either.
+type Snapshot struct {
+	// Round counts the rounds completed so far (0 before the first).
+	Round uint64
+	// RoundStarted is when the last completed round started (zero before the first).
+	RoundStarted time.Time
+	// RoundDuration is how long the last completed round took.
+	RoundDuration time.Duration
+	// AbandonedTotal counts checkers abandoned at a round's deadline, cumulatively.
+	AbandonedTotal uint64
+	// Providers lists every configured provider, in the providers file's order.
+	Providers []ProviderState
+}
+
+// ProviderState is one provider in a Snapshot.
+type ProviderState struct {
+	Name string
+	Type ProviderType
+	// Targets lists the targets checked at least once, in the order of the checker's Targets().
+	// A provider that has not been checked yet (just started or just added by a reload) has none.
+	Targets []TargetState
+}
+
+// TargetState is the last verdict on one target and since when it holds.
+type TargetState struct {
+	TargetResult
+	// Since is when Up, or the reason while down, last changed: the CheckedAt of the check that
+	// observed the change (initially the first check's).
+	Since time.Time
+}
+
+// Provider returns the state of the named provider, or nil when it is not configured.
+func (s *Snapshot) Provider(name string) *ProviderState {
+	for i := range s.Providers {
+		if s.Providers[i].Name == name {
+			return &s.Providers[i]
+		}
+	}
+	return nil
+}
+
+// Target returns the state of the named target, or nil when it has not been checked.
+func (p *ProviderState) Target(name string) *TargetState {
+	for i := range p.Targets {
+		if p.Targets[i].Target == name {
+			return &p.Targets[i]
+		}
+	}
+	return nil
+}
+
+// Ready counts the provider's targets that are up.
+func (p *ProviderState) Ready() int {
+	n := 0
+	for i := range p.Targets {
+		if p.Targets[i].Up {
+			n++
+		}
+	}
+	return n
+}

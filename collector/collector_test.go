@@ -1,0 +1,432 @@
+package collector
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+)
+
+var t0 = time.Unix(1_800_000_000, 0)
+
+// fullSnapshot exercises every metric the collector can emit.
+func fullSnapshot() *checks.Snapshot {
+	return &checks.Snapshot{
+		Round:          7,
+		RoundStarted:   t0,
+		RoundDuration:  2500 * time.Millisecond,
+		AbandonedTotal: 2,
+		Providers: []checks.ProviderState{
+			{Name: "kvm-lab", Type: checks.TypeKVM, Targets: []checks.TargetState{
+				{Since: t0, TargetResult: checks.TargetResult{Target: "hv2", Up: true, Reason: checks.ReasonReady,
+					Duration: 12 * time.Millisecond, CheckedAt: t0.Add(500 * time.Millisecond),
+					Pool: &checks.StoragePool{Name: "default", State: "running", CapacityBytes: 1000, AllocationBytes: 400, AvailableBytes: 600}}},
+				{Since: t0, TargetResult: checks.TargetResult{Target: "hv1", Up: false, Reason: checks.ReasonTCPUnreachable,
+					Message: "dial tcp 198.18.0.1:22: connection refused", Duration: 3 * time.Millisecond, CheckedAt: t0.Add(time.Second)}},
+			}},
+			{Name: "gcp-prod", Type: checks.TypeGCP, Targets: []checks.TargetState{
+				{Since: t0, TargetResult: checks.TargetResult{Target: "my-project", Up: true, Reason: checks.ReasonReady,
+					Duration: 250 * time.Millisecond, CheckedAt: t0.Add(2 * time.Second)}},
+			}},
+			{Name: "cluster-new", Type: checks.TypeKubernetes}, // added by a reload, not checked yet
+		},
+	}
+}
+
+const fullExposition = `
+# HELP proxy_operator_kvm_storage_pool_allocation_bytes Bytes allocated in the KVM host's storage pool, as read by the last check.
+# TYPE proxy_operator_kvm_storage_pool_allocation_bytes gauge
+proxy_operator_kvm_storage_pool_allocation_bytes{pool="default",provider="kvm-lab",target="hv2"} 400
+# HELP proxy_operator_kvm_storage_pool_available_bytes Bytes available in the KVM host's storage pool, as read by the last check.
+# TYPE proxy_operator_kvm_storage_pool_available_bytes gauge
+proxy_operator_kvm_storage_pool_available_bytes{pool="default",provider="kvm-lab",target="hv2"} 600
+# HELP proxy_operator_kvm_storage_pool_capacity_bytes Capacity of the KVM host's storage pool, as read by the last check.
+# TYPE proxy_operator_kvm_storage_pool_capacity_bytes gauge
+proxy_operator_kvm_storage_pool_capacity_bytes{pool="default",provider="kvm-lab",target="hv2"} 1000
+# HELP proxy_operator_provider_check_duration_seconds How long the last check of the target took.
+# TYPE proxy_operator_provider_check_duration_seconds gauge
+proxy_operator_provider_check_duration_seconds{provider="gcp-prod",target="my-project"} 0.25
+proxy_operator_provider_check_duration_seconds{provider="kvm-lab",target="hv1"} 0.003
+proxy_operator_provider_check_duration_seconds{provider="kvm-lab",target="hv2"} 0.012
+# HELP proxy_operator_provider_check_round_duration_seconds How long the last completed round of provider checks took.
+# TYPE proxy_operator_provider_check_round_duration_seconds gauge
+proxy_operator_provider_check_round_duration_seconds 2.5
+# HELP proxy_operator_provider_check_rounds_total Rounds of provider checks completed since the exporter started.
+# TYPE proxy_operator_provider_check_rounds_total counter
+proxy_operator_provider_check_rounds_total 7
+# HELP proxy_operator_provider_check_timestamp_seconds When the last check of the target completed (pass or fail), in seconds since the Unix epoch.
+# TYPE proxy_operator_provider_check_timestamp_seconds gauge
+proxy_operator_provider_check_timestamp_seconds{provider="gcp-prod",target="my-project"} 1.800000002e+09
+proxy_operator_provider_check_timestamp_seconds{provider="kvm-lab",target="hv1"} 1.800000001e+09
+proxy_operator_provider_check_timestamp_seconds{provider="kvm-lab",target="hv2"} 1.8000000005e+09
+# HELP proxy_operator_provider_checkers_abandoned_total Checkers that had not returned by a round's deadline and were abandoned (their targets read Timeout).
+# TYPE proxy_operator_provider_checkers_abandoned_total counter
+proxy_operator_provider_checkers_abandoned_total 2
+# HELP proxy_operator_provider_info 1 for every configured provider, with its type.
+# TYPE proxy_operator_provider_info gauge
+proxy_operator_provider_info{provider="cluster-new",type="kubernetes"} 1
+proxy_operator_provider_info{provider="gcp-prod",type="gcp"} 1
+proxy_operator_provider_info{provider="kvm-lab",type="kvm"} 1
+# HELP proxy_operator_provider_target_reason 1 for the reason of the last verdict on the target (Ready when up); other reasons have no series.
+# TYPE proxy_operator_provider_target_reason gauge
+proxy_operator_provider_target_reason{provider="gcp-prod",reason="Ready",target="my-project"} 1
+proxy_operator_provider_target_reason{provider="kvm-lab",reason="Ready",target="hv2"} 1
+proxy_operator_provider_target_reason{provider="kvm-lab",reason="TCPUnreachable",target="hv1"} 1
+# HELP proxy_operator_provider_target_up 1 when the last check of the target gave the verdict Ready, 0 otherwise.
+# TYPE proxy_operator_provider_target_up gauge
+proxy_operator_provider_target_up{provider="gcp-prod",target="my-project"} 1
+proxy_operator_provider_target_up{provider="kvm-lab",target="hv1"} 0
+proxy_operator_provider_target_up{provider="kvm-lab",target="hv2"} 1
+`
+
+func fixed(s *checks.Snapshot) func() *checks.Snapshot { return func() *checks.Snapshot { return s } }
+
+func TestCollectFullSnapshot(t *testing.T) {
+	if err := testutil.CollectAndCompare(New(fixed(fullSnapshot())), strings.NewReader(fullExposition)); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestCollectBeforeFirstRound(t *testing.T) {
+	s := &checks.Snapshot{Providers: []checks.ProviderState{{Name: "kvm-lab", Type: checks.TypeKVM}}}
+	const want = `
+# HELP proxy_operator_provider_check_rounds_total Rounds of provider checks completed since the exporter started.
+# TYPE proxy_operator_provider_check_rounds_total counter
+proxy_operator_provider_check_rounds_total 0
+# HELP proxy_operator_provider_checkers_abandoned_total Checkers that had not returned by a round's deadline and were abandoned (their targets read Timeout).
+# TYPE proxy_operator_provider_checkers_abandoned_total counter
+proxy_operator_provider_checkers_abandoned_total 0
+# HELP proxy_operator_provider_info 1 for every configured provider, with its type.
+# TYPE proxy_operator_provider_info gauge
+proxy_operator_provider_info{provider="kvm-lab",type="kvm"} 1
+`
+	if err := testutil.CollectAndCompare(New(fixed(s)), strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestCollectFollowsSnapshotChanges(t *testing.T) {
+	var cur atomic.Pointer[checks.Snapshot]
+	cur.Store(fullSnapshot())
+	c := New(cur.Load)
+	if err := testutil.CollectAndCompare(c, strings.NewReader(fullExposition)); err != nil {
+		t.Fatal(err)
+	}
+
+	// The next round: hv1 is back with its pool, hv2 changed reason, gcp-prod was removed.
+	next := fullSnapshot()
+	next.Round = 8
+	kvm := &next.Providers[0]
+	kvm.Targets[0].Up, kvm.Targets[0].Reason, kvm.Targets[0].Pool = false, checks.ReasonPoolInactive, nil
+	kvm.Targets[1].Up, kvm.Targets[1].Reason = true, checks.ReasonReady
+	kvm.Targets[1].Pool = &checks.StoragePool{Name: "default", CapacityBytes: 10, AllocationBytes: 1, AvailableBytes: 9}
+	next.Providers = []checks.ProviderState{next.Providers[0], next.Providers[2]}
+	cur.Store(next)
+
+	const want = `
+# HELP proxy_operator_kvm_storage_pool_capacity_bytes Capacity of the KVM host's storage pool, as read by the last check.
+# TYPE proxy_operator_kvm_storage_pool_capacity_bytes gauge
+proxy_operator_kvm_storage_pool_capacity_bytes{pool="default",provider="kvm-lab",target="hv1"} 10
+# HELP proxy_operator_provider_check_rounds_total Rounds of provider checks completed since the exporter started.
+# TYPE proxy_operator_provider_check_rounds_total counter
+proxy_operator_provider_check_rounds_total 8
+# HELP proxy_operator_provider_info 1 for every configured provider, with its type.
+# TYPE proxy_operator_provider_info gauge
+proxy_operator_provider_info{provider="cluster-new",type="kubernetes"} 1
+proxy_operator_provider_info{provider="kvm-lab",type="kvm"} 1
+# HELP proxy_operator_provider_target_reason 1 for the reason of the last verdict on the target (Ready when up); other reasons have no series.
+# TYPE proxy_operator_provider_target_reason gauge
+proxy_operator_provider_target_reason{provider="kvm-lab",reason="PoolInactive",target="hv2"} 1
+proxy_operator_provider_target_reason{provider="kvm-lab",reason="Ready",target="hv1"} 1
+# HELP proxy_operator_provider_target_up 1 when the last check of the target gave the verdict Ready, 0 otherwise.
+# TYPE proxy_operator_provider_target_up gauge
+proxy_operator_provider_target_up{provider="kvm-lab",target="hv1"} 1
+proxy_operator_provider_target_up{provider="kvm-lab",target="hv2"} 0
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+		"proxy_operator_kvm_storage_pool_capacity_bytes", "proxy_operator_provider_check_rounds_total",
+		"proxy_operator_provider_info", "proxy_operator_provider_target_reason", "proxy_operator_provider_target_up"); err != nil {
+		t.Error(err)
+	}
+
+	// What the new snapshot no longer uses is not kept for later scrapes.
+	lc := c.(*collector).labels
+	if len(lc.targets) != 2 {
+		t.Errorf("label cache holds %d targets after gcp-prod was removed, want 2", len(lc.targets))
+	}
+	for k := range lc.pairs {
+		if k.value == "gcp-prod" || k.value == "TCPUnreachable" {
+			t.Errorf("label cache still holds %s=%q", *k.name, k.value)
+		}
+	}
+}
+
+func TestInvalidUTF8LabelValueDoesNotFailTheScrape(t *testing.T) {
+	s := &checks.Snapshot{Round: 1, Providers: []checks.ProviderState{{Name: "kvm", Type: checks.TypeKVM,
+		Targets: []checks.TargetState{{TargetResult: checks.TargetResult{Target: "hv\xff1", Up: true, Reason: checks.ReasonReady}}}}}}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(New(fixed(s)))
+	if _, err := reg.Gather(); err != nil {
+		t.Errorf("scrape failed: %v", err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "proxy_operator_provider_target_up"); err != nil || n != 1 {
+		t.Errorf("target_up series: %d, %v; want 1", n, err)
+	}
+}
+
+// blockedChecker's Check blocks until release is closed, whatever its context says.
+type blockedChecker struct {
+	started, release chan struct{}
+}
+
+func (b *blockedChecker) Name() string              { return "kvm-lab" }
+func (b *blockedChecker) Type() checks.ProviderType { return checks.TypeKVM }
+func (b *blockedChecker) Targets() []string         { return []string{"hv1"} }
+func (b *blockedChecker) Check(context.Context) []checks.TargetResult {
+	close(b.started)
+	<-b.release
+	return []checks.TargetResult{{Target: "hv1", Up: true, Reason: checks.ReasonReady}}
+}
+
+func TestScrapeDuringAStuckRoundReturnsAtOnce(t *testing.T) {
+	bc := &blockedChecker{started: make(chan struct{}), release: make(chan struct{})}
+	r := checks.NewRunner(checks.Options{Interval: time.Hour, Timeout: time.Hour}, []checks.Checker{bc})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(New(r.Current))
+
+	<-bc.started
+	// The round is now blocked on release, which only this test closes, after the scrape.
+	n, err := testutil.GatherAndCount(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.FirstRound():
+		t.Fatal("the round finished before the checker was released")
+	default:
+	}
+	if n != 3 { // rounds total, abandoned total, info
+		t.Errorf("scrape during the first round: %d series, want 3", n)
+	}
+
+	close(bc.release)
+	<-r.FirstRound()
+	if n, err := testutil.GatherAndCount(reg, "proxy_operator_provider_target_up"); err != nil || n != 1 {
+		t.Errorf("after the round: target_up series %d, %v; want 1", n, err)
+	}
+}
+
+func TestConcurrentScrapesWhileSnapshotsChange(t *testing.T) {
+	var cur atomic.Pointer[checks.Snapshot]
+	cur.Store(bigSnapshot(100))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(New(cur.Load))
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
+	defer srv.Close()
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			s := bigSnapshot(100 - i%20)
+			s.Round = uint64(i)
+			cur.Store(s)
+			time.Sleep(time.Millisecond) // a new snapshot every few scrapes, not a busy loop
+		}
+	})
+	// Every encoding Prometheus may ask for reads the shared label pairs and values at once.
+	accepts := []string{"text/plain; version=0.0.4", "application/openmetrics-text; version=1.0.0",
+		"application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"}
+	var scrapers sync.WaitGroup
+	for _, accept := range accepts {
+		scrapers.Go(func() {
+			for range 10 {
+				req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+				req.Header.Set("Accept", accept)
+				req.Header.Set("Accept-Encoding", "gzip")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("%s: status %d", accept, resp.StatusCode)
+				}
+			}
+		})
+	}
+	scrapers.Wait()
+	close(stop)
+	wg.Wait()
+}
+
+func textOutput(t *testing.T, s *checks.Snapshot) []byte {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(New(fixed(s)))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+func TestPromtoolCheckMetrics(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		testenv.Unavailable(t, "promtool not found (Debian package prometheus): %v", err)
+	}
+	for name, s := range map[string]*checks.Snapshot{"full": fullSnapshot(), "fleet": bigSnapshot(50)} {
+		cmd := exec.Command(promtool, "check", "metrics")
+		cmd.Stdin = bytes.NewReader(textOutput(t, s))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) {
+				t.Fatalf("run promtool: %v", err)
+			}
+			t.Errorf("%s: promtool check metrics: %v\n%s", name, err, out)
+		} else if len(bytes.TrimSpace(out)) != 0 {
+			t.Errorf("%s: promtool check metrics reported problems:\n%s", name, out)
+		}
+	}
+}
+
+func TestDescribeMatchesCollect(t *testing.T) {
+	// The full snapshot emits every family; Describe must announce exactly those (a pedantic
+	// registry fails the gather on any metric whose Desc was not described).
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(New(fixed(fullSnapshot())))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan *prometheus.Desc, 100)
+	New(nil).Describe(ch)
+	close(ch)
+	if len(ch) != len(mfs) {
+		t.Errorf("Describe sends %d descriptions, a full snapshot collects %d families", len(ch), len(mfs))
+	}
+}
+
+// TestMetricsDocMatchesCollector keeps docs/metrics.md in step with the collector: the "Provider
+// checks" table lists exactly the families the collector can emit, with their types and labels,
+// and no metric is documented twice anywhere in the file.
+func TestMetricsDocMatchesCollector(t *testing.T) {
+	f, err := os.Open("../docs/metrics.md")
+	if err != nil {
+		t.Fatalf("open the metrics doc: %v", err)
+	}
+	defer f.Close()
+	row := regexp.MustCompile("^\\| `([a-z_:]+)` \\| ([a-z]+) \\| *([a-z_, ]*?) *\\|")
+	type doc struct{ typ, labels string }
+	documented := map[string]doc{}
+	all := map[string]int{}
+	section := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if h, ok := strings.CutPrefix(line, "## "); ok {
+			section = h
+			continue
+		}
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		all[m[1]]++
+		if !strings.HasPrefix(m[1], Namespace+"_") {
+			t.Errorf("%s is documented without the %s_ prefix", m[1], Namespace)
+		}
+		if section == "Provider checks" {
+			documented[m[1]] = doc{m[2], strings.TrimSpace(m[3])}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for name, n := range all {
+		if n > 1 {
+			t.Errorf("%s is documented %d times", name, n)
+		}
+	}
+
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(New(fixed(fullSnapshot())))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	emitted := map[string]bool{}
+	for _, mf := range mfs {
+		name := mf.GetName()
+		emitted[name] = true
+		d, ok := documented[name]
+		if !ok {
+			t.Errorf("%s is emitted but not in the Provider checks table of docs/metrics.md", name)
+			continue
+		}
+		if want := strings.ToLower(mf.GetType().String()); d.typ != want {
+			t.Errorf("%s: documented as %s, emitted as %s", name, d.typ, want)
+		}
+		if want := labelNames(mf.GetMetric()[0]); d.labels != want {
+			t.Errorf("%s: documented labels %q, emitted %q", name, d.labels, want)
+		}
+	}
+	for name := range documented {
+		if !emitted[name] {
+			t.Errorf("%s is documented in the Provider checks table but the collector never emits it", name)
+		}
+	}
+}
+
+// labelNames lists a series' label names in the order the doc uses: provider, target first.
+func labelNames(m *dto.Metric) string {
+	order := []string{"provider", "target", "type", "reason", "pool"}
+	var names []string
+	for _, lp := range m.GetLabel() {
+		names = append(names, lp.GetName())
+	}
+	slices.SortFunc(names, func(a, b string) int { return slices.Index(order, a) - slices.Index(order, b) })
+	return strings.Join(names, ", ")
+}

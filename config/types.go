@@ -1,0 +1,118 @@
+package config
+
+// The provider types, the values of a provider's `type` field. Each names the block the
+// provider carries (`type: kvm` takes a `kvm:` block).
+const (
+	TypeKubernetes = "kubernetes"
+	TypeGCP        = "gcp"
+	TypeKVM        = "kvm"
+)
+
+// Types lists every provider type in the order the docs and error messages present them.
+var Types = []string{TypeKubernetes, TypeGCP, TypeKVM}
+
+// Defaults the loader applies. They are the one source of truth: the docs and tests are checked
+// against them, and code that needs a default reads it here.
+const (
+	// DefaultLabelSelector is a kubernetes provider's labelSelector when the key is absent: the
+	// platform's managed-by label. `labelSelector: ""` means no selector at all.
+	DefaultLabelSelector = "app.kubernetes.io/managed-by=proxy-operator"
+	// DefaultKubernetesVersion and DefaultKubernetesResource name what a kubernetes provider lists
+	// when neither is set: core v1 pods.
+	DefaultKubernetesVersion  = "v1"
+	DefaultKubernetesResource = "pods"
+	// DefaultGCPFilter is a gcp provider's filter when the key is absent: the platform's
+	// managed-by label. `filter: ""` means no filter at all.
+	DefaultGCPFilter = "labels.managed-by=proxy-operator"
+	// DefaultKVMPort is the SSH port of a kvm host whose address carries none.
+	DefaultKVMPort = 22
+	// DefaultLibvirtSocket is the libvirt socket path on a kvm host.
+	DefaultLibvirtSocket = "/var/run/libvirt/libvirt-sock"
+	// DefaultKVMConcurrency is how many hosts of one kvm provider are checked at once.
+	DefaultKVMConcurrency = 16
+	// MaxKVMConcurrency bounds concurrency: more SSH sessions at once than this only queues
+	// inside the exporter.
+	MaxKVMConcurrency = 1024
+)
+
+// Config is the providers file (--config.file), validated and with every default applied.
+type Config struct {
+	// Providers in file order. May be empty: an exporter without providers runs no checks.
+	Providers []Provider `yaml:"providers"`
+}
+
+// Provider is one entry of the providers file: a name, a type and the block for that type.
+// Exactly the block named by Type is set.
+type Provider struct {
+	// Name is a DNS-1123 label, unique in the file; also the ProviderHealth object's name.
+	Name string `yaml:"name"`
+	// Type is one of kubernetes, gcp, kvm.
+	Type       string            `yaml:"type"`
+	Kubernetes *KubernetesConfig `yaml:"kubernetes,omitempty"`
+	GCP        *GCPConfig        `yaml:"gcp,omitempty"`
+	KVM        *KVMConfig        `yaml:"kvm,omitempty"`
+}
+
+// KubernetesConfig is the block of a `type: kubernetes` provider.
+type KubernetesConfig struct {
+	// Kubeconfig is an absolute path after loading; empty means in-cluster config.
+	Kubeconfig string `yaml:"kubeconfig,omitempty"`
+	// Context of the kubeconfig; empty means its current context.
+	Context string `yaml:"context,omitempty"`
+	// Group, Version and Resource name what the check lists (default: core v1 pods). After
+	// loading Version and Resource are never empty; an empty Group is the core group.
+	Group    string `yaml:"group,omitempty"`
+	Version  string `yaml:"version,omitempty"`
+	Resource string `yaml:"resource,omitempty"`
+	// Namespace to list in; empty means all namespaces.
+	Namespace string `yaml:"namespace,omitempty"`
+	// LabelSelector restricts what is listed. After loading it is the selector to use: the
+	// DefaultLabelSelector when the key was absent, empty (everything) when it was set to "".
+	LabelSelector string `yaml:"labelSelector,omitempty"`
+}
+
+// GCPConfig is the block of a `type: gcp` provider.
+type GCPConfig struct {
+	// Project is the GCP project ID.
+	Project string `yaml:"project"`
+	// CredentialsFile is a service-account key path (absolute after loading); empty means
+	// Application Default Credentials.
+	CredentialsFile string `yaml:"credentialsFile,omitempty"`
+	// Filter is an instances.aggregatedList filter expression. After loading it is the filter to
+	// use: DefaultGCPFilter when the key was absent, empty (no filter) when it was set to "".
+	Filter string `yaml:"filter,omitempty"`
+	// Endpoint overrides the Compute API endpoint (an absolute http or https URL).
+	Endpoint string `yaml:"endpoint,omitempty"`
+}
+
+// KVMConfig is the block of a `type: kvm` provider.
+type KVMConfig struct {
+	// User is the SSH user on every host.
+	User string `yaml:"user"`
+	// PrivateKeyFile is the SSH private key path (absolute after loading).
+	PrivateKeyFile string `yaml:"privateKeyFile"`
+	// PassphraseFile holds the private key's passphrase; empty means the key is not encrypted.
+	PassphraseFile string `yaml:"passphraseFile,omitempty"`
+	// KnownHostsFile is required unless InsecureSkipHostKeyVerification is set.
+	KnownHostsFile string `yaml:"knownHostsFile,omitempty"`
+	// InsecureSkipHostKeyVerification is an explicit opt-out, logged as a warning at every load.
+	InsecureSkipHostKeyVerification bool `yaml:"insecureSkipHostKeyVerification,omitempty"`
+	// Port is the SSH port (default 22); a host's address may carry its own.
+	Port int `yaml:"port,omitempty"`
+	// Socket is the libvirt socket path on the host (default /var/run/libvirt/libvirt-sock).
+	Socket string `yaml:"socket,omitempty"`
+	// StoragePool is the libvirt storage pool whose state and sizes each host reports.
+	StoragePool string `yaml:"storagePool"`
+	// Concurrency bounds how many hosts of this provider are checked at once (default 16).
+	Concurrency int `yaml:"concurrency,omitempty"`
+	// Hosts are the provider's targets, at least one.
+	Hosts []KVMHost `yaml:"hosts"`
+}
+
+// KVMHost is one hypervisor of a kvm provider.
+type KVMHost struct {
+	// Address is host, host:port, [v6] or [v6]:port.
+	Address string `yaml:"address"`
+	// Name is the target name; after loading it is never empty (it defaults to the address).
+	Name string `yaml:"name,omitempty"`
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/collector"
+	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
+)
+
+// exporter is the running program: the checkers built from the providers file, the round
+// runner, the metrics registry, and what reloading needs.
+type exporter struct {
+	logger     *slog.Logger
+	configFile string
+	// interval and timeout of the rounds; interval 0 means checks are off.
+	interval time.Duration
+	timeout  time.Duration
+	runner   *checks.Runner
+	registry *prometheus.Registry
+
+	reloadSuccess   prometheus.Gauge
+	reloadTimestamp prometheus.Gauge
+
+	// mu serializes reloads (SIGHUP and POST /-/reload may race) and the final close.
+	mu      sync.Mutex
+	entries map[string]entry
+	closed  bool
+}
+
+// newExporter loads the providers file, builds its checkers and a runner for them, and
+// registers every metric on a registry of its own (not the global one, so that nothing a
+// library registers globally leaks into /metrics).
+func newExporter(configFile string, interval, timeout time.Duration, logger *slog.Logger) (*exporter, error) {
+	e := &exporter{
+		logger:     logger,
+		configFile: configFile,
+		interval:   interval,
+		timeout:    timeout,
+		registry:   prometheus.NewRegistry(),
+		reloadSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: collector.Namespace,
+			Name:      "config_last_reload_successful",
+			Help:      "Whether the last load of the providers file succeeded (1) or failed (0).",
+		}),
+		reloadTimestamp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: collector.Namespace,
+			Name:      "config_last_reload_success_timestamp_seconds",
+			Help:      "When the providers file was last loaded successfully, in seconds since the Unix epoch.",
+		}),
+	}
+	set, err := e.load()
+	if err != nil {
+		return nil, err
+	}
+	e.entries = set.entries
+	e.runner = checks.NewRunner(checks.Options{
+		Interval: interval,
+		Timeout:  timeout,
+		Logger:   logger,
+	}, set.checkers)
+	e.reloadSuccess.Set(1)
+	e.reloadTimestamp.SetToCurrentTime()
+
+	if err := e.registry.Register(collector.New(e.runner.Current)); err != nil {
+		closeAll(set.allClosers(), logger)
+		return nil, fmt.Errorf("register the provider collector: %w", err)
+	}
+	e.registry.MustRegister(
+		versioncollector.NewCollector(collector.Namespace),
+		e.reloadSuccess,
+		e.reloadTimestamp,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		hostpool.Collector(),
+	)
+	return e, nil
+}
+
+// checksOn reports whether rounds of checks run (--provider-check-interval is not 0).
+func (e *exporter) checksOn() bool { return e.interval > 0 }
+
+// providerCount is the number of configured providers.
+func (e *exporter) providerCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.entries)
+}
+
+// close closes every checker. The runner must have returned: no check may be running. Later
+// reloads are refused.
+func (e *exporter) close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	e.closed = true
+	set := &checkerSet{}
+	for _, en := range e.entries {
+		set.checkers = append(set.checkers, en.checker)
+	}
+	closeAll(set.allClosers(), e.logger)
+	e.entries = nil
+}

@@ -1,0 +1,356 @@
+package hostpool
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/digitalocean/go-libvirt"
+	"github.com/digitalocean/go-libvirt/socket/dialers"
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+// Stage is the step of a dial that failed. Its value is the `result` label of the dials metric.
+type Stage string
+
+// The stages of a dial, in the order a dial goes through them.
+const (
+	// StageKeyMaterial: the private key, its passphrase file or the known_hosts file could not be
+	// read or used. Nothing was sent on the network.
+	StageKeyMaterial Stage = "key_material"
+	// StageTCP: the TCP connection to the host's SSH port failed.
+	StageTCP Stage = "tcp"
+	// StageSSHHandshake: TCP connected, but the SSH protocol handshake failed.
+	StageSSHHandshake Stage = "ssh_handshake"
+	// StageHostKey: the host's key is not in known_hosts (unknown) or differs from it (mismatch).
+	StageHostKey Stage = "host_key"
+	// StageSSHAuth: the host refused the client's key for the user.
+	StageSSHAuth Stage = "ssh_auth"
+	// StageLibvirtSocket: SSH works, but the channel to the libvirt socket was refused.
+	StageLibvirtSocket Stage = "libvirt_socket"
+	// StageLibvirtConnect: the channel opened, but libvirt's connection handshake failed.
+	StageLibvirtConnect Stage = "libvirt_connect"
+)
+
+// Stages lists every stage in dial order.
+var Stages = []Stage{StageKeyMaterial, StageTCP, StageSSHHandshake, StageHostKey, StageSSHAuth,
+	StageLibvirtSocket, StageLibvirtConnect}
+
+// resultOK is the dials metric's result for a dial that produced a usable connection.
+const resultOK = "ok"
+
+func (s Stage) describe() string {
+	switch s {
+	case StageKeyMaterial:
+		return "key material"
+	case StageTCP:
+		return "tcp connect"
+	case StageSSHHandshake:
+		return "ssh handshake"
+	case StageHostKey:
+		return "host key verification"
+	case StageSSHAuth:
+		return "ssh authentication"
+	case StageLibvirtSocket:
+		return "opening the libvirt socket"
+	case StageLibvirtConnect:
+		return "libvirt connect"
+	}
+	return string(s)
+}
+
+// DialError is a failed dial: the stage that failed, the host, and the cause it unwraps to
+// (a *knownhosts.KeyError, a *ssh.OpenChannelError, a *net.OpError, context.DeadlineExceeded...).
+type DialError struct {
+	Stage Stage
+	Addr  string
+	Err   error
+}
+
+func (e *DialError) Error() string {
+	return fmt.Sprintf("dial %s: %s: %v", e.Addr, e.Stage.describe(), e.Err)
+}
+
+func (e *DialError) Unwrap() error { return e.Err }
+
+// Timeout reports whether the stage failed because the caller's context ended (or the pool
+// closed) before it completed, rather than because the host answered with an error.
+func (e *DialError) Timeout() bool {
+	// A dial whose deadline is the context's may report the network's own timeout a moment
+	// before the context reports its end.
+	var ne net.Error
+	return errors.Is(e.Err, context.DeadlineExceeded) || errors.Is(e.Err, context.Canceled) ||
+		errors.Is(e.Err, ErrClosed) || errors.As(e.Err, &ne) && ne.Timeout()
+}
+
+// HostKeyUnknown reports whether the host is not listed in known_hosts at all.
+func (e *DialError) HostKeyUnknown() bool {
+	var ke *knownhosts.KeyError
+	return e.Stage == StageHostKey && errors.As(e.Err, &ke) && len(ke.Want) == 0
+}
+
+// HostKeyMismatch reports whether the host presented a key that known_hosts does not list for
+// it (or one it lists as revoked): a reinstalled host, rotated keys, or an attack.
+func (e *DialError) HostKeyMismatch() bool {
+	return e.Stage == StageHostKey && !e.HostKeyUnknown()
+}
+
+// keepaliveRequest is OpenSSH's keepalive global request. Any reply (OpenSSH answers it with
+// failure) proves the peer is alive.
+const keepaliveRequest = "keepalive@openssh.com"
+
+// loadSigner reads the private key, decrypting it with the passphrase file when one is set. An
+// encrypted key without a passphrase file is an error, never a silent fallback.
+func loadSigner(keyFile, passphraseFile string) (ssh.Signer, error) {
+	if keyFile == "" {
+		return nil, errors.New("no private key file configured")
+	}
+	pem, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("read private key: %w", err)
+	}
+	if passphraseFile == "" {
+		s, err := ssh.ParsePrivateKey(pem)
+		if err != nil {
+			var missing *ssh.PassphraseMissingError
+			if errors.As(err, &missing) {
+				return nil, fmt.Errorf("private key %s is encrypted and no passphraseFile is configured: %w", keyFile, err)
+			}
+			return nil, fmt.Errorf("parse private key %s: %w", keyFile, err)
+		}
+		return s, nil
+	}
+	pass, err := os.ReadFile(passphraseFile)
+	if err != nil {
+		return nil, fmt.Errorf("read passphrase file: %w", err)
+	}
+	// Files written by editors and `echo` end with a newline that is not part of the passphrase.
+	pass = []byte(strings.TrimRight(string(pass), "\r\n"))
+	s, err := ssh.ParsePrivateKeyWithPassphrase(pem, pass)
+	if err != nil {
+		// A passphrase file next to a key that is not encrypted is harmless: use the key.
+		if plain, plainErr := ssh.ParsePrivateKey(pem); plainErr == nil {
+			return plain, nil
+		}
+		return nil, fmt.Errorf("decrypt private key %s with the passphrase file: %w", keyFile, err)
+	}
+	return s, nil
+}
+
+// hostKeyAlgorithms lists the host key algorithms cb has keys for at addr, so that the handshake
+// negotiates a key type known_hosts can verify: x/crypto prefers ECDSA, then RSA, then Ed25519,
+// and a host with several key types whose known_hosts entry holds only one would otherwise fail
+// with a mismatch. It probes cb with a key nobody has; the mismatch error lists the keys it
+// wanted. nil means "no opinion": use x/crypto's defaults (the callback then decides).
+func hostKeyAlgorithms(cb ssh.HostKeyCallback, addr string) []string {
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil
+	}
+	probe, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		return nil
+	}
+	tcpAddr, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return nil
+	}
+	var keyErr *knownhosts.KeyError
+	if err := cb(addr, tcpAddr, probe); !errors.As(err, &keyErr) || len(keyErr.Want) == 0 {
+		return nil
+	}
+	var algos []string
+	seen := map[string]bool{}
+	for _, w := range keyErr.Want {
+		names := []string{w.Key.Type()}
+		switch w.Key.Type() {
+		case ssh.KeyAlgoRSA:
+			// An RSA key signs with SHA-2 for current servers; SHA-1 "ssh-rsa" is refused by them.
+			names = []string{ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256}
+		}
+		for _, n := range names {
+			if !seen[n] {
+				seen[n] = true
+				algos = append(algos, n)
+			}
+		}
+	}
+	return algos
+}
+
+// hostKeyCallback returns the callback that verifies host keys: the caller's, known_hosts (read
+// at every dial, so a corrected file takes effect at the next dial without a reload), or none
+// at all when verification is explicitly switched off.
+func (p *Pool) hostKeyCallback() (ssh.HostKeyCallback, error) {
+	switch {
+	case p.opts.HostKeyCallback != nil:
+		return p.opts.HostKeyCallback, nil
+	case p.opts.InsecureSkipHostKeyVerification:
+		return ssh.InsecureIgnoreHostKey(), nil
+	case p.opts.KnownHostsFile == "":
+		return nil, errors.New("no known_hosts file configured (and host key verification is not switched off)")
+	}
+	cb, err := knownhosts.New(p.opts.KnownHostsFile)
+	if err != nil {
+		return nil, fmt.Errorf("read known_hosts: %w", err)
+	}
+	return cb, nil
+}
+
+// signer returns the client's key: the caller's, the one read at New, or (when reading it
+// failed before) a fresh attempt, so a fixed key file takes effect at the next dial.
+func (p *Pool) signer() (ssh.Signer, error) {
+	if p.opts.Signer != nil {
+		return p.opts.Signer, nil
+	}
+	p.keyMu.Lock()
+	defer p.keyMu.Unlock()
+	if p.key != nil {
+		return p.key, nil
+	}
+	s, err := loadSigner(p.opts.PrivateKeyFile, p.opts.PassphraseFile)
+	if err != nil {
+		return nil, err
+	}
+	p.key = s
+	return s, nil
+}
+
+// ctxCause is the error a stage reports when it failed because ctx ended: the context's error,
+// not the "use of closed network connection" the abort itself caused.
+func ctxCause(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	return fmt.Errorf("gave up after the context ended (%w)", context.Cause(ctx))
+}
+
+// dialLink opens an SSH connection to addr: TCP, handshake, host key verification and
+// authentication, all bounded by ctx (x/crypto's own timeout covers only the TCP connect).
+func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
+	fail := func(stage Stage, err error) (*link, error) {
+		return nil, &DialError{Stage: stage, Addr: addr, Err: err}
+	}
+	signer, err := p.signer()
+	if err != nil {
+		return fail(StageKeyMaterial, err)
+	}
+	cb, err := p.hostKeyCallback()
+	if err != nil {
+		return fail(StageKeyMaterial, err)
+	}
+	var algos []string
+	if !p.opts.InsecureSkipHostKeyVerification {
+		algos = hostKeyAlgorithms(cb, addr)
+	}
+
+	// The phase the handshake reached tells its failures apart without parsing messages: a
+	// failure after the host key callback rejected the key is the host key's, a failure once
+	// authentication started is authentication's.
+	var hostKeyErr atomic.Pointer[error]
+	var authStarted atomic.Bool
+	cfg := &ssh.ClientConfig{
+		User: p.opts.User,
+		Auth: []ssh.AuthMethod{ssh.PublicKeysCallback(func() ([]ssh.Signer, error) {
+			authStarted.Store(true)
+			return []ssh.Signer{signer}, nil
+		})},
+		HostKeyCallback: func(hostname string, remote net.Addr, key ssh.PublicKey) error {
+			err := cb(hostname, remote, key)
+			if err != nil {
+				hostKeyErr.Store(&err)
+			}
+			return err
+		},
+		HostKeyAlgorithms: algos,
+		ClientVersion:     "SSH-2.0-provider-health-exporter",
+	}
+
+	var d net.Dialer
+	tcp, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return fail(StageTCP, ctxCause(ctx, err))
+	}
+	// The handshake has no context of its own: closing the connection is what ends it.
+	stop := context.AfterFunc(ctx, func() { tcp.Close() })
+	conn, chans, reqs, err := ssh.NewClientConn(tcp, addr, cfg)
+	if !stop() && err == nil {
+		// ctx ended just as the handshake completed: the connection is already closed.
+		conn.Close()
+		err = ctx.Err()
+	}
+	if err != nil {
+		tcp.Close()
+		stage := StageSSHHandshake
+		if hk := hostKeyErr.Load(); hk != nil {
+			stage, err = StageHostKey, *hk
+		} else if authStarted.Load() {
+			stage = StageSSHAuth
+		}
+		return fail(stage, ctxCause(ctx, err))
+	}
+	p.countHandshake()
+	l := &link{
+		id:     linkSeq.Add(1),
+		addr:   addr,
+		client: ssh.NewClient(conn, chans, reqs),
+		done:   make(chan struct{}),
+	}
+	return l, nil
+}
+
+// openLibvirt opens a direct-streamlocal channel to the libvirt socket over l and connects
+// libvirt's RPC protocol over it, bounded by ctx. A failure closes the channel, never l.
+func (p *Pool) openLibvirt(ctx context.Context, l *link) (*Conn, error) {
+	fail := func(stage Stage, err error) (*Conn, error) {
+		return nil, &DialError{Stage: stage, Addr: l.addr, Err: err}
+	}
+	ch, err := l.client.DialContext(ctx, "unix", p.opts.Socket)
+	if err != nil {
+		return fail(StageLibvirtSocket, ctxCause(ctx, err))
+	}
+	wc := &watchedConn{Conn: ch, done: make(chan struct{})}
+	lv := libvirt.NewWithDialer(dialers.NewAlreadyConnected(wc))
+	// go-libvirt's calls take no context: closing the channel is what ends a stuck connect.
+	stop := context.AfterFunc(ctx, func() { wc.Close() })
+	err = lv.ConnectToURI(libvirt.QEMUSystem)
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		wc.Close()
+		return fail(StageLibvirtConnect, ctxCause(ctx, err))
+	}
+	return &Conn{addr: l.addr, link: l, lv: lv, ch: wc}, nil
+}
+
+// watchedConn is the libvirt channel; done closes when it ends (a read fails or it is
+// closed), which is how the pool learns that a libvirt connection is gone without depending on
+// go-libvirt's internals.
+type watchedConn struct {
+	net.Conn
+	once sync.Once
+	done chan struct{}
+}
+
+func (c *watchedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil {
+		c.once.Do(func() { close(c.done) })
+	}
+	return n, err
+}
+
+func (c *watchedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { close(c.done) })
+	return err
+}

@@ -1,0 +1,229 @@
+package hostpool
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+)
+
+// The tests in this file run against real hosts (sshd + libvirtd in network namespaces).
+
+func fleetPool(t *testing.T, f *kvmhost.Fleet, name string) *Pool {
+	t.Helper()
+	p := New(Options{
+		Name:              name,
+		User:              f.User,
+		PrivateKeyFile:    f.ClientKeyPath,
+		KnownHostsFile:    f.KnownHostsPath,
+		Socket:            f.Hosts[0].Socket,
+		KeepaliveInterval: 200 * time.Millisecond,
+		KeepaliveTimeout:  time.Second,
+		DisconnectTimeout: time.Second,
+	})
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// hostCheck is the sequence of RPCs the KVM check makes.
+func hostCheck(pool string) func(*libvirt.Libvirt) error {
+	return func(l *libvirt.Libvirt) error {
+		if _, err := l.ConnectGetLibVersion(); err != nil {
+			return err
+		}
+		if _, err := l.ConnectGetHostname(); err != nil {
+			return err
+		}
+		p, err := l.StoragePoolLookupByName(pool)
+		if err != nil {
+			return err
+		}
+		_, _, _, _, err = l.StoragePoolGetInfo(p)
+		return err
+	}
+}
+
+func probe(p *Pool, addr string, timeout time.Duration, fn func(*libvirt.Libvirt) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return p.Probe(ctx, addr, fn)
+}
+
+// gatedReader yields size bytes of data: the first chunk at once, the rest once gate closes.
+type gatedReader struct {
+	data    []byte
+	off     int
+	started chan struct{}
+	gate    chan struct{}
+}
+
+func (r *gatedReader) Read(b []byte) (int, error) {
+	if r.off >= len(r.data) {
+		return 0, io.EOF
+	}
+	if r.off > 0 {
+		<-r.gate
+	}
+	n := copy(b[:min(len(b), 1<<20)], r.data[r.off:])
+	r.off += n
+	if r.off == n {
+		close(r.started)
+	}
+	return n, nil
+}
+
+// TestSharedLinkSurvivesAbandonedProbe: a volume upload runs on the pooled connection; libvirtd
+// hangs mid-upload; a probe on the same connection times out and is abandoned. The connection is
+// not closed: once libvirtd runs again the upload completes intact, the abandoned probe returns,
+// and the host is probed on the same SSH link.
+func TestSharedLinkSurvivesAbandonedProbe(t *testing.T) {
+	f := kvmhost.Start(t, 1)
+	h := f.Hosts[0]
+	p := fleetPool(t, f, "t-shared-link")
+
+	c, release, err := p.Acquire(context.Background(), h.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	lv := c.Libvirt()
+	sp, err := lv.StoragePoolLookupByName(h.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 6 << 20
+	vol, err := lv.StorageVolCreateXML(sp, fmt.Sprintf(
+		"<volume><name>upload.img</name><capacity unit='bytes'>%d</capacity><target><format type='raw'/></target></volume>", size), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, size)
+	rand.Read(data)
+	r := &gatedReader{data: data, started: make(chan struct{}), gate: make(chan struct{})}
+	uploaded := make(chan error, 1)
+	go func() { uploaded <- lv.StorageVolUpload(vol, r, 0, size, 0) }()
+	select {
+	case <-r.started:
+	case err := <-uploaded:
+		t.Fatalf("upload ended before it streamed: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("upload did not start")
+	}
+
+	h.PauseLibvirtd()
+	resumed := false
+	defer func() {
+		if !resumed {
+			h.ResumeLibvirtd()
+		}
+	}()
+	close(r.gate) // the rest of the data queues behind the frozen daemon
+
+	err = probe(p, h.Addr, time.Second, hostCheck(h.Pool))
+	if !errors.Is(err, ErrProbeAbandoned) || !errors.Is(err, context.DeadlineExceeded) || !IsTimeout(err) {
+		t.Fatalf("probe on a frozen libvirtd: %v, want abandoned at the deadline", err)
+	}
+	if st := p.Stats(); st.AbandonedProbes != 1 {
+		t.Errorf("stats %+v, want one abandoned probe", st)
+	}
+	select {
+	case <-c.Done():
+		t.Fatal("the shared connection was closed when the probe timed out")
+	case err := <-uploaded:
+		t.Fatalf("upload finished while libvirtd was frozen: %v", err)
+	default:
+	}
+	if err := probe(p, h.Addr, time.Second, hostCheck(h.Pool)); !errors.Is(err, ErrProbeBusy) {
+		t.Errorf("second probe while the first is outstanding: %v, want ErrProbeBusy", err)
+	}
+
+	h.ResumeLibvirtd()
+	resumed = true
+	select {
+	case err := <-uploaded:
+		if err != nil {
+			t.Fatalf("upload after the abandoned probe: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("upload did not complete after libvirtd resumed")
+	}
+	got, err := os.ReadFile(filepath.Join(h.Dir, "pool", "upload.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Errorf("uploaded volume differs from the data sent (%d bytes, want %d)", len(got), len(data))
+	}
+	waitFor(t, 30*time.Second, "the abandoned probe to return", func() bool { return p.Stats().AbandonedProbes == 0 })
+	if err := probe(p, h.Addr, 5*time.Second, hostCheck(h.Pool)); err != nil {
+		t.Fatalf("probe after resume: %v", err)
+	}
+	c2, release2, err := p.Acquire(context.Background(), h.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release2()
+	if c2 != c || c2.LinkID() != c.LinkID() {
+		t.Error("the host was redialled: want the same connection throughout")
+	}
+	if st := p.Stats(); st.Handshakes != 1 || st.Dials["ok"] != 1 {
+		t.Errorf("stats %+v, want one handshake and one dial", st)
+	}
+	if n := h.TCPConnections(); n != 1 {
+		t.Errorf("host sees %d TCP connections, want 1", n)
+	}
+}
+
+// TestCloseReleasesHosts: Close ends every connection, as the hosts see it, and every
+// goroutine, even with one host's libvirtd frozen under an abandoned probe.
+func TestCloseReleasesHosts(t *testing.T) {
+	f := kvmhost.Start(t, 2)
+	before := runtime.NumGoroutine()
+	p := fleetPool(t, f, "t-close")
+	for _, h := range f.Hosts {
+		if err := probe(p, h.Addr, 5*time.Second, hostCheck(h.Pool)); err != nil {
+			t.Fatalf("%s: %v", h.Name, err)
+		}
+	}
+	// Acquiring again uses the pooled connection: no second TCP connection, no second dial.
+	for _, h := range f.Hosts {
+		_, release, err := p.Acquire(context.Background(), h.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+		if n := h.TCPConnections(); n != 1 {
+			t.Errorf("%s: %d TCP connections, want 1", h.Name, n)
+		}
+	}
+	if st := p.Stats(); st.Dials["ok"] != 2 || st.Links != 2 || st.InUse != 0 {
+		t.Errorf("stats %+v, want 2 dials, 2 links, none in use", st)
+	}
+	frozen := f.Hosts[1]
+	frozen.PauseLibvirtd()
+	defer frozen.ResumeLibvirtd()
+	if err := probe(p, frozen.Addr, 500*time.Millisecond, hostCheck(frozen.Pool)); !IsTimeout(err) {
+		t.Fatalf("probe on a frozen libvirtd: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	for _, h := range f.Hosts {
+		waitFor(t, 10*time.Second, h.Name+" to see no connection", func() bool { return h.TCPConnections() == 0 })
+	}
+	if st := p.Stats(); st.Links != 0 || st.AbandonedProbes != 0 {
+		t.Errorf("after close: %+v", st)
+	}
+	settleGoroutines(t, before)
+}

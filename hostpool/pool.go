@@ -1,0 +1,592 @@
+// Package hostpool keeps one pooled SSH + libvirt connection per KVM host and shares it between
+// every user of the host: health probes and long operations (an image upload, a domain create)
+// run side by side on the same link, and no user can take the link away from another.
+//
+// go-libvirt's RPCs and x/crypto's SSH handshake take no context, so the pool supplies the
+// bounds itself:
+//   - Acquire waits for the host's slot (a one-slot channel guarding the host's connection and
+//     its dial) only until the caller's context ends; the uncontended take never blocks. The
+//     slot is held while the connection is checked or dialled, not while it is used.
+//   - A dial is bounded by the caller's context through TCP connect, SSH handshake and libvirt
+//     connect; each failure is a *DialError carrying its Stage and unwrapping to its cause.
+//   - Probe runs a short sequence of RPCs; when the context ends first the caller gets a timeout
+//     at once and the RPCs are abandoned, never the connection. At most one probe per host is
+//     outstanding: while an abandoned probe has not returned, the next probe of that host
+//     returns ErrProbeBusy immediately, without dialing.
+//   - An SSH keepalive closes a dead link (which wakes pending RPCs with libvirt.ErrInterrupted);
+//     the next Acquire redials. A live link is never closed because a caller gave up.
+package hostpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/crypto/ssh"
+)
+
+// Defaults of Options.
+const (
+	DefaultPort              = 22
+	DefaultSocket            = "/var/run/libvirt/libvirt-sock"
+	DefaultKeepaliveInterval = 10 * time.Second
+	DefaultKeepaliveTimeout  = 10 * time.Second
+	DefaultDisconnectTimeout = 2 * time.Second
+)
+
+var (
+	// ErrProbeBusy is returned by Probe, at once and without dialing, while an earlier probe of
+	// the same host is still running (usually one abandoned at its deadline on a hung libvirtd).
+	ErrProbeBusy = errors.New("a previous probe of the host has not returned yet")
+	// ErrProbeAbandoned is returned by Probe when its context ended before the RPCs returned;
+	// it is joined with the context's error.
+	ErrProbeAbandoned = errors.New("probe abandoned when its context ended")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("host pool closed")
+)
+
+// IsTimeout reports whether err means "no answer in time" rather than an answer that was an
+// error: a context that ended (waiting for the slot, dialing, or during a probe), an abandoned
+// probe, or a busy one.
+func IsTimeout(err error) bool {
+	var de *DialError
+	if errors.As(err, &de) {
+		return de.Timeout()
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, ErrProbeBusy) || errors.Is(err, ErrProbeAbandoned)
+}
+
+// Options configure a Pool. User and either PrivateKeyFile or Signer are needed; host keys are
+// verified with KnownHostsFile (or HostKeyCallback) unless InsecureSkipHostKeyVerification is
+// set explicitly.
+type Options struct {
+	// Name identifies the pool in logs and is the `provider` label of its metrics. Pools with
+	// the same name (a provider rebuilt by a reload) share their metrics.
+	Name string
+	// User is the SSH user on every host.
+	User string
+	// PrivateKeyFile is read at New; when that fails it is read again at the next dial, so a
+	// fixed file takes effect without rebuilding the pool. PassphraseFile is optional.
+	PrivateKeyFile string
+	PassphraseFile string
+	// Signer, when set, is used instead of PrivateKeyFile.
+	Signer ssh.Signer
+	// KnownHostsFile is read at every dial (dials are rare: once per host while its link lives).
+	KnownHostsFile string
+	// HostKeyCallback, when set, is used instead of KnownHostsFile.
+	HostKeyCallback ssh.HostKeyCallback
+	// InsecureSkipHostKeyVerification accepts any host key. New logs a warning when it is set.
+	InsecureSkipHostKeyVerification bool
+	// Port is the SSH port of addresses that carry none (default 22).
+	Port int
+	// Socket is the libvirt socket path on the hosts (default /var/run/libvirt/libvirt-sock).
+	Socket string
+	// KeepaliveInterval is how often an idle or busy link is checked; KeepaliveTimeout how
+	// long a keepalive may go unanswered before the link is closed as dead.
+	KeepaliveInterval time.Duration
+	KeepaliveTimeout  time.Duration
+	// DisconnectTimeout bounds the polite libvirt disconnect at Close, and how long Close waits
+	// for abandoned probes to return once the links are closed.
+	DisconnectTimeout time.Duration
+	// Logger receives the pool's logs (default: discarded).
+	Logger *slog.Logger
+	// Registerer, when set, gets the collector of every pool's metrics (Collector). Registering
+	// it again, from another pool or a rebuilt one, is not an error.
+	Registerer prometheus.Registerer
+}
+
+// Pool is a set of pooled connections, one per host address. It is safe for concurrent use.
+type Pool struct {
+	opts   Options
+	logger *slog.Logger
+	stats  *providerStats
+	// closing is closed by Close; closeCtx ends with it (it ends in-flight dials).
+	closing  chan struct{}
+	closeCtx context.Context
+	stopAll  context.CancelCauseFunc
+
+	keyMu sync.Mutex
+	key   ssh.Signer
+
+	mu     sync.Mutex
+	closed bool
+	hosts  map[string]*host
+	links  map[*link]struct{}
+
+	bg     sync.WaitGroup // the pool's own goroutines: link watchers, keepalives, disconnects
+	probes sync.WaitGroup // probes, abandoned or not
+
+	local *counters
+}
+
+// host is the pool's entry for one address.
+type host struct {
+	addr string
+	// slot guards link and conn: held while they are checked or replaced (a dial), never while
+	// the connection is used.
+	slot chan struct{}
+	// probe is held by the host's running probe, until its RPCs return (abandoned or not).
+	probe chan struct{}
+
+	link *link
+	conn *Conn
+}
+
+var linkSeq atomic.Uint64
+
+// link is one SSH connection.
+type link struct {
+	id     uint64
+	addr   string
+	client *ssh.Client
+	done   chan struct{} // closed when the SSH connection has ended
+}
+
+func (l *link) alive() bool {
+	select {
+	case <-l.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Conn is a libvirt connection over a pooled SSH link. Callers share it: use it between
+// Acquire and release, concurrently with others; never close it.
+type Conn struct {
+	addr string
+	link *link
+	lv   *libvirt.Libvirt
+	ch   *watchedConn
+	refs atomic.Int64
+}
+
+// Libvirt is the libvirt RPC client. Its calls take no context: bound them with Probe, or
+// accept that they end only with the reply or the link.
+func (c *Conn) Libvirt() *libvirt.Libvirt { return c.lv }
+
+// Addr is the host's address (host:port).
+func (c *Conn) Addr() string { return c.addr }
+
+// LinkID identifies the SSH connection underneath: two Conns with the same LinkID share one
+// TCP connection.
+func (c *Conn) LinkID() uint64 { return c.link.id }
+
+// Done is closed when this libvirt connection has ended (the link died, libvirtd went away, or
+// the pool closed); the next Acquire then returns a new one.
+func (c *Conn) Done() <-chan struct{} { return c.ch.done }
+
+func (c *Conn) alive() bool {
+	select {
+	case <-c.ch.done:
+		return false
+	default:
+		return c.link.alive()
+	}
+}
+
+// New returns a pool. It reads the private key now, so that a problem with it is logged at once;
+// a key that cannot be used makes every dial fail with StageKeyMaterial (it never panics and
+// never falls back to anything else). It opens no connection.
+func New(opts Options) *Pool {
+	if opts.Port == 0 {
+		opts.Port = DefaultPort
+	}
+	if opts.Socket == "" {
+		opts.Socket = DefaultSocket
+	}
+	if opts.KeepaliveInterval <= 0 {
+		opts.KeepaliveInterval = DefaultKeepaliveInterval
+	}
+	if opts.KeepaliveTimeout <= 0 {
+		opts.KeepaliveTimeout = DefaultKeepaliveTimeout
+	}
+	if opts.DisconnectTimeout <= 0 {
+		opts.DisconnectTimeout = DefaultDisconnectTimeout
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Pool{
+		opts:    opts,
+		logger:  logger,
+		closing: make(chan struct{}),
+		hosts:   map[string]*host{},
+		links:   map[*link]struct{}{},
+		local:   newCounters(),
+	}
+	p.closeCtx, p.stopAll = context.WithCancelCause(context.Background())
+	p.stats = shared.join(opts.Name)
+	if opts.Registerer != nil {
+		if err := opts.Registerer.Register(theCollector); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				logger.Warn("cannot register the host pool metrics", "err", err)
+			}
+		}
+	}
+	if opts.InsecureSkipHostKeyVerification && opts.HostKeyCallback == nil {
+		logger.Warn("ssh host key verification is off (insecureSkipHostKeyVerification): any machine answering at a host's address is trusted",
+			"hostpool", opts.Name)
+	}
+	if opts.Signer == nil {
+		if _, err := p.signer(); err != nil {
+			logger.Warn("ssh private key unusable: every dial fails until it is fixed", "hostpool", opts.Name, "err", err)
+		}
+	}
+	return p
+}
+
+// normalize returns addr as host:port, adding the pool's port when it carries none.
+func (p *Pool) normalize(addr string) string {
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return addr
+	}
+	return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(addr, "["), "]"), strconv.Itoa(p.opts.Port))
+}
+
+func (p *Pool) entry(addr string) (*host, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	h, ok := p.hosts[addr]
+	if !ok {
+		h = &host{addr: addr, slot: make(chan struct{}, 1), probe: make(chan struct{}, 1)}
+		p.hosts[addr] = h
+	}
+	return h, nil
+}
+
+// Acquire returns the host's connection, dialing it when there is none or it died. It waits for
+// the host's slot (held by another caller checking or dialing the connection) only until ctx
+// ends; the dial itself is bounded by ctx. The connection is shared: release says the caller is
+// done with it (it stays open for the next user). A dial failure is a *DialError.
+func (p *Pool) Acquire(ctx context.Context, addr string) (*Conn, func(), error) {
+	addr = p.normalize(addr)
+	h, err := p.entry(addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	select {
+	case h.slot <- struct{}{}:
+	default:
+		select {
+		case h.slot <- struct{}{}:
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("waiting for the connection slot of %s (another caller is dialing it): %w", addr, context.Cause(ctx))
+		case <-p.closing:
+			return nil, nil, ErrClosed
+		}
+	}
+	c, err := p.connect(ctx, h)
+	<-h.slot
+	if err != nil {
+		return nil, nil, err
+	}
+	c.refs.Add(1)
+	p.local.inUse.Add(1)
+	var once sync.Once
+	return c, func() {
+		once.Do(func() {
+			c.refs.Add(-1)
+			p.local.inUse.Add(-1)
+		})
+	}, nil
+}
+
+// connect returns h's live connection or makes one. The caller holds h.slot.
+func (p *Pool) connect(ctx context.Context, h *host) (*Conn, error) {
+	if h.conn != nil && h.conn.alive() {
+		return h.conn, nil
+	}
+	if h.conn != nil {
+		h.conn.ch.Close() // already ended; this frees the channel
+		h.conn = nil
+	}
+	if h.link != nil && !h.link.alive() {
+		h.link = nil
+	}
+	// The dial also ends when the pool closes, so that Close never waits for a slow host.
+	dctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopClose := context.AfterFunc(p.closeCtx, func() { cancel(ErrClosed) })
+	defer stopClose()
+
+	if h.link == nil {
+		l, err := p.dialLink(dctx, h.addr)
+		if err != nil {
+			p.countDial(err)
+			p.logger.Debug("dial failed", "hostpool", p.opts.Name, "addr", h.addr, "err", err)
+			return nil, err
+		}
+		if !p.adopt(l) {
+			l.client.Close()
+			return nil, ErrClosed
+		}
+		h.link = l
+	}
+	c, err := p.openLibvirt(dctx, h.link)
+	if err != nil {
+		// The SSH link stays: it is healthy, and the next attempt needs no new handshake.
+		p.countDial(err)
+		p.logger.Debug("libvirt connect failed", "hostpool", p.opts.Name, "addr", h.addr, "err", err)
+		return nil, err
+	}
+	p.countDial(nil)
+	h.conn = c
+	return c, nil
+}
+
+// adopt registers a new link and starts its watcher and keepalive; false when the pool closed
+// meanwhile.
+func (p *Pool) adopt(l *link) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.links[l] = struct{}{}
+	p.local.links.Add(1)
+	p.stats.links.Add(1)
+	p.bg.Add(2)
+	go func() {
+		defer p.bg.Done()
+		err := l.client.Wait()
+		close(l.done)
+		p.mu.Lock()
+		delete(p.links, l)
+		p.mu.Unlock()
+		p.local.links.Add(-1)
+		p.stats.links.Add(-1)
+		p.logger.Debug("ssh link closed", "hostpool", p.opts.Name, "addr", l.addr, "link", l.id, "err", err)
+	}()
+	go func() {
+		defer p.bg.Done()
+		p.keepalive(l)
+	}()
+	return true
+}
+
+// keepalive sends a keepalive request every interval and closes the link when one goes
+// unanswered for the timeout or fails. Closing wakes every pending RPC on the link.
+func (p *Pool) keepalive(l *link) {
+	t := time.NewTicker(p.opts.KeepaliveInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-t.C:
+		}
+		reply := make(chan error, 1)
+		p.bg.Add(1)
+		go func() {
+			defer p.bg.Done()
+			// Blocks without a bound; closing the link below ends it.
+			_, _, err := l.client.SendRequest(keepaliveRequest, true, nil)
+			reply <- err
+		}()
+		timer := time.NewTimer(p.opts.KeepaliveTimeout)
+		select {
+		case err := <-reply:
+			timer.Stop()
+			if err != nil {
+				p.logger.Info("ssh keepalive failed: closing the link", "hostpool", p.opts.Name, "addr", l.addr, "err", err)
+				l.client.Close()
+				return
+			}
+		case <-timer.C:
+			p.logger.Warn("ssh keepalive unanswered: closing the link as dead", "hostpool", p.opts.Name, "addr", l.addr,
+				"timeout", p.opts.KeepaliveTimeout)
+			l.client.Close()
+			return
+		case <-l.done:
+			timer.Stop()
+			return
+		}
+	}
+}
+
+// Probe runs fn with the host's connection and waits for it only until ctx ends. Then it
+// returns an error joining ErrProbeAbandoned and ctx's error at once, while fn keeps running
+// detached on the same connection, which stays open for everyone else. Until fn returns, later
+// probes of the host return ErrProbeBusy at once, without dialing; afterwards the host is
+// probed on the same connection again. fn must only make RPCs on the connection: they end with
+// their reply or with the link.
+func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt) error) error {
+	addr = p.normalize(addr)
+	h, err := p.entry(addr)
+	if err != nil {
+		return err
+	}
+	select {
+	case h.probe <- struct{}{}:
+	default:
+		return fmt.Errorf("probe %s: %w", addr, ErrProbeBusy)
+	}
+	c, release, err := p.Acquire(ctx, addr)
+	if err != nil {
+		<-h.probe
+		return err
+	}
+
+	const running, finished, abandoned = 0, 1, 2
+	var state atomic.Int32
+	done := make(chan error, 1)
+	p.probes.Add(1)
+	go func() {
+		defer p.probes.Done()
+		err := fn(c.Libvirt())
+		if state.CompareAndSwap(running, finished) {
+			done <- err
+			return
+		}
+		// Abandoned: this goroutine owns the cleanup.
+		release()
+		p.local.abandoned.Add(-1)
+		p.stats.abandoned.Add(-1)
+		<-h.probe
+		p.logger.Debug("abandoned probe returned", "hostpool", p.opts.Name, "addr", addr, "err", err)
+	}()
+
+	finish := func(err error) error {
+		release()
+		<-h.probe
+		return err
+	}
+	select {
+	case err := <-done:
+		return finish(err)
+	case <-ctx.Done():
+		if !state.CompareAndSwap(running, abandoned) {
+			return finish(<-done) // fn returned just now: its result stands
+		}
+		p.local.abandoned.Add(1)
+		p.stats.abandoned.Add(1)
+		return fmt.Errorf("probe %s: %w", addr, errors.Join(ErrProbeAbandoned, context.Cause(ctx)))
+	}
+}
+
+// Stats is a snapshot of a pool's counters.
+type Stats struct {
+	// Links is the number of open SSH connections.
+	Links int
+	// Handshakes counts SSH connections established since New.
+	Handshakes uint64
+	// Dials counts connection attempts by result: "ok" or the Stage that failed.
+	Dials map[string]uint64
+	// AbandonedProbes is the number of probes abandoned at their deadline that have not returned.
+	AbandonedProbes int
+	// InUse is the number of Acquires not yet released.
+	InUse int
+}
+
+// Stats returns the pool's counters.
+func (p *Pool) Stats() Stats {
+	s := Stats{
+		Links:           int(p.local.links.Load()),
+		Handshakes:      p.local.handshakes.Load(),
+		Dials:           p.local.dialCounts(),
+		AbandonedProbes: int(p.local.abandoned.Load()),
+		InUse:           int(p.local.inUse.Load()),
+	}
+	return s
+}
+
+// Close closes every connection: in-flight dials give up, each live libvirt connection is
+// closed politely (bounded by DisconnectTimeout: a hung libvirtd does not hold Close), then every
+// SSH link is closed, which ends pending RPCs with libvirt.ErrInterrupted. It waits for every
+// goroutine of the pool, and for abandoned probes up to DisconnectTimeout.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	close(p.closing)
+	p.stopAll(ErrClosed)
+	hosts := make([]*host, 0, len(p.hosts))
+	for _, h := range p.hosts {
+		hosts = append(hosts, h)
+	}
+	p.mu.Unlock()
+
+	// Taking every slot waits for in-flight dials, which end promptly now that closing is
+	// closed. The slots are never given back: the pool is done.
+	var wg sync.WaitGroup
+	for _, h := range hosts {
+		h.slot <- struct{}{}
+		if h.conn == nil && h.link == nil {
+			continue
+		}
+		wg.Go(func() { p.closeHost(h) })
+	}
+	wg.Wait()
+	// Links that lost their host entry's reference (none should) are closed too.
+	p.mu.Lock()
+	var rest []*link
+	for l := range p.links {
+		rest = append(rest, l)
+	}
+	p.mu.Unlock()
+	for _, l := range rest {
+		l.client.Close()
+	}
+	p.bg.Wait()
+
+	var err error
+	probesDone := make(chan struct{})
+	go func() { p.probes.Wait(); close(probesDone) }()
+	select {
+	case <-probesDone:
+	case <-time.After(p.opts.DisconnectTimeout):
+		err = fmt.Errorf("close pool %s: %d abandoned probes still running after their links closed", p.opts.Name, p.local.abandoned.Load())
+	}
+	shared.leave(p.opts.Name, p.stats)
+	return err
+}
+
+// closeHost ends h's libvirt connection politely when it is alive, then the SSH link.
+func (p *Pool) closeHost(h *host) {
+	if c := h.conn; c != nil && c.alive() {
+		if n := c.refs.Load(); n > 0 {
+			p.logger.Debug("closing a connection still in use", "hostpool", p.opts.Name, "addr", h.addr, "users", n)
+		}
+		disconnected := make(chan struct{})
+		p.bg.Add(1)
+		go func() {
+			defer p.bg.Done()
+			defer close(disconnected)
+			// Disconnect waits for libvirtd's reply without a bound; closing the link ends it.
+			if err := c.lv.Disconnect(); err != nil {
+				p.logger.Debug("libvirt disconnect", "hostpool", p.opts.Name, "addr", h.addr, "err", err)
+			}
+		}()
+		select {
+		case <-disconnected:
+		case <-time.After(p.opts.DisconnectTimeout):
+			p.logger.Warn("libvirt disconnect did not finish in time: closing the link", "hostpool", p.opts.Name,
+				"addr", h.addr, "timeout", p.opts.DisconnectTimeout)
+		}
+	}
+	if h.conn != nil {
+		h.conn.ch.Close()
+	}
+	if h.link != nil {
+		h.link.client.Close()
+	}
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// handler routes the exporter's HTTP endpoints. exporter-toolkit wraps it with TLS and basic
+// auth when --web.config.file asks for them.
+func (e *exporter) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(e.registry,
+		promhttp.HandlerFor(e.registry, promhttp.HandlerOpts{
+			ErrorLog:          promhttpLogger{e},
+			EnableOpenMetrics: true,
+			// A scrape reads only the last snapshot, so it is quick; bound the concurrency
+			// anyway so that a flood of scrapes cannot pile up.
+			MaxRequestsInFlight: 10,
+		})))
+	mux.HandleFunc("GET /{$}", e.serveLanding)
+	mux.HandleFunc("GET /-/healthy", e.serveHealthy)
+	mux.HandleFunc("GET /-/ready", e.serveReady)
+	// Other methods get 405 from the mux: a reload changes state, so GET must not trigger it.
+	mux.HandleFunc("POST /-/reload", e.serveReload)
+	return mux
+}
+
+// serveHealthy answers as long as the process serves HTTP.
+func (e *exporter) serveHealthy(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintln(w, "Healthy")
+}
+
+// serveReady answers 200 once the first round of checks has finished (at once when checks are
+// off), so that a rollout does not send scrapes to an exporter with no verdicts yet.
+func (e *exporter) serveReady(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if e.ready() {
+		fmt.Fprintln(w, "Ready")
+		return
+	}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	fmt.Fprintln(w, "Not ready: the first round of checks has not finished")
+}
+
+// ready reports whether the first round of checks has finished, or checks are off.
+func (e *exporter) ready() bool {
+	if !e.checksOn() {
+		return true
+	}
+	select {
+	case <-e.runner.FirstRound():
+		return true
+	default:
+		return false
+	}
+}
+
+// serveReload re-reads the providers file; a failure answers 500 with the reason.
+func (e *exporter) serveReload(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err := e.reload(); err != nil {
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprintf(w, "failed to reload %s:\n%v\n", e.configFile, err)
+		return
+	}
+	fmt.Fprintln(w, "Reloaded")
+}
+
+// promhttpLogger sends promhttp's errors (a collector failing during a scrape) to the logger.
+type promhttpLogger struct{ e *exporter }
+
+func (l promhttpLogger) Println(v ...any) {
+	l.e.logger.Error("serving metrics", "err", fmt.Sprint(v...))
+}

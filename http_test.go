@@ -1,0 +1,412 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// TestReadyFlipsAfterFirstRound: /-/ready answers 503 while the first round runs and 200 once
+// it has finished; /-/healthy answers 200 throughout.
+func TestReadyFlipsAfterFirstRound(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	release := f.gate("alpha-project")
+	t.Cleanup(release)
+	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
+	// A long interval gives a long round deadline (15s): the round cannot end by itself while
+	// the test looks at it.
+	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=1m")
+
+	// The first round has started (the checker was called) and is held at the gate.
+	waitFor(t, 20*time.Second, "the first check", func() bool { return f.count(f.checks, "alpha") > 0 })
+	if code, body := x.get("/-/ready"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/-/ready during the first round: %d %q, want 503", code, body)
+	}
+	if code, body := x.get("/-/healthy"); code != http.StatusOK || strings.TrimSpace(body) != "Healthy" {
+		t.Fatalf("/-/healthy: %d %q, want 200 Healthy", code, body)
+	}
+	release()
+	waitFor(t, 20*time.Second, "/-/ready to answer 200", func() bool {
+		code, _ := x.get("/-/ready")
+		return code == http.StatusOK
+	})
+}
+
+// TestLandingPage: the status page links to /metrics and shows each target with its verdict,
+// reason and (escaped) message, and the round.
+func TestLandingPage(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1,down-a2"})
+	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s")
+	waitFor(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
+
+	code, body := x.get("/")
+	if code != http.StatusOK {
+		t.Fatalf("/: %d", code)
+	}
+	for _, want := range []string{
+		`<meta http-equiv="refresh" content="30">`,
+		`<a href="metrics">`,
+		"Round 1 started",
+		"<tr><td>alpha</td><td>gcp</td><td>a1</td>\n<td class=\"up\">up</td>\n<td>Ready</td>",
+		"<tr><td>alpha</td><td>gcp</td><td>down-a2</td>\n<td class=\"down\">down</td>\n<td>APIError</td><td>&lt;b&gt;boom&lt;/b&gt; from down-a2</td>",
+		"for 0s",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("landing page lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "<b>boom") {
+		t.Errorf("landing page carries the check message unescaped")
+	}
+	if t.Failed() {
+		t.Logf("landing page:\n%s", body)
+	}
+	if code, _ := x.get("/nonexistent"); code != http.StatusNotFound {
+		t.Errorf("/nonexistent: %d, want 404", code)
+	}
+}
+
+// TestChecksOff: with --provider-check-interval=0 no check runs, the exporter is ready at once,
+// /metrics has provider_info but no verdicts, and the status page says checks are off.
+func TestChecksOff(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	release := f.gate("alpha-project") // a check would hang: none may run
+	t.Cleanup(release)
+	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
+	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=0")
+
+	if code, body := x.get("/-/ready"); code != http.StatusOK {
+		t.Fatalf("/-/ready: %d %q, want 200 at once", code, body)
+	}
+	_, metrics := x.get("/metrics")
+	if v, ok := metric(t, metrics, `proxy_operator_provider_info{provider="alpha",type="gcp"}`); !ok || v != 1 {
+		t.Errorf("provider_info for alpha: %v (present %v), want 1", v, ok)
+	}
+	if _, ok := metric(t, metrics, "proxy_operator_provider_target_up"); ok {
+		t.Errorf("checks are off but /metrics has target_up")
+	}
+	if v, ok := metric(t, metrics, "proxy_operator_build_info"); !ok || v != 1 {
+		t.Errorf("no proxy_operator_build_info")
+	}
+	if _, ok := metric(t, metrics, "go_goroutines"); !ok {
+		t.Errorf("no go collector metrics")
+	}
+	_, page := x.get("/")
+	if !strings.Contains(page, "Checks are off") || !strings.Contains(page, "<tr><td>alpha</td><td>gcp</td>") {
+		t.Errorf("status page does not say checks are off, or lacks the provider:\n%s", page)
+	}
+	if n := f.count(f.checks, "alpha"); n != 0 {
+		t.Errorf("checks are off but the checker ran %d times", n)
+	}
+}
+
+// TestReload: a good file swaps the checkers (unchanged ones kept, removed ones closed, new
+// ones checked by the next round); a bad file keeps the running set, answers 500 with the
+// reason and drops the reload gauge to 0; SIGHUP reloads too; GET may not reload.
+func TestReload(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
+	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s")
+	waitFor(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
+	_, metrics := x.get("/metrics")
+	if v, ok := metric(t, metrics, "proxy_operator_config_last_reload_successful"); !ok || v != 1 {
+		t.Fatalf("reload success gauge at start %v (present %v), want 1", v, ok)
+	}
+	firstTS, ok := metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds")
+	if !ok || firstTS < float64(time.Now().Add(-time.Minute).Unix()) {
+		t.Fatalf("reload timestamp at start %v (present %v)", firstTS, ok)
+	}
+
+	// Good file: alpha unchanged, beta removed, gamma added. Timestamps have a resolution
+	// finer than a second, but make sure the new one can be told apart.
+	time.Sleep(10 * time.Millisecond)
+	writeProviders(t, path, provider{"alpha", "alpha-project", "a1"}, provider{"gamma", "gamma-project", "g1"})
+	if code, body := x.do(http.MethodPost, "/-/reload"); code != http.StatusOK {
+		t.Fatalf("POST /-/reload with a good file: %d %q", code, body)
+	}
+	_, metrics = x.get("/metrics")
+	if v, _ := metric(t, metrics, "proxy_operator_config_last_reload_successful"); v != 1 {
+		t.Fatalf("reload success gauge %v after a good reload, want 1", v)
+	}
+	goodTS, _ := metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds")
+	if goodTS <= firstTS {
+		t.Fatalf("reload timestamp %v did not move past %v", goodTS, firstTS)
+	}
+	if n := f.count(f.built, "alpha"); n != 1 {
+		t.Errorf("alpha (unchanged) built %d times, want 1: its checker must be kept", n)
+	}
+	if n := f.count(f.closed, "alpha"); n != 0 {
+		t.Errorf("alpha (unchanged) closed %d times, want 0", n)
+	}
+	if n := f.count(f.closed, "beta"); n != 1 {
+		t.Errorf("beta (removed) closed %d times, want 1", n)
+	}
+	if n := f.count(f.built, "gamma"); n != 1 {
+		t.Errorf("gamma (added) built %d times, want 1", n)
+	}
+	// The next round checks gamma.
+	waitFor(t, 30*time.Second, "gamma's first verdict", func() bool {
+		_, page := x.get("/")
+		return strings.Contains(page, "<tr><td>gamma</td><td>gcp</td><td>g1</td>")
+	})
+	_, page := x.get("/")
+	if strings.Contains(page, "<td>beta</td>") {
+		t.Errorf("the removed provider beta is still on the status page")
+	}
+
+	// Bad file: nothing changes.
+	bad := "providers:\n  - name: alpha\n    type: gcp\n    gcp:\n      project: alpha-project\n      colour: blue\n"
+	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, body := x.do(http.MethodPost, "/-/reload")
+	if code != http.StatusInternalServerError {
+		t.Fatalf("POST /-/reload with a bad file: %d %q, want 500", code, body)
+	}
+	if !strings.Contains(body, "colour") {
+		t.Fatalf("the 500 body does not carry the loader's error: %q", body)
+	}
+	_, metrics = x.get("/metrics")
+	if v, _ := metric(t, metrics, "proxy_operator_config_last_reload_successful"); v != 0 {
+		t.Fatalf("reload success gauge %v after a bad reload, want 0", v)
+	}
+	if ts, _ := metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds"); ts != goodTS {
+		t.Fatalf("a failed reload moved the success timestamp from %v to %v", goodTS, ts)
+	}
+	if r := x.logs.find("reload failed, keeping the running providers"); r == nil {
+		t.Fatalf("no log record for the failed reload")
+	}
+	_, page = x.get("/")
+	for _, want := range []string{"<tr><td>alpha</td>", "<tr><td>gamma</td>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("after a bad reload the status page lacks %q: the running set must be kept", want)
+		}
+	}
+	if n := f.count(f.closed, "alpha") + f.count(f.closed, "gamma"); n != 0 {
+		t.Errorf("a bad reload closed %d running checkers", n)
+	}
+
+	if code, _ := x.get("/-/reload"); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET /-/reload: %d, want 405", code)
+	}
+
+	// SIGHUP with the file fixed again.
+	writeProviders(t, path, provider{"alpha", "alpha-project", "a1"})
+	x.signals <- syscall.SIGHUP
+	waitFor(t, 20*time.Second, "the SIGHUP reload", func() bool {
+		_, metrics := x.get("/metrics")
+		v, _ := metric(t, metrics, "proxy_operator_config_last_reload_successful")
+		return v == 1
+	})
+	if n := f.count(f.closed, "gamma"); n != 1 {
+		t.Errorf("gamma (removed by the SIGHUP reload) closed %d times, want 1", n)
+	}
+	if n := f.count(f.closed, "alpha"); n != 0 {
+		t.Errorf("alpha closed %d times before exit, want 0", n)
+	}
+}
+
+// TestShutdownClosesCheckers: SIGTERM closes every running checker before run returns.
+func TestShutdownClosesCheckers(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
+	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s")
+	waitFor(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
+	x.signals <- syscall.SIGTERM
+	select {
+	case code := <-x.done:
+		if code != 0 {
+			t.Fatalf("exit code %d, want 0", code)
+		}
+		x.done <- code // for the cleanup's check
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not return within 20s of SIGTERM")
+	}
+	for _, name := range []string{"alpha", "beta"} {
+		if n := f.count(f.closed, name); n != 1 {
+			t.Errorf("%s closed %d times at exit, want 1", name, n)
+		}
+	}
+	if _, err := http.Get(x.base + "/-/healthy"); err == nil {
+		t.Errorf("the HTTP server still answers after exit")
+	}
+}
+
+// TestListenFailure: an address already in use ends run with exit code 1, closing checkers.
+func TestListenFailure(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
+	var stdout, stderr syncBuffer
+	code := run([]string{"--config.file=" + path, "--web.listen-address=" + l.Addr().String(), "--provider-check-interval=0"}, &stdout, &stderr, nil)
+	if code != 1 {
+		t.Fatalf("exit code %d, want 1", code)
+	}
+	if !strings.Contains(stderr.String(), "address already in use") {
+		t.Fatalf("stderr does not say why:\n%s", stderr.String())
+	}
+	if n := f.count(f.closed, "alpha"); n != 1 {
+		t.Fatalf("alpha closed %d times, want 1", n)
+	}
+}
+
+// TestWebConfigTLSAndBasicAuth serves through a real exporter-toolkit web config file with a
+// certificate made here and a bcrypt-hashed password.
+func TestWebConfigTLSAndBasicAuth(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	dir := t.TempDir()
+	certPEM, keyPEM := selfSignedCert(t)
+	certFile, keyFile := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webConfig := filepath.Join(dir, "web.yml")
+	// Relative paths: exporter-toolkit resolves them against the web config file's directory.
+	content := fmt.Sprintf("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n  prometheus: %s\n", hash)
+	if err := os.WriteFile(webConfig, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
+	x := startExporter(t, "https", "--config.file="+path, "--provider-check-interval=0", "--web.config.file="+webConfig)
+	client := tlsClient(t, certPEM)
+
+	get := func(user, password string) int {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, x.base+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if user != "" {
+			req.SetBasicAuth(user, password)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET /metrics over TLS: %v", err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get("", ""); code != http.StatusUnauthorized {
+		t.Errorf("no credentials: %d, want 401", code)
+	}
+	if code := get("prometheus", "wrong"); code != http.StatusUnauthorized {
+		t.Errorf("wrong password: %d, want 401", code)
+	}
+	if code := get("prometheus", "s3cret"); code != http.StatusOK {
+		t.Errorf("right password: %d, want 200", code)
+	}
+
+	// Plain HTTP to the TLS port never reaches the handler: Go's TLS server answers a
+	// plain-text request with 400.
+	plain := &http.Client{Timeout: 10 * time.Second}
+	req, _ := http.NewRequest(http.MethodGet, "http"+strings.TrimPrefix(x.base, "https")+"/metrics", nil)
+	req.SetBasicAuth("prometheus", "s3cret")
+	resp, err := plain.Do(req)
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("plain HTTP to the TLS port: %d, want a failure", resp.StatusCode)
+		}
+	}
+
+	// A client that does not trust the certificate fails the handshake.
+	untrusting := &http.Client{Timeout: 10 * time.Second}
+	if resp, err := untrusting.Get(x.base + "/metrics"); err == nil {
+		resp.Body.Close()
+		t.Errorf("a client without the certificate connected: %d", resp.StatusCode)
+	}
+}
+
+// selfSignedCert makes a certificate for 127.0.0.1 and its key, PEM-encoded.
+func selfSignedCert(t *testing.T) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "provider-health-exporter test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+}
+
+func x509CertPool(t *testing.T, certPEM []byte) *x509.CertPool {
+	t.Helper()
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(certPEM) {
+		t.Fatal("the test certificate does not parse")
+	}
+	return pool
+}
+
+func TestHumanDuration(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{-time.Second, "0s"},
+		{0, "0s"},
+		{42 * time.Second, "42s"},
+		{3*time.Minute + 59*time.Second, "3m"},
+		{2 * time.Hour, "2h"},
+		{5*time.Hour + 12*time.Minute, "5h12m"},
+		{47*time.Hour + 59*time.Minute, "47h59m"},
+		{48 * time.Hour, "2d"},
+		{3*24*time.Hour + 4*time.Hour + 5*time.Minute, "3d4h"},
+	} {
+		if got := humanDuration(tc.d); got != tc.want {
+			t.Errorf("humanDuration(%s) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,146 @@
+package promstack
+
+import (
+	"encoding/json"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+func TestPromDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		time.Second:             "1s",
+		90 * time.Second:        "90s",
+		1500 * time.Millisecond: "1500ms",
+		250 * time.Millisecond:  "250ms",
+	} {
+		if got := promDuration(d); got != want {
+			t.Errorf("promDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestPrometheusConfig(t *testing.T) {
+	opts := Options{
+		ScrapeTargets:         []string{"127.0.0.1:9100", "[::1]:9101"},
+		ScrapeInterval:        500 * time.Millisecond,
+		RuleFiles:             []string{"testdata/rules.yml"},
+		Scheme:                "https",
+		TLSInsecureSkipVerify: true,
+		BasicAuthUser:         "u",
+		BasicAuthPassword:     "p",
+		ExternalLabels:        map[string]string{"cluster": "c1"},
+	}.withDefaults()
+	out, err := prometheusConfig(opts, "127.0.0.1:9093")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg promConfig
+	if err := yaml.Unmarshal(out, &cfg); err != nil {
+		t.Fatalf("rendered config is not YAML: %v\n%s", err, out)
+	}
+	if cfg.Global.ScrapeInterval != "500ms" || cfg.Global.ScrapeTimeout != "500ms" || cfg.Global.EvaluationInterval != "1s" {
+		t.Errorf("global %+v: want interval and timeout 500ms, evaluation 1s", cfg.Global)
+	}
+	if cfg.Global.ExternalLabels["cluster"] != "c1" {
+		t.Errorf("external labels %v", cfg.Global.ExternalLabels)
+	}
+	abs, _ := filepath.Abs("testdata/rules.yml")
+	if len(cfg.RuleFiles) != 1 || cfg.RuleFiles[0] != abs {
+		t.Errorf("rule files %v, want [%s]", cfg.RuleFiles, abs)
+	}
+	if am := cfg.Alerting.Alertmanagers; len(am) != 1 || am[0].StaticConfigs[0].Targets[0] != "127.0.0.1:9093" {
+		t.Errorf("alertmanagers %+v", am)
+	}
+	if len(cfg.ScrapeConfigs) != 1 {
+		t.Fatalf("scrape configs %+v, want one", cfg.ScrapeConfigs)
+	}
+	sc := cfg.ScrapeConfigs[0]
+	if sc.JobName != JobName || sc.Scheme != "https" || sc.MetricsPath != "/metrics" {
+		t.Errorf("scrape config %+v", sc)
+	}
+	if sc.TLSConfig == nil || !sc.TLSConfig.InsecureSkipVerify || sc.BasicAuth == nil || sc.BasicAuth.Username != "u" || sc.BasicAuth.Password != "p" {
+		t.Errorf("tls %+v, basic auth %+v", sc.TLSConfig, sc.BasicAuth)
+	}
+	if got := sc.StaticConfigs[0].Targets; len(got) != 2 || got[1] != "[::1]:9101" {
+		t.Errorf("targets %v", got)
+	}
+
+	// Without targets there is no scrape job, and plain http has no TLS or auth section.
+	out, err = prometheusConfig(Options{}.withDefaults(), "127.0.0.1:9093")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "scrape_configs") || strings.Contains(string(out), "tls_config") {
+		t.Errorf("config without targets:\n%s", out)
+	}
+}
+
+func TestPrometheusConfigErrors(t *testing.T) {
+	for name, opts := range map[string]Options{
+		"scheme": {Scheme: "ftp"},
+		"target": {ScrapeTargets: []string{"no-port"}},
+	} {
+		if _, err := prometheusConfig(opts.withDefaults(), "127.0.0.1:9093"); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func TestAlertmanagerConfig(t *testing.T) {
+	out, err := alertmanagerConfig("http://127.0.0.1:1234", Options{GroupWait: 2 * time.Second}.withDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg amConfig
+	if err := yaml.Unmarshal(out, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Route.Receiver != ReceiverName || cfg.Route.GroupWait != "2s" || cfg.Route.GroupInterval != "1s" || cfg.Route.RepeatInterval != "3600s" {
+		t.Errorf("route %+v", cfg.Route)
+	}
+	if len(cfg.Receivers) != 1 || cfg.Receivers[0].Name != ReceiverName || cfg.Receivers[0].WebhookConfigs[0].URL != "http://127.0.0.1:1234/" || !cfg.Receivers[0].WebhookConfigs[0].SendResolved {
+		t.Errorf("receivers %+v", cfg.Receivers)
+	}
+}
+
+func TestDecodeQueryData(t *testing.T) {
+	vec := `{"resultType":"vector","result":[
+		{"metric":{"__name__":"up","job":"j"},"value":[1700000000.5,"1"]},
+		{"metric":{"job":"k"},"value":[1700000000.5,"NaN"]}]}`
+	got, err := decodeQueryData(json.RawMessage(vec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Labels["job"] != "j" || got[0].Value != 1 || !math.IsNaN(got[1].Value) {
+		t.Errorf("vector decoded as %v", got)
+	}
+	if want := time.UnixMilli(1700000000500); !got[0].Timestamp.Equal(want) {
+		t.Errorf("timestamp %v, want %v", got[0].Timestamp, want)
+	}
+	if s := got[0].String(); s != `{__name__="up", job="j"} => 1` {
+		t.Errorf("String() = %s", s)
+	}
+
+	got, err = decodeQueryData(json.RawMessage(`{"resultType":"scalar","result":[1700000000,"+Inf"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !math.IsInf(got[0].Value, 1) {
+		t.Errorf("scalar decoded as %v", got)
+	}
+
+	for name, data := range map[string]string{
+		"matrix":      `{"resultType":"matrix","result":[]}`,
+		"bad value":   `{"resultType":"scalar","result":[1,"x"]}`,
+		"number type": `{"resultType":"scalar","result":[1,2]}`,
+	} {
+		if _, err := decodeQueryData(json.RawMessage(data)); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}

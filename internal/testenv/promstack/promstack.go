@@ -1,0 +1,324 @@
+// Package promstack starts Debian's Prometheus and Alertmanager for a test: Prometheus scrapes
+// the exporter addresses the test gives, evaluates its rule files and sends alerts to the
+// Alertmanager, which routes every alert to a webhook receiver inside the test process. Helpers
+// query Prometheus's HTTP API and wait for targets, series, alerts and notifications.
+package promstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+)
+
+// JobName is the scrape job that holds Options.ScrapeTargets, so tests and rules can select
+// the exporter's series with job="provider-health-exporter".
+const JobName = "provider-health-exporter"
+
+// ReceiverName is the Alertmanager receiver every alert is routed to (the in-process webhook).
+const ReceiverName = "test-webhook"
+
+// installHint says how to get the daemons on a Debian machine.
+const installHint = "apt-get install prometheus prometheus-alertmanager (or run scripts/install-test-deps.sh as root)"
+
+// Options configure the stack. The zero value is a Prometheus without scrape targets or rules.
+type Options struct {
+	// ScrapeTargets are host:port addresses scraped by the job JobName.
+	ScrapeTargets []string
+	// MetricsPath is the scrape path; "" means /metrics.
+	MetricsPath string
+	// ScrapeInterval defaults to 1s; the scrape timeout equals it.
+	ScrapeInterval time.Duration
+	// EvaluationInterval defaults to 1s.
+	EvaluationInterval time.Duration
+	// RuleFiles are loaded by Prometheus (absolute paths, or relative to the test's directory).
+	RuleFiles []string
+	// Scheme of the scrape job: "http" (default) or "https".
+	Scheme string
+	// TLSInsecureSkipVerify skips verification of the exporter's certificate.
+	TLSInsecureSkipVerify bool
+	// TLSCAFile, when set, is the CA bundle the exporter's certificate is verified against.
+	TLSCAFile string
+	// TLSServerName overrides the name the certificate is checked for.
+	TLSServerName string
+	// BasicAuthUser and BasicAuthPassword, when the user is set, are sent with every scrape.
+	BasicAuthUser     string
+	BasicAuthPassword string
+	// ExternalLabels are added to every alert Prometheus sends.
+	ExternalLabels map[string]string
+
+	// GroupWait, GroupInterval and RepeatInterval of Alertmanager's route; they default to
+	// 1s, 1s and 1h so a test sees a notification about a second after an alert arrives.
+	GroupWait      time.Duration
+	GroupInterval  time.Duration
+	RepeatInterval time.Duration
+	// StartTimeout bounds the wait for both daemons to be ready; it defaults to 30s.
+	StartTimeout time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.ScrapeInterval <= 0 {
+		o.ScrapeInterval = time.Second
+	}
+	if o.EvaluationInterval <= 0 {
+		o.EvaluationInterval = time.Second
+	}
+	if o.Scheme == "" {
+		o.Scheme = "http"
+	}
+	if o.MetricsPath == "" {
+		o.MetricsPath = "/metrics"
+	}
+	if o.GroupWait <= 0 {
+		o.GroupWait = time.Second
+	}
+	if o.GroupInterval <= 0 {
+		o.GroupInterval = time.Second
+	}
+	if o.RepeatInterval <= 0 {
+		o.RepeatInterval = time.Hour
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 30 * time.Second
+	}
+	return o
+}
+
+// Stack is a running Prometheus and Alertmanager. Everything is stopped in the test's cleanup.
+type Stack struct {
+	// PrometheusURL and AlertmanagerURL are the daemons' base URLs (http://127.0.0.1:PORT).
+	PrometheusURL   string
+	AlertmanagerURL string
+	// WebhookURL is the in-process receiver Alertmanager notifies.
+	WebhookURL string
+	// PrometheusConfigFile and AlertmanagerConfigFile are the generated configurations.
+	PrometheusConfigFile   string
+	AlertmanagerConfigFile string
+	// Dir holds configurations, data and logs of both daemons.
+	Dir string
+
+	client       *http.Client
+	alertmanager *daemon
+	prometheus   *daemon
+	amAddr       string // host:port of Alertmanager, written into prometheus.yml
+
+	mu            sync.Mutex
+	notifications []Notification
+	webhookErrs   []error
+}
+
+// Start starts Alertmanager, then Prometheus, and waits until both are ready. When a binary is
+// missing it calls testenv.Unavailable; any other failure fails the test. Both processes are
+// killed and reaped in tb's cleanup, and their logs are written to the test log if tb failed.
+//
+// Both are ready in well under a second, but Prometheus's service discovery hands targets to
+// the scrape and notify managers at most every 5 seconds: the first scrape, and the first alert
+// sent to Alertmanager, come about 5s after Start (and after a Reconfigure that changes targets).
+func Start(tb testing.TB, opts Options) *Stack {
+	tb.Helper()
+	opts = opts.withDefaults()
+	promBin := lookBinary(tb, "PROMETHEUS_BIN", "prometheus")
+	amBin := lookBinary(tb, "ALERTMANAGER_BIN", "prometheus-alertmanager", "alertmanager")
+
+	// TempDir first: cleanups run last-in first-out, so the directory is removed only after
+	// the daemons writing into it are gone and their logs have been dumped.
+	dir := tb.TempDir()
+	s := &Stack{
+		Dir:                    dir,
+		PrometheusConfigFile:   filepath.Join(dir, "prometheus.yml"),
+		AlertmanagerConfigFile: filepath.Join(dir, "alertmanager.yml"),
+		client:                 &http.Client{Timeout: 10 * time.Second},
+	}
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			s.dumpLogs(tb)
+		}
+	})
+
+	webhook := httptest.NewServer(http.HandlerFunc(s.receive))
+	tb.Cleanup(webhook.Close)
+	s.WebhookURL = webhook.URL
+
+	ctx, cancel := context.WithTimeout(context.Background(), opts.StartTimeout)
+	defer cancel()
+
+	if err := s.startAlertmanager(ctx, tb, amBin, opts); err != nil {
+		tb.Fatalf("start alertmanager: %v", err)
+	}
+	if err := s.startPrometheus(ctx, tb, promBin, opts); err != nil {
+		tb.Fatalf("start prometheus: %v", err)
+	}
+	return s
+}
+
+// lookBinary finds the first of names on PATH (or in /usr/bin), or the path in env when set.
+func lookBinary(tb testing.TB, env string, names ...string) string {
+	tb.Helper()
+	if p := os.Getenv(env); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			testenv.Unavailable(tb, "%s=%s: %v; %s", env, p, err, installHint)
+		}
+		return p
+	}
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+		if p := filepath.Join("/usr/bin", n); isExecutable(p) {
+			return p
+		}
+	}
+	testenv.Unavailable(tb, "%s not found on PATH: %s", names[0], installHint)
+	return ""
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}
+
+// maxPortAttempts bounds retries when a picked port is taken before the daemon binds it.
+const maxPortAttempts = 3
+
+func (s *Stack) startAlertmanager(ctx context.Context, tb testing.TB, bin string, opts Options) error {
+	cfg, err := alertmanagerConfig(s.WebhookURL, opts)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(s.AlertmanagerConfigFile, cfg, 0o644); err != nil {
+		return fmt.Errorf("write alertmanager config: %w", err)
+	}
+	data := filepath.Join(s.Dir, "alertmanager-data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return fmt.Errorf("create alertmanager storage: %w", err)
+	}
+	d, addr, err := startWithFreePort(ctx, tb, "alertmanager", bin, filepath.Join(s.Dir, "alertmanager.log"), func(addr string) []string {
+		return []string{
+			"--config.file=" + s.AlertmanagerConfigFile,
+			"--storage.path=" + data,
+			"--web.listen-address=" + addr,
+			// Empty disables clustering; otherwise it binds 0.0.0.0:9094 and gossips.
+			"--cluster.listen-address=",
+			"--log.level=debug",
+		}
+	})
+	if err != nil {
+		return err
+	}
+	s.alertmanager, s.amAddr, s.AlertmanagerURL = d, addr, "http://"+addr
+	return nil
+}
+
+func (s *Stack) startPrometheus(ctx context.Context, tb testing.TB, bin string, opts Options) error {
+	if err := s.writePrometheusConfig(opts); err != nil {
+		return err
+	}
+	data := filepath.Join(s.Dir, "prometheus-data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return fmt.Errorf("create prometheus storage: %w", err)
+	}
+	d, addr, err := startWithFreePort(ctx, tb, "prometheus", bin, filepath.Join(s.Dir, "prometheus.log"), func(addr string) []string {
+		return []string{
+			"--config.file=" + s.PrometheusConfigFile,
+			"--storage.tsdb.path=" + data,
+			"--web.listen-address=" + addr,
+			"--web.enable-lifecycle",
+			"--log.level=debug",
+		}
+	})
+	if err != nil {
+		return err
+	}
+	s.prometheus, s.PrometheusURL = d, "http://"+addr
+	return nil
+}
+
+// startWithFreePort starts a daemon on a free loopback port and waits until it is ready,
+// retrying with another port when the first was taken in between. The daemon is registered for
+// cleanup as soon as it runs.
+func startWithFreePort(ctx context.Context, tb testing.TB, name, bin, logPath string, args func(addr string) []string) (*daemon, string, error) {
+	var lastErr error
+	for range maxPortAttempts {
+		addr, err := freeLoopbackAddr()
+		if err != nil {
+			return nil, "", err
+		}
+		d, err := startDaemon(name, bin, args(addr), logPath)
+		if err != nil {
+			return nil, "", err
+		}
+		tb.Cleanup(func() {
+			if err := d.stop(); err != nil {
+				tb.Errorf("stop %s: %v", name, err)
+			}
+		})
+		err = waitReady(ctx, d, "http://"+addr)
+		if err == nil {
+			return d, addr, nil
+		}
+		_ = d.stop()
+		lastErr = err
+		if !errors.Is(err, errAddrInUse) {
+			break
+		}
+	}
+	return nil, "", fmt.Errorf("%w\n%s log (%s):\n%s", lastErr, name, logPath, fileTail(logPath, 8<<10))
+}
+
+// writePrometheusConfig writes prometheus.yml for opts, with the stack's Alertmanager.
+func (s *Stack) writePrometheusConfig(opts Options) error {
+	cfg, err := prometheusConfig(opts, s.amAddr)
+	if err != nil {
+		return err
+	}
+	// Write then rename, so a reload never reads a half-written file.
+	tmp := s.PrometheusConfigFile + ".tmp"
+	if err := os.WriteFile(tmp, cfg, 0o644); err != nil {
+		return fmt.Errorf("write prometheus config: %w", err)
+	}
+	if err := os.Rename(tmp, s.PrometheusConfigFile); err != nil {
+		return fmt.Errorf("replace prometheus config: %w", err)
+	}
+	return nil
+}
+
+// LogFiles returns the paths of the daemons' logs.
+func (s *Stack) LogFiles() (prometheus, alertmanager string) {
+	return filepath.Join(s.Dir, "prometheus.log"), filepath.Join(s.Dir, "alertmanager.log")
+}
+
+func (s *Stack) dumpLogs(tb testing.TB) {
+	promLog, amLog := s.LogFiles()
+	for _, p := range []string{s.PrometheusConfigFile, s.AlertmanagerConfigFile, amLog, promLog} {
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		tb.Logf("==== %s ====\n%s", p, fileTail(p, 64<<10))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, err := range s.webhookErrs {
+		tb.Logf("webhook receiver: %v", err)
+	}
+}
+
+// PIDs returns the process ids of Alertmanager and Prometheus, for tests that check nothing
+// outlives them.
+func (s *Stack) PIDs() []int {
+	var pids []int
+	for _, d := range []*daemon{s.alertmanager, s.prometheus} {
+		if d != nil && d.cmd != nil && d.cmd.Process != nil {
+			pids = append(pids, d.cmd.Process.Pid)
+		}
+	}
+	return pids
+}

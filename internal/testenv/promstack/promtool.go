@@ -1,0 +1,43 @@
+package promstack
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"syscall"
+	"testing"
+)
+
+// Promtool returns the path of promtool (PROMTOOL_BIN, or promtool on PATH), or ends the test
+// with testenv.Unavailable when there is none.
+func Promtool(tb testing.TB) string {
+	tb.Helper()
+	return lookBinary(tb, "PROMTOOL_BIN", "promtool")
+}
+
+// RunPromtool runs promtool with args and returns its combined output; a non-zero exit is an
+// error that carries the output.
+func RunPromtool(ctx context.Context, promtool string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, promtool, args...)
+	// promtool is short-lived and waited for here; Pdeathsig (tied to the forking thread) only
+	// guards the rare case of the test process dying while it runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("promtool %v: %w\n%s", args, err, out.String())
+	}
+	return out.String(), nil
+}
+
+// CheckRules runs `promtool check rules` on files.
+func CheckRules(ctx context.Context, promtool string, files ...string) (string, error) {
+	return RunPromtool(ctx, promtool, append([]string{"check", "rules"}, files...)...)
+}
+
+// TestRules runs `promtool test rules` on rule unit-test files.
+func TestRules(ctx context.Context, promtool string, files ...string) (string, error) {
+	return RunPromtool(ctx, promtool, append([]string{"test", "rules"}, files...)...)
+}

@@ -1,0 +1,25 @@
+// Package testenv starts the real systems the exporter's integration tests talk to (a Kubernetes
+// API server, KVM hosts in network namespaces, a GCE wire server, Prometheus and Alertmanager),
+// one sub-package each. This package holds what they share: how a test says a part is missing.
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"testing"
+)
+
+// RequireIntegration reports whether a missing part must fail the test instead of skipping it
+// (REQUIRE_INTEGRATION=1, as CI sets).
+func RequireIntegration() bool { return os.Getenv("REQUIRE_INTEGRATION") == "1" }
+
+// Unavailable ends the test because a part of the test environment cannot run here: it skips
+// with the message (which should say what to install), or fails under REQUIRE_INTEGRATION=1.
+func Unavailable(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if RequireIntegration() {
+		tb.Fatalf("REQUIRE_INTEGRATION=1 and a part of the test environment is missing: %s", msg)
+	}
+	tb.Skipf("skipped: %s", msg)
+}

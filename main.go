@@ -1,0 +1,278 @@
+// Command provider_health_exporter checks, on a schedule, every infrastructure provider a platform
+// depends on (Kubernetes API servers, Google Compute Engine, KVM hypervisors over SSH and libvirt)
+// and serves the cached verdicts as Prometheus metrics, a status page and readiness endpoints.
+//
+// This file holds the command line (flags, their validation, --config.check) and the process's
+// life: start, signals, shutdown. The HTTP endpoints live in http.go and landing.go, reloading in
+// reload.go, and the construction of checkers from the providers file in checkers.go.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/common/promslog"
+	promslogflag "github.com/prometheus/common/promslog/flag"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
+
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+)
+
+const (
+	programName = "provider_health_exporter"
+	// defaultListenAddress: 9847 is not the port of any widely deployed exporter we know of.
+	// The range the Prometheus default-port-allocations list hands out (9100-9999) is fully
+	// taken, so the port is not registered there: where it clashes, --web.listen-address moves it.
+	defaultListenAddress = ":9847"
+
+	// minInterval is the shortest --provider-check-interval other than 0 (checks off): a
+	// shorter one would put load on the providers for no gain in alerting.
+	minInterval = 10 * time.Second
+	// maxDerivedTimeout caps the timeout derived when --provider-check-timeout is 0.
+	maxDerivedTimeout = 15 * time.Second
+	// shutdownTimeout bounds how long in-flight HTTP requests may delay the exit.
+	shutdownTimeout = 10 * time.Second
+)
+
+func main() {
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, signals))
+}
+
+// options are the parsed command line.
+type options struct {
+	configFile  string
+	configCheck bool
+	interval    time.Duration
+	// timeout as given; 0 means derived (see checkTiming).
+	timeout time.Duration
+	web     *web.FlagConfig
+	log     *promslog.Config
+}
+
+// parseFlags parses args. When done is true the process must exit with code at once: the
+// arguments were wrong, or --help or --version has been answered.
+func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code int, done bool) {
+	opts = &options{log: &promslog.Config{Writer: stderr}}
+	app := kingpin.New(programName, "Checks infrastructure providers on a schedule and exports the verdicts as Prometheus metrics.")
+	app.Version(version.Print(programName))
+	app.HelpFlag.Short('h')
+	app.UsageWriter(stdout)
+	app.ErrorWriter(stderr)
+	// kingpin exits the process for --help and --version by default; run must return instead,
+	// so that deferred cleanup runs and tests can call it.
+	exited, exitCode := false, 0
+	app.Terminate(func(c int) {
+		if !exited {
+			exited, exitCode = true, c
+		}
+	})
+
+	app.Flag("config.file", "Path of the providers file.").Default("providers.yml").StringVar(&opts.configFile)
+	app.Flag("config.check", "Validate the flags and the providers file, print what is wrong or \"ok\", and exit (1 or 0).").BoolVar(&opts.configCheck)
+	app.Flag("provider-check-interval", "How often every provider is checked. 0 turns checks off; otherwise at least 10s.").Default("1m").SetValue(durationValue{"provider-check-interval", &opts.interval})
+	app.Flag("provider-check-timeout", "Deadline of one round of checks. 0 derives min(15s, interval); otherwise at most the interval.").Default("0").SetValue(durationValue{"provider-check-timeout", &opts.timeout})
+	opts.web = kingpinflag.AddFlags(app, defaultListenAddress)
+	promslogflag.AddFlags(app, opts.log)
+
+	_, err := app.Parse(args)
+	if exited {
+		return nil, exitCode, true
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: error: %v, try --help\n", programName, err)
+		return nil, 2, true
+	}
+	return opts, 0, false
+}
+
+// durationValue is a duration flag whose parse error names the flag (kingpin's own says only
+// "time: invalid duration").
+type durationValue struct {
+	flag string
+	d    *time.Duration
+}
+
+func (v durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("--%s=%s: not a duration (examples: 0, 30s, 1m, 1h30m)", v.flag, s)
+	}
+	*v.d = d
+	return nil
+}
+
+func (v durationValue) String() string { return v.d.String() }
+
+// checkTiming validates the two check flags and returns the round timeout to use (0 when checks
+// are off). Every problem is reported, each naming its flag and the allowed range.
+func checkTiming(interval, timeout time.Duration) (time.Duration, error) {
+	var errs []error
+	if interval < 0 || (interval > 0 && interval < minInterval) {
+		errs = append(errs, fmt.Errorf("--provider-check-interval=%s: must be 0 (checks off) or at least %s", interval, minInterval))
+	}
+	if timeout < 0 {
+		errs = append(errs, fmt.Errorf("--provider-check-timeout=%s: must be 0 (derive min(%s, interval)) or a positive duration up to the interval", timeout, maxDerivedTimeout))
+	}
+	if len(errs) > 0 {
+		return 0, errors.Join(errs...)
+	}
+	if interval == 0 {
+		// Checks are off: the timeout has nothing to bound, so any valid value is accepted.
+		return 0, nil
+	}
+	if timeout > interval {
+		return 0, fmt.Errorf("--provider-check-timeout=%s: may not exceed --provider-check-interval (%s); allowed: 0 (derive min(%s, interval)) or up to %s", timeout, interval, maxDerivedTimeout, interval)
+	}
+	if timeout == 0 {
+		timeout = min(maxDerivedTimeout, interval)
+	}
+	return timeout, nil
+}
+
+// run is the whole program; it returns the exit code. signals delivers SIGHUP (reload) and
+// SIGTERM/SIGINT (shutdown).
+func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int {
+	opts, code, done := parseFlags(args, stdout, stderr)
+	if done {
+		return code
+	}
+	if opts.configCheck {
+		return configCheck(opts, stdout, stderr)
+	}
+
+	logger := promslog.New(opts.log)
+	// The flags are checked before the providers file is read: a wrong flag is reported as
+	// such, not hidden behind a file problem.
+	timeout, err := checkTiming(opts.interval, opts.timeout)
+	if err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			logger.Error("invalid flag", "err", line)
+		}
+		return 1
+	}
+	logger.Info("starting "+programName, "version", version.Info(), "build_context", version.BuildContext())
+
+	e, err := newExporter(opts.configFile, opts.interval, timeout, logger)
+	if err != nil {
+		logger.Error("cannot load the providers file", "file", opts.configFile, "err", err)
+		return 1
+	}
+	if e.checksOn() {
+		logger.Info("checks on", "interval", opts.interval, "timeout", timeout, "providers", e.providerCount())
+	} else {
+		logger.Info("checks off (--provider-check-interval=0): serving provider_info only", "providers", e.providerCount())
+	}
+
+	ctx, stopRunner := context.WithCancel(context.Background())
+	runnerDone := make(chan struct{})
+	if e.checksOn() {
+		go func() {
+			defer close(runnerDone)
+			e.runner.Run(ctx)
+		}()
+	} else {
+		close(runnerDone)
+	}
+
+	server := &http.Server{
+		Handler:           e.handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelError),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- web.ListenAndServe(server, opts.web, logger) }()
+
+	code = 0
+	serving := true
+loop:
+	for {
+		select {
+		case sig := <-signals:
+			if sig == syscall.SIGHUP {
+				logger.Info("reloading the providers file", "signal", sig.String())
+				_ = e.reload() // reload logs the outcome and sets the reload metrics.
+				continue
+			}
+			logger.Info("shutting down", "signal", sig.String())
+			break loop
+		case err := <-serveErr:
+			serving = false
+			logger.Error("http server failed", "err", err)
+			code = 1
+			break loop
+		}
+	}
+
+	// Stop the checks first and let the runner return, so that no round starts a check on a
+	// closed checker. (A check abandoned at a deadline may still be on its way back; a
+	// checker's Close must tolerate that.)
+	stopRunner()
+	<-runnerDone
+	e.close()
+	if serving {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		if err := server.Shutdown(shutdownCtx); err != nil {
+			logger.Error("http server shutdown", "err", err)
+			code = 1
+		}
+		if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("http server failed", "err", err)
+			code = 1
+		}
+	}
+	logger.Info("stopped")
+	return code
+}
+
+// configCheck implements --config.check: it validates the flags, the web config file (when
+// given) and the providers file, builds (and closes again) every checker as a start would, and
+// prints every problem, or "ok".
+func configCheck(opts *options, stdout, stderr io.Writer) int {
+	var problems []string
+	if _, err := checkTiming(opts.interval, opts.timeout); err != nil {
+		problems = append(problems, strings.Split(err.Error(), "\n")...)
+	}
+	if path := *opts.web.WebConfigFile; path != "" {
+		if err := web.Validate(path); err != nil {
+			problems = append(problems, fmt.Sprintf("--web.config.file=%s: %v", path, err))
+		}
+	}
+	cfg, err := config.Load(opts.configFile)
+	if err != nil {
+		problems = append(problems, strings.Split(err.Error(), "\n")...)
+	} else {
+		// Checkers log nothing while they are only built; discard it.
+		set, err := buildCheckers(cfg, nil, slog.New(slog.DiscardHandler))
+		if err != nil {
+			problems = append(problems, strings.Split(err.Error(), "\n")...)
+		} else {
+			closeAll(set.allClosers(), slog.New(slog.DiscardHandler))
+		}
+		for _, w := range cfg.Warnings() {
+			fmt.Fprintf(stdout, "warning: %s\n", w)
+		}
+	}
+	if len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintln(stderr, p)
+		}
+		return 1
+	}
+	fmt.Fprintln(stdout, "ok")
+	return 0
+}

@@ -1,0 +1,649 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+)
+
+// envRunMain makes the test binary run the exporter's main instead of the tests, so that the
+// signal handling of the real process can be tested from a subprocess.
+const envRunMain = "PROVIDER_HEALTH_EXPORTER_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envRunMain) == "1" {
+		newChecker[checks.TypeGCP] = newFakeChecks().constructor
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// fakeChecks builds the checkers of the tests: `type: gcp` providers whose targets are the
+// comma-separated names in the gcp block's filter. A target named down-* is down (APIError,
+// with a message holding markup, to test escaping); every other target is up. A provider's
+// Check waits for its project's gate, when the test set one.
+type fakeChecks struct {
+	mu     sync.Mutex
+	built  map[string]int // constructions per provider name
+	closed map[string]int // Close calls per provider name
+	checks map[string]int // Check calls per provider name
+	gates  map[string]chan struct{}
+}
+
+func newFakeChecks() *fakeChecks {
+	return &fakeChecks{
+		built:  map[string]int{},
+		closed: map[string]int{},
+		checks: map[string]int{},
+		gates:  map[string]chan struct{}{},
+	}
+}
+
+// use registers f as the constructor of gcp providers for the duration of the test.
+func (f *fakeChecks) use(t *testing.T) {
+	t.Helper()
+	prev, had := newChecker[checks.TypeGCP]
+	newChecker[checks.TypeGCP] = f.constructor
+	t.Cleanup(func() {
+		if had {
+			newChecker[checks.TypeGCP] = prev
+		} else {
+			delete(newChecker, checks.TypeGCP)
+		}
+	})
+}
+
+// gate makes the provider's checks wait until the returned function is called.
+func (f *fakeChecks) gate(project string) (release func()) {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	f.gates[project] = ch
+	f.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
+func (f *fakeChecks) count(m map[string]int, name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return m[name]
+}
+
+func (f *fakeChecks) constructor(p config.Provider, _ *slog.Logger) (checks.Checker, error) {
+	if p.GCP == nil {
+		return nil, fmt.Errorf("no gcp block")
+	}
+	if p.GCP.Project == "fail-to-build" {
+		return nil, fmt.Errorf("cannot build this one")
+	}
+	f.mu.Lock()
+	f.built[p.Name]++
+	f.mu.Unlock()
+	return &fakeChecker{f: f, name: p.Name, project: p.GCP.Project, targets: strings.Split(p.GCP.Filter, ",")}, nil
+}
+
+type fakeChecker struct {
+	f       *fakeChecks
+	name    string
+	project string
+	targets []string
+}
+
+func (c *fakeChecker) Name() string              { return c.name }
+func (c *fakeChecker) Type() checks.ProviderType { return checks.TypeGCP }
+func (c *fakeChecker) Targets() []string         { return c.targets }
+
+func (c *fakeChecker) Check(ctx context.Context) []checks.TargetResult {
+	c.f.mu.Lock()
+	c.f.checks[c.name]++
+	gate := c.f.gates[c.project]
+	c.f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+	}
+	var rs []checks.TargetResult
+	for _, t := range c.targets {
+		r := checks.TargetResult{Target: t, Up: true, Reason: checks.ReasonReady, Duration: time.Millisecond}
+		if strings.HasPrefix(t, "down-") {
+			r.Up, r.Reason, r.Message = false, checks.ReasonAPIError, "<b>boom</b> from "+t
+		}
+		if ctx.Err() != nil {
+			r.Up, r.Reason, r.Message = false, checks.ReasonTimeout, "deadline"
+		}
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+func (c *fakeChecker) Close() error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	c.f.closed[c.name]++
+	return nil
+}
+
+// provider is one `type: gcp` entry of a providers file written by a test.
+type provider struct{ name, project, targets string }
+
+// writeProviders writes a providers file of gcp providers and returns its path.
+func writeProviders(t *testing.T, path string, ps ...provider) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("providers:\n")
+	for _, p := range ps {
+		fmt.Fprintf(&b, "  - name: %s\n    type: gcp\n    gcp:\n      project: %s\n      filter: %q\n", p.name, p.project, p.targets)
+	}
+	if b.Len() == len("providers:\n") {
+		b.Reset()
+		b.WriteString("providers: []\n")
+	}
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "providers.yml")
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// syncBuffer is a bytes.Buffer that the exporter writes logs to while the test reads them.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// records parses the JSON log lines written so far.
+func (b *syncBuffer) records() []map[string]any {
+	var rs []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(b.String()))
+	for sc.Scan() {
+		var r map[string]any
+		if json.Unmarshal(sc.Bytes(), &r) == nil {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+// find returns the first log record with the message, or nil.
+func (b *syncBuffer) find(msg string) map[string]any {
+	for _, r := range b.records() {
+		if r["msg"] == msg {
+			return r
+		}
+	}
+	return nil
+}
+
+// waitFor polls cond until it holds, failing the test after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// listenAddress waits for exporter-toolkit's "Listening on" log record and returns its address.
+func listenAddress(t *testing.T, logs *syncBuffer, exited func() bool) string {
+	t.Helper()
+	var addr string
+	waitFor(t, 20*time.Second, "the exporter to listen", func() bool {
+		if r := logs.find("Listening on"); r != nil {
+			addr, _ = r["address"].(string)
+			return true
+		}
+		if exited() {
+			t.Fatalf("the exporter exited before listening; logs:\n%s", logs.String())
+		}
+		return false
+	})
+	return addr
+}
+
+// testExporter is run() running in the test process, on a loopback port of its own.
+type testExporter struct {
+	t       *testing.T
+	base    string // http://127.0.0.1:PORT or https://...
+	signals chan os.Signal
+	done    chan int
+	logs    *syncBuffer
+	stdout  *syncBuffer
+	client  *http.Client
+}
+
+// startExporter runs run() with args plus a loopback listen address and JSON logs. It stops the
+// exporter (SIGTERM) at the end of the test and expects exit code 0.
+func startExporter(t *testing.T, scheme string, args ...string) *testExporter {
+	t.Helper()
+	x := &testExporter{
+		t:       t,
+		signals: make(chan os.Signal, 1),
+		done:    make(chan int, 1),
+		logs:    &syncBuffer{},
+		stdout:  &syncBuffer{},
+		client:  &http.Client{Timeout: 10 * time.Second},
+	}
+	args = append([]string{"--web.listen-address=127.0.0.1:0", "--log.format=json", "--log.level=debug"}, args...)
+	go func() { x.done <- run(args, x.stdout, x.logs, x.signals) }()
+	var code *int
+	exited := func() bool {
+		if code != nil {
+			return true
+		}
+		select {
+		case c := <-x.done:
+			code = &c
+			return true
+		default:
+			return false
+		}
+	}
+	t.Cleanup(func() {
+		if !exited() {
+			x.signals <- syscall.SIGTERM
+			select {
+			case c := <-x.done:
+				code = &c
+			case <-time.After(20 * time.Second):
+				t.Errorf("the exporter did not stop within 20s of SIGTERM; logs:\n%s", x.logs.String())
+				return
+			}
+		}
+		if *code != 0 {
+			t.Errorf("exit code %d, want 0; logs:\n%s", *code, x.logs.String())
+		}
+	})
+	x.base = scheme + "://" + listenAddress(t, x.logs, exited)
+	return x
+}
+
+// get fetches a path and returns the status and body.
+func (x *testExporter) get(path string) (int, string) {
+	x.t.Helper()
+	return x.do(http.MethodGet, path)
+}
+
+func (x *testExporter) do(method, path string) (int, string) {
+	x.t.Helper()
+	req, err := http.NewRequest(method, x.base+path, nil)
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	resp, err := x.client.Do(req)
+	if err != nil {
+		x.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		x.t.Fatalf("%s %s: reading the body: %v", method, path, err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// metric returns the value of an unlabelled metric, or of the first series whose line starts
+// with the given name and labels (e.g. `proxy_operator_provider_info{provider="a"`).
+func metric(t *testing.T, body, prefix string) (float64, bool) {
+	t.Helper()
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, "#") || !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		// Without labels in prefix, the name must end where prefix does: not a longer name.
+		if rest := line[len(prefix):]; !strings.Contains(prefix, "{") && !strings.HasPrefix(rest, " ") && !strings.HasPrefix(rest, "{") {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		return v, true
+	}
+	return 0, false
+}
+
+func TestCheckTiming(t *testing.T) {
+	for _, tc := range []struct {
+		interval, timeout time.Duration
+		want              time.Duration
+		wantErr           []string // every line of the error, in order
+	}{
+		{interval: 12 * time.Second, want: 12 * time.Second},
+		{interval: 10 * time.Second, want: 10 * time.Second},
+		{interval: time.Minute, want: 15 * time.Second},
+		{interval: 15 * time.Second, want: 15 * time.Second},
+		{interval: time.Minute, timeout: 30 * time.Second, want: 30 * time.Second},
+		{interval: 12 * time.Second, timeout: 12 * time.Second, want: 12 * time.Second},
+		{interval: 0, want: 0},
+		{interval: 0, timeout: 5 * time.Second, want: 0},
+		{interval: 5 * time.Second, wantErr: []string{"--provider-check-interval=5s: must be 0 (checks off) or at least 10s"}},
+		{interval: 9 * time.Second, wantErr: []string{"--provider-check-interval=9s: must be 0 (checks off) or at least 10s"}},
+		{interval: -time.Second, wantErr: []string{"--provider-check-interval=-1s: must be 0 (checks off) or at least 10s"}},
+		{interval: 12 * time.Second, timeout: 13 * time.Second, wantErr: []string{
+			"--provider-check-timeout=13s: may not exceed --provider-check-interval (12s); allowed: 0 (derive min(15s, interval)) or up to 12s"}},
+		{interval: time.Minute, timeout: -time.Second, wantErr: []string{
+			"--provider-check-timeout=-1s: must be 0 (derive min(15s, interval)) or a positive duration up to the interval"}},
+		{interval: 5 * time.Second, timeout: -time.Second, wantErr: []string{
+			"--provider-check-interval=5s: must be 0 (checks off) or at least 10s",
+			"--provider-check-timeout=-1s: must be 0 (derive min(15s, interval)) or a positive duration up to the interval"}},
+	} {
+		t.Run(fmt.Sprintf("interval=%s,timeout=%s", tc.interval, tc.timeout), func(t *testing.T) {
+			got, err := checkTiming(tc.interval, tc.timeout)
+			if tc.wantErr != nil {
+				if err == nil {
+					t.Fatalf("got timeout %s, want error %q", got, tc.wantErr)
+				}
+				if lines := strings.Split(err.Error(), "\n"); !slicesEqual(lines, tc.wantErr) {
+					t.Fatalf("error:\n%s\nwant:\n%s", err, strings.Join(tc.wantErr, "\n"))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if got != tc.want {
+				t.Fatalf("timeout %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func slicesEqual(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestIntervalFlagAloneStarts: --provider-check-interval=12s with no timeout flag starts, with
+// the derived timeout of 12s.
+func TestIntervalFlagAloneStarts(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
+	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=12s")
+	r := x.logs.find("checks on")
+	if r == nil {
+		t.Fatalf("no \"checks on\" log record; logs:\n%s", x.logs.String())
+	}
+	if r["interval"] != "12s" || r["timeout"] != "12s" {
+		t.Fatalf("interval %v, timeout %v; want 12s and 12s", r["interval"], r["timeout"])
+	}
+	if r := x.logs.find("starting provider_health_exporter"); r == nil || r["version"] == nil || r["build_context"] == nil {
+		t.Fatalf("no start record with version and build context; logs:\n%s", x.logs.String())
+	}
+}
+
+// TestFlagsCheckedBeforeFile: a bad flag is reported, naming the flag, even when the providers
+// file does not exist; the file is not read.
+func TestFlagsCheckedBeforeFile(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--provider-check-interval=5s"}, "--provider-check-interval=5s: must be 0 (checks off) or at least 10s"},
+		{[]string{"--provider-check-interval=9s"}, "--provider-check-interval=9s: must be 0 (checks off) or at least 10s"},
+		{[]string{"--provider-check-interval=30s", "--provider-check-timeout=31s"}, "--provider-check-timeout=31s: may not exceed --provider-check-interval (30s)"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var stdout, stderr syncBuffer
+			missing := filepath.Join(t.TempDir(), "missing.yml")
+			args := append([]string{"--config.file=" + missing, "--web.listen-address=127.0.0.1:0"}, tc.args...)
+			if code := run(args, &stdout, &stderr, nil); code != 1 {
+				t.Fatalf("exit code %d, want 1", code)
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("stderr lacks %q:\n%s", tc.want, stderr.String())
+			}
+			if strings.Contains(stderr.String(), "missing.yml") {
+				t.Fatalf("the providers file was read before the flags were checked:\n%s", stderr.String())
+			}
+		})
+	}
+}
+
+func TestUnparsableFlag(t *testing.T) {
+	var stdout, stderr syncBuffer
+	if code := run([]string{"--provider-check-interval=often"}, &stdout, &stderr, nil); code != 2 {
+		t.Fatalf("exit code %d, want 2", code)
+	}
+	if !strings.Contains(stderr.String(), "provider-check-interval") {
+		t.Fatalf("stderr does not name the flag:\n%s", stderr.String())
+	}
+}
+
+func TestVersionFlag(t *testing.T) {
+	var stdout, stderr syncBuffer
+	if code := run([]string{"--version"}, &stdout, &stderr, nil); code != 0 {
+		t.Fatalf("exit code %d, want 0; stderr:\n%s", code, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"provider_health_exporter, version", "branch:", "revision:", "build user:", "build date:", "go version:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--version output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	// kvm checks are absent from this test's build whatever the binary registers, so that the
+	// "not available" problem is reported.
+	if prev, ok := newChecker[checks.TypeKVM]; ok {
+		delete(newChecker, checks.TypeKVM)
+		t.Cleanup(func() { newChecker[checks.TypeKVM] = prev })
+	}
+	dir := t.TempDir()
+
+	t.Run("ok", func(t *testing.T) {
+		path := writeProviders(t, filepath.Join(dir, "good.yml"), provider{"alpha", "alpha-project", "a1,a2"})
+		var stdout, stderr syncBuffer
+		if code := run([]string{"--config.check", "--config.file=" + path}, &stdout, &stderr, nil); code != 0 {
+			t.Fatalf("exit code %d, want 0; stderr:\n%s", code, stderr.String())
+		}
+		if got := stdout.String(); got != "ok\n" {
+			t.Fatalf("stdout %q, want \"ok\\n\"", got)
+		}
+		if f.count(f.closed, "alpha") != 1 {
+			t.Fatalf("the checker built for the check was closed %d times, want 1", f.count(f.closed, "alpha"))
+		}
+	})
+
+	t.Run("bad file", func(t *testing.T) {
+		// Two problems the loader reports (an unknown field, an unknown type), each on its line.
+		path := filepath.Join(dir, "bad.yml")
+		content := "providers:\n" +
+			"  - name: alpha\n    type: gcp\n    gcp:\n      project: alpha-project\n      colour: blue\n" +
+			"  - name: beta\n    type: vmware\n"
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, loadErr := config.Load(path)
+		if loadErr == nil {
+			t.Fatal("config.Load accepted the bad file")
+		}
+		var stdout, stderr syncBuffer
+		args := []string{"--config.check", "--config.file=" + path, "--provider-check-interval=5s"}
+		if code := run(args, &stdout, &stderr, nil); code != 1 {
+			t.Fatalf("exit code %d, want 1", code)
+		}
+		want := "--provider-check-interval=5s: must be 0 (checks off) or at least 10s\n" + loadErr.Error() + "\n"
+		if got := stderr.String(); got != want {
+			t.Fatalf("stderr:\n%s\nwant:\n%s", got, want)
+		}
+		if strings.Contains(stdout.String(), "ok") {
+			t.Fatalf("stdout says ok: %q", stdout.String())
+		}
+	})
+
+	t.Run("bad web config", func(t *testing.T) {
+		path := writeProviders(t, filepath.Join(dir, "good-too.yml"), provider{"alpha", "alpha-project", "a1"})
+		webConfig := filepath.Join(dir, "web.yml")
+		if err := os.WriteFile(webConfig, []byte("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr syncBuffer
+		args := []string{"--config.check", "--config.file=" + path, "--web.config.file=" + webConfig}
+		if code := run(args, &stdout, &stderr, nil); code != 1 {
+			t.Fatalf("exit code %d, want 1; stdout %q", code, stdout.String())
+		}
+		if got := stderr.String(); !strings.HasPrefix(got, "--web.config.file="+webConfig+": ") || !strings.Contains(got, "missing.crt") {
+			t.Fatalf("stderr does not name the web config problem:\n%s", got)
+		}
+	})
+
+	t.Run("type not in this build", func(t *testing.T) {
+		path := filepath.Join(dir, "kvm.yml")
+		content := "providers:\n" +
+			"  - name: lab\n    type: kvm\n    kvm:\n      user: root\n      privateKeyFile: /nonexistent/id_ed25519\n" +
+			"      insecureSkipHostKeyVerification: true\n      storagePool: default\n      hosts:\n        - address: 198.18.0.1\n" +
+			"  - name: alpha\n    type: gcp\n    gcp:\n      project: fail-to-build\n      filter: a1\n"
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := config.Load(path); err != nil {
+			t.Fatalf("config.Load rejected the file, the test needs a valid one: %v", err)
+		}
+		var stdout, stderr syncBuffer
+		if code := run([]string{"--config.check", "--config.file=" + path}, &stdout, &stderr, nil); code != 1 {
+			t.Fatalf("exit code %d, want 1", code)
+		}
+		want := "provider lab: checks of type kvm are not available in this build\n" +
+			"provider alpha: cannot build this one\n"
+		if got := stderr.String(); got != want {
+			t.Fatalf("stderr:\n%s\nwant:\n%s", got, want)
+		}
+	})
+}
+
+// TestSignalsSubprocess starts the real binary (this test binary running main) and sends it real
+// signals: SIGHUP reloads the providers file, SIGTERM stops it with exit code 0.
+func TestSignalsSubprocess(t *testing.T) {
+	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
+	logs := &syncBuffer{}
+	cmd := exec.Command(os.Args[0], "--config.file="+path, "--web.listen-address=127.0.0.1:0",
+		"--log.format=json", "--provider-check-interval=10s")
+	cmd.Env = append(os.Environ(), envRunMain+"=1")
+	cmd.Stdout, cmd.Stderr = logs, logs
+	// Pdeathsig kills the child when the thread that started it ends: start and wait from one
+	// goroutine locked to its thread, so the thread lives exactly as long as the child.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	started := make(chan error, 1)
+	waited := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		waited <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		t.Fatalf("starting the exporter: %v", err)
+	}
+	var waitErr error
+	exited := false
+	t.Cleanup(func() {
+		if !exited {
+			_ = cmd.Process.Kill()
+			<-waited
+		}
+	})
+	hasExited := func() bool {
+		if exited {
+			return true
+		}
+		select {
+		case waitErr = <-waited:
+			exited = true
+		default:
+		}
+		return exited
+	}
+	x := &testExporter{t: t, logs: logs, client: &http.Client{Timeout: 10 * time.Second}}
+	x.base = "http://" + listenAddress(t, logs, hasExited)
+	waitFor(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
+
+	writeProviders(t, path, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the reload log record", func() bool { return logs.find("providers file reloaded") != nil })
+	r := logs.find("providers file reloaded")
+	if r["added"] != float64(1) || r["kept"] != float64(1) || r["providers"] != float64(2) {
+		t.Fatalf("reload record %v, want added 1, kept 1, providers 2", r)
+	}
+	_, body := x.get("/metrics")
+	if v, ok := metric(t, body, "proxy_operator_config_last_reload_successful"); !ok || v != 1 {
+		t.Fatalf("reload success gauge %v (present %v), want 1", v, ok)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the exporter to exit", hasExited)
+	if waitErr != nil {
+		t.Fatalf("exit: %v; logs:\n%s", waitErr, logs.String())
+	}
+	if logs.find("stopped") == nil {
+		t.Fatalf("no \"stopped\" record; logs:\n%s", logs.String())
+	}
+}
+
+// tlsClient trusts the certificate at certPEM.
+func tlsClient(t *testing.T, certPEM []byte) *http.Client {
+	t.Helper()
+	pool := x509CertPool(t, certPEM)
+	return &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+	}
+}

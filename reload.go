@@ -1,0 +1,58 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+)
+
+// errShuttingDown refuses a reload that arrives after the checkers were closed for exit.
+var errShuttingDown = errors.New("the exporter is shutting down")
+
+// reload re-reads the providers file (SIGHUP, POST /-/reload). A file that does not load, or
+// whose checkers cannot be built, changes nothing: the running checkers stay, the reason is
+// logged and returned, and the reload-success gauge drops to 0. A good file replaces the
+// checkers: providers whose configuration did not change keep their checker (and with it their
+// connections and, in the runner, their state); the checkers of removed or changed providers
+// are closed once the runner has switched to the new set, so that the next round uses it.
+func (e *exporter) reload() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return errShuttingDown
+	}
+	set, err := e.load()
+	if err != nil {
+		e.reloadSuccess.Set(0)
+		e.logger.Error("reload failed, keeping the running providers", "file", e.configFile, "err", err)
+		return err
+	}
+	e.runner.SetCheckers(set.checkers)
+	e.entries = set.entries
+	// A round already running may still be inside a retired checker's Check; the runner
+	// discards that result, and Close must tolerate the call in flight.
+	closeAll(set.retired, e.logger)
+	e.reloadSuccess.Set(1)
+	e.reloadTimestamp.SetToCurrentTime()
+	e.logger.Info("providers file reloaded", "file", e.configFile, "providers", len(set.checkers),
+		"added", set.added, "changed", set.changed, "kept", set.kept, "removed", set.removed)
+	return nil
+}
+
+// load reads the providers file and builds its checkers against the running ones. e.mu is held.
+func (e *exporter) load() (*checkerSet, error) {
+	cfg, err := config.Load(e.configFile)
+	if err != nil {
+		return nil, err
+	}
+	set, err := buildCheckers(cfg, e.entries, e.logger)
+	if err != nil {
+		return nil, err
+	}
+	// Warnings (host-key verification turned off) are repeated at every load, so that they
+	// stay in recent logs for as long as the setting stays in the file.
+	for _, w := range cfg.Warnings() {
+		e.logger.Warn(w, "file", e.configFile)
+	}
+	return set, nil
+}
