@@ -7,7 +7,7 @@ GOTOOL   := $(GO) tool -modfile=tools/go.mod
 BINARY   := provider_health_exporter
 PKGS     := ./...
 
-.PHONY: all build test test-deps bench lint vet fmt-check staticcheck fmt clean
+.PHONY: all build test test-deps kube-binaries bench fuzz lint vet fmt-check staticcheck fmt clean
 
 all: lint test build
 
@@ -17,12 +17,23 @@ build:
 
 ## test: every test with the race detector; parts of the test environment that are missing
 ## skip, or fail under REQUIRE_INTEGRATION=1.
-test: test-deps
-	$(GO) test -race $(PKGS)
+## The integration tests start real systems; a whole run takes several minutes, and the first
+## one also builds etcd and kube-apiserver (kube-binaries), so the per-binary timeout is raised.
+test: test-deps kube-binaries
+	$(GO) test -race -timeout 30m $(PKGS)
 
-## test-deps: prepare what the integration tests need, when there is anything to prepare.
+## test-deps: install the Debian packages the integration tests need (as root, when missing).
 test-deps:
-	@if [ -f scripts/install-test-deps.sh ]; then bash scripts/install-test-deps.sh; fi
+	bash scripts/install-test-deps.sh
+
+## kube-binaries: build etcd and kube-apiserver from the Go module proxy into bin/kube-<version>/
+## (once; later runs find them in a fraction of a second).
+kube-binaries:
+	sh scripts/build-kube.sh
+
+## fuzz: search for inputs that crash the providers-file parser (make test runs the seed corpus).
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./config
 
 ## bench: every benchmark, with allocations; no tests.
 bench:

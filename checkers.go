@@ -8,6 +8,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
@@ -17,8 +18,9 @@ import (
 // Constructors must not contact the provider: connections are opened by the checks themselves,
 // so that building is cheap and --config.check can build every checker without side effects.
 var newChecker = map[checks.ProviderType]func(config.Provider, *slog.Logger) (checks.Checker, error){
-	checks.TypeGCP: gcp.New,
-	checks.TypeKVM: kvm.New,
+	checks.TypeKubernetes: kubernetes.New,
+	checks.TypeGCP:        gcp.New,
+	checks.TypeKVM:        kvm.New,
 }
 
 // entry is one running provider: the configuration its checker was built from, and the checker.
@@ -60,7 +62,7 @@ func buildCheckers(cfg *config.Config, old map[string]entry, logger *slog.Logger
 	var built []io.Closer
 	var errs []error
 	for _, p := range cfg.Providers {
-		if prev, ok := old[p.Name]; ok && prev.provider.Equal(p) {
+		if prev, ok := old[p.Name]; ok && prev.provider.Equal(p) && !isStale(prev.checker) {
 			set.entries[p.Name] = prev
 			set.checkers = append(set.checkers, prev.checker)
 			set.kept++
@@ -119,4 +121,12 @@ func closeAll(cs []io.Closer, logger *slog.Logger) {
 			logger.Warn("closing a checker failed", "provider", name, "err", err)
 		}
 	}
+}
+
+// isStale reports whether a checker asks to be rebuilt although its providers-file block did not
+// change: a file it read when it was built (a kubeconfig) has changed since, or could not be
+// used. A reload then re-reads it.
+func isStale(c checks.Checker) bool {
+	s, ok := c.(interface{ Stale() bool })
+	return ok && s.Stale()
 }

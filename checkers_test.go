@@ -2,6 +2,8 @@ package main
 
 import (
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -102,5 +104,68 @@ func TestBuildCheckersFailure(t *testing.T) {
 	}
 	if n := f.count(f.closed, "old"); n != 0 {
 		t.Errorf("the running checker was closed %d times by a failed build, want 0", n)
+	}
+}
+
+// TestBuildCheckersRebuildsStale: a provider whose block is unchanged keeps its checker, unless
+// the checker reports itself stale (here: a kubernetes checker whose kubeconfig was missing at
+// load, then written). A reload then builds it again, so the fixed file is read.
+func TestBuildCheckersRebuildsStale(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	cfg := &config.Config{Providers: []config.Provider{{
+		Name: "cluster", Type: config.TypeKubernetes,
+		Kubernetes: &config.KubernetesConfig{Kubeconfig: kubeconfig, Version: "v1", Resource: "pods"},
+	}}}
+
+	first, err := buildCheckers(cfg, nil, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := buildCheckers(cfg, first.entries, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.entries["cluster"].checker == first.entries["cluster"].checker {
+		t.Fatalf("a checker whose kubeconfig was missing was kept on reload; want it rebuilt")
+	}
+	if len(second.retired) != 1 {
+		t.Errorf("retired %d checkers, want the stale one", len(second.retired))
+	}
+
+	const valid = `apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:1"}
+users:
+- name: u
+  user: {token: "not-a-secret"}
+contexts:
+- name: ctx
+  context: {cluster: c, user: u}
+current-context: ctx
+`
+	if err := os.WriteFile(kubeconfig, []byte(valid), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	third, err := buildCheckers(cfg, second.entries, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := third.entries["cluster"].checker.Targets(); len(got) != 1 || got[0] != "ctx" {
+		t.Errorf("targets after the kubeconfig was written: %v, want [ctx] (the file was not re-read)", got)
+	}
+	fourth, err := buildCheckers(cfg, third.entries, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fourth.entries["cluster"].checker != third.entries["cluster"].checker {
+		t.Errorf("a healthy, unchanged checker was rebuilt on reload; want it kept")
+	}
+	for _, s := range []*checkerSet{first, second, third} {
+		for _, c := range s.allClosers() {
+			c.Close()
+		}
 	}
 }

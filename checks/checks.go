@@ -135,4 +135,6 @@ type Checker interface {
 }
 
 // A Checker that holds resources (connections) may also implement io.Closer; the exporter
-// closes it when its provider is removed or changed by a reload, and at exit.
+// closes it when its provider is removed or changed by a reload, and at exit. Close may be called
+// while a Check abandoned at a deadline is still running: it must not wait for that call, and the
+// call must then return promptly.

@@ -1,0 +1,339 @@
+// Package kubernetes implements the check of a `type: kubernetes` provider: one LIST request
+// for at most one object of a configured resource (default: pods in all namespaces, with the
+// platform's managed-by label), which proves in one small round trip that the API server
+// answers and that the exporter's identity may list what the platform needs.
+//
+// The kubeconfig is read when the checker is built (at load, and at a reload that rebuilds it:
+// see Stale). A problem with it does not stop the exporter: the checker then reports
+// ConfigError on every check, with a message that says what is wrong.
+package kubernetes
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+)
+
+// Defaults for what is listed when the providers file leaves it out.
+const (
+	DefaultVersion  = "v1"
+	DefaultResource = "pods"
+)
+
+// userAgent names the exporter in the API server's logs and audit events.
+const userAgent = "provider-health-exporter"
+
+// acceptMetadata asks for metadata only (PartialObjectMetadataList), so the response stays
+// small whatever the resource; a server that cannot convert answers with plain JSON.
+const acceptMetadata = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+
+// minSecretLen is the length from which a credential is redacted from messages.
+const minSecretLen = 6
+
+// Checker checks one kubernetes provider. It has exactly one target.
+type Checker struct {
+	name   string
+	target string
+	logger *slog.Logger
+
+	gvr       schema.GroupVersionResource
+	namespace string
+	selector  string
+	what      string // "pods in all namespaces", for messages
+
+	// configErr is set when the configuration could not be turned into a client; every
+	// check then reports ConfigError with it.
+	configErr error
+	client    *rest.RESTClient
+	http      *http.Client
+	secrets   []string // never shown in messages
+
+	// kubeconfig and its state when it was read, for Stale.
+	kubeconfig   string
+	kubeconfigAt fileState
+}
+
+// fileState is what Stale compares to tell that a file changed.
+type fileState struct {
+	modTime time.Time
+	size    int64
+}
+
+func statFile(path string) (fileState, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileState{}, err
+	}
+	return fileState{modTime: fi.ModTime(), size: fi.Size()}, nil
+}
+
+var _ checks.Checker = (*Checker)(nil)
+
+// New builds the checker of a kubernetes provider; logger is expected to be scoped to the
+// provider already. It reads the kubeconfig (or the in-cluster configuration when none is
+// given) now, but contacts no server. It returns an error only when p is not a kubernetes
+// provider; a kubeconfig that cannot be read or used makes a checker that reports ConfigError.
+func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
+	if p.Type != string(checks.TypeKubernetes) || p.Kubernetes == nil {
+		return nil, fmt.Errorf("provider %q is not a kubernetes provider (type %q)", p.Name, p.Type)
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	kc := *p.Kubernetes
+	c := &Checker{
+		name:      p.Name,
+		logger:    logger,
+		namespace: kc.Namespace,
+		selector:  kc.LabelSelector,
+	}
+	c.gvr = schema.GroupVersionResource{Group: kc.Group, Version: kc.Version, Resource: kc.Resource}
+	if c.gvr.Version == "" {
+		c.gvr.Version = DefaultVersion
+	}
+	if c.gvr.Resource == "" {
+		c.gvr.Resource = DefaultResource
+	}
+	c.what = describe(c.gvr, c.namespace)
+
+	if kc.Kubeconfig != "" {
+		c.kubeconfig = kc.Kubeconfig
+		// Taken before reading, so that a change during the read still counts as one.
+		c.kubeconfigAt, _ = statFile(kc.Kubeconfig)
+	}
+	restConfig, target, err := loadConfig(kc)
+	c.target = target
+	if c.target == "" {
+		c.target = p.Name
+	}
+	if err == nil {
+		if _, perr := labels.Parse(c.selector); perr != nil {
+			err = fmt.Errorf("invalid labelSelector %q: %w", c.selector, perr)
+		}
+	}
+	if err == nil {
+		err = c.buildClient(restConfig)
+	}
+	if err != nil {
+		c.configErr = err
+		c.logger.Warn("kubernetes provider configuration unusable; every check reports ConfigError",
+			"target", c.target, "err", c.redact(err.Error()))
+	}
+	return c, nil
+}
+
+// loadConfig turns the provider's block into a client configuration and names the target: the
+// kubeconfig context in use, or the API server's host when there is none (in-cluster).
+func loadConfig(kc config.KubernetesConfig) (*rest.Config, string, error) {
+	if kc.Kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, "", fmt.Errorf("no kubeconfig configured and no in-cluster configuration: %w", err)
+		}
+		return cfg, hostOf(cfg.Host), nil
+	}
+	rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: kc.Kubeconfig}
+	raw, err := rules.Load()
+	if err != nil {
+		return nil, kc.Context, fmt.Errorf("read kubeconfig: %w", err)
+	}
+	contextName := kc.Context
+	if contextName == "" {
+		contextName = raw.CurrentContext
+	}
+	cfg, err := clientcmd.NewNonInteractiveClientConfig(*raw, contextName, &clientcmd.ConfigOverrides{}, rules).ClientConfig()
+	if err != nil {
+		return nil, contextName, fmt.Errorf("kubeconfig %s: %w", kc.Kubeconfig, err)
+	}
+	if contextName == "" {
+		return cfg, hostOf(cfg.Host), nil
+	}
+	return cfg, contextName, nil
+}
+
+func (c *Checker) buildClient(cfg *rest.Config) error {
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = userAgent
+	cfg.AcceptContentTypes = "application/json"
+	cfg.ContentType = "application/json"
+	cfg.NegotiatedSerializer = metainternalversionscheme.Codecs.WithoutConversion()
+	cfg.GroupVersion = &schema.GroupVersion{}
+	cfg.APIPath = "/"
+	// One request per round is the only traffic: client-go's token bucket (5/s by default)
+	// would only add a wait, which could eat the round's deadline.
+	cfg.QPS = -1
+	cfg.RateLimiter = nil
+	// Deprecation warnings would go to klog; the check has nothing to do with them.
+	cfg.WarningHandler = rest.NoWarnings{}
+	for _, s := range []string{cfg.BearerToken, cfg.Password} {
+		// Shorter strings are no real credential and would garble every message.
+		if len(s) >= minSecretLen {
+			c.secrets = append(c.secrets, s)
+		}
+	}
+	// Building the HTTP client reads the certificate and key files the kubeconfig names, so
+	// a missing one is a configuration error now rather than a puzzling failure later.
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return fmt.Errorf("client configuration: %w", err)
+	}
+	rc, err := rest.RESTClientForConfigAndClient(cfg, hc)
+	if err != nil {
+		return fmt.Errorf("client configuration: %w", err)
+	}
+	c.client, c.http = rc, hc
+	return nil
+}
+
+// Name is the provider's name.
+func (c *Checker) Name() string { return c.name }
+
+// Type is always kubernetes.
+func (c *Checker) Type() checks.ProviderType { return checks.TypeKubernetes }
+
+// Targets is the one target: the kubeconfig context, or the API server's host.
+func (c *Checker) Targets() []string { return []string{c.target} }
+
+// Stale reports whether the checker should be rebuilt at a reload even though its providers
+// file block did not change: its configuration was unusable (ConfigError), or the kubeconfig
+// file changed since it was read (modification time or size), e.g. a rotated token in a
+// mounted Secret. Token files named by the kubeconfig, and the in-cluster token, are re-read
+// by the client itself and need no rebuild.
+func (c *Checker) Stale() bool {
+	if c.configErr != nil {
+		return true
+	}
+	if c.kubeconfig == "" {
+		return false
+	}
+	now, err := statFile(c.kubeconfig)
+	return err != nil || !now.modTime.Equal(c.kubeconfigAt.modTime) || now.size != c.kubeconfigAt.size
+}
+
+// Close releases idle connections to the API server.
+func (c *Checker) Close() error {
+	if c.http != nil {
+		c.http.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Check lists at most one object (one request, limit=1, no paging, no retry) and turns the
+// outcome into the target's verdict. It makes no request when ctx is already done.
+func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
+	start := time.Now()
+	reason, msg := c.check(ctx)
+	msg = c.redact(msg)
+	end := time.Now()
+	r := checks.TargetResult{
+		Target:    c.target,
+		Up:        reason == checks.ReasonReady,
+		Reason:    reason,
+		Message:   msg,
+		Duration:  end.Sub(start),
+		CheckedAt: end,
+	}
+	c.logger.Debug("kubernetes check done", "target", c.target, "reason", string(reason), "duration", r.Duration, "message", msg)
+	return []checks.TargetResult{r}
+}
+
+func (c *Checker) check(ctx context.Context) (checks.Reason, string) {
+	if c.configErr != nil {
+		return checks.ReasonConfigError, c.configErr.Error()
+	}
+	if err := ctx.Err(); err != nil {
+		return checks.ReasonTimeout, fmt.Sprintf("not checked: the check's deadline had already passed (%v)", err)
+	}
+	req := c.client.Get().
+		AbsPath(c.path()...).
+		SetHeader("Accept", acceptMetadata).
+		Param("limit", "1").
+		// One request, whatever the answer: a retry would hide what the API server said and
+		// could outlast the round.
+		MaxRetries(0)
+	if c.selector != "" {
+		req = req.Param("labelSelector", c.selector)
+	}
+	result := req.Do(ctx)
+	// Error, unlike Raw, decodes the API server's Status, so its reason and message survive.
+	if err := result.Error(); err != nil {
+		return classify(ctx, err, c.what)
+	}
+	raw, err := result.Raw()
+	if err != nil {
+		return classify(ctx, err, c.what)
+	}
+	var list metav1.PartialObjectMetadataList
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return checks.ReasonAPIError, fmt.Sprintf("list %s: the API server's answer is not a list: %v", c.what, err)
+	}
+	more := ""
+	if list.Continue != "" || (list.RemainingItemCount != nil && *list.RemainingItemCount > 0) {
+		more = ", more exist"
+	}
+	return checks.ReasonReady, fmt.Sprintf("listed %s%s: %d returned (limit 1)%s", c.what, c.selectorText(), len(list.Items), more)
+}
+
+// path is the list URL's path: /api/v1/... for the core group, /apis/GROUP/VERSION/... otherwise.
+func (c *Checker) path() []string {
+	var p []string
+	if c.gvr.Group == "" {
+		p = []string{"api", c.gvr.Version}
+	} else {
+		p = []string{"apis", c.gvr.Group, c.gvr.Version}
+	}
+	if c.namespace != "" {
+		p = append(p, "namespaces", c.namespace)
+	}
+	return append(p, c.gvr.Resource)
+}
+
+func (c *Checker) selectorText() string {
+	if c.selector == "" {
+		return ""
+	}
+	return fmt.Sprintf(" with labelSelector %q", c.selector)
+}
+
+// redact removes the credentials the configuration holds from s, in case an error quotes them.
+func (c *Checker) redact(s string) string {
+	for _, secret := range c.secrets {
+		s = strings.ReplaceAll(s, secret, "[redacted]")
+	}
+	return s
+}
+
+func describe(gvr schema.GroupVersionResource, namespace string) string {
+	gv := gvr.Version
+	if gvr.Group != "" {
+		gv = gvr.Group + "/" + gvr.Version
+	}
+	where := "in all namespaces"
+	if namespace != "" {
+		where = "in namespace " + namespace
+	}
+	return fmt.Sprintf("%s (%s) %s", gvr.Resource, gv, where)
+}
+
+func hostOf(host string) string {
+	if u, err := url.Parse(host); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return strings.TrimSuffix(host, "/")
+}
