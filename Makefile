@@ -7,7 +7,7 @@ GOTOOL   := $(GO) tool -modfile=tools/go.mod
 BINARY   := provider_health_exporter
 PKGS     := ./...
 
-.PHONY: all build test test-deps kube-binaries bench fuzz lint vet fmt-check staticcheck fmt clean
+.PHONY: all build generate test test-deps kube-binaries bench fuzz lint vet fmt-check staticcheck fmt clean
 
 all: lint test build
 
@@ -34,6 +34,11 @@ kube-binaries:
 ## fuzz: search for inputs that crash the providers-file parser (make test runs the seed corpus).
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./config
+
+## generate: the ProviderHealth CRD (deploy/crd/) and the API types' deepcopy code, from the
+## kubebuilder markers in crdwriter/v1alpha1. `make test` fails when the committed files drift.
+generate:
+	$(GOTOOL) controller-gen object paths=./crdwriter/v1alpha1/... crd:crdVersions=v1 output:crd:dir=deploy/crd
 
 ## bench: every benchmark, with allocations; no tests.
 bench:

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -26,8 +27,11 @@ import (
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 )
 
 const (
@@ -52,6 +56,9 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, signals))
 }
 
+// klogOnce guards the process-wide klog logger (run may be called more than once by tests).
+var klogOnce sync.Once
+
 // options are the parsed command line.
 type options struct {
 	configFile  string
@@ -61,6 +68,17 @@ type options struct {
 	timeout time.Duration
 	web     *web.FlagConfig
 	log     *promslog.Config
+	crd     crdOptions
+}
+
+// crdOptions are the --crd.* flags: mirroring the verdicts into ProviderHealth objects.
+type crdOptions struct {
+	enabled           bool
+	kubeconfig        string
+	heartbeatInterval time.Duration
+	leaderElect       bool
+	leaseNamespace    string
+	leaseName         string
 }
 
 // parseFlags parses args. When done is true the process must exit with code at once: the
@@ -85,6 +103,12 @@ func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code in
 	app.Flag("config.check", "Validate the flags and the providers file, print what is wrong or \"ok\", and exit (1 or 0).").BoolVar(&opts.configCheck)
 	app.Flag("provider-check-interval", "How often every provider is checked. 0 turns checks off; otherwise at least 10s.").Default("1m").SetValue(durationValue{"provider-check-interval", &opts.interval})
 	app.Flag("provider-check-timeout", "Deadline of one round of checks. 0 derives min(15s, interval); otherwise at most the interval.").Default("0").SetValue(durationValue{"provider-check-timeout", &opts.timeout})
+	app.Flag("crd.enabled", "Mirror the verdicts into cluster-scoped ProviderHealth objects (kubectl get ph).").BoolVar(&opts.crd.enabled)
+	app.Flag("crd.kubeconfig", "Kubeconfig of the cluster that holds the ProviderHealth objects; empty: in-cluster config.").StringVar(&opts.crd.kubeconfig)
+	app.Flag("crd.heartbeat-interval", "Most time between two status writes of an unchanged ProviderHealth (its lastHeartbeatTime).").Default("5m").SetValue(durationValue{"crd.heartbeat-interval", &opts.crd.heartbeatInterval})
+	app.Flag("crd.leader-elect", "Write only while holding a coordination.k8s.io Lease, so that one of several replicas writes.").BoolVar(&opts.crd.leaderElect)
+	app.Flag("crd.lease-namespace", "Namespace of the Lease; empty: the pod's namespace in a cluster, else default.").StringVar(&opts.crd.leaseNamespace)
+	app.Flag("crd.lease-name", "Name of the Lease.").Default(crdwriter.DefaultLeaseName).StringVar(&opts.crd.leaseName)
 	opts.web = kingpinflag.AddFlags(app, defaultListenAddress)
 	promslogflag.AddFlags(app, opts.log)
 
@@ -143,6 +167,63 @@ func checkTiming(interval, timeout time.Duration) (time.Duration, error) {
 	return timeout, nil
 }
 
+// checkCRD validates the --crd.* flags.
+func checkCRD(o crdOptions) error {
+	if o.heartbeatInterval < time.Second {
+		return fmt.Errorf("--crd.heartbeat-interval=%s: must be at least 1s", o.heartbeatInterval)
+	}
+	if o.leaderElect && !o.enabled {
+		return errors.New("--crd.leader-elect: needs --crd.enabled")
+	}
+	return nil
+}
+
+// startCRDWriter starts mirroring the runner's snapshots into ProviderHealth objects, or, with
+// checks off, deletes ours once. The returned channel is closed when it has stopped (ctx done).
+func startCRDWriter(ctx context.Context, o crdOptions, e *exporter, interval time.Duration, logger *slog.Logger) (<-chan struct{}, error) {
+	done := make(chan struct{})
+	if !o.enabled {
+		close(done)
+		return done, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--crd.kubeconfig=%q: %w", o.kubeconfig, err)
+	}
+	cfg.UserAgent = programName
+	logger = logger.With("component", "crdwriter")
+	w, err := crdwriter.New(crdwriter.Options{
+		Config:            cfg,
+		Source:            e.runner,
+		Logger:            logger,
+		Interval:          interval,
+		HeartbeatInterval: o.heartbeatInterval,
+		LeaderElect:       o.leaderElect,
+		LeaseNamespace:    o.leaseNamespace,
+		LeaseName:         o.leaseName,
+		Registerer:        e.registry,
+	})
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		defer close(done)
+		if !e.checksOn() {
+			// Checks off: no verdicts to mirror, and objects of ours would only go stale.
+			if err := w.DeleteAll(ctx); err != nil && ctx.Err() == nil {
+				logger.Error("cannot delete the ProviderHealth objects", "err", err)
+			}
+			return
+		}
+		// The providers it keeps objects for are the snapshot's: a reload publishes a new
+		// snapshot at once, and the writer deletes the objects of removed providers.
+		if err := w.Run(ctx); err != nil && ctx.Err() == nil {
+			logger.Error("ProviderHealth writer stopped", "err", err)
+		}
+	}()
+	return done, nil
+}
+
 // run is the whole program; it returns the exit code. signals delivers SIGHUP (reload) and
 // SIGTERM/SIGINT (shutdown).
 func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int {
@@ -158,6 +239,7 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 	// The flags are checked before the providers file is read: a wrong flag is reported as
 	// such, not hidden behind a file problem.
 	timeout, err := checkTiming(opts.interval, opts.timeout)
+	err = errors.Join(err, checkCRD(opts.crd))
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			logger.Error("invalid flag", "err", line)
@@ -165,6 +247,9 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 		return 1
 	}
 	logger.Info("starting "+programName, "version", version.Info(), "build_context", version.BuildContext())
+	// client-go's own logs (kubernetes checks, leader election, events) go to the same handler.
+	// klog's logger is process-wide and read without a lock: set it once, before any client.
+	klogOnce.Do(func() { klog.SetSlogLogger(logger.With("component", "client-go")) })
 
 	e, err := newExporter(opts.configFile, opts.interval, timeout, logger)
 	if err != nil {
@@ -186,6 +271,14 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 		}()
 	} else {
 		close(runnerDone)
+	}
+	writerDone, err := startCRDWriter(ctx, opts.crd, e, opts.interval, logger)
+	if err != nil {
+		logger.Error("cannot start the ProviderHealth writer", "err", err)
+		stopRunner()
+		<-runnerDone
+		e.close()
+		return 1
 	}
 
 	server := &http.Server{
@@ -222,6 +315,7 @@ loop:
 	// checker's Close must tolerate that.)
 	stopRunner()
 	<-runnerDone
+	<-writerDone
 	e.close()
 	if serving {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
@@ -246,6 +340,9 @@ func configCheck(opts *options, stdout, stderr io.Writer) int {
 	var problems []string
 	if _, err := checkTiming(opts.interval, opts.timeout); err != nil {
 		problems = append(problems, strings.Split(err.Error(), "\n")...)
+	}
+	if err := checkCRD(opts.crd); err != nil {
+		problems = append(problems, err.Error())
 	}
 	if path := *opts.web.WebConfigFile; path != "" {
 		if err := web.Validate(path); err != nil {

@@ -647,3 +647,37 @@ func tlsClient(t *testing.T, certPEM []byte) *http.Client {
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
 	}
 }
+
+// TestCheckCRD: the --crd.* flags are validated with messages that name the flag.
+func TestCheckCRD(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    crdOptions
+		want string // "" = valid
+	}{
+		{"off", crdOptions{heartbeatInterval: 5 * time.Minute}, ""},
+		{"on", crdOptions{enabled: true, heartbeatInterval: 5 * time.Minute}, ""},
+		{"leader election", crdOptions{enabled: true, leaderElect: true, heartbeatInterval: time.Minute}, ""},
+		{"heartbeat too short", crdOptions{enabled: true, heartbeatInterval: 500 * time.Millisecond}, "--crd.heartbeat-interval=500ms: must be at least 1s"},
+		{"leader election without the writer", crdOptions{leaderElect: true, heartbeatInterval: time.Minute}, "--crd.leader-elect: needs --crd.enabled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkCRD(tc.o)
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tc.want {
+				t.Errorf("checkCRD = %q, want %q", got, tc.want)
+			}
+		})
+	}
+
+	// Through the command line: --config.check reports it, and a start refuses it before the
+	// providers file is read.
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"--config.file=" + writeProviders(t, ""), "--config.check", "--crd.leader-elect"}, &stdout, &stderr, nil)
+	if code != 1 || !strings.Contains(stderr.String(), "--crd.leader-elect: needs --crd.enabled") {
+		t.Errorf("--config.check --crd.leader-elect: exit %d, stderr %q", code, stderr.String())
+	}
+}

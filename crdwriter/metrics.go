@@ -1,0 +1,74 @@
+package crdwriter
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// Kinds of writes the writer counts.
+const (
+	writeCreate = "create"
+	writeStatus = "status"
+	writeDelete = "delete"
+	writeEvent  = "event"
+)
+
+// Results of writes the writer counts.
+const (
+	resultSuccess  = "success"
+	resultConflict = "conflict"
+	resultError    = "error"
+)
+
+// metrics are the writer's own metrics, documented in docs/crd.md and docs/metrics.md.
+type metrics struct {
+	writes      *prometheus.CounterVec
+	lastSuccess prometheus.Gauge
+	leader      prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "proxy_operator_crd_writer_writes_total",
+			Help: "Writes of the ProviderHealth writer to the Kubernetes API, by kind (create, status, delete, event) and result (success, conflict, error).",
+		}, []string{"kind", "result"}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "proxy_operator_crd_writer_last_success_timestamp_seconds",
+			Help: "When the ProviderHealth writer last wrote to the Kubernetes API successfully, in seconds since the epoch.",
+		}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "proxy_operator_crd_writer_leader",
+			Help: "1 when this replica's ProviderHealth writer is writing (holds the lease, or runs without leader election), else 0.",
+		}),
+	}
+	for _, kind := range []string{writeCreate, writeStatus, writeDelete, writeEvent} {
+		for _, result := range []string{resultSuccess, resultConflict, resultError} {
+			m.writes.WithLabelValues(kind, result)
+		}
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.writes, m.lastSuccess, m.leader} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// count records one write and its outcome.
+func (m *metrics) count(kind string, err error) {
+	switch {
+	case err == nil:
+		m.writes.WithLabelValues(kind, resultSuccess).Inc()
+		m.lastSuccess.Set(float64(time.Now().UnixNano()) / 1e9)
+	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || errors.Is(err, errNotOurs):
+		m.writes.WithLabelValues(kind, resultConflict).Inc()
+	default:
+		m.writes.WithLabelValues(kind, resultError).Inc()
+	}
+}

@@ -1,0 +1,376 @@
+package crdwriter
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
+)
+
+// Bounds of the texts the writer composes. The API server would accept more, but a kubectl
+// column or an Event is read at a glance.
+const (
+	// maxListedDown is how many down targets the Ready condition's message names.
+	maxListedDown = 10
+	// maxInlineMessage bounds a target's message quoted in the condition's message.
+	maxInlineMessage = 256
+	// maxEventMessage bounds an Event's message.
+	maxEventMessage = 1024
+)
+
+// targetMem is what the writer remembers of one target.
+type targetMem struct {
+	up      bool
+	reason  string
+	message string
+	// since moves only when up flips: the target's lastTransitionTime.
+	since time.Time
+}
+
+// providerMem is what the writer remembers of one provider: the desired status in a form that
+// keeps every target (the status itself is bounded) and the transition times, which survive
+// rounds, reloads and (read back from the live object) restarts.
+type providerMem struct {
+	typ     string
+	order   []string // the targets, in the checker's order
+	targets map[string]*targetMem
+	cond    *metav1.Condition
+	// lastChecked is the newest CheckedAt among the provider's targets: zero until checked.
+	lastChecked time.Time
+}
+
+// targetEvent is one target transition to report as a Kubernetes Event.
+type targetEvent struct {
+	seq       uint64 // the order in which the writer saw it (set when queued)
+	eventType string // corev1.EventTypeNormal or corev1.EventTypeWarning
+	reason    string
+	message   string
+}
+
+// memFromStatus seeds a provider's memory from the status of its live object, so transition
+// times survive a restart of the exporter or a change of leader.
+func memFromStatus(st *v1alpha1.ProviderHealthStatus) *providerMem {
+	m := &providerMem{typ: st.Type, targets: make(map[string]*targetMem, len(st.Targets))}
+	for _, t := range st.Targets {
+		if _, dup := m.targets[t.Name]; dup {
+			continue
+		}
+		m.order = append(m.order, t.Name)
+		m.targets[t.Name] = &targetMem{up: t.Up, reason: t.Reason, message: t.Message, since: t.LastTransitionTime.Time}
+	}
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == v1alpha1.ConditionReady {
+			c := st.Conditions[i]
+			m.cond = &c
+		}
+	}
+	return m
+}
+
+// observe folds a provider's state from a snapshot into its memory and returns the target
+// transitions to report. A provider not checked yet (no targets) leaves known targets alone, so
+// that a restart does not wipe the verdicts and transition times read back from the live object.
+func (m *providerMem) observe(ps *checks.ProviderState, now time.Time, staleAfter time.Duration) []targetEvent {
+	if m.targets == nil {
+		m.targets = make(map[string]*targetMem)
+	}
+	m.typ = string(ps.Type)
+	var events []targetEvent
+	if len(ps.Targets) > 0 {
+		order := make([]string, 0, len(ps.Targets))
+		seen := make(map[string]bool, len(ps.Targets))
+		m.lastChecked = time.Time{}
+		for i := range ps.Targets {
+			ts := &ps.Targets[i]
+			if seen[ts.Target] {
+				continue
+			}
+			seen[ts.Target] = true
+			order = append(order, ts.Target)
+			if ts.CheckedAt.After(m.lastChecked) {
+				m.lastChecked = ts.CheckedAt
+			}
+			reason := string(ts.Reason)
+			if reason == "" {
+				reason = string(checks.ReasonTimeout)
+				if ts.Up {
+					reason = string(checks.ReasonReady)
+				}
+			}
+			flipAt := ts.Since
+			if flipAt.IsZero() {
+				flipAt = ts.CheckedAt
+			}
+			if flipAt.IsZero() || flipAt.After(now) {
+				flipAt = now
+			}
+			flipAt = flipAt.Truncate(time.Second)
+			prev := m.targets[ts.Target]
+			switch {
+			case prev == nil:
+				m.targets[ts.Target] = &targetMem{up: ts.Up, reason: reason, message: ts.Message, since: flipAt}
+				if !ts.Up {
+					events = append(events, downEvent(ts.Target, reason, ts.Message))
+				}
+				continue
+			case prev.up != ts.Up:
+				if ts.Up {
+					events = append(events, upEvent(ts.Target, prev.reason, flipAt.Sub(prev.since)))
+				} else {
+					events = append(events, downEvent(ts.Target, reason, ts.Message))
+				}
+				if flipAt.Before(prev.since) {
+					flipAt = prev.since
+				}
+				prev.since = flipAt
+			case !ts.Up && prev.reason != reason:
+				events = append(events, targetEvent{eventType: "Warning", reason: reason,
+					message: clip(fmt.Sprintf("target %s is still down, now %s (was %s): %s", ts.Target, reason, prev.reason, ts.Message), maxEventMessage)})
+			}
+			prev.up, prev.reason, prev.message = ts.Up, reason, ts.Message
+		}
+		for name := range m.targets {
+			if !seen[name] {
+				delete(m.targets, name)
+			}
+		}
+		m.order = order
+	}
+	m.setCondition(m.readyCondition(now, staleAfter), now)
+	return events
+}
+
+func downEvent(target, reason, message string) targetEvent {
+	msg := fmt.Sprintf("target %s is down (%s)", target, reason)
+	if message != "" {
+		msg += ": " + message
+	}
+	return targetEvent{eventType: "Warning", reason: reason, message: clip(msg, maxEventMessage)}
+}
+
+func upEvent(target, prevReason string, downFor time.Duration) targetEvent {
+	msg := fmt.Sprintf("target %s is ready again (was %s)", target, prevReason)
+	if downFor > 0 {
+		msg = fmt.Sprintf("target %s is ready again after %s down (was %s)", target, downFor.Round(time.Second), prevReason)
+	}
+	return targetEvent{eventType: "Normal", reason: string(checks.ReasonReady), message: msg}
+}
+
+// readyCondition computes the Ready condition from the remembered targets, without its
+// transition time.
+func (m *providerMem) readyCondition(now time.Time, staleAfter time.Duration) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionReady}
+	if len(m.order) == 0 || m.lastChecked.IsZero() && m.cond == nil {
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, v1alpha1.ReasonAwaitingFirstCheck, "the provider has not been checked yet"
+		return c
+	}
+	if m.lastChecked.IsZero() {
+		// Seeded from the live object and not checked since this writer started: keep what the
+		// object says until the first check.
+		c.Status, c.Reason, c.Message = m.cond.Status, m.cond.Reason, m.cond.Message
+		return c
+	}
+	if staleAfter > 0 && now.Sub(m.lastChecked) > staleAfter {
+		c.Status, c.Reason = metav1.ConditionUnknown, v1alpha1.ReasonChecksStale
+		c.Message = fmt.Sprintf("no check has completed since %s (stale after %s); the targets show their last verdicts",
+			m.lastChecked.UTC().Format(time.RFC3339), staleAfter)
+		return c
+	}
+	var down []string
+	reasons := map[string]bool{}
+	for _, name := range m.order {
+		if t := m.targets[name]; !t.up {
+			down = append(down, name)
+			reasons[t.reason] = true
+		}
+	}
+	total := len(m.order)
+	if len(down) == 0 {
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonAllTargetsReady
+		c.Message = fmt.Sprintf("all %d targets ready", total)
+		if total == 1 {
+			c.Message = "the target is ready"
+		}
+	} else {
+		c.Status = metav1.ConditionFalse
+		first := m.targets[down[0]]
+		if len(reasons) == 1 {
+			c.Reason = first.reason
+		} else {
+			c.Reason = v1alpha1.ReasonMultipleReasons
+		}
+		switch {
+		case len(down) == 1:
+			c.Message = fmt.Sprintf("1 of %d targets down: %s (%s)", total, down[0], first.reason)
+			if first.message != "" {
+				c.Message += ": " + clip(first.message, maxInlineMessage)
+			}
+		case len(reasons) == 1:
+			c.Message = fmt.Sprintf("%d of %d targets down (%s): %s", len(down), total, first.reason, listNames(down, nil))
+		default:
+			c.Message = fmt.Sprintf("%d of %d targets down: %s", len(down), total, listNames(down, m.targets))
+		}
+	}
+	if total > v1alpha1.MaxTargets {
+		c.Message += fmt.Sprintf(" (%d targets not listed in status.targets, which holds at most %d)", total-v1alpha1.MaxTargets, v1alpha1.MaxTargets)
+	}
+	return c
+}
+
+// listNames lists at most maxListedDown names, each with its reason when targets is given.
+func listNames(names []string, targets map[string]*targetMem) string {
+	var b strings.Builder
+	for i, n := range names {
+		if i == maxListedDown {
+			fmt.Fprintf(&b, " and %d more", len(names)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(n)
+		if targets != nil {
+			fmt.Fprintf(&b, " (%s)", targets[n].reason)
+		}
+	}
+	return b.String()
+}
+
+// setCondition stores c as the Ready condition. Its transition time moves only when its status
+// changes: to the time the first target went down (True to False), the time the last target
+// came back (False to True), or now (to or from Unknown), never backwards.
+func (m *providerMem) setCondition(c metav1.Condition, now time.Time) {
+	now = now.Truncate(time.Second)
+	if m.cond != nil && m.cond.Status == c.Status {
+		c.LastTransitionTime = m.cond.LastTransitionTime
+		m.cond = &c
+		return
+	}
+	at := now
+	if m.cond != nil {
+		var t time.Time
+		switch {
+		case m.cond.Status == metav1.ConditionTrue && c.Status == metav1.ConditionFalse:
+			for _, name := range m.order {
+				if tm := m.targets[name]; !tm.up && (t.IsZero() || tm.since.Before(t)) {
+					t = tm.since
+				}
+			}
+		case m.cond.Status == metav1.ConditionFalse && c.Status == metav1.ConditionTrue:
+			for _, name := range m.order {
+				if tm := m.targets[name]; tm.since.After(t) {
+					t = tm.since
+				}
+			}
+		}
+		if !t.IsZero() && t.Before(now) {
+			at = t
+		}
+		if prev := m.cond.LastTransitionTime.Time; at.Before(prev) {
+			at = prev
+		}
+	}
+	c.LastTransitionTime = metav1.NewTime(at)
+	m.cond = &c
+}
+
+// render returns the status the provider's object should have (without a heartbeat).
+func (m *providerMem) render() v1alpha1.ProviderHealthStatus {
+	st := v1alpha1.ProviderHealthStatus{Type: m.typ}
+	ready := 0
+	for _, name := range m.order {
+		if m.targets[name].up {
+			ready++
+		}
+	}
+	total := len(m.order)
+	st.ReadyTargets, st.TotalTargets = int32(ready), int32(total)
+	st.TargetsReady = fmt.Sprintf("%d/%d", ready, total)
+	include := func(string) bool { return true }
+	if total > v1alpha1.MaxTargets {
+		// Down targets first, so that what is broken stays visible; then up ones in order.
+		keep := make(map[string]bool, v1alpha1.MaxTargets)
+		for _, pass := range []bool{false, true} {
+			for _, name := range m.order {
+				if len(keep) < v1alpha1.MaxTargets && m.targets[name].up == pass {
+					keep[name] = true
+				}
+			}
+		}
+		include = func(n string) bool { return keep[n] }
+		st.OmittedTargets = int32(total - len(keep))
+	}
+	for _, name := range m.order {
+		if !include(name) {
+			continue
+		}
+		t := m.targets[name]
+		st.Targets = append(st.Targets, v1alpha1.TargetStatus{
+			Name: name, Up: t.up, Reason: t.reason,
+			Message:            clip(t.message, v1alpha1.MaxTargetMessageLength),
+			LastTransitionTime: metav1.NewTime(t.since),
+		})
+	}
+	if m.cond != nil {
+		st.Conditions = []metav1.Condition{*m.cond}
+	}
+	return st
+}
+
+// sameVisible reports whether two statuses agree on everything that is worth a write of its
+// own: everything but the heartbeat and the free-text messages. A change of message alone is
+// written with the next heartbeat or change, so a checker whose messages vary every round (a
+// duration, a port) cannot force a write per round.
+func sameVisible(a, b *v1alpha1.ProviderHealthStatus) bool {
+	return equality.Semantic.DeepEqual(withoutMessages(a), withoutMessages(b))
+}
+
+func withoutMessages(st *v1alpha1.ProviderHealthStatus) v1alpha1.ProviderHealthStatus {
+	c := normalized(st)
+	for i := range c.Targets {
+		c.Targets[i].Message = ""
+	}
+	for i := range c.Conditions {
+		c.Conditions[i].Message = ""
+	}
+	return c
+}
+
+// normalized copies a status without its heartbeat and with times at the API's one-second
+// precision, so a status read back from the API server compares equal to the one written.
+func normalized(st *v1alpha1.ProviderHealthStatus) v1alpha1.ProviderHealthStatus {
+	c := *st.DeepCopy()
+	c.LastHeartbeatTime = nil
+	for i := range c.Targets {
+		c.Targets[i].LastTransitionTime = c.Targets[i].LastTransitionTime.Rfc3339Copy()
+	}
+	for i := range c.Conditions {
+		c.Conditions[i].LastTransitionTime = c.Conditions[i].LastTransitionTime.Rfc3339Copy()
+		c.Conditions[i].ObservedGeneration = 0
+	}
+	if len(c.Targets) == 0 {
+		c.Targets = nil
+	}
+	if len(c.Conditions) == 0 {
+		c.Conditions = nil
+	}
+	return c
+}
+
+// clip cuts s to at most n bytes at a UTF-8 boundary, marking the cut with "...".
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("...")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}

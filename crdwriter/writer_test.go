@@ -1,0 +1,470 @@
+package crdwriter
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
+)
+
+// harness runs a Writer against fakeObjects and a fakeSource.
+type harness struct {
+	t       *testing.T
+	w       *Writer
+	objs    *fakeObjects
+	src     *fakeSource
+	rec     *record.FakeRecorder
+	reg     *prometheus.Registry
+	logs    *syncBuffer
+	syncsMu sync.Mutex
+	synced  uint64 // newest round synced without error
+	errs    int
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newHarness(t *testing.T, objs *fakeObjects, src *fakeSource, mod func(*Options)) *harness {
+	t.Helper()
+	h := &harness{t: t, objs: objs, src: src, rec: record.NewFakeRecorder(1000), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	var source Source
+	if src != nil {
+		source = src
+	}
+	opts := Options{
+		// Never contacted: the fake replaces the client.
+		Config:     &rest.Config{Host: "https://127.0.0.1:1"},
+		Source:     source,
+		Logger:     slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Interval:   time.Minute,
+		Registerer: h.reg,
+	}
+	if mod != nil {
+		mod(&opts)
+	}
+	w, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.objects = objs
+	w.newRecorder = func(context.Context) (record.EventRecorder, func()) { return h.rec, func() {} }
+	w.maxBackoff = 20 * time.Millisecond
+	w.afterSync = func(round uint64, err error) {
+		h.syncsMu.Lock()
+		defer h.syncsMu.Unlock()
+		if err != nil {
+			h.errs++
+			return
+		}
+		h.synced = max(h.synced, round)
+	}
+	h.w = w
+	return h
+}
+
+func (h *harness) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan struct{})
+	go func() {
+		defer close(h.done)
+		if err := h.w.Run(ctx); err != nil {
+			h.t.Errorf("Run: %v", err)
+		}
+	}()
+	h.t.Cleanup(h.stop)
+}
+
+func (h *harness) stop() {
+	if h.cancel != nil {
+		h.cancel()
+		<-h.done
+		h.cancel = nil
+	}
+}
+
+// round publishes a snapshot and waits until the writer has synced it.
+func (h *harness) round(providers ...checks.ProviderState) {
+	h.t.Helper()
+	h.src.publish(providers...)
+	want := h.src.Current().Round
+	eventually(h.t, "the writer synced the new round", func() bool {
+		h.syncsMu.Lock()
+		defer h.syncsMu.Unlock()
+		return h.synced >= want
+	})
+}
+
+func (h *harness) writes(kind, result string) float64 {
+	return testutil.ToFloat64(h.w.metrics.writes.WithLabelValues(kind, result))
+}
+
+func readyOf(obj *v1alpha1.ProviderHealth) metav1.Condition {
+	for _, c := range obj.Status.Conditions {
+		if c.Type == v1alpha1.ConditionReady {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}
+
+func TestWriterSteadyStateAndFlip(t *testing.T) {
+	objs := newFakeObjects()
+	since := time.Now().Add(-time.Hour)
+	kvm := func(hv2 checks.Reason, sinceHv2 time.Time) checks.ProviderState {
+		return provider("kvm-lab", checks.TypeKVM, target("hv1", checks.ReasonReady, "", since), target("hv2", hv2, "msg", sinceHv2))
+	}
+	src := newFakeSource(provider("kvm-lab", checks.TypeKVM))
+	h := newHarness(t, objs, src, nil)
+	h.start()
+	h.round(kvm(checks.ReasonReady, since))
+
+	obj := objs.get("kvm-lab")
+	if obj == nil || obj.Labels[ManagedByLabel] != ManagedByValue {
+		t.Fatalf("object = %+v, want one with our label", obj)
+	}
+	if c := readyOf(obj); c.Status != metav1.ConditionTrue || obj.Status.TargetsReady != "2/2" || obj.Status.LastHeartbeatTime == nil {
+		t.Fatalf("status = %+v", obj.Status)
+	}
+	writesBefore := objs.count("status") + objs.count("create")
+	rv := obj.ResourceVersion
+
+	// Steady state: rounds with the same verdicts make no request at all.
+	for range 5 {
+		h.round(kvm(checks.ReasonReady, since))
+	}
+	if n := objs.count("status") + objs.count("create") + objs.count("get") - writesBefore; n != 0 {
+		t.Errorf("%d requests in steady state, want 0", n)
+	}
+	if got := objs.get("kvm-lab").ResourceVersion; got != rv {
+		t.Errorf("resource version moved from %s to %s in steady state", rv, got)
+	}
+	if ev := drainEvents(h.rec); len(ev) != 0 {
+		t.Errorf("events in steady state: %v", ev)
+	}
+
+	// One target flips: exactly one status write and one Event.
+	flip := time.Now().Truncate(time.Second)
+	statusBefore := objs.count("status")
+	metricBefore := h.writes(writeStatus, resultSuccess)
+	h.round(kvm(checks.ReasonLibvirtConnectFailed, flip))
+	h.round(kvm(checks.ReasonLibvirtConnectFailed, flip))
+	if n := objs.count("status") - statusBefore; n != 1 {
+		t.Errorf("%d status writes for one flip, want 1", n)
+	}
+	ev := drainEvents(h.rec)
+	if len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning LibvirtConnectFailed target hv2 is down (LibvirtConnectFailed): msg") {
+		t.Errorf("events = %q, want one Warning LibvirtConnectFailed", ev)
+	}
+	obj = objs.get("kvm-lab")
+	c := readyOf(obj)
+	if c.Status != metav1.ConditionFalse || c.Reason != "LibvirtConnectFailed" || obj.Status.TargetsReady != "1/2" {
+		t.Errorf("status after the flip = %+v", obj.Status)
+	}
+	if got := obj.Status.Targets[0].LastTransitionTime.Time; !got.Equal(since.Truncate(time.Second)) {
+		t.Errorf("hv1's transition time moved to %s", got)
+	}
+	if got := obj.Status.Targets[1].LastTransitionTime.Time; !got.Equal(flip) {
+		t.Errorf("hv2's transition time %s, want %s", got, flip)
+	}
+	if h.writes(writeStatus, resultSuccess)-metricBefore != 1 || h.writes(writeCreate, resultSuccess) != 1 {
+		t.Errorf("writes metric: status +%v create %v, want +1 and 1", h.writes(writeStatus, resultSuccess)-metricBefore, h.writes(writeCreate, resultSuccess))
+	}
+	if testutil.ToFloat64(h.w.metrics.leader) != 1 {
+		t.Error("leader metric is not 1 while writing without leader election")
+	}
+	h.stop()
+	if testutil.ToFloat64(h.w.metrics.leader) != 0 {
+		t.Error("leader metric is not 0 after Run returned")
+	}
+}
+
+func TestWriterHeartbeatCarriesMessages(t *testing.T) {
+	objs := newFakeObjects()
+	since := time.Now().Add(-time.Hour)
+	src := newFakeSource()
+	h := newHarness(t, objs, src, func(o *Options) { o.HeartbeatInterval = 1500 * time.Millisecond })
+	h.start()
+	h.round(provider("gcp", checks.TypeGCP, target("proj", checks.ReasonRateLimited, "quota 1", since)))
+	first := objs.get("gcp")
+	statusBefore := objs.count("status")
+	h.round(provider("gcp", checks.TypeGCP, target("proj", checks.ReasonRateLimited, "quota 2", since)))
+	if objs.count("status") != statusBefore {
+		t.Error("a message-only change was written before the heartbeat")
+	}
+	// The heartbeat (at most HeartbeatInterval after the last write) writes it.
+	eventually(t, "the heartbeat wrote the new message", func() bool {
+		o := objs.get("gcp")
+		return len(o.Status.Targets) == 1 && o.Status.Targets[0].Message == "quota 2"
+	})
+	hb := objs.get("gcp").Status.LastHeartbeatTime
+	if !hb.After(first.Status.LastHeartbeatTime.Time) {
+		t.Errorf("heartbeat %s not after %s", hb, first.Status.LastHeartbeatTime)
+	}
+	if n := objs.count("status") - statusBefore; n != 1 {
+		t.Errorf("%d heartbeat writes, want 1", n)
+	}
+}
+
+func TestWriterConflictDeletionAndForeignObjects(t *testing.T) {
+	objs := newFakeObjects()
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "theirs"}})
+	since := time.Now().Add(-time.Hour)
+	p := func(r checks.Reason) []checks.ProviderState {
+		return []checks.ProviderState{
+			provider("ours", checks.TypeKubernetes, target("api", r, "", since)),
+			provider("theirs", checks.TypeKubernetes, target("api", checks.ReasonReady, "", since)),
+		}
+	}
+	src := newFakeSource()
+	h := newHarness(t, objs, src, nil)
+	h.start()
+	h.round(p(checks.ReasonReady)...)
+	if o := objs.get("theirs"); len(o.Status.Conditions) != 0 || o.Labels[ManagedByLabel] != "" {
+		t.Errorf("an object without our label was modified: %+v", o)
+	}
+	if !strings.Contains(h.logs.String(), "exists without our label") {
+		t.Errorf("no warning about the foreign object in the logs:\n%s", h.logs.String())
+	}
+
+	// Someone else bumped the object: a conflict, resolved by re-reading.
+	objs.mu.Lock()
+	objs.conflictOnce["ours"] = true
+	objs.mu.Unlock()
+	getsBefore := objs.count("get")
+	h.round(p(checks.ReasonForbidden)...)
+	if c := readyOf(objs.get("ours")); c.Reason != "Forbidden" {
+		t.Errorf("after a conflict the status is %+v", c)
+	}
+	if h.writes(writeStatus, resultConflict) != 1 || objs.count("get")-getsBefore != 1 {
+		t.Errorf("conflicts %v, gets %d: want 1 and 1", h.writes(writeStatus, resultConflict), objs.count("get")-getsBefore)
+	}
+	drainEvents(h.rec)
+
+	// Deleted by someone: recreated at the next change, with the transition times memory kept.
+	downSince := readyOf(objs.get("ours")).LastTransitionTime
+	objs.remove("ours")
+	h.round(p(checks.ReasonUnauthorized)...)
+	o := objs.get("ours")
+	if o == nil {
+		t.Fatal("the deleted object was not recreated at the next change")
+	}
+	if c := readyOf(o); c.Reason != "Unauthorized" || !c.LastTransitionTime.Equal(&downSince) {
+		t.Errorf("recreated status = %+v, want Unauthorized since %s", c, downSince)
+	}
+	if ev := drainEvents(h.rec); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning Unauthorized target api is still down, now Unauthorized (was Forbidden)") {
+		t.Errorf("events = %q", ev)
+	}
+}
+
+func TestWriterGarbageCollection(t *testing.T) {
+	objs := newFakeObjects()
+	ours := map[string]string{ManagedByLabel: ManagedByValue}
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "old", Labels: ours}})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "theirs-old"}})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "other-manager", Labels: map[string]string{ManagedByLabel: "someone-else"}}})
+	since := time.Now().Add(-time.Hour)
+	a := provider("a", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
+	b := provider("b", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
+	src := newFakeSource(a, b)
+	h := newHarness(t, objs, src, nil)
+	h.start()
+	h.round(a, b)
+	if objs.get("old") != nil {
+		t.Error("our object of an unconfigured provider survived the start")
+	}
+	if objs.get("theirs-old") == nil || objs.get("other-manager") == nil {
+		t.Error("an object without our label was deleted")
+	}
+	if objs.get("a") == nil || objs.get("b") == nil {
+		t.Fatal("configured providers have no objects")
+	}
+
+	// A reload drops b.
+	h.w.SetProviders([]string{"a"})
+	eventually(t, "b's object is deleted after the reload", func() bool { return objs.get("b") == nil })
+	h.round(a)
+	if objs.get("a") == nil || objs.get("theirs-old") == nil {
+		t.Error("the reload deleted the wrong objects")
+	}
+	h.stop()
+
+	// Checks off: all of ours go, nothing else.
+	if err := h.w.DeleteAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if objs.get("a") != nil {
+		t.Error("DeleteAll left one of ours")
+	}
+	if objs.get("theirs-old") == nil || objs.get("other-manager") == nil {
+		t.Error("DeleteAll deleted an object that is not ours")
+	}
+	if got := h.writes(writeDelete, resultSuccess); got != 3 {
+		t.Errorf("delete writes = %v, want 3", got)
+	}
+}
+
+func TestWriterRestartKeepsTransitionTimes(t *testing.T) {
+	objs := newFakeObjects()
+	down := time.Now().Add(-2 * time.Hour).Truncate(time.Second)
+	src := newFakeSource()
+	h := newHarness(t, objs, src, nil)
+	h.start()
+	h.round(provider("k", checks.TypeKubernetes, target("api", checks.ReasonAPIUnreachable, "", down)))
+	before := objs.get("k")
+	h.stop()
+	drainEvents(h.rec)
+
+	// A new process: the runner's Since is its own first check, round 0 lists no targets yet.
+	src2 := newFakeSource(provider("k", checks.TypeKubernetes))
+	h2 := newHarness(t, objs, src2, nil)
+	h2.start()
+	h2.round(provider("k", checks.TypeKubernetes))
+	h2.round(provider("k", checks.TypeKubernetes, target("api", checks.ReasonAPIUnreachable, "", time.Now())))
+	after := objs.get("k")
+	if after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("a restart without a change wrote the object:\n%+v\n%+v", before.Status, after.Status)
+	}
+	if got := after.Status.Targets[0].LastTransitionTime.Time; !got.Equal(down) {
+		t.Errorf("transition time after a restart %s, want %s", got, down)
+	}
+	if ev := drainEvents(h2.rec); len(ev) != 0 {
+		t.Errorf("events after a restart without a change: %q", ev)
+	}
+}
+
+func TestWriterOutageAndMissingCRD(t *testing.T) {
+	objs := newFakeObjects()
+	objs.noCRD = true
+	since := time.Now().Add(-time.Hour)
+	src := newFakeSource(provider("k", checks.TypeKubernetes))
+	h := newHarness(t, objs, src, nil)
+	h.start()
+	eventually(t, "several list attempts", func() bool { return objs.count("list") >= 3 })
+	if n := strings.Count(h.logs.String(), "kubectl apply -f deploy/crd/"); n != 1 {
+		t.Errorf("the missing CRD was logged %d times, want once:\n%s", n, h.logs.String())
+	}
+	objs.mu.Lock()
+	objs.noCRD = false
+	objs.mu.Unlock()
+	h.round(provider("k", checks.TypeKubernetes, target("api", checks.ReasonReady, "", since)))
+
+	// The API server goes away; rounds go on (the writer never blocks them) and the writer
+	// catches up with the newest one when it is back.
+	objs.setFail(errors.New("dial tcp 127.0.0.1:6443: connect: connection refused"))
+	src.publish(provider("k", checks.TypeKubernetes, target("api", checks.ReasonForbidden, "", time.Now())))
+	eventually(t, "failed attempts", func() bool {
+		h.syncsMu.Lock()
+		defer h.syncsMu.Unlock()
+		return h.errs >= 3
+	})
+	up := time.Now().Truncate(time.Second)
+	src.publish(provider("k", checks.TypeKubernetes, target("api", checks.ReasonReady, "", up)))
+	objs.setFail(nil)
+	h.round(provider("k", checks.TypeKubernetes, target("api", checks.ReasonReady, "", up)))
+	o := objs.get("k")
+	if c := readyOf(o); c.Status != metav1.ConditionTrue || !o.Status.Targets[0].LastTransitionTime.Time.Equal(up) {
+		t.Errorf("after the outage: %+v", o.Status)
+	}
+	// Both transitions seen during the outage are reported once the API server is back.
+	eventually(t, "two events", func() bool { return len(h.rec.Events) >= 2 })
+	ev := drainEvents(h.rec)
+	if len(ev) != 2 || !strings.HasPrefix(ev[0], "Warning Forbidden") || !strings.HasPrefix(ev[1], "Normal Ready") {
+		t.Errorf("events = %q, want the down and the up transition", ev)
+	}
+	if h.writes(writeStatus, resultError) < 1 {
+		t.Error("failed writes were not counted")
+	}
+}
+
+func TestWriterStaleness(t *testing.T) {
+	objs := newFakeObjects()
+	src := newFakeSource()
+	h := newHarness(t, objs, src, func(o *Options) { o.StaleAfter = 300 * time.Millisecond })
+	h.start()
+	h.round(provider("k", checks.TypeKubernetes, target("api", checks.ReasonReady, "", time.Now())))
+	if c := readyOf(objs.get("k")); c.Status != metav1.ConditionTrue {
+		t.Fatalf("condition %+v", c)
+	}
+	// No more rounds: the writer notices by itself that the results went stale.
+	eventually(t, "Ready turns Unknown", func() bool {
+		c := readyOf(objs.get("k"))
+		return c.Status == metav1.ConditionUnknown && c.Reason == v1alpha1.ReasonChecksStale
+	})
+}
+
+func TestNewValidates(t *testing.T) {
+	if _, err := New(Options{}); err == nil {
+		t.Error("New without a rest.Config succeeded")
+	}
+	_, err := New(Options{Config: &rest.Config{Host: "https://127.0.0.1:1"}, LeaderElect: true,
+		LeaseDuration: time.Second, RenewDeadline: 2 * time.Second})
+	if err == nil {
+		t.Error("New accepted a lease duration shorter than the renew deadline")
+	}
+	w, err := New(Options{Config: &rest.Config{Host: "https://127.0.0.1:1"}, Interval: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.opts.StaleAfter != 3*time.Minute || w.opts.HeartbeatInterval != DefaultHeartbeatInterval || w.opts.Identity == "" {
+		t.Errorf("defaults = %+v", w.opts)
+	}
+	if err := w.Run(context.Background()); err == nil {
+		t.Error("Run without a Source succeeded")
+	}
+}
+
+// Without SetProviders, the snapshot's providers are the configured ones: a provider that leaves
+// the snapshot loses its object.
+func TestWriterGarbageFromSnapshot(t *testing.T) {
+	objs := newFakeObjects()
+	since := time.Now().Add(-time.Hour)
+	a := provider("a", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
+	b := provider("b", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
+	src := newFakeSource()
+	h := newHarness(t, objs, src, func(o *Options) { o.HeartbeatInterval = time.Hour })
+	h.start()
+	h.round(a, b)
+	if objs.get("b") == nil {
+		t.Fatal("b has no object")
+	}
+	h.round(a)
+	eventually(t, "b's object is deleted", func() bool { return objs.get("b") == nil })
+	// And the writer is idle again: no request while nothing changes.
+	total := func() int {
+		return objs.count("list") + objs.count("get") + objs.count("create") + objs.count("status") + objs.count("delete")
+	}
+	before := total()
+	time.Sleep(200 * time.Millisecond)
+	if n := total() - before; n != 0 {
+		t.Errorf("%d requests while idle, want 0", n)
+	}
+}
