@@ -19,8 +19,9 @@ build:
 ## skip, or fail under REQUIRE_INTEGRATION=1.
 ## The integration tests start real systems; a whole run takes several minutes, and the first
 ## one also builds etcd and kube-apiserver (kube-binaries), so the per-binary timeout is raised.
+## -count=1: Go's test cache cannot see the systems the tests start, so results are never reused.
 test: test-deps kube-binaries
-	$(GO) test -race -timeout 30m $(PKGS)
+	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 ## test-deps: install the Debian packages the integration tests need (as root, when missing).
 test-deps:

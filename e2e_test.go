@@ -158,11 +158,31 @@ func TestEndToEnd(t *testing.T) {
 		return !gone && len(rows) == 2
 	})
 
-	// No credential of the test reaches the logs or the metrics.
+	// No credential of the test reaches the logs, the metrics or the status page: GCE access
+	// tokens, the Kubernetes bearer token, the SSH private key.
+	secrets := append([]string{env.AdminConfig.BearerToken}, gce.IssuedTokens()...)
+	key, err := os.ReadFile(kvm.PrivateKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(key), "\n") {
+		if len(line) > 40 && !strings.HasPrefix(line, "-----") {
+			secrets = append(secrets, line)
+		}
+	}
+	if len(secrets) < 3 {
+		t.Fatalf("only %d secrets to look for", len(secrets))
+	}
 	_, body = x.get("/metrics")
-	for _, tok := range gce.IssuedTokens() {
-		if strings.Contains(x.logs.String(), tok) || strings.Contains(body, tok) {
-			t.Errorf("an access token appears in the logs or the metrics")
+	_, page := x.get("/")
+	for i, secret := range secrets {
+		if secret == "" {
+			t.Fatalf("secret %d is empty", i)
+		}
+		for where, text := range map[string]string{"logs": x.logs.String(), "metrics": body, "status page": page} {
+			if strings.Contains(text, secret) {
+				t.Errorf("secret %d of the test appears in the %s", i, where)
+			}
 		}
 	}
 }

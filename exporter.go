@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -25,6 +24,9 @@ type exporter struct {
 	timeout  time.Duration
 	runner   *checks.Runner
 	registry *prometheus.Registry
+	// providerMetrics serves the runner's snapshot beside the registry: built once per snapshot
+	// rather than collected and checked by the registry at every scrape.
+	providerMetrics *collector.Gatherer
 
 	reloadSuccess   prometheus.Gauge
 	reloadTimestamp prometheus.Gauge
@@ -69,11 +71,9 @@ func newExporter(configFile string, interval, timeout time.Duration, logger *slo
 	e.reloadSuccess.Set(1)
 	e.reloadTimestamp.SetToCurrentTime()
 
-	if err := e.registry.Register(collector.New(e.runner.Current)); err != nil {
-		closeAll(set.allClosers(), logger)
-		return nil, fmt.Errorf("register the provider collector: %w", err)
-	}
+	e.providerMetrics = collector.NewGatherer(e.runner.Current)
 	e.registry.MustRegister(
+		e.providerMetrics.Reservation(), // first, so that a clash with the snapshot's names panics here
 		versioncollector.NewCollector(collector.Namespace),
 		e.reloadSuccess,
 		e.reloadTimestamp,

@@ -3,13 +3,19 @@ package collector
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
@@ -33,41 +39,69 @@ func cpuTime(b *testing.B) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkScrape is one full scrape of /metrics, as Prometheus does it: the registry gathers
-// the collector's metrics and promhttp encodes them in the text format. "cached" scrapes a
-// snapshot already scraped once (every scrape between two rounds); "new-snapshot" gives every
-// scrape a snapshot it has not seen (the first scrape after a round, which renders it).
+// Scrape requests: the text format, uncompressed (the cheapest to serve), and what Prometheus
+// sends by default (OpenMetrics first, gzip).
+type benchRequest struct{ name, accept, acceptEncoding string }
+
+var (
+	prometheusRequest = benchRequest{"prometheus-gzip", acceptPrometheus, "gzip"}
+	benchRequests     = []benchRequest{{"text", "text/plain; version=0.0.4", ""}, prometheusRequest}
+)
+
+// BenchmarkScrape is one full scrape of /metrics, the body discarded. "handler" is the
+// exporter's path: Handler over a registry (here empty) and a Gatherer, the snapshot encoded
+// once per format; "registry" is promhttp over a registry holding the collector, which gathers,
+// checks and encodes every series at every scrape. "cached" scrapes a snapshot already scraped
+// once (every scrape between two rounds); "new-snapshot" gives every scrape a snapshot it has
+// not seen (the first scrape after a round, which renders and encodes it).
 func BenchmarkScrape(b *testing.B) {
-	for _, mode := range []string{"cached", "new-snapshot"} {
-		for _, n := range []int{100, 1000, 10000} {
-			b.Run(fmt.Sprintf("%s/targets=%d", mode, n), func(b *testing.B) {
-				snap := bigSnapshot(n)
-				get := func() *checks.Snapshot { return snap }
-				if mode == "new-snapshot" {
-					get = func() *checks.Snapshot {
-						fresh := *snap // a new pointer: the collector cannot know it is the same state
-						return &fresh
-					}
+	for _, path := range []string{"handler", "registry"} {
+		for _, r := range benchRequests {
+			for _, mode := range []string{"cached", "new-snapshot"} {
+				for _, n := range []int{100, 1000, 10000} {
+					b.Run(fmt.Sprintf("%s/%s/%s/targets=%d", path, r.name, mode, n), func(b *testing.B) {
+						benchmarkScrape(b, path, r.accept, r.acceptEncoding, mode, n)
+					})
 				}
-				reg := prometheus.NewRegistry()
-				reg.MustRegister(New(get))
-				h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
-				req, err := http.NewRequest(http.MethodGet, "/metrics", nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				req.Header.Set("Accept", "text/plain; version=0.0.4")
-				w := &discard{h: http.Header{}}
-				h.ServeHTTP(w, req) // the label cache is warm in steady state
-				b.ReportAllocs()
-				cpu := cpuTime(b)
-				for b.Loop() {
-					h.ServeHTTP(w, req)
-				}
-				b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
-			})
+			}
 		}
 	}
+}
+
+func benchmarkScrape(b *testing.B, path, accept, acceptEncoding, mode string, n int) {
+	snap := bigSnapshot(n)
+	get := func() *checks.Snapshot { return snap }
+	if mode == "new-snapshot" {
+		get = func() *checks.Snapshot {
+			fresh := *snap // a new pointer: the collector cannot know it is the same state
+			return &fresh
+		}
+	}
+	reg := prometheus.NewRegistry()
+	var h http.Handler
+	if path == "handler" {
+		h = Handler(reg, NewGatherer(get), promhttp.HandlerOpts{EnableOpenMetrics: true})
+	} else {
+		reg.MustRegister(New(get))
+		h = promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
+	}
+	req, err := http.NewRequest(http.MethodGet, "/metrics", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set("Accept", accept)
+	if acceptEncoding != "" {
+		req.Header.Set("Accept-Encoding", acceptEncoding)
+	}
+	w := &discard{h: http.Header{}}
+	h.ServeHTTP(w, req) // the label cache is warm in steady state
+	b.ReportAllocs()
+	cpu := cpuTime(b)
+	for b.Loop() {
+		w.h = http.Header{}
+		h.ServeHTTP(w, req)
+	}
+	b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 }
 
 // manyTargets is a checker of many KVM hosts that are all up, for the memory benchmark.
@@ -96,11 +130,44 @@ func heapInUse() uint64 {
 	return ms.HeapInuse
 }
 
-// BenchmarkHeap10000Targets reports the heap the exporter holds for 10,000 targets: a runner
-// that has completed one round over them (its memory and published snapshot) and a collector
-// that has served a scrape. "heap-MiB" is the whole heap in use after GC; "delta-MiB" is the
-// part these structures add to an idle process (the benchmark binary's own heap).
+// vmRSS is the resident memory of the process (VmRSS in /proc/self/status), in bytes.
+func vmRSS(b *testing.B) uint64 { return vmRSSOf(b, "/proc/self/status") }
+
+// vmRSSOf is the resident memory of the process whose status file is path, in bytes.
+func vmRSSOf(b *testing.B, path string) uint64 {
+	status, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				b.Fatalf("parse %q: %v", line, err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatalf("no VmRSS in %s", path)
+	return 0
+}
+
+// BenchmarkHeap10000Targets reports the memory the exporter holds for 10,000 targets: a runner
+// that has completed one round over them (its memory and published snapshot) and /metrics
+// having served it as Prometheus asks for it (OpenMetrics, gzip), so that whatever is kept per
+// snapshot for that is held. "heap-MiB" is the whole heap in use after GC;
+// "delta-MiB" is the part these structures add to an idle process (the benchmark binary's own
+// heap); "rss-MiB" is the resident memory of the whole process (VmRSS) at the end, which also
+// counts memory the Go runtime has freed but not yet returned to the system. Run each path in
+// a process of its own (-bench Heap10000Targets/handler): the resident memory of one would
+// otherwise count the other's.
 func BenchmarkHeap10000Targets(b *testing.B) {
+	for _, path := range []string{"handler", "registry"} {
+		b.Run(path, func(b *testing.B) { benchmarkHeap(b, path) })
+	}
+}
+
+func benchmarkHeap(b *testing.B, path string) {
 	const n, perProvider = 10000, 1000
 	for b.Loop() {
 		before := heapInUse()
@@ -118,16 +185,89 @@ func BenchmarkHeap10000Targets(b *testing.B) {
 		go func() { r.Run(ctx); close(done) }()
 		<-r.FirstRound()
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(New(r.Current))
-		if _, err := reg.Gather(); err != nil {
-			b.Fatal(err)
+		var h http.Handler
+		if path == "handler" {
+			h = Handler(reg, NewGatherer(r.Current), promhttp.HandlerOpts{EnableOpenMetrics: true})
+		} else {
+			reg.MustRegister(New(r.Current))
+			h = promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
+		}
+		for _, br := range []benchRequest{prometheusRequest} {
+			req, err := http.NewRequest(http.MethodGet, "/metrics", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			req.Header.Set("Accept", br.accept)
+			if br.acceptEncoding != "" {
+				req.Header.Set("Accept-Encoding", br.acceptEncoding)
+			}
+			h.ServeHTTP(&discard{h: http.Header{}}, req)
 		}
 		after := heapInUse()
+		rss := vmRSS(b)
 		runtime.KeepAlive(r)
-		runtime.KeepAlive(reg)
+		runtime.KeepAlive(h)
 		cancel()
 		<-done
 		b.ReportMetric(float64(after)/(1<<20), "heap-MiB")
 		b.ReportMetric((float64(after)-float64(before))/(1<<20), "delta-MiB")
+		b.ReportMetric(float64(rss)/(1<<20), "rss-MiB")
+	}
+}
+
+// BenchmarkScrapeHTTP10000Targets is a scrape of 10,000 targets over loopback HTTP, the body
+// read to the end by a client in the same process: what BenchmarkScrape leaves out (writing the
+// body to a socket, the HTTP server, a client that reads it, and the Go runtime and process
+// metrics every exporter serves beside its own) is counted in cpu-ms/op too.
+func BenchmarkScrapeHTTP10000Targets(b *testing.B) {
+	snap := bigSnapshot(10000)
+	for _, path := range []string{"handler", "registry"} {
+		for _, r := range benchRequests {
+			b.Run(path+"/"+r.name, func(b *testing.B) {
+				reg := prometheus.NewRegistry()
+				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+				var h http.Handler
+				if path == "handler" {
+					h = Handler(reg, NewGatherer(fixed(snap)), promhttp.HandlerOpts{EnableOpenMetrics: true})
+				} else {
+					reg.MustRegister(New(fixed(snap)))
+					h = promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
+				}
+				srv := httptest.NewServer(h)
+				defer srv.Close()
+				// The client must not decompress: Prometheus reads the gzip body itself, and
+				// the benchmark measures serving, not decompressing.
+				client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+				defer client.CloseIdleConnections()
+				scrape := func() {
+					req, err := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					req.Header.Set("Accept", r.accept)
+					if r.acceptEncoding != "" {
+						req.Header.Set("Accept-Encoding", r.acceptEncoding)
+					}
+					resp, err := client.Do(req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+						b.Fatal(err)
+					}
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						b.Fatalf("status %d", resp.StatusCode)
+					}
+				}
+				scrape()
+				b.ReportAllocs()
+				cpu := cpuTime(b)
+				for b.Loop() {
+					scrape()
+				}
+				b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+			})
+		}
 	}
 }

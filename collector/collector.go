@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 )
@@ -17,54 +18,59 @@ import (
 // Namespace prefixes every metric the exporter exports.
 const Namespace = "proxy_operator"
 
+// familyMeta is the name, help and type of every family, by description: the Gatherer builds
+// its families from them.
+var familyMeta = map[*prometheus.Desc]family{}
+
+type family struct {
+	name, help string
+	typ        dto.MetricType
+}
+
+func newDesc(subsystem, name string, typ dto.MetricType, help string, labels []string) *prometheus.Desc {
+	fq := prometheus.BuildFQName(Namespace, subsystem, name)
+	d := prometheus.NewDesc(fq, help, labels, nil)
+	familyMeta[d] = family{name: fq, help: help, typ: typ}
+	return d
+}
+
 var (
 	targetLabelNames = []string{"provider", "target"}
 	poolLabelNames   = []string{"provider", "target", "pool"}
 
-	targetUp = prometheus.NewDesc(
-		prometheus.BuildFQName(Namespace, "provider", "target_up"),
+	targetUp = newDesc("provider", "target_up", dto.MetricType_GAUGE,
 		"1 when the last check of the target gave the verdict Ready, 0 otherwise.",
-		targetLabelNames, nil)
-	checkDuration = prometheus.NewDesc(
-		prometheus.BuildFQName(Namespace, "provider", "check_duration_seconds"),
+		targetLabelNames)
+	checkDuration = newDesc("provider", "check_duration_seconds", dto.MetricType_GAUGE,
 		"How long the last check of the target took.",
-		targetLabelNames, nil)
-	checkTimestamp = prometheus.NewDesc(
-		prometheus.BuildFQName(Namespace, "provider", "check_timestamp_seconds"),
+		targetLabelNames)
+	checkTimestamp = newDesc("provider", "check_timestamp_seconds", dto.MetricType_GAUGE,
 		"When the last check of the target completed (pass or fail), in seconds since the Unix epoch.",
-		targetLabelNames, nil)
-	targetReason = prometheus.NewDesc(
-		prometheus.BuildFQName(Namespace, "provider", "target_reason"),
+		targetLabelNames)
+	targetReason = newDesc("provider", "target_reason", dto.MetricType_GAUGE,
 		"1 for the reason of the last verdict on the target (Ready when up); other reasons have no series.",
-		[]string{"provider", "target", "reason"}, nil)
-	providerInfo = prometheus.NewDesc(
-		prometheus.BuildFQName(Namespace, "provider", "info"),
+		[]string{"provider", "target", "reason"})
+	providerInfo = newDesc("provider", "info", dto.MetricType_GAUGE,
 		"1 for every configured provider, with its type.",
-		[]string{"provider", "type"}, nil)
-	poolCapacity = prometheus.NewDesc(
-		prometheus.BuildFQName(Namespace, "kvm", "storage_pool_capacity_bytes"),
+		[]string{"provider", "type"})
+	poolCapacity = newDesc("kvm", "storage_pool_capacity_bytes", dto.MetricType_GAUGE,
 		"Capacity of the KVM host's storage pool, as read by the last check.",
-		poolLabelNames, nil)
-	poolAllocation = prometheus.NewDesc(
-		prometheus.BuildFQName(Namespace, "kvm", "storage_pool_allocation_bytes"),
+		poolLabelNames)
+	poolAllocation = newDesc("kvm", "storage_pool_allocation_bytes", dto.MetricType_GAUGE,
 		"Bytes allocated in the KVM host's storage pool, as read by the last check.",
-		poolLabelNames, nil)
-	poolAvailable = prometheus.NewDesc(
-		prometheus.BuildFQName(Namespace, "kvm", "storage_pool_available_bytes"),
+		poolLabelNames)
+	poolAvailable = newDesc("kvm", "storage_pool_available_bytes", dto.MetricType_GAUGE,
 		"Bytes available in the KVM host's storage pool, as read by the last check.",
-		poolLabelNames, nil)
-	roundsTotal = prometheus.NewDesc(
-		prometheus.BuildFQName(Namespace, "provider", "check_rounds_total"),
+		poolLabelNames)
+	roundsTotal = newDesc("provider", "check_rounds_total", dto.MetricType_COUNTER,
 		"Rounds of provider checks completed since the exporter started.",
-		nil, nil)
-	roundDuration = prometheus.NewDesc(
-		prometheus.BuildFQName(Namespace, "provider", "check_round_duration_seconds"),
+		nil)
+	roundDuration = newDesc("provider", "check_round_duration_seconds", dto.MetricType_GAUGE,
 		"How long the last completed round of provider checks took.",
-		nil, nil)
-	abandonedTotal = prometheus.NewDesc(
-		prometheus.BuildFQName(Namespace, "provider", "checkers_abandoned_total"),
+		nil)
+	abandonedTotal = newDesc("provider", "checkers_abandoned_total", dto.MetricType_COUNTER,
 		"Checkers that had not returned by a round's deadline and were abandoned (their targets read Timeout).",
-		nil, nil)
+		nil)
 
 	allDescs = []*prometheus.Desc{
 		targetUp, checkDuration, checkTimestamp, targetReason, providerInfo,
@@ -93,6 +99,9 @@ type rendering struct {
 
 // New returns a Collector exporting the snapshot that snapshot returns at each scrape (normally
 // (*checks.Runner).Current). snapshot must be cheap and must not block.
+//
+// A registry checks and encodes every series a collector sends at every scrape; the exporter
+// serves its snapshot with NewGatherer and Handler instead, which do that once per snapshot.
 func New(snapshot func() *checks.Snapshot) prometheus.Collector {
 	return &collector{snapshot: snapshot, labels: newLabelCache()}
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
@@ -293,22 +292,19 @@ func TestConcurrentScrapesWhileSnapshotsChange(t *testing.T) {
 	wg.Wait()
 }
 
+// textOutput is what /metrics serves for s in the text format, through Handler as the exporter
+// serves it (gzip-compressed on the wire, its cached and fresh parts spliced).
 func textOutput(t *testing.T, s *checks.Snapshot) []byte {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(New(fixed(s)))
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "proxy_operator_config_last_reload_successful",
+		Help: "A family of the registry, before the snapshot's."}))
+	h := Handler(reg, NewGatherer(fixed(s)), promhttp.HandlerOpts{EnableOpenMetrics: true})
+	r := get(t, h, "/metrics", "text/plain; version=0.0.4", "gzip")
+	if r.code != http.StatusOK || r.header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("status %d, Content-Encoding %q", r.code, r.header.Get("Content-Encoding"))
 	}
-	var buf bytes.Buffer
-	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
-	for _, mf := range mfs {
-		if err := enc.Encode(mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return buf.Bytes()
+	return r.body
 }
 
 func TestPromtoolCheckMetrics(t *testing.T) {

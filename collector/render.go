@@ -142,9 +142,20 @@ type ref struct {
 	labels   *targetLabels
 }
 
-// metrics renders snapshot s. Each family is emitted in the order the registry sorts it into
-// (by label values, in label-name order), so its sort of every scrape finds it already sorted.
+// metrics renders snapshot s as the collector sends it.
 func (lc *labelCache) metrics(s *checks.Snapshot) []prometheus.Metric {
+	samples := lc.samples(s)
+	out := make([]prometheus.Metric, len(samples))
+	for i := range samples {
+		out[i] = &samples[i]
+	}
+	return out
+}
+
+// samples renders snapshot s. The series of a family are contiguous, and each family is emitted
+// in the order the registry sorts it into (by label values, in label-name order), so its sort of
+// every scrape finds it already sorted.
+func (lc *labelCache) samples(s *checks.Snapshot) []sample {
 	lc.gen++
 
 	var refs []ref
@@ -232,10 +243,5 @@ func (lc *labelCache) metrics(s *checks.Snapshot) []prometheus.Metric {
 			samples = append(samples, sample{desc: d.desc, labels: r.labels.withPool, gauge: gauge(float64(d.value(r.t.Pool)))})
 		}
 	}
-
-	out := make([]prometheus.Metric, len(samples))
-	for i := range samples {
-		out[i] = &samples[i]
-	}
-	return out
+	return samples
 }

@@ -283,8 +283,14 @@ func classify(err error, step string) (checks.Reason, string) {
 		}
 		return checks.ReasonTimeout, fmt.Sprintf("no reply to %s before the deadline; the call is left to finish on the shared connection", step)
 	case errors.As(err, &de):
+		if errors.Is(de.Err, hostpool.ErrClosed) || errors.Is(de.Err, context.Canceled) {
+			return checks.ReasonTimeout, err.Error()
+		}
 		if de.Timeout() {
-			return checks.ReasonTimeout, fmt.Sprintf("no answer before the deadline: %v", err)
+			// The stage that did not finish is the verdict: a host that silently drops packets
+			// is unreachable (TCPUnreachable), a handshake that never completes failed, and so on.
+			// Timeout is kept for calls to a connected libvirtd that do not return.
+			return dialReason(de), fmt.Sprintf("no answer before the deadline: %v", err)
 		}
 		return dialReason(de), err.Error()
 	case errors.Is(err, hostpool.ErrClosed):

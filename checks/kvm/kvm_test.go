@@ -189,7 +189,7 @@ func TestKVM(t *testing.T) {
 			h.MakeUnreachable()
 			// The established link goes silent: the keepalive closes it, then the redial hangs.
 			waitFor(t, "the keepalive to close the silent link", func() bool { return stats().Links == 2 })
-		}, checks.ReasonTimeout, "tcp connect", (*kvmhost.Host).MakeReachable)
+		}, checks.ReasonTCPUnreachable, "no answer before the deadline", (*kvmhost.Host).MakeReachable)
 	})
 	t.Run("ssh link killed", func(t *testing.T) {
 		h := f.Hosts[0]
@@ -412,7 +412,9 @@ func TestClassify(t *testing.T) {
 	}{
 		{wrap(hostpool.ErrProbeBusy), checks.ReasonTimeout},
 		{wrap(errors.Join(hostpool.ErrProbeAbandoned, context.DeadlineExceeded)), checks.ReasonTimeout},
-		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: context.DeadlineExceeded}, checks.ReasonTimeout},
+		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: context.DeadlineExceeded}, checks.ReasonTCPUnreachable},
+		{&hostpool.DialError{Stage: hostpool.StageSSHHandshake, Err: context.DeadlineExceeded}, checks.ReasonSSHHandshakeFailed},
+		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: context.Canceled}, checks.ReasonTimeout},
 		{&hostpool.DialError{Stage: hostpool.StageKeyMaterial, Err: os.ErrNotExist}, checks.ReasonKeyMaterialError},
 		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: errors.New("refused")}, checks.ReasonTCPUnreachable},
 		{&hostpool.DialError{Stage: hostpool.StageSSHHandshake, Err: errors.New("eof")}, checks.ReasonSSHHandshakeFailed},

@@ -80,7 +80,7 @@ type rawAuditEvent struct {
 func (e *Env) AuditEvents(t testing.TB) []AuditEvent {
 	t.Helper()
 	e.mu.Lock()
-	running := e.apiserver != nil && !e.apiserver.exited()
+	running := e.apiserver != nil && !e.apiserver.Exited()
 	e.mu.Unlock()
 	if running {
 		uri := fmt.Sprintf("%s%s-%d", barrierPrefix, e.barrierID, e.barrierSeq.Add(1))

@@ -243,7 +243,7 @@ func (e *Env) start(t testing.TB, etcdPath string, o options) error {
 			break
 		}
 		lastErr = err
-		_ = e.etcd.kill()
+		_ = e.etcd.Kill(killTimeout)
 		if !isAddrInUse(err) {
 			return err
 		}
@@ -286,8 +286,8 @@ func (e *Env) startEtcd(etcdPath string, clientPort, peerPort, attempt int) erro
 	hc := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(etcdReadyTimeout)
 	for {
-		if p.exited() {
-			return fmt.Errorf("etcd exited at start (%v):\n%s", p.waitErr, p.logTail(20))
+		if p.Exited() {
+			return fmt.Errorf("etcd exited at start (%v):\n%s", p.WaitErr(), p.LogTail(20))
 		}
 		resp, err := hc.Get(client + "/health")
 		if err == nil {
@@ -297,8 +297,8 @@ func (e *Env) startEtcd(etcdPath string, clientPort, peerPort, attempt int) erro
 			}
 		}
 		if time.Now().After(deadline) {
-			_ = p.kill()
-			return fmt.Errorf("etcd not healthy %s after start:\n%s", etcdReadyTimeout, p.logTail(20))
+			_ = p.Kill(killTimeout)
+			return fmt.Errorf("etcd not healthy %s after start:\n%s", etcdReadyTimeout, p.LogTail(20))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -316,8 +316,8 @@ func (e *Env) startAPIServer() error {
 	hc := e.httpClient(5 * time.Second)
 	deadline := time.Now().Add(apiserverReadyTimeout)
 	for {
-		if p.exited() {
-			return fmt.Errorf("kube-apiserver exited at start (%v):\n%s", p.waitErr, p.logTail(30))
+		if p.Exited() {
+			return fmt.Errorf("kube-apiserver exited at start (%v):\n%s", p.WaitErr(), p.LogTail(30))
 		}
 		req, _ := http.NewRequest(http.MethodGet, e.URL+"/readyz", nil)
 		req.Header.Set("Authorization", "Bearer "+e.adminToken)
@@ -329,8 +329,8 @@ func (e *Env) startAPIServer() error {
 			}
 		}
 		if time.Now().After(deadline) {
-			_ = p.kill()
-			return fmt.Errorf("kube-apiserver not ready %s after start:\n%s", apiserverReadyTimeout, p.logTail(30))
+			_ = p.Kill(killTimeout)
+			return fmt.Errorf("kube-apiserver not ready %s after start:\n%s", apiserverReadyTimeout, p.LogTail(30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -382,7 +382,7 @@ func (e *Env) Stop() error {
 	if p == nil {
 		return nil
 	}
-	return p.kill()
+	return p.Kill(killTimeout)
 }
 
 // Restart stops the API server if it runs, starts it again at the same address with the same
@@ -477,7 +477,7 @@ func (e *Env) close(t testing.TB) {
 	if t.Failed() {
 		for _, p := range procs {
 			if p != nil {
-				t.Logf("kube: last lines of %s (%s):\n%s", p.name, p.logPath, p.logTail(30))
+				t.Logf("kube: last lines of %s (%s):\n%s", p.Name, p.LogPath, p.LogTail(30))
 			}
 		}
 	}
@@ -485,7 +485,7 @@ func (e *Env) close(t testing.TB) {
 		if p == nil {
 			continue
 		}
-		if err := p.kill(); err != nil {
+		if err := p.Kill(killTimeout); err != nil {
 			t.Errorf("kube: %v", err)
 		}
 	}

@@ -208,7 +208,7 @@ func TestStopRestart(t *testing.T) {
 func TestNoProcessLeftBehind(t *testing.T) {
 	if os.Getenv("KUBE_TESTENV_CHILD") == "1" {
 		env := Start(t)
-		fmt.Printf("PIDS %d %d %s\n", env.apiserver.cmd.Process.Pid, env.etcd.cmd.Process.Pid, filepath.Dir(env.Dir))
+		fmt.Printf("PIDS %d %d %s\n", env.apiserver.PID(), env.etcd.PID(), filepath.Dir(env.Dir))
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	}

@@ -257,7 +257,7 @@ func startWithFreePort(ctx context.Context, tb testing.TB, name, bin, logPath st
 			return nil, "", err
 		}
 		tb.Cleanup(func() {
-			if err := d.stop(); err != nil {
+			if err := d.Kill(killTimeout); err != nil {
 				tb.Errorf("stop %s: %v", name, err)
 			}
 		})
@@ -265,7 +265,7 @@ func startWithFreePort(ctx context.Context, tb testing.TB, name, bin, logPath st
 		if err == nil {
 			return d, addr, nil
 		}
-		_ = d.stop()
+		_ = d.Kill(killTimeout)
 		lastErr = err
 		if !errors.Is(err, errAddrInUse) {
 			break
@@ -316,8 +316,8 @@ func (s *Stack) dumpLogs(tb testing.TB) {
 func (s *Stack) PIDs() []int {
 	var pids []int
 	for _, d := range []*daemon{s.alertmanager, s.prometheus} {
-		if d != nil && d.cmd != nil && d.cmd.Process != nil {
-			pids = append(pids, d.cmd.Process.Pid)
+		if d != nil && d.Cmd != nil && d.Cmd.Process != nil {
+			pids = append(pids, d.PID())
 		}
 	}
 	return pids
