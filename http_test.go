@@ -410,3 +410,37 @@ func TestHumanDuration(t *testing.T) {
 		}
 	}
 }
+
+// TestInsecureHostKeyWarningAtEveryLoad: turning host-key verification off is logged as a
+// warning naming the provider at start and again at every reload, so that it stays in recent
+// logs for as long as the setting stays in the file. (Checks are off: nothing is dialled.)
+func TestInsecureHostKeyWarningAtEveryLoad(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "providers.yml")
+	content := "providers:\n" +
+		"  - name: lab\n    type: kvm\n    kvm:\n      user: root\n      privateKeyFile: /nonexistent/id_ed25519\n" +
+		"      insecureSkipHostKeyVerification: true\n      storagePool: default\n      hosts:\n        - address: 198.18.0.1\n"
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=0")
+	count := func() int {
+		n := 0
+		for _, r := range x.logs.records() {
+			w, _ := r["warning"].(string)
+			if r["msg"] == "providers file warning" && r["level"] == "WARN" &&
+				strings.Contains(w, `provider "lab"`) && strings.Contains(w, "host key verification is off") {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("%d host-key warnings after start, want 1; logs:\n%s", n, x.logs.String())
+	}
+	if code, body := x.do(http.MethodPost, "/-/reload"); code != http.StatusOK {
+		t.Fatalf("reload: %d %s", code, body)
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("%d host-key warnings after a reload, want 2; logs:\n%s", n, x.logs.String())
+	}
+}

@@ -52,7 +52,7 @@ func (e *exporter) load() (*checkerSet, error) {
 	// Warnings (host-key verification turned off) are repeated at every load, so that they
 	// stay in recent logs for as long as the setting stays in the file.
 	for _, w := range cfg.Warnings() {
-		e.logger.Warn(w, "file", e.configFile)
+		e.logger.Warn("providers file warning", "file", e.configFile, "warning", w)
 	}
 	return set, nil
 }

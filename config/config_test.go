@@ -579,6 +579,7 @@ type mutation struct {
 // mutations returns one change per leaf field of p, the set block's fields included.
 func mutations(p Provider) []mutation {
 	var ms []mutation
+	//lint:ignore S1021 walk calls itself, so it is declared before it is assigned.
 	var walk func(path []int, t reflect.Type, name string)
 	walk = func(path []int, t reflect.Type, name string) {
 		for i := range t.NumField() {
