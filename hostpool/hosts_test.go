@@ -227,3 +227,67 @@ func TestCloseReleasesHosts(t *testing.T) {
 	}
 	settleGoroutines(t, before)
 }
+
+// TestAcquireWaitEndsWithContextOnARealHost: the host drops every packet, so the dial of a first
+// caller hangs in the TCP connect while it holds the host's slot. A second caller waits for the
+// slot only until its own context ends, well before the first gives up; once the host answers
+// again the next acquire connects.
+func TestAcquireWaitEndsWithContextOnARealHost(t *testing.T) {
+	f := kvmhost.Start(t, 1)
+	h := f.Hosts[0]
+	p := fleetPool(t, f, "acquire-real")
+	h.MakeUnreachable()
+
+	holderCtx, cancelHolder := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelHolder()
+	holderDone := make(chan error, 1)
+	go func() {
+		_, release, err := p.Acquire(holderCtx, h.Addr)
+		if err == nil {
+			release()
+		}
+		holderDone <- err
+	}()
+	// Give the holder time to take the slot: its dial to a host that drops packets does not
+	// end by itself, so it holds the slot until its context ends.
+	time.Sleep(time.Second)
+
+	dials := func() (n uint64) {
+		for _, c := range p.Stats().Dials {
+			n += c
+		}
+		return n
+	}
+	before := dials()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, _, err := p.Acquire(ctx, h.Addr)
+	if !IsTimeout(err) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the waiting acquire: %v, want its own context's deadline", err)
+	}
+	var de *DialError
+	if errors.As(err, &de) || dials() != before {
+		t.Fatalf("the waiting acquire dialled (%v) instead of waiting for the slot", err)
+	}
+	select {
+	case err := <-holderDone:
+		t.Fatalf("the holder's dial ended (%v) before its context: the host was not unreachable", err)
+	default:
+	}
+
+	h.MakeReachable()
+	cancelHolder()
+	if err := <-holderDone; err == nil || !IsTimeout(err) {
+		t.Fatalf("the holder: %v, want a timeout-class error from its cancelled dial", err)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	_, release, err := p.Acquire(ctx2, h.Addr)
+	if err != nil {
+		t.Fatalf("acquire once the host answers again: %v", err)
+	}
+	release()
+	if n := h.TCPConnections(); n != 1 {
+		t.Errorf("%d TCP connections, want 1", n)
+	}
+}
