@@ -43,13 +43,20 @@ func TestEndToEnd(t *testing.T) {
     kubernetes:
       kubeconfig: %s
 `, env.Kubeconfig)
+	gceKey, untrustedKey := gce.ServiceAccountKey(t), gce.UntrustedServiceAccountKey(t)
 	gcpBlock := fmt.Sprintf(`  - name: gce
     type: gcp
     gcp:
       project: %s
       credentialsFile: %s
       endpoint: %s
-`, gcefake.DefaultProject, gce.ServiceAccountKey(t), gce.URL())
+  - name: gce-untrusted
+    type: gcp
+    gcp:
+      project: %[1]s
+      credentialsFile: %[4]s
+      endpoint: %[3]s
+`, gcefake.DefaultProject, gceKey, gce.URL(), untrustedKey)
 	kvmBlock := fmt.Sprintf(`  - name: hypervisors
     type: kvm
     kvm:
@@ -75,6 +82,9 @@ func TestEndToEnd(t *testing.T) {
 
 	// The verdicts in /metrics: every target up.
 	_, body := x.get("/metrics")
+	if v, ok := metric(t, body, `proxy_operator_provider_target_reason{provider="gce-untrusted",reason="CredentialsError"`); !ok || v != 1 {
+		t.Errorf("the provider whose key the token endpoint does not trust: CredentialsError = %v (present %v), want 1", v, ok)
+	}
 	for _, series := range []string{
 		`proxy_operator_provider_target_up{provider="cluster"`,
 		`proxy_operator_provider_target_up{provider="gce",target="` + gcefake.DefaultProject + `"}`,
@@ -106,7 +116,8 @@ func TestEndToEnd(t *testing.T) {
 		}
 		return rows
 	}
-	want := map[string]string{"cluster": "True AllTargetsReady 1/1", "gce": "True AllTargetsReady 1/1", "hypervisors": "True AllTargetsReady 2/2"}
+	want := map[string]string{"cluster": "True AllTargetsReady 1/1", "gce": "True AllTargetsReady 1/1",
+		"gce-untrusted": "False CredentialsError 0/1", "hypervisors": "True AllTargetsReady 2/2"}
 	var rows map[string][]string
 	waitFor(t, 30*time.Second, "kubectl get ph to show every provider ready", func() bool {
 		rows = getPH()
@@ -155,22 +166,26 @@ func TestEndToEnd(t *testing.T) {
 	waitFor(t, 30*time.Second, "the removed provider's object to be deleted", func() bool {
 		rows = getPH()
 		_, gone := rows["gce"]
-		return !gone && len(rows) == 2
+		_, gone2 := rows["gce-untrusted"]
+		return !gone && !gone2 && len(rows) == 2
 	})
 
 	// No credential of the test reaches the logs, the metrics or the status page: GCE access
 	// tokens, the Kubernetes bearer token, the SSH private key.
 	secrets := append([]string{env.AdminConfig.BearerToken}, gce.IssuedTokens()...)
-	key, err := os.ReadFile(kvm.PrivateKeyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(key), "\n") {
-		if len(line) > 40 && !strings.HasPrefix(line, "-----") {
-			secrets = append(secrets, line)
+	for _, path := range []string{kvm.PrivateKeyFile, gceKey, untrustedKey} {
+		key, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The PEM body's lines (in a JSON key file, joined by \n escapes).
+		for _, line := range strings.FieldsFunc(string(key), func(r rune) bool { return r == '\n' || r == '\\' || r == '"' }) {
+			if len(line) > 40 && strings.Trim(line, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=") == "" {
+				secrets = append(secrets, line)
+			}
 		}
 	}
-	if len(secrets) < 3 {
+	if len(secrets) < 10 {
 		t.Fatalf("only %d secrets to look for", len(secrets))
 	}
 	_, body = x.get("/metrics")
