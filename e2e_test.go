@@ -158,17 +158,49 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("kubectl describe ph hypervisors does not name the down host and its reason:\n%s", out)
 	}
 
-	// A reload that removes a provider deletes its object; the others stay.
-	write(kubernetesBlock, kvmBlock)
+	// A reload that removes providers deletes their objects, keeps the others, and closes the
+	// removed KVM provider's connections (seen from the hosts).
+	for _, h := range fleet.Hosts {
+		if n := h.TCPConnections(); n != 1 {
+			t.Errorf("%s: %d SSH connections before the reload, want 1 (pooled)", h.Name, n)
+		}
+	}
+	// The kept provider's transition times (Ready condition and target) survive the reload.
+	times := func() string {
+		out, err := exec.Command(kubectl, "--kubeconfig", env.Kubeconfig, "get", "ph", "cluster", "-o",
+			`jsonpath={.status.conditions[?(@.type=="Ready")].lastTransitionTime} {.status.targets[*].lastTransitionTime}`).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl get ph cluster: %v\n%s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	before := times()
+	if f := strings.Fields(before); len(f) != 2 {
+		t.Fatalf("transition times of cluster: %q, want the Ready condition's and one target's", before)
+	}
+	write(kubernetesBlock)
 	if code, body := x.do(http.MethodPost, "/-/reload"); code != http.StatusOK {
 		t.Fatalf("POST /-/reload: %d %s", code, body)
 	}
-	waitFor(t, 30*time.Second, "the removed provider's object to be deleted", func() bool {
+	waitFor(t, 30*time.Second, "the removed providers' objects to be deleted", func() bool {
 		rows = getPH()
-		_, gone := rows["gce"]
-		_, gone2 := rows["gce-untrusted"]
-		return !gone && !gone2 && len(rows) == 2
+		_, kept := rows["cluster"]
+		return kept && len(rows) == 1
 	})
+	waitFor(t, 30*time.Second, "the removed KVM provider's connections to close", func() bool {
+		return fleet.Hosts[0].TCPConnections() == 0 && fleet.Hosts[1].TCPConnections() == 0
+	})
+	// Let a round pass after the reload: the times must still be those from before it.
+	round := func() float64 {
+		_, body := x.get("/metrics")
+		v, _ := metric(t, body, "proxy_operator_provider_check_rounds_total")
+		return v
+	}
+	r0 := round()
+	waitFor(t, 30*time.Second, "a round after the reload", func() bool { return round() > r0 })
+	if after := times(); after != before {
+		t.Errorf("transition times of the kept provider moved across the reload: %q -> %q", before, after)
+	}
 
 	// No credential of the test reaches the logs, the metrics or the status page: GCE access
 	// tokens, the Kubernetes bearer token, the SSH private key.
@@ -199,5 +231,66 @@ func TestEndToEnd(t *testing.T) {
 				t.Errorf("secret %d of the test appears in the %s", i, where)
 			}
 		}
+	}
+}
+
+// TestChecksOffDeletesOursOnly runs the exporter with checks off and the writer on, against the
+// real API server: ProviderHealth objects carrying the exporter's label are deleted, even those of
+// providers still in the file (they would only go stale), and an object without the label is left
+// alone.
+func TestChecksOffDeletesOursOnly(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		testenv.Unavailable(t, "kubectl is not on PATH")
+	}
+	env := kube.Start(t)
+	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	objects := `apiVersion: providerhealth.io/v1alpha1
+kind: ProviderHealth
+metadata:
+  name: ours-configured
+  labels: {app.kubernetes.io/managed-by: provider-health-exporter}
+---
+apiVersion: providerhealth.io/v1alpha1
+kind: ProviderHealth
+metadata:
+  name: ours-removed
+  labels: {app.kubernetes.io/managed-by: provider-health-exporter}
+---
+apiVersion: providerhealth.io/v1alpha1
+kind: ProviderHealth
+metadata:
+  name: someone-elses
+  labels: {app.kubernetes.io/managed-by: another-tool}
+`
+	apply := exec.Command(kubectl, "--kubeconfig", env.Kubeconfig, "apply", "-f", "-")
+	apply.Stdin = strings.NewReader(objects)
+	if out, err := apply.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+	names := func() string {
+		out, err := exec.Command(kubectl, "--kubeconfig", env.Kubeconfig, "get", "ph", "-o", "name").CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl get ph: %v\n%s", err, out)
+		}
+		return strings.Join(strings.Fields(string(out)), " ")
+	}
+	if got := names(); got != "providerhealth.providerhealth.io/ours-configured providerhealth.providerhealth.io/ours-removed providerhealth.providerhealth.io/someone-elses" {
+		t.Fatalf("objects before the exporter starts: %s", got)
+	}
+
+	providers := writeProviders(t, "", provider{name: "ours-configured", project: "ours-project", targets: "t1"})
+	f := newFakeChecks()
+	f.use(t)
+	x := startExporter(t, "http", "--config.file="+providers, "--provider-check-interval=0",
+		"--crd.enabled", "--crd.kubeconfig="+env.Kubeconfig)
+	waitFor(t, 30*time.Second, "the exporter's objects to be deleted", func() bool {
+		return names() == "providerhealth.providerhealth.io/someone-elses"
+	})
+	if code, _ := x.get("/-/ready"); code != http.StatusOK {
+		t.Errorf("/-/ready with checks off: %d, want 200", code)
+	}
+	if n := f.count(f.checks, "ours-configured"); n != 0 {
+		t.Errorf("checks off, but the provider was checked %d times", n)
 	}
 }

@@ -333,6 +333,40 @@ loop:
 	return code
 }
 
+// unreadableFiles lists the files the providers reference (kubeconfigs, keys, known_hosts) that
+// cannot be read here. They are warnings, not problems: a missing file is a verdict at run time
+// (ConfigError, CredentialsError, KeyMaterialError), and a file check run away from the
+// deployment (in CI, on a laptop) does not see the files mounted into it.
+func unreadableFiles(cfg *config.Config) []string {
+	var ws []string
+	check := func(provider, field, path string) {
+		if path == "" {
+			return
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			ws = append(ws, fmt.Sprintf("provider %s: %s: %v (its checks will fail until the file is readable)", provider, field, err))
+			return
+		}
+		f.Close()
+	}
+	for _, p := range cfg.Providers {
+		switch {
+		case p.Kubernetes != nil:
+			check(p.Name, "kubeconfig", p.Kubernetes.Kubeconfig)
+		case p.GCP != nil:
+			check(p.Name, "credentialsFile", p.GCP.CredentialsFile)
+		case p.KVM != nil:
+			check(p.Name, "privateKeyFile", p.KVM.PrivateKeyFile)
+			check(p.Name, "passphraseFile", p.KVM.PassphraseFile)
+			if !p.KVM.InsecureSkipHostKeyVerification {
+				check(p.Name, "knownHostsFile", p.KVM.KnownHostsFile)
+			}
+		}
+	}
+	return ws
+}
+
 // configCheck implements --config.check: it validates the flags, the web config file (when
 // given) and the providers file, builds (and closes again) every checker as a start would, and
 // prints every problem, or "ok".
@@ -361,6 +395,9 @@ func configCheck(opts *options, stdout, stderr io.Writer) int {
 			closeAll(set.allClosers(), slog.New(slog.DiscardHandler))
 		}
 		for _, w := range cfg.Warnings() {
+			fmt.Fprintf(stdout, "warning: %s\n", w)
+		}
+		for _, w := range unreadableFiles(cfg) {
 			fmt.Fprintf(stdout, "warning: %s\n", w)
 		}
 	}

@@ -681,3 +681,48 @@ func TestCheckCRD(t *testing.T) {
 		t.Errorf("--config.check --crd.leader-elect: exit %d, stderr %q", code, stderr.String())
 	}
 }
+
+// TestConfigCheckWarnsAboutUnreadableFiles: --config.check names every referenced file it cannot
+// read as a warning (a verdict at run time, not a problem of the file), and still says ok.
+func TestConfigCheckWarnsAboutUnreadableFiles(t *testing.T) {
+	dir := t.TempDir()
+	present := filepath.Join(dir, "present")
+	if err := os.WriteFile(present, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing")
+	content := fmt.Sprintf(`providers:
+  - name: cluster
+    type: kubernetes
+    kubernetes:
+      kubeconfig: %[2]s
+  - name: cloud
+    type: gcp
+    gcp:
+      project: my-project-123
+      credentialsFile: %[1]s
+  - name: lab
+    type: kvm
+    kvm:
+      user: root
+      privateKeyFile: %[2]s
+      knownHostsFile: %[1]s
+      storagePool: default
+      hosts:
+        - address: 198.18.0.1
+`, present, missing)
+	path := filepath.Join(dir, "providers.yml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr syncBuffer
+	if code := run([]string{"--config.check", "--config.file=" + path}, &stdout, &stderr, nil); code != 0 {
+		t.Fatalf("exit code %d, want 0; stderr %q", code, stderr.String())
+	}
+	want := "warning: provider cluster: kubeconfig: open " + missing + ": no such file or directory (its checks will fail until the file is readable)\n" +
+		"warning: provider lab: privateKeyFile: open " + missing + ": no such file or directory (its checks will fail until the file is readable)\n" +
+		"ok\n"
+	if got := stdout.String(); got != want {
+		t.Errorf("stdout:\n%s\nwant:\n%s", got, want)
+	}
+}

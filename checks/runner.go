@@ -330,7 +330,7 @@ collect:
 			r.memory[s.name] = pm
 		}
 		bugs := make(map[string]bool)
-		verdicts := r.verdicts(s, targets[i], outcomes[i], start, deadline, pm.bugs, bugs)
+		verdicts := r.verdicts(s, targets[i], outcomes[i], start, deadline, pm.targets, pm.bugs, bugs)
 		pm.bugs = bugs
 		pm.apply(r.logger, s.name, verdicts)
 		pm.prune(targets[i])
@@ -345,7 +345,7 @@ collect:
 // verdicts turns one checker's outcome into exactly one valid verdict per expected target, in
 // the order of targets. Checker misbehaviour is logged once when it starts (prevBugs holds what
 // the last round saw; bugs collects this round's).
-func (r *Runner) verdicts(s *slot, targets []string, o outcome, start, deadline time.Time, prevBugs, bugs map[string]bool) []TargetResult {
+func (r *Runner) verdicts(s *slot, targets []string, o outcome, start, deadline time.Time, prev map[string]*TargetState, prevBugs, bugs map[string]bool) []TargetResult {
 	bug := func(key string, level slog.Level, msg string, args ...any) {
 		bugs[key] = true
 		if !prevBugs[key] {
@@ -373,11 +373,21 @@ func (r *Runner) verdicts(s *slot, targets []string, o outcome, start, deadline 
 	case outcomeBusy:
 		// Same key as abandoned: it is the same misbehaviour, still going on.
 		bug("abandoned", slog.LevelWarn, "checker did not return by the round deadline and was abandoned", "timeout", r.timeout)
-		return all(TargetResult{
-			Reason:    ReasonTimeout,
-			Message:   fmt.Sprintf("check not started: the previous check, abandoned after %s, has still not returned", r.timeout),
-			CheckedAt: start,
+		out := all(TargetResult{
+			Reason:   ReasonTimeout,
+			Message:  fmt.Sprintf("check not started: the previous check, abandoned after %s, has still not returned", r.timeout),
+			Duration: r.timeout,
 		})
+		// No check completed this round: the time of the last one stands, so that the age of
+		// the verdict (time() - the check timestamp) grows while the checker stays stuck.
+		for i := range out {
+			if st := prev[out[i].Target]; st != nil {
+				out[i].CheckedAt = st.CheckedAt
+			} else {
+				out[i].CheckedAt = start
+			}
+		}
+		return out
 	case outcomePanicked:
 		bug("panic", slog.LevelError, "checker panicked (a bug in the checker)", "panic", o.panic)
 		return all(TargetResult{

@@ -246,6 +246,7 @@ func TestAbandonedCheckerReadsTimeoutAndItsLateResultNeverAppears(t *testing.T) 
 	}
 
 	// The first call is still running: the checker is not called again, its targets stay Timeout.
+	abandonedAt := mustTarget(t, s, "stuck", "h1").CheckedAt
 	r.round(ctx)
 	if n := stuck.calls.Load(); n != 1 {
 		t.Fatalf("a checker whose abandoned call is still running was called again: %d calls", n)
@@ -253,6 +254,11 @@ func TestAbandonedCheckerReadsTimeoutAndItsLateResultNeverAppears(t *testing.T) 
 	s = r.Current()
 	if ts := mustTarget(t, s, "stuck", "h1"); ts.Up || ts.Reason != ReasonTimeout || !strings.Contains(ts.Message, "has still not returned") {
 		t.Errorf("busy checker's target: %+v", ts)
+	}
+	// No check completed: the check timestamp stays that of the abandoned call, so the verdict's
+	// age grows while the checker is stuck, and the duration reads the timeout.
+	if ts := mustTarget(t, s, "stuck", "h1"); !ts.CheckedAt.Equal(abandonedAt) || ts.Duration != timeout {
+		t.Errorf("busy checker's target: CheckedAt %s (abandoned at %s), Duration %s (timeout %s)", ts.CheckedAt, abandonedAt, ts.Duration, timeout)
 	}
 	if s.AbandonedTotal != 1 {
 		t.Errorf("a checker that was not called is not abandoned again: AbandonedTotal = %d, want 1", s.AbandonedTotal)
