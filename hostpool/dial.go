@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
@@ -150,7 +152,12 @@ func loadSigner(keyFile, passphraseFile string) (ssh.Signer, error) {
 // and a host with several key types whose known_hosts entry holds only one would otherwise fail
 // with a mismatch. It probes cb with a key nobody has; the mismatch error lists the keys it
 // wanted. nil means "no opinion": use x/crypto's defaults (the callback then decides).
-func hostKeyAlgorithms(cb ssh.HostKeyCallback, addr string) []string {
+//
+// remote is the address the TCP connection reached, the one the handshake passes to cb too, so
+// the probe needs no lookup of its own (knownhosts matches on addr, the dialled name, and only
+// falls back to remote's address when addr is empty). The list only chooses which of its keys the
+// host shows; the handshake still verifies that key with cb, so verification is as strict.
+func hostKeyAlgorithms(cb ssh.HostKeyCallback, addr string, remote net.Addr) []string {
 	pub, _, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil
@@ -159,12 +166,8 @@ func hostKeyAlgorithms(cb ssh.HostKeyCallback, addr string) []string {
 	if err != nil {
 		return nil
 	}
-	tcpAddr, err := net.ResolveTCPAddr("tcp", addr)
-	if err != nil {
-		return nil
-	}
 	var keyErr *knownhosts.KeyError
-	if err := cb(addr, tcpAddr, probe); !errors.As(err, &keyErr) || len(keyErr.Want) == 0 {
+	if err := cb(addr, remote, probe); !errors.As(err, &keyErr) || len(keyErr.Want) == 0 {
 		return nil
 	}
 	var algos []string
@@ -247,10 +250,6 @@ func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
 	if err != nil {
 		return fail(StageKeyMaterial, err)
 	}
-	var algos []string
-	if !p.opts.InsecureSkipHostKeyVerification {
-		algos = hostKeyAlgorithms(cb, addr)
-	}
 
 	// The phase the handshake reached tells its failures apart without parsing messages: a
 	// failure after the host key callback rejected the key is the host key's, a failure once
@@ -270,14 +269,17 @@ func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
 			}
 			return err
 		},
-		HostKeyAlgorithms: algos,
-		ClientVersion:     "SSH-2.0-provider-health-exporter",
+		ClientVersion: "SSH-2.0-provider-health-exporter",
 	}
 
 	var d net.Dialer
 	tcp, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return fail(StageTCP, ctxCause(ctx, err))
+	}
+	if !p.opts.InsecureSkipHostKeyVerification {
+		// After the connect, with the address it reached: no lookup outside ctx.
+		cfg.HostKeyAlgorithms = hostKeyAlgorithms(cb, addr, tcp.RemoteAddr())
 	}
 	// The handshake has no context of its own: closing the connection is what ends it.
 	stop := context.AfterFunc(ctx, func() { tcp.Close() })
@@ -317,11 +319,13 @@ func (p *Pool) openLibvirt(ctx context.Context, l *link) (*Conn, error) {
 	if err != nil {
 		return fail(StageLibvirtSocket, ctxCause(ctx, err))
 	}
-	wc := &watchedConn{Conn: ch, done: make(chan struct{})}
+	wc := newWatchedConn(ch)
 	lv := libvirt.NewWithDialer(dialers.NewAlreadyConnected(wc))
 	// go-libvirt's calls take no context: closing the channel is what ends a stuck connect.
-	stop := context.AfterFunc(ctx, func() { wc.Close() })
+	// abort, not Close: a read error it causes must still wait as handshakeDone describes.
+	stop := context.AfterFunc(ctx, wc.abort)
 	err = lv.ConnectToURI(libvirt.QEMUSystem)
+	wc.handshakeDone()
 	if !stop() && err == nil {
 		err = ctx.Err()
 	}
@@ -335,22 +339,173 @@ func (p *Pool) openLibvirt(ctx context.Context, l *link) (*Conn, error) {
 // watchedConn is the libvirt channel; done closes when it ends (a read fails or it is
 // closed), which is how the pool learns that a libvirt connection is gone without depending on
 // go-libvirt's internals.
+//
+// It also orders go-libvirt's connect against its disconnect watcher. ConnectToURI starts the
+// goroutine that reads the Libvirt's disconnected channel once the connection ends, and only
+// assigns that channel after the handshake, with nothing ordering the two: a connection that
+// ends from the other side before any later call (libvirtd stopped, the link killed) is a data
+// race. The watcher runs only after the socket's reader sees a read error, so a read error
+// during the handshake is held back until handshakeDone, which the dialer calls once
+// ConnectToURI has returned. It is not held back when ConnectToURI cannot return without it:
+// while a request of the handshake awaits its reply (the failing read is what wakes it with
+// ErrInterrupted and ConnectToURI then fails without the assignment), or when go-libvirt itself
+// closes the connection (its cleanup after a failed handshake, which waits for the reader).
 type watchedConn struct {
 	net.Conn
 	once sync.Once
 	done chan struct{}
+
+	// connected is set once the handshake is over: reads and writes then skip the accounting
+	// below, and the atomic load in Read orders everything ConnectToURI did before it.
+	connected atomic.Bool
+	mu        sync.Mutex
+	settled   bool // handshake over, or go-libvirt closed the connection
+	written   frameCounter
+	read      frameCounter
+	changed   chan struct{} // closed and replaced when settled or written changes
+	readErr   error         // a read error that came with data, returned by the next Read
+}
+
+// holdReadErrorLimit bounds how long a read error is held back during the handshake. The rules
+// above release it long before; this only matters if go-libvirt's handshake changes shape.
+const holdReadErrorLimit = 5 * time.Second
+
+func newWatchedConn(c net.Conn) *watchedConn {
+	return &watchedConn{Conn: c, done: make(chan struct{}), changed: make(chan struct{})}
 }
 
 func (c *watchedConn) Read(b []byte) (int, error) {
+	if err := c.readErr; err != nil {
+		return 0, err
+	}
 	n, err := c.Conn.Read(b)
+	if n > 0 && err != nil {
+		// The data first, so that a reply in it is routed before the error is held back;
+		// the error comes with the next read.
+		c.readErr = err
+		err = nil
+	}
+	if !c.connected.Load() {
+		c.mu.Lock()
+		c.read.feed(b[:n])
+		c.mu.Unlock()
+		if err != nil {
+			c.holdUntilSettled()
+		}
+	}
 	if err != nil {
-		c.once.Do(func() { close(c.done) })
+		c.ended()
 	}
 	return n, err
 }
 
+func (c *watchedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if !c.connected.Load() {
+		c.mu.Lock()
+		if c.written.feed(b[:n]) {
+			c.notifyLocked()
+		}
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+// holdUntilSettled returns once the handshake is over, a request of it awaits its reply, or
+// the connection was closed by go-libvirt.
+func (c *watchedConn) holdUntilSettled() {
+	limit := time.NewTimer(holdReadErrorLimit)
+	defer limit.Stop()
+	for {
+		c.mu.Lock()
+		if c.settled || c.written.packets > c.read.packets {
+			c.mu.Unlock()
+			return
+		}
+		changed := c.changed
+		c.mu.Unlock()
+		select {
+		case <-changed:
+		case <-limit.C:
+			return
+		}
+	}
+}
+
+func (c *watchedConn) notifyLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+func (c *watchedConn) settle() {
+	c.mu.Lock()
+	if !c.settled {
+		c.settled = true
+		c.notifyLocked()
+	}
+	c.mu.Unlock()
+}
+
+// handshakeDone is called once ConnectToURI has returned, whatever it returned.
+func (c *watchedConn) handshakeDone() {
+	c.settle()
+	c.connected.Store(true)
+}
+
+// abort closes the channel to end a handshake the caller gave up on. Unlike Close it does not
+// release a held read error: ConnectToURI may have completed just now.
+func (c *watchedConn) abort() {
+	c.Conn.Close()
+	c.ended()
+}
+
+// Close is go-libvirt's (its Disconnect, its cleanup after a failed handshake) and the pool's
+// once the connection is over.
 func (c *watchedConn) Close() error {
+	c.settle()
 	err := c.Conn.Close()
-	c.once.Do(func() { close(c.done) })
+	c.ended()
 	return err
+}
+
+func (c *watchedConn) ended() { c.once.Do(func() { close(c.done) }) }
+
+// frameCounter counts the complete libvirt RPC packets in a byte stream. Each packet starts
+// with its total length (the 4-byte length word included), big-endian.
+type frameCounter struct {
+	hdr     [4]byte
+	hdrLen  int
+	rest    int // bytes of the current packet after its length word still to come
+	packets int
+}
+
+// feed accounts for b and reports whether a packet was completed.
+func (f *frameCounter) feed(b []byte) bool {
+	completed := false
+	for len(b) > 0 {
+		if f.rest == 0 {
+			k := copy(f.hdr[f.hdrLen:], b)
+			f.hdrLen += k
+			b = b[k:]
+			if f.hdrLen < len(f.hdr) {
+				break
+			}
+			f.hdrLen = 0
+			f.rest = int(binary.BigEndian.Uint32(f.hdr[:])) - len(f.hdr)
+			if f.rest <= 0 { // malformed: count it and resynchronise on the next word
+				f.rest = 0
+				f.packets++
+				completed = true
+			}
+			continue
+		}
+		k := min(f.rest, len(b))
+		f.rest -= k
+		b = b[k:]
+		if f.rest == 0 {
+			f.packets++
+			completed = true
+		}
+	}
+	return completed
 }

@@ -291,3 +291,130 @@ func TestAcquireWaitEndsWithContextOnARealHost(t *testing.T) {
 		t.Errorf("%d TCP connections, want 1", n)
 	}
 }
+
+// TestConnectionEndsWithoutCalls: a pooled connection on which no call was made after the
+// libvirt handshake ends from the host's side (libvirtd stopped, the SSH link killed). The end
+// is reported on Done and go-libvirt's Disconnected, without a data race between go-libvirt's
+// connect and its disconnect watcher (run with -race), and the next acquire connects again.
+func TestConnectionEndsWithoutCalls(t *testing.T) {
+	f := kvmhost.Start(t, 1)
+	h := f.Hosts[0]
+	for _, tc := range []struct {
+		name       string
+		end, after func(*kvmhost.Host)
+	}{
+		{"libvirtd stopped", (*kvmhost.Host).StopLibvirtd, (*kvmhost.Host).StartLibvirtd},
+		{"ssh link killed", (*kvmhost.Host).KillSSHConnections, func(*kvmhost.Host) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := fleetPool(t, f, "t-end-without-calls")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, release, err := p.Acquire(ctx, h.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			release()
+			disconnected := c.Libvirt().Disconnected()
+			tc.end(h)
+			defer tc.after(h)
+			for what, ch := range map[string]<-chan struct{}{"Done": c.Done(), "Disconnected": disconnected} {
+				select {
+				case <-ch:
+				case <-time.After(15 * time.Second):
+					t.Fatalf("%s not closed after the connection ended", what)
+				}
+			}
+			tc.after(h)
+			c2, release2, err := p.Acquire(ctx, h.Addr)
+			if err != nil {
+				t.Fatalf("acquire after the connection ended: %v", err)
+			}
+			defer release2()
+			if c2 == c {
+				t.Error("acquire returned the ended connection")
+			}
+			if _, err := c2.Libvirt().ConnectGetLibVersion(); err != nil {
+				t.Errorf("call on the new connection: %v", err)
+			}
+		})
+	}
+}
+
+// TestAbandonedCountNeverNegative: a probe is abandoned at its deadline and its calls return
+// right after, before the prober counts it (a test hook holds the prober there). The
+// abandoned-probes count, as Stats and the gauge read it, never goes below zero and settles at
+// zero.
+func TestAbandonedCountNeverNegative(t *testing.T) {
+	f := kvmhost.Start(t, 1)
+	h := f.Hosts[0]
+	p := fleetPool(t, f, "t-abandoned-count")
+	if err := probe(p, h.Addr, 10*time.Second, hostCheck(h.Pool)); err != nil {
+		t.Fatal(err)
+	}
+	abandonedNow := make(chan struct{})
+	low := int64(0)
+	testHookAbandoned = func() {
+		close(abandonedNow)
+		// The detached calls return now; give their cleanup every chance to run first.
+		deadline := time.Now().Add(200 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			low = min(low, int64(p.Stats().AbandonedProbes), p.stats.abandoned.Load())
+			time.Sleep(time.Millisecond)
+		}
+	}
+	t.Cleanup(func() { testHookAbandoned = nil })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := p.Probe(ctx, h.Addr, func(*libvirt.Libvirt) error {
+		<-abandonedNow // returns once the probe was abandoned, before it is counted
+		return nil
+	})
+	if !errors.Is(err, ErrProbeAbandoned) {
+		t.Fatalf("probe: %v, want abandoned", err)
+	}
+	if low < 0 {
+		t.Errorf("the abandoned-probes count read %d", low)
+	}
+	waitFor(t, 10*time.Second, "no abandoned probe", func() bool {
+		return p.Stats().AbandonedProbes == 0 && p.stats.abandoned.Load() == 0
+	})
+	if err := probe(p, h.Addr, 10*time.Second, hostCheck(h.Pool)); err != nil {
+		t.Errorf("probe once the abandoned one returned: %v", err)
+	}
+}
+
+// TestSingleKeyTypeKnownHosts: a real host (sshd with ed25519, ECDSA and RSA host keys) is dialled
+// and probed with a known_hosts that holds only one of its key types, for each type: the handshake
+// negotiates that type (RSA as rsa-sha2-*, since sshd refuses SHA-1 ssh-rsa signatures) and it
+// verifies. A known_hosts line of another host's key of the same type still fails as a mismatch.
+func TestSingleKeyTypeKnownHosts(t *testing.T) {
+	f := kvmhost.Start(t, 1)
+	h := f.Hosts[0]
+	if len(h.HostKeys) < 3 {
+		t.Fatalf("host keys %d, want ed25519, ECDSA and RSA", len(h.HostKeys))
+	}
+	pool := func(t *testing.T, kh string) *Pool {
+		p := New(Options{Name: "t-single-key-type", User: f.User, PrivateKeyFile: f.ClientKeyPath,
+			KnownHostsFile: kh, Socket: h.Socket, KeepaliveInterval: time.Hour, DisconnectTimeout: time.Second})
+		t.Cleanup(func() { p.Close() })
+		return p
+	}
+	for _, k := range h.HostKeys {
+		t.Run(k.Type(), func(t *testing.T) {
+			p := pool(t, writeKnownHosts(t, t.TempDir(), h.Addr, k))
+			if err := probe(p, h.Addr, 10*time.Second, hostCheck(h.Pool)); err != nil {
+				t.Fatalf("known_hosts with only the %s key: %v", k.Type(), err)
+			}
+		})
+	}
+	t.Run("another key of the same type", func(t *testing.T) {
+		other := newSigner(t, "ed25519").PublicKey()
+		p := pool(t, writeKnownHosts(t, t.TempDir(), h.Addr, other))
+		err := probe(p, h.Addr, 10*time.Second, hostCheck(h.Pool))
+		if de := stageOf(t, err); !de.HostKeyMismatch() {
+			t.Errorf("got %v, want a host key mismatch", err)
+		}
+	})
+}

@@ -446,6 +446,7 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 	const running, finished, abandoned = 0, 1, 2
 	var state atomic.Int32
 	done := make(chan error, 1)
+	counted := make(chan struct{}) // closed once an abandoned probe is counted
 	p.probes.Add(1)
 	go func() {
 		defer p.probes.Done()
@@ -454,8 +455,10 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 			done <- err
 			return
 		}
-		// Abandoned: this goroutine owns the cleanup.
+		// Abandoned: this goroutine owns the cleanup. It uncounts the probe only once it was
+		// counted, so that the count never reads below zero.
 		release()
+		<-counted
 		p.local.abandoned.Add(-1)
 		p.stats.abandoned.Add(-1)
 		<-h.probe
@@ -474,11 +477,18 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 		if !state.CompareAndSwap(running, abandoned) {
 			return finish(<-done) // fn returned just now: its result stands
 		}
+		if testHookAbandoned != nil {
+			testHookAbandoned()
+		}
 		p.local.abandoned.Add(1)
 		p.stats.abandoned.Add(1)
+		close(counted)
 		return fmt.Errorf("probe %s: %w", addr, errors.Join(ErrProbeAbandoned, context.Cause(ctx)))
 	}
 }
+
+// testHookAbandoned, when set by a test, runs in Probe between abandoning a probe and counting it.
+var testHookAbandoned func()
 
 // Stats is a snapshot of a pool's counters.
 type Stats struct {

@@ -7,6 +7,9 @@
 // API is not cut by ctx. The check therefore runs the call in a goroutine, reports Timeout at
 // the deadline, and gives the call's http.Client a timeout equal to the time left, so that an
 // abandoned call ends at about the same moment instead of leaking.
+//
+// The SDK's own debug logging (GOOGLE_SDK_GO_LOGGING_LEVEL) is switched off for the checker:
+// it writes the token exchange, access token included, to stderr.
 package gcp
 
 import (
@@ -17,6 +20,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -25,7 +29,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"cloud.google.com/go/auth"
 	"cloud.google.com/go/auth/credentials"
@@ -70,17 +76,48 @@ type Checker struct {
 	logger   *slog.Logger
 
 	// base carries every connection of the checker (API and token endpoint) so Close can
-	// release them.
-	base *http.Transport
+	// release them; dialer bounds its TCP connects.
+	base   *http.Transport
+	dialer *net.Dialer
 
 	// tokenInFlight counts calls to the token source in progress; a cached token returns at
 	// once, so a call still running at the deadline is a slow token exchange.
 	tokenInFlight atomic.Int32
+	// tokenFailedAt is when a token exchange last failed (Unix nanoseconds).
+	tokenFailedAt atomic.Int64
 
 	mu sync.Mutex
-	// authRT adds the bearer token to API requests; nil until credentials have loaded.
+	// authRT adds the bearer token to API requests; nil until credentials have loaded, after
+	// a failed load, and after the API refused its token (401).
 	authRT http.RoundTripper
+	// loadedAt is the key file's state when authRT was built from it: a change (a rotated
+	// Secret) makes the next check load the file again.
+	loadedAt fileState
+	// loadErr is the error of the last load, nil once credentials have loaded.
+	loadErr error
+	// loading is closed when the load in progress ends; nil when none runs. One load at a
+	// time, and a check waits for it only until its own deadline.
+	loading chan struct{}
 }
+
+// fileState is what tells that the key file changed since it was read.
+type fileState struct {
+	modTime time.Time
+	size    int64
+}
+
+func statFile(path string) (fileState, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileState{}, err
+	}
+	return fileState{modTime: fi.ModTime(), size: fi.Size()}, nil
+}
+
+// discard is handed to the SDK wherever it would otherwise build its own logger from
+// GOOGLE_SDK_GO_LOGGING_LEVEL: at debug level that logger writes the token requests and
+// responses, the signed JWT and the access token included, to stderr.
+var discard = slog.New(slog.DiscardHandler)
 
 // New returns the checker of a gcp provider; logger is expected to be scoped to the provider
 // already. Configuration errors (no gcp block, no project, a malformed endpoint) are errors.
@@ -120,14 +157,14 @@ func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 		endpoint: strings.TrimSuffix(endpoint, "/"),
 		credFile: g.CredentialsFile,
 		logger:   logger,
-		base:     newBaseTransport(),
 	}
+	c.base, c.dialer = newBaseTransport()
 	// A key file is read now (no network), so a broken one is logged at load. Application
 	// Default Credentials are looked up at the first check instead: without the environment
 	// variable or gcloud's file the lookup asks the GCE metadata server, and a constructor
 	// must not touch the network.
 	if c.credFile != "" {
-		if _, err := c.transport(); err != nil {
+		if _, err := c.transport(context.Background()); err != nil {
 			c.logger.Warn("gcp credentials unusable; every check reports CredentialsError until they load",
 				"credentials_file", c.credFile, "err", credentialsMessage(err))
 		}
@@ -137,7 +174,7 @@ func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 
 // newBaseTransport is the transport under both the API calls and the token exchange: every
 // stage of a new connection is bounded here, the whole call by the http.Client timeout.
-func newBaseTransport() *http.Transport {
+func newBaseTransport() (*http.Transport, *net.Dialer) {
 	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
@@ -147,7 +184,7 @@ func newBaseTransport() *http.Transport {
 		ResponseHeaderTimeout: callTimeoutWithoutDeadline,
 		IdleConnTimeout:       90 * time.Second,
 		MaxIdleConnsPerHost:   2,
-	}
+	}, d
 }
 
 // Name is the provider's name.
@@ -165,22 +202,101 @@ func (c *Checker) Close() error {
 	return nil
 }
 
-// transport returns the authorizing round tripper, loading the credentials on first use (and
-// again after a failure). Loading reads the key file; no token is fetched here.
-func (c *Checker) transport() (http.RoundTripper, error) {
+// Stale reports whether the checker should be rebuilt at a reload although its providers-file
+// block did not change: the credentials did not load at the last attempt, or the key file
+// changed (modification time or size) since it was loaded, e.g. a rotated Secret. The checker
+// also loads a changed key by itself at its next check; Stale lets a reload start afresh too.
+func (c *Checker) Stale() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.authRT != nil {
-		return c.authRT, nil
+	if c.loadErr != nil {
+		return true
 	}
+	return c.authRT != nil && c.keyChangedLocked()
+}
+
+// keyChangedLocked reports whether the key file is no longer the one authRT was built from.
+// A file that cannot be stat'ed counts as changed, so that the next load reports why.
+func (c *Checker) keyChangedLocked() bool {
+	if c.credFile == "" {
+		return false
+	}
+	now, err := statFile(c.credFile)
+	return err != nil || !now.modTime.Equal(c.loadedAt.modTime) || now.size != c.loadedAt.size
+}
+
+// transport returns the authorizing round tripper, loading the credentials on first use, again
+// after a failure or a 401, and again when the key file changed since it was loaded. Loading
+// reads the key file (for Application Default Credentials it may probe the metadata server); no
+// token is fetched here. A caller waits for a load only as long as ctx allows; the load itself
+// cannot be cancelled (the SDK's lookup takes no context) and finishes on its own.
+func (c *Checker) transport(ctx context.Context) (http.RoundTripper, error) {
+	for {
+		c.mu.Lock()
+		if c.authRT != nil && !c.keyChangedLocked() {
+			rt := c.authRT
+			c.mu.Unlock()
+			return rt, nil
+		}
+		if wait := c.loading; wait != nil {
+			c.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			c.mu.Unlock()
+			return nil, err
+		}
+		done := make(chan struct{})
+		c.loading = done
+		c.mu.Unlock()
+
+		rt, at, err := c.load()
+
+		c.mu.Lock()
+		c.loading = nil
+		close(done)
+		if err != nil {
+			c.authRT, c.loadErr = nil, err
+		} else {
+			c.authRT, c.loadedAt, c.loadErr = rt, at, nil
+		}
+		c.mu.Unlock()
+		return rt, err
+	}
+}
+
+// dropToken forgets the round tripper (and so its cached token) after the API refused the
+// token (401): the next check loads the credentials again and exchanges a fresh token instead
+// of presenting the refused one until it expires. rt is the round tripper the refused call
+// used; a newer one (already reloaded) is kept.
+func (c *Checker) dropToken(rt http.RoundTripper) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rt != nil && c.authRT == rt {
+		c.authRT = nil
+	}
+}
+
+// load builds the authorizing round tripper from the key file or from Application Default
+// Credentials, and returns the key file's state as it was before the read (so a change during
+// the read still counts as a change).
+func (c *Checker) load() (http.RoundTripper, fileState, error) {
 	opts := &credentials.DetectOptions{
 		Scopes: []string{Scope},
 		// The token exchange gets its own bound: a background refresh has no check deadline.
 		Client: &http.Client{Transport: c.base, Timeout: tokenTimeout},
+		Logger: discard,
 	}
 	var creds *auth.Credentials
+	var at fileState
 	var err error
 	if c.credFile != "" {
+		at, _ = statFile(c.credFile)
 		var key []byte
 		if key, err = readServiceAccountKey(c.credFile); err == nil {
 			creds, err = credentials.NewCredentialsFromJSON(credentials.ServiceAccount, key, opts)
@@ -189,18 +305,17 @@ func (c *Checker) transport() (http.RoundTripper, error) {
 		creds, err = credentials.DetectDefault(opts)
 	}
 	if err != nil {
-		return nil, &credentialsError{err: err}
+		return nil, at, &credentialsError{err: err}
 	}
 	// Tag every failure of the token source, so a failed exchange is told apart from a failed
 	// API call in the error the SDK hands back, and count exchanges in progress, so a timeout
 	// can say which of the two was slow.
-	creds.TokenProvider = tokenProvider{tp: creds.TokenProvider, inFlight: &c.tokenInFlight}
+	creds.TokenProvider = tokenProvider{tp: creds.TokenProvider, inFlight: &c.tokenInFlight, failedAt: &c.tokenFailedAt}
 	hc := &http.Client{Transport: c.base}
 	if err := httptransport.AddAuthorizationMiddleware(hc, creds); err != nil {
-		return nil, &credentialsError{err: err}
+		return nil, at, &credentialsError{err: err}
 	}
-	c.authRT = hc.Transport
-	return c.authRT, nil
+	return hc.Transport, at, nil
 }
 
 // readServiceAccountKey reads a key file and checks that its private key parses, so that a
@@ -249,6 +364,9 @@ func (e *tokenError) Unwrap() error { return e.err }
 type tokenProvider struct {
 	tp       auth.TokenProvider
 	inFlight *atomic.Int32
+	// failedAt is when an exchange last failed (Unix nanoseconds): an exchange cut by the
+	// deadline may end a moment before the check reports the timeout, and must still be named.
+	failedAt *atomic.Int64
 }
 
 func (p tokenProvider) Token(ctx context.Context) (*auth.Token, error) {
@@ -256,6 +374,7 @@ func (p tokenProvider) Token(ctx context.Context) (*auth.Token, error) {
 	defer p.inFlight.Add(-1)
 	t, err := p.tp.Token(ctx)
 	if err != nil {
+		p.failedAt.Store(time.Now().UnixNano())
 		return nil, &tokenError{err: err}
 	}
 	return t, nil
@@ -265,28 +384,43 @@ func (p tokenProvider) Token(ctx context.Context) (*auth.Token, error) {
 type outcome struct {
 	instances int
 	err       error
+	// rt is the round tripper the call used, nil when none was loaded.
+	rt http.RoundTripper
 }
 
+// Stages of a call, for the message of a Timeout.
+const (
+	stageCredentials int32 = iota // loading the credentials (or waiting for a load)
+	stageCall                     // the token exchange and the instances request
+)
+
 // Check lists one page of at most one instance of the project. It returns by ctx's deadline
-// whatever the API does, and makes no request when ctx is already done.
+// whatever the API does, and makes no request when ctx is already done. Only that deadline is
+// Timeout: a connect or TLS handshake that times out first is APIUnreachable.
 func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 	start := time.Now()
 	if ctx.Err() != nil {
 		return c.result(start, checks.ReasonTimeout, "check not started: the check's deadline had already passed")
 	}
-	budget := callTimeoutWithoutDeadline
-	if dl, ok := ctx.Deadline(); ok {
-		// An http.Client timeout of zero or less means none: never start a call without one.
-		if budget = time.Until(dl); budget <= 0 {
-			return c.result(start, checks.ReasonTimeout, "check not started: the check's deadline had already passed")
-		}
+	if _, ok := ctx.Deadline(); !ok {
+		// The round's deadline is the only bound of a call: give one to a context without.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, callTimeoutWithoutDeadline)
+		defer cancel()
 	}
+	deadline, _ := ctx.Deadline()
+	stage := new(atomic.Int32)
 	done := make(chan outcome, 1) // buffered: an abandoned call must not block on sending
-	go func() { done <- c.call(ctx, budget) }()
+	go func() { done <- c.call(ctx, stage) }()
 
-	timeout := func(inTokenExchange bool) []checks.TargetResult {
+	// timeout reports the deadline; err is the call's error when it came back cut.
+	timeout := func(err error) []checks.TargetResult {
+		var terr *tokenError
 		what := "the Compute API did not answer"
-		if inTokenExchange {
+		switch {
+		case stage.Load() == stageCredentials:
+			what = "loading the credentials did not finish"
+		case c.tokenInFlight.Load() > 0 || c.tokenFailedAt.Load() >= start.UnixNano() || errors.As(err, &terr):
 			what = "the OAuth token exchange did not finish"
 		}
 		return c.result(start, checks.ReasonTimeout, fmt.Sprintf(
@@ -299,13 +433,8 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 		select {
 		case o = <-done: // the answer and the deadline arrived together: keep the answer
 		default:
-			return timeout(c.tokenInFlight.Load() > 0)
+			return timeout(nil)
 		}
-	}
-	// The call's own timeout is the check's deadline: it may report first.
-	if o.err != nil && isTimeout(ctx, o.err) {
-		var terr *tokenError
-		return timeout(errors.As(o.err, &terr))
 	}
 	if o.err == nil {
 		msg := "instances.aggregatedList answered: no instance matches the filter"
@@ -314,23 +443,44 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 		}
 		return c.result(start, checks.ReasonReady, msg)
 	}
+	// The call's http.Client timeout is the time left when the client was built, so it fires
+	// at or after the deadline: a timeout from then on is the deadline's. A timeout before it
+	// (a connect or TLS handshake bounded by the transport) is classified below, like an
+	// answer that came in at the deadline.
+	if cutByDeadline(o.err) && (ctx.Err() != nil || !time.Now().Before(deadline)) {
+		return timeout(o.err)
+	}
 	reason, msg := classify(o.err)
+	if reason == checks.ReasonUnauthorized {
+		c.dropToken(o.rt)
+	}
 	return c.result(start, reason, msg)
 }
 
 // call makes the one request of a check. It runs in its own goroutine: the SDK's REST call
-// ignores ctx, so the http.Client timeout (the time left to the check) is what ends it.
-func (c *Checker) call(ctx context.Context, budget time.Duration) outcome {
-	rt, err := c.transport()
+// ignores ctx, so the http.Client timeout (the time left to the check when the client is
+// built) is what ends it.
+func (c *Checker) call(ctx context.Context, stage *atomic.Int32) outcome {
+	rt, err := c.transport(ctx)
 	if err != nil {
 		return outcome{err: err}
+	}
+	stage.Store(stageCall)
+	// The budget is taken now, after the credentials load (which may have waited), so that
+	// an abandoned call ends at the deadline and not that much later. ctx has a deadline
+	// (Check gives it one); an http.Client timeout of zero or less would mean none.
+	dl, _ := ctx.Deadline()
+	budget := time.Until(dl)
+	if budget <= 0 || ctx.Err() != nil {
+		return outcome{err: context.DeadlineExceeded, rt: rt}
 	}
 	// A fresh client per check is a few small structs; it carries this check's deadline as
 	// the http.Client timeout, while connections and the token cache stay shared in rt.
 	hc := &http.Client{Transport: rt, Timeout: budget}
-	client, err := compute.NewInstancesRESTClient(ctx, option.WithHTTPClient(hc), option.WithEndpoint(c.endpoint))
+	client, err := compute.NewInstancesRESTClient(ctx, option.WithHTTPClient(hc), option.WithEndpoint(c.endpoint),
+		option.WithLogger(discard))
 	if err != nil {
-		return outcome{err: fmt.Errorf("create compute client: %w", err)}
+		return outcome{err: fmt.Errorf("create compute client: %w", err), rt: rt}
 	}
 	defer func() { _ = client.Close() }()
 
@@ -342,13 +492,13 @@ func (c *Checker) call(ctx context.Context, budget time.Duration) outcome {
 	// fleet, a request per page.
 	var page []compute.InstancesScopedListPair
 	if _, err := iterator.NewPager(client.AggregatedList(ctx, req), 1, "").NextPage(&page); err != nil {
-		return outcome{err: err}
+		return outcome{err: err, rt: rt}
 	}
 	n := 0
 	for _, p := range page {
 		n += len(p.Value.GetInstances())
 	}
-	return outcome{instances: n}
+	return outcome{instances: n, rt: rt}
 }
 
 func (c *Checker) result(start time.Time, reason checks.Reason, msg string) []checks.TargetResult {
@@ -406,36 +556,72 @@ func classify(err error) (checks.Reason, string) {
 	return checks.ReasonAPIError, "Compute API call failed: " + netMessage(err)
 }
 
-func isTimeout(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return true
-	}
+// cutByDeadline reports errors of a call cut short: by its context, or by a timeout.
+func cutByDeadline(err error) bool {
 	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		(errors.As(err, &ne) && ne.Timeout())
 }
 
-// isUnreachable reports failures to reach the endpoint at all: name resolution, TCP connect,
-// TLS handshake and certificate verification.
+// isUnreachable reports failures to get any answer from the endpoint: name resolution, TCP
+// connect, TLS handshake and certificate verification, a connect or handshake that timed out,
+// and a connection closed or reset before an answer.
 func isUnreachable(err error) bool {
 	var dnsErr *net.DNSError
 	var opErr *net.OpError
 	var certErr *tls.CertificateVerificationError
 	var unknownAuth x509.UnknownAuthorityError
 	var hostErr x509.HostnameError
+	var invalidErr x509.CertificateInvalidError
 	var recErr tls.RecordHeaderError
+	var alertErr tls.AlertError
 	switch {
-	case errors.As(err, &dnsErr), errors.As(err, &certErr), errors.As(err, &unknownAuth),
-		errors.As(err, &hostErr), errors.As(err, &recErr):
+	case errors.As(err, &dnsErr), errors.As(err, &opErr),
+		errors.As(err, &certErr), errors.As(err, &unknownAuth), errors.As(err, &hostErr),
+		errors.As(err, &invalidErr), errors.As(err, &recErr), errors.As(err, &alertErr):
 		return true
-	case errors.As(err, &opErr):
-		return opErr.Op == "dial"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return true
 	}
-	return false
+	// Whatever else http.Client.Do failed with (it wraps every failure of the transport in a
+	// *url.Error) came before any answer: net/http's own errors for a connection closed before
+	// the response ("server closed idle connection") or a handshake that timed out are
+	// unexported.
+	var uerr *url.Error
+	return errors.As(err, &uerr)
+}
+
+// isTLSHandshakeTimeout reports net/http's TLSHandshakeTimeout, whose error type is not
+// exported: a net.Error that says so.
+func isTLSHandshakeTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() && strings.Contains(ne.Error(), "TLS handshake timeout")
 }
 
 // netMessage describes a transport failure by its innermost network error, without the
 // request URL.
 func netMessage(err error) string {
+	var opErr *net.OpError
+	var alertErr tls.AlertError
+	switch {
+	case isTLSHandshakeTimeout(err):
+		return "TLS handshake timed out"
+	case errors.As(err, &opErr) && opErr.Op == "dial" && opErr.Timeout():
+		return "connect timed out: " + opErr.Error()
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset before an answer: " + innerMessage(err)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		strings.Contains(err.Error(), "server closed idle connection"):
+		return "connection closed before an answer: " + innerMessage(err)
+	case errors.As(err, &alertErr):
+		return "TLS handshake refused by the server: " + innerMessage(err)
+	}
+	return innerMessage(err)
+}
+
+func innerMessage(err error) string {
 	var opErr *net.OpError
 	if errors.As(err, &opErr) {
 		return opErr.Error()
@@ -493,10 +679,17 @@ func credentialsMessage(err error) string {
 	return "credentials not loaded: " + err.Error()
 }
 
+// truncate folds whitespace and cuts s to at most maxMessageLen bytes, at a rune boundary so
+// the message stays valid UTF-8.
 func truncate(s string) string {
 	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > maxMessageLen {
-		return s[:maxMessageLen-1] + "…"
+	if len(s) <= maxMessageLen {
+		return s
 	}
-	return s
+	const ellipsis = "…"
+	cut := maxMessageLen - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
 }

@@ -281,6 +281,10 @@ func (c *Checker) check(ctx context.Context) (checks.Reason, string) {
 	}
 	var list metav1.PartialObjectMetadataList
 	if err := json.Unmarshal(raw, &list); err != nil {
+		if ctx.Err() != nil {
+			// The deadline cut the answer short: the body is whatever arrived before it.
+			return classify(ctx, ctx.Err(), c.what)
+		}
 		return checks.ReasonAPIError, fmt.Sprintf("list %s: the API server's answer is not a list: %v", c.what, err)
 	}
 	more := ""

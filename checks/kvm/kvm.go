@@ -287,9 +287,14 @@ func classify(err error, step string) (checks.Reason, string) {
 			return checks.ReasonTimeout, err.Error()
 		}
 		if de.Timeout() {
+			if de.Stage == hostpool.StageLibvirtConnect {
+				// The channel to the socket opened, so libvirtd accepted the connection: a
+				// daemon that then does not answer is hung, the same as one whose calls do not
+				// return.
+				return checks.ReasonTimeout, fmt.Sprintf("libvirtd accepted the connection but did not answer the connect handshake before the deadline: %v", err)
+			}
 			// The stage that did not finish is the verdict: a host that silently drops packets
 			// is unreachable (TCPUnreachable), a handshake that never completes failed, and so on.
-			// Timeout is kept for calls to a connected libvirtd that do not return.
 			return dialReason(de), fmt.Sprintf("no answer before the deadline: %v", err)
 		}
 		return dialReason(de), err.Error()

@@ -423,6 +423,9 @@ func TestClassify(t *testing.T) {
 		{&hostpool.DialError{Stage: hostpool.StageHostKey, Err: &knownhosts.KeyError{Want: []knownhosts.KnownKey{{}}}}, checks.ReasonHostKeyMismatch},
 		{&hostpool.DialError{Stage: hostpool.StageLibvirtSocket, Err: &ssh.OpenChannelError{}}, checks.ReasonLibvirtSocketUnreachable},
 		{&hostpool.DialError{Stage: hostpool.StageLibvirtConnect, Err: errors.New("eof")}, checks.ReasonLibvirtConnectFailed},
+		{&hostpool.DialError{Stage: hostpool.StageLibvirtConnect, Err: context.DeadlineExceeded}, checks.ReasonTimeout},
+		{&hostpool.DialError{Stage: hostpool.StageLibvirtSocket, Err: context.DeadlineExceeded}, checks.ReasonLibvirtSocketUnreachable},
+		{&hostpool.DialError{Stage: hostpool.StageSSHAuth, Err: context.DeadlineExceeded}, checks.ReasonSSHAuthFailed},
 		{fmt.Errorf("waiting for the slot: %w", context.DeadlineExceeded), checks.ReasonTimeout},
 		{&rpcError{rpcPoolLookup, libvirt.Error{Code: uint32(libvirt.ErrNoStoragePool), Message: "no pool"}}, checks.ReasonPoolNotFound},
 		{&rpcError{rpcHostname, libvirt.Error{Code: 1, Message: "internal"}}, checks.ReasonLibvirtError},
@@ -469,5 +472,37 @@ func TestNew(t *testing.T) {
 		if r.Reason != checks.ReasonKeyMaterialError {
 			t.Errorf("%s: %s %q, want KeyMaterialError", r.Target, r.Reason, r.Message)
 		}
+	}
+}
+
+// TestHungLibvirtdAtFirstDial: a checker with no pooled connection yet meets a frozen libvirtd:
+// the channel to its socket opens (the kernel accepts for it) but the libvirt handshake gets no
+// answer. That is a hung daemon, so the round reads Timeout (not LibvirtConnectFailed), the SSH
+// link is kept, and once libvirtd runs again the next round is ready over that same link.
+func TestHungLibvirtdAtFirstDial(t *testing.T) {
+	f := kvmhost.Start(t, 1)
+	h := f.Hosts[0]
+	c := newChecker(t, provider("kvm-hung-first", f, f.Hosts))
+	h.PauseLibvirtd()
+	paused := true
+	defer func() {
+		if paused {
+			h.ResumeLibvirtd()
+		}
+	}()
+	r := round(t, c)[h.Name]
+	expect(t, r, checks.ReasonTimeout, "did not answer the connect handshake")
+	st := c.Pool().Stats()
+	if st.Dials["libvirt_connect"] != 1 || st.Links != 1 {
+		t.Errorf("stats %+v, want one libvirt connect cut short over a kept link", st)
+	}
+	if n := h.TCPConnections(); n != 1 {
+		t.Errorf("%d TCP connections, want 1", n)
+	}
+	h.ResumeLibvirtd()
+	paused = false
+	expectReady(t, h, round(t, c)[h.Name])
+	if after := c.Pool().Stats(); after.Handshakes != st.Handshakes {
+		t.Errorf("SSH redialled after libvirtd resumed: %d -> %d handshakes", st.Handshakes, after.Handshakes)
 	}
 }
