@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,6 +30,7 @@ import (
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
 	"sigs.k8s.io/yaml"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
@@ -99,6 +102,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		{"GarbageCollectionAndDeleteAll", testGarbage},
 		{"APIServerOutage", testOutage},
 		{"LeaderElection", testLeaderElection},
+		{"LeaderCrashFailover", testLeaderCrash},
 		{"RBACIsEnoughAndNoMore", testRBAC},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -168,6 +172,30 @@ func (f *kubeFixture) requests(t *testing.T, user string, match func(kube.AuditE
 
 func isStatusUpdate(e kube.AuditEvent) bool {
 	return e.Verb == "update" && e.Resource == v1alpha1.Resource && strings.Contains(e.RequestURI, "/status")
+}
+
+// isWrite matches every request that changes a ProviderHealth object or an Event.
+func isWrite(e kube.AuditEvent) bool {
+	switch e.Verb {
+	case "create", "update", "patch", "delete", "deletecollection":
+		return e.Resource == v1alpha1.Resource || e.Resource == "events"
+	}
+	return false
+}
+
+func ptrString(p *string) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return *p
+}
+
+// observedLeading reports whether w's elector last observed w itself as the Lease's holder.
+func observedLeading(w *Writer) bool {
+	w.mu.Lock()
+	isLeader := w.observedLeader
+	w.mu.Unlock()
+	return isLeader != nil && isLeader()
 }
 
 func isEventWrite(e kube.AuditEvent) bool {
@@ -299,7 +327,9 @@ func testKubectl(t *testing.T, f *kubeFixture) {
 	src := newFakeSource()
 	h := f.harness(t, f.userConfig("writer-kubectl", "system:masters"), src, nil)
 	h.start()
+	firstSeen := time.Now().Truncate(time.Second)
 	h.round(providers...)
+	written := time.Now()
 
 	want := map[string][]string{ // NAME: READY REASON TARGETS, then wide TYPE MESSAGE
 		"cluster-main": {"True", "AllTargetsReady", "1/1", "kubernetes", "the target is ready"},
@@ -330,11 +360,25 @@ func testKubectl(t *testing.T, f *kubeFixture) {
 			t.Errorf("kubectl get ph -o wide row %v, want %v", r, w)
 		}
 	}
-	// SINCE is the Ready condition's transition time: the first target's fall half an hour ago
-	// is older than the object, which was True never.
+	// SINCE is the Ready condition's transition time. These providers are new to the writer:
+	// their condition had no earlier status, so it starts when the writer first observed them
+	// (setCondition), not at a target's older transition (half an hour or an hour ago), which
+	// says nothing about the provider's status before.
 	for _, r := range rows {
-		if !regexp.MustCompile(`^\d+[smh]`).MatchString(r["SINCE"]) {
-			t.Errorf("SINCE of %s = %q, want an age", r["NAME"], r["SINCE"])
+		name := r["NAME"]
+		raw := strings.Trim(f.runKubectl(t, "get", "ph", name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].lastTransitionTime}`), "'\n ")
+		got, err := time.Parse(time.RFC3339, raw)
+		if err != nil {
+			t.Errorf("Ready lastTransitionTime of %s = %q: %v", name, raw, err)
+			continue
+		}
+		if got.Before(firstSeen) || got.After(written) {
+			t.Errorf("Ready lastTransitionTime of %s = %s, want the first observation, between %s and %s",
+				name, got, firstSeen.Format(time.RFC3339), written.Format(time.RFC3339))
+		}
+		// kubectl shows it as an age: seconds, since it was set just now.
+		if !regexp.MustCompile(`^\d+s$`).MatchString(r["SINCE"]) {
+			t.Errorf("SINCE of %s = %q, want an age in seconds (set at %s)", name, r["SINCE"], got)
 		}
 	}
 
@@ -754,7 +798,18 @@ func testLeaderElection(t *testing.T, f *kubeFixture) {
 	publish(p(checks.ReasonUnauthorized))
 	eventually(t, "the new leader writes", func() bool { return readyOf(f.get(t, "cluster-main")).Reason == "Unauthorized" })
 
-	// Someone else takes the lease: b stops writing at once, and campaigns again.
+	// Someone else takes the lease: from the moment b's elector observes it, b makes no write
+	// (client-go itself would keep renewing, and b leading, until the renew deadline), and it
+	// campaigns again. Nothing of b's is in flight: its Event is written, the status too.
+	uid := string(f.get(t, "cluster-main").UID)
+	eventually(t, "b's Event is written", func() bool {
+		for _, e := range f.events(t, uid) {
+			if e.Reason == "Unauthorized" {
+				return true
+			}
+		}
+		return false
+	})
 	lease, err := f.coord.Leases(exporterNamespace).Get(context.Background(), DefaultLeaseName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -765,19 +820,102 @@ func testLeaderElection(t *testing.T, f *kubeFixture) {
 	if _, err := f.coord.Leases(exporterNamespace).Update(context.Background(), lease, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b stops leading", func() bool { return testutil.ToFloat64(b.w.metrics.leader) == 0 })
-	statusBefore := f.requests(t, "writer-b", isStatusUpdate)
+	eventually(t, "b's elector observes the thief", func() bool { return !observedLeading(b.w) })
+	writesBefore := f.requests(t, "writer-b", isWrite)
+	// A change that a leader would write at once, as a status and an Event.
 	srcB.publish(p(checks.ReasonTimeout))
-	time.Sleep(300 * time.Millisecond)
-	if testutil.ToFloat64(b.w.metrics.leader) == 0 {
-		if n := f.requests(t, "writer-b", isStatusUpdate) - statusBefore; n != 0 {
-			t.Errorf("b wrote %d statuses without the lease", n)
-		}
+	eventually(t, "b stops leading", func() bool { return testutil.ToFloat64(b.w.metrics.leader) == 0 })
+	time.Sleep(500 * time.Millisecond) // room for a write that should not come
+	if n := f.requests(t, "writer-b", isWrite) - writesBefore; n != 0 {
+		t.Errorf("b made %d writes after it had observed another holder of the lease", n)
 	}
 	eventually(t, "b leads again once the thief's lease expired", func() bool { return testutil.ToFloat64(b.w.metrics.leader) == 1 })
 	eventually(t, "b writes again", func() bool { return readyOf(f.get(t, "cluster-main")).Reason == "Timeout" })
 	if !strings.Contains(b.logs.String(), "lost the lease") {
 		t.Error("losing the lease was not logged")
+	}
+}
+
+// testLeaderCrash kills the leader without letting it hand the lease back (its every request
+// fails, as when the process or its node dies): the follower takes over once the lease expires,
+// never before, and within client-go's bound after the leader's last renewal.
+func testLeaderCrash(t *testing.T, f *kubeFixture) {
+	const (
+		leaseDuration = 2 * time.Second
+		renewDeadline = 1500 * time.Millisecond
+		retryPeriod   = 300 * time.Millisecond
+	)
+	le := func(id string) func(*Options) {
+		return func(o *Options) {
+			o.LeaderElect, o.Identity = true, id
+			o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = leaseDuration, renewDeadline, retryPeriod
+		}
+	}
+	var dead atomic.Bool
+	cfgA := f.userConfig("writer-crash-a", "system:masters")
+	cfgA.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if dead.Load() {
+				return nil, errors.New("the leader's process is gone")
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	srcA, srcC := newFakeSource(), newFakeSource()
+	a := f.harness(t, cfgA, srcA, le("crash-a"))
+	c := f.harness(t, f.userConfig("writer-crash-c", "system:masters"), srcC, le("crash-c"))
+	a.start()
+	eventually(t, "a leads", func() bool { return testutil.ToFloat64(a.w.metrics.leader) == 1 })
+	c.start()
+	publish := func(ps checks.ProviderState) {
+		srcA.publish(ps)
+		srcC.publish(ps)
+	}
+	publish(provider("cluster-main", checks.TypeKubernetes, target("api", checks.ReasonReady, "", time.Now())))
+	eventually(t, "a writes", func() bool { o := f.get(t, "cluster-main"); return o != nil && len(o.Status.Targets) == 1 })
+	// Let a renew a few times, so that c has seen renewals and not only the first acquire.
+	time.Sleep(3 * retryPeriod)
+
+	// The crash: nothing of a's reaches the API server any more, so stopping it cannot release
+	// the lease.
+	dead.Store(true)
+	a.stop()
+	lease, err := f.coord.Leases(exporterNamespace).Get(context.Background(), DefaultLeaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := lease.Spec.HolderIdentity; h == nil || *h != "crash-a" || lease.Spec.RenewTime == nil {
+		t.Fatalf("after the crash the lease says holder %q, want crash-a (not released)", ptrString(h))
+	}
+	lastRenewal := lease.Spec.RenewTime.Time
+	publish(provider("cluster-main", checks.TypeKubernetes, target("api", checks.ReasonForbidden, "", time.Now())))
+
+	var ledAt time.Time
+	eventually(t, "c leads", func() bool {
+		ledAt = time.Now()
+		return testutil.ToFloat64(c.w.metrics.leader) == 1
+	})
+	eventually(t, "c writes the change", func() bool { return readyOf(f.get(t, "cluster-main")).Reason == "Forbidden" })
+	wroteAt := time.Now()
+	// c tries every retry period, jittered by up to JitterFactor more. It takes the lease once
+	// the lease duration has passed since it observed the last renewal, which it does at its
+	// first attempt after the renewal, and acquires at its first attempt after the expiry: at
+	// worst two jittered retry periods after lastRenewal + leaseDuration. Never before the
+	// renewal's second + leaseDuration: client-go compares the records it reads at one-second
+	// precision, so a renewal in the second of the previous one looks to c like no renewal.
+	took := ledAt.Sub(lastRenewal)
+	minTook := lastRenewal.Truncate(time.Second).Add(leaseDuration).Sub(lastRenewal)
+	maxTook := leaseDuration + time.Duration(2*(1+leaderelection.JitterFactor)*float64(retryPeriod))
+	t.Logf("c led %s after a's last renewal (lease %s, retry %s), wrote %s later", took, leaseDuration, retryPeriod, wroteAt.Sub(ledAt))
+	if took < minTook {
+		t.Errorf("c led %s after a's last renewal, before the lease (%s) expired (at %s): was the lease released?", took, leaseDuration, minTook)
+	}
+	if took > maxTook {
+		t.Errorf("c led %s after a's last renewal, want at most %s", took, maxTook)
+	}
+	// The first write of a term is a list and a status write: a second is plenty.
+	if wrote := wroteAt.Sub(lastRenewal); wrote > maxTook+time.Second {
+		t.Errorf("c wrote %s after a's last renewal, want at most %s", wrote, maxTook+time.Second)
 	}
 }
 

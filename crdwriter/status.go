@@ -80,7 +80,16 @@ func (m *providerMem) observe(ps *checks.ProviderState, now time.Time, staleAfte
 	if m.targets == nil {
 		m.targets = make(map[string]*targetMem)
 	}
-	m.typ = string(ps.Type)
+	if typ := string(ps.Type); typ != m.typ {
+		if m.typ != "" {
+			// The provider kept its name but changed type (a reload): the runner dropped its
+			// targets, and the old verdicts and times say nothing about the new checker's.
+			// Start afresh rather than write the new type beside the old targets.
+			m.targets = make(map[string]*targetMem)
+			m.order, m.cond, m.lastChecked = nil, nil, time.Time{}
+		}
+		m.typ = typ
+	}
 	var events []targetEvent
 	if len(ps.Targets) > 0 {
 		order := make([]string, 0, len(ps.Targets))

@@ -118,8 +118,9 @@ type Writer struct {
 	core    typedcorev1.CoreV1Interface
 	coord   coordinationv1client.CoordinationV1Interface
 	metrics *metrics
-	// newRecorder starts an Event recorder for one leadership term.
-	newRecorder func(ctx context.Context) (record.EventRecorder, func())
+	// newRecorder starts an Event recorder for one leadership term; it writes an Event only
+	// while allow (nil: always) says so.
+	newRecorder func(ctx context.Context, allow func() bool) (record.EventRecorder, func())
 	// maxBackoff caps the wait between two attempts while the API server fails.
 	maxBackoff time.Duration
 	// afterSync, when set (by tests), is called after each attempt to sync, with the newest
@@ -133,6 +134,10 @@ type Writer struct {
 	reload chan struct{}
 
 	crdMissingLogged bool // guarded by mu
+	// observedLeader is the current campaign's view of the Lease: whether the holder it last
+	// observed is this replica (nil outside a campaign). Guarded by mu; tests read it to know
+	// when the writer has seen another holder.
+	observedLeader func() bool
 }
 
 // New returns a Writer. It does not contact the API server.
@@ -205,8 +210,8 @@ func New(opts Options) (*Writer, error) {
 		maxBackoff: 30 * time.Second,
 		reload:     make(chan struct{}, 1),
 	}
-	w.newRecorder = func(ctx context.Context) (record.EventRecorder, func()) {
-		return newEventRecorder(ctx, core, m)
+	w.newRecorder = func(ctx context.Context, allow func() bool) (record.EventRecorder, func()) {
+		return newEventRecorder(ctx, core, m, allow)
 	}
 	return w, nil
 }
@@ -271,7 +276,7 @@ func (w *Writer) Run(ctx context.Context) error {
 	if !w.opts.LeaderElect {
 		w.metrics.leader.Set(1)
 		defer w.metrics.leader.Set(0)
-		w.lead(ctx)
+		w.lead(ctx, nil)
 		return nil
 	}
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, w.opts.LeaseNamespace, w.opts.LeaseName,
@@ -299,8 +304,10 @@ func (w *Writer) campaign(ctx context.Context, lock resourcelock.Interface) erro
 		over     bool
 		active   bool
 		finished = make(chan struct{})
+		le       *leaderelection.LeaderElector
+		err      error
 	)
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+	le, err = leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   w.opts.LeaseDuration,
 		RenewDeadline:   w.opts.RenewDeadline,
@@ -320,7 +327,10 @@ func (w *Writer) campaign(ctx context.Context, lock resourcelock.Interface) erro
 				w.logger.Info("acquired the lease, writing ProviderHealth objects", "identity", w.opts.Identity)
 				w.metrics.leader.Set(1)
 				defer w.metrics.leader.Set(0)
-				w.lead(lctx)
+				// client-go keeps renewing for up to the renew deadline after it has seen
+				// another holder, and cancels lctx only then: the term checks the observed
+				// holder itself before every write.
+				w.lead(lctx, le.IsLeader)
 			},
 			OnStoppedLeading: func() {},
 		},
@@ -328,6 +338,9 @@ func (w *Writer) campaign(ctx context.Context, lock resourcelock.Interface) erro
 	if err != nil {
 		return fmt.Errorf("crdwriter: leader election: %w", err)
 	}
+	w.mu.Lock()
+	w.observedLeader = le.IsLeader
+	w.mu.Unlock()
 	le.Run(ctx)
 	// The term's context is cancelled once Run returns; wait until its writes have stopped so
 	// that two terms never overlap.
@@ -346,7 +359,7 @@ func (w *Writer) campaign(ctx context.Context, lock resourcelock.Interface) erro
 // not run concurrently with Run.
 func (w *Writer) DeleteAll(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
-		_, err := w.gcList(ctx, func(string) bool { return false }, false)
+		_, err := w.gcList(ctx, func(string) bool { return false }, false, nil)
 		if errors.Is(err, errCRDMissing) {
 			w.logger.Info("the ProviderHealth CRD is not installed: no object to delete")
 			return nil
@@ -366,6 +379,7 @@ func (w *Writer) DeleteAll(ctx context.Context) error {
 var (
 	errCRDMissing = errors.New("the ProviderHealth CRD is not installed")
 	errNotOurs    = errors.New("object exists without our managed-by label")
+	errNotLeader  = errors.New("another replica holds the lease")
 )
 
 var ourSelector = ManagedByLabel + "=" + ManagedByValue
@@ -373,8 +387,9 @@ var ourSelector = ManagedByLabel + "=" + ManagedByValue
 func ours(obj *v1alpha1.ProviderHealth) bool { return obj.Labels[ManagedByLabel] == ManagedByValue }
 
 // gcList deletes our objects whose provider keep rejects, and returns the rest. logMissing
-// logs (once) that the CRD is missing.
-func (w *Writer) gcList(ctx context.Context, keep func(string) bool, logMissing bool) ([]v1alpha1.ProviderHealth, error) {
+// logs (once) that the CRD is missing. allow (nil: always) is asked before each delete; when it
+// says no, gcList stops with errNotLeader.
+func (w *Writer) gcList(ctx context.Context, keep func(string) bool, logMissing bool, allow func() bool) ([]v1alpha1.ProviderHealth, error) {
 	items, err := w.objects.List(ctx, ourSelector)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
@@ -396,6 +411,9 @@ func (w *Writer) gcList(ctx context.Context, keep func(string) bool, logMissing 
 		if keep(obj.Name) {
 			kept = append(kept, *obj)
 			continue
+		}
+		if allow != nil && !allow() {
+			return nil, errNotLeader
 		}
 		err := w.objects.Delete(ctx, obj.Name, obj.UID)
 		switch {
@@ -444,6 +462,10 @@ func (w *Writer) backoff(n int) time.Duration {
 type session struct {
 	w        *Writer
 	recorder record.EventRecorder
+	// isLeader says whether the Lease's holder last observed is this replica (nil without
+	// leader election); endTerm stops the term's work.
+	isLeader func() bool
+	endTerm  func()
 
 	mu      sync.Mutex // guards mem, pending and round
 	mem     map[string]*providerMem
@@ -460,25 +482,77 @@ type session struct {
 	foreign map[string]time.Time // objects of our providers' names without our label: when last seen
 }
 
-// lead writes until ctx is done.
-func (w *Writer) lead(ctx context.Context) {
-	recorder, stop := w.newRecorder(ctx)
-	defer stop()
+// lead writes until ctx is done or, with isLeader set (leader election), until isLeader says
+// another replica holds the Lease: from then on it makes no write.
+func (w *Writer) lead(ctx context.Context, isLeader func() bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var once sync.Once
 	s := &session{
-		w: w, recorder: recorder,
+		w: w, isLeader: isLeader,
+		endTerm: func() {
+			once.Do(func() {
+				w.logger.Warn("another replica holds the lease now; stopped writing ProviderHealth objects",
+					"lease", w.opts.LeaseNamespace+"/"+w.opts.LeaseName, "identity", w.opts.Identity)
+				cancel()
+			})
+		},
 		mem:     make(map[string]*providerMem),
 		pending: make(map[string][]targetEvent),
 		dirty:   make(chan struct{}, 1),
 		live:    make(map[string]*v1alpha1.ProviderHealth),
 		foreign: make(map[string]time.Time),
 	}
+	recorder, stop := w.newRecorder(ctx, s.allowWrites())
+	defer stop()
+	s.recorder = recorder
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // before the wait: the term's goroutines end with ctx
+	if isLeader != nil {
+		// End the term as soon as another holder is observed, not only at the next write, so
+		// that the leader metric and the next campaign do not wait for client-go's deadline.
+		wg.Go(func() { s.followLease(ctx) })
+	}
 	if !s.seed(ctx) {
 		return
 	}
-	var wg sync.WaitGroup
 	wg.Go(func() { s.watch(ctx) })
 	s.syncLoop(ctx)
-	wg.Wait()
+}
+
+// mayWrite reports whether this term may write; when another replica holds the Lease it ends
+// the term and says no. It is asked right before every request that writes.
+func (s *session) mayWrite() bool {
+	if s.isLeader == nil || s.isLeader() {
+		return true
+	}
+	s.endTerm()
+	return false
+}
+
+// followLease ends the term once the elector has observed another holder of the Lease.
+func (s *session) followLease(ctx context.Context) {
+	t := time.NewTicker(max(s.w.opts.RetryPeriod/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if !s.mayWrite() {
+				return
+			}
+		}
+	}
+}
+
+// allowWrites is mayWrite as gcList and the Event recorder want it: nil without leader election.
+func (s *session) allowWrites() func() bool {
+	if s.isLeader == nil {
+		return nil
+	}
+	return s.mayWrite
 }
 
 // seed lists our objects, deletes the garbage and remembers the rest (their transition times
@@ -486,7 +560,7 @@ func (w *Writer) lead(ctx context.Context) {
 func (s *session) seed(ctx context.Context) bool {
 	for attempt := 0; ; attempt++ {
 		configured := s.w.configured(s.w.opts.Source.Current())
-		kept, err := s.w.gcList(ctx, func(n string) bool { return configured[n] }, true)
+		kept, err := s.w.gcList(ctx, func(n string) bool { return configured[n] }, true, s.allowWrites())
 		if err == nil {
 			for i := range kept {
 				obj := kept[i]
@@ -669,7 +743,7 @@ func (s *session) nextHeartbeat() time.Time {
 func (s *session) syncOnce(ctx context.Context, gc bool) error {
 	if gc {
 		configured := s.w.configured(s.w.opts.Source.Current())
-		kept, err := s.w.gcList(ctx, func(n string) bool { return configured[n] }, true)
+		kept, err := s.w.gcList(ctx, func(n string) bool { return configured[n] }, true, s.allowWrites())
 		if err != nil {
 			return err
 		}
@@ -759,6 +833,9 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 			s.emit(name, live, events)
 			return nil
 		}
+		if !s.mayWrite() {
+			return errNotLeader
+		}
 		obj := live.DeepCopy()
 		obj.Status = desired
 		obj.Status.LastHeartbeatTime = &metav1.Time{Time: now.Truncate(time.Second)}
@@ -804,6 +881,9 @@ func (s *session) create(ctx context.Context, name string) (*v1alpha1.ProviderHe
 		Name:   name,
 		Labels: map[string]string{ManagedByLabel: ManagedByValue},
 	}}
+	if !s.mayWrite() {
+		return nil, errNotLeader
+	}
 	created, err := s.w.objects.Create(ctx, obj)
 	s.w.metrics.count(writeCreate, err)
 	switch {
@@ -833,6 +913,9 @@ func (s *session) emit(name string, obj *v1alpha1.ProviderHealth, events []targe
 		return
 	}
 	for _, e := range events {
+		if !s.mayWrite() {
+			return
+		}
 		s.recorder.Event(obj, e.eventType, e.reason, e.message)
 	}
 	last := events[len(events)-1].seq

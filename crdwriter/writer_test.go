@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,7 +77,7 @@ func newHarness(t *testing.T, objs *fakeObjects, src *fakeSource, mod func(*Opti
 		t.Fatal(err)
 	}
 	w.objects = objs
-	w.newRecorder = func(context.Context) (record.EventRecorder, func()) { return h.rec, func() {} }
+	w.newRecorder = func(context.Context, func() bool) (record.EventRecorder, func()) { return h.rec, func() {} }
 	w.maxBackoff = 20 * time.Millisecond
 	w.afterSync = func(round uint64, err error) {
 		h.syncsMu.Lock()
@@ -466,5 +467,93 @@ func TestWriterGarbageFromSnapshot(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if n := total() - before; n != 0 {
 		t.Errorf("%d requests while idle, want 0", n)
+	}
+}
+
+// A provider that keeps its name but changes type (a reload) starts afresh: the runner dropped
+// its targets, so the status must not show the new type beside the old targets and verdict.
+func TestWriterTypeChangeResetsProvider(t *testing.T) {
+	objs := newFakeObjects()
+	since := time.Now().Add(-time.Hour)
+	src := newFakeSource()
+	h := newHarness(t, objs, src, nil)
+	h.start()
+	h.round(provider("p", checks.TypeKVM, target("hv1", checks.ReasonReady, "", since), target("hv2", checks.ReasonReady, "", since)))
+	if obj := objs.get("p"); obj == nil || obj.Status.TotalTargets != 2 || readyOf(obj).Status != metav1.ConditionTrue {
+		t.Fatalf("status before the reload = %+v", obj)
+	}
+	drainEvents(h.rec)
+
+	// The reload: same name, another type, no targets checked yet.
+	changed := time.Now().Truncate(time.Second)
+	h.round(provider("p", checks.TypeGCP))
+	obj := objs.get("p")
+	st := obj.Status
+	c := readyOf(obj)
+	if st.Type != string(checks.TypeGCP) || len(st.Targets) != 0 || st.TotalTargets != 0 || st.ReadyTargets != 0 || st.TargetsReady != "0/0" {
+		t.Errorf("status after the type change = %+v, want type gcp and no targets", st)
+	}
+	if c.Status != metav1.ConditionUnknown || c.Reason != v1alpha1.ReasonAwaitingFirstCheck || c.LastTransitionTime.Time.Before(changed) {
+		t.Errorf("Ready after the type change = %+v, want Unknown AwaitingFirstCheck since the change", c)
+	}
+
+	// The new checker's first verdict: a fresh target, first seen down.
+	down := time.Now().Truncate(time.Second)
+	h.round(provider("p", checks.TypeGCP, target("my-project", checks.ReasonForbidden, "denied", down)))
+	obj = objs.get("p")
+	if len(obj.Status.Targets) != 1 || obj.Status.Targets[0].Name != "my-project" || readyOf(obj).Reason != "Forbidden" {
+		t.Errorf("status after the first check of the new type = %+v", obj.Status)
+	}
+	if ev := drainEvents(h.rec); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning Forbidden target my-project is down") {
+		t.Errorf("events = %q, want the new target's down Event only", ev)
+	}
+}
+
+// With leader election, a term makes no write once the elector has observed another holder of
+// the Lease, even though client-go has not given up renewing yet (its context is still live).
+func TestWriterStopsWritingWhenAnotherHolderIsObserved(t *testing.T) {
+	objs := newFakeObjects()
+	since := time.Now().Add(-time.Hour)
+	p := func(r checks.Reason) checks.ProviderState {
+		return provider("p", checks.TypeKubernetes, target("api", r, "", since))
+	}
+	src := newFakeSource()
+	// Polled rarely, so that the gate before each write is what stops this term.
+	h := newHarness(t, objs, src, func(o *Options) { o.RetryPeriod = time.Hour })
+	var leading atomic.Bool
+	leading.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.w.lead(ctx, leading.Load)
+	}()
+	h.round(p(checks.ReasonReady))
+	if readyOf(objs.get("p")).Status != metav1.ConditionTrue {
+		t.Fatalf("the leader did not write: %+v", objs.get("p").Status)
+	}
+	drainEvents(h.rec)
+	writes := func() int { return objs.count("create") + objs.count("status") + objs.count("delete") }
+	before := writes()
+
+	leading.Store(false) // the elector saw another holder
+	src.publish(p(checks.ReasonForbidden))
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the term did not end after another holder was observed")
+	}
+	if n := writes() - before; n != 0 {
+		t.Errorf("%d writes after another holder was observed", n)
+	}
+	if ev := drainEvents(h.rec); len(ev) != 0 {
+		t.Errorf("Events after another holder was observed: %q", ev)
+	}
+	if got := readyOf(objs.get("p")); got.Status != metav1.ConditionTrue {
+		t.Errorf("the object changed after another holder was observed: %+v", got)
+	}
+	if !strings.Contains(h.logs.String(), "another replica holds the lease now") {
+		t.Error("ending the term was not logged")
 	}
 }

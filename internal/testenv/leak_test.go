@@ -39,7 +39,9 @@ func TestNothingLeftAfterFailure(t *testing.T) {
 	for _, mode := range []string{"fatal", "crash"} {
 		t.Run(mode, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestNothingLeftAfterFailure$", "-test.v", "-test.timeout=20m")
-			cmd.Env = append(os.Environ(), childEnv+"="+mode)
+			// The crashing child cannot remove its temporary directories: they go under this
+			// test's, which its cleanup removes.
+			cmd.Env = testenv.ChildEnv(t.TempDir(), childEnv+"="+mode)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			err := cmd.Run()
@@ -91,7 +93,9 @@ func TestNothingLeftAfterFailure(t *testing.T) {
 // started (its descendants), then fails the way mode says.
 func startEverythingThenFail(t *testing.T, mode string) {
 	env := kube.Start(t)
-	fleet := kvmhost.Start(t, 2)
+	// The veth pairs stay for the kernel to remove with the namespaces, so that a namespace
+	// that outlives the failed test shows as its veth pair even when the cleanups run.
+	fleet := kvmhost.Start(t, 2, kvmhost.LeaveVethToKernel())
 	gce := gcefake.Start(t)
 	stack := promstack.Start(t, promstack.Options{ScrapeTargets: []string{strings.TrimPrefix(env.URL, "https://")}})
 

@@ -6,6 +6,7 @@ package testenv
 import (
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -22,4 +23,20 @@ func Unavailable(tb testing.TB, format string, args ...any) {
 		tb.Fatalf("REQUIRE_INTEGRATION=1 and a part of the test environment is missing: %s", msg)
 	}
 	tb.Skipf("skipped: %s", msg)
+}
+
+// ChildEnv is the environment of a test process that a test starts by re-running its own binary:
+// this process's environment plus extra ("KEY=value"), with TMPDIR and GOTMPDIR, where the child's
+// os.MkdirTemp and t.TempDir create their directories, set to tmp. A child that is killed or
+// crashes on purpose cannot remove its own temporary directories, so tmp should be a directory
+// under the parent's t.TempDir(): the parent's cleanup then removes whatever the child left.
+func ChildEnv(tmp string, extra ...string) []string {
+	env := make([]string, 0, len(os.Environ())+len(extra)+2)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TMPDIR=") && !strings.HasPrefix(kv, "GOTMPDIR=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "TMPDIR="+tmp, "GOTMPDIR="+tmp)
+	return append(env, extra...)
 }

@@ -33,13 +33,39 @@ const stampFile = "stamp"
 // progressEvery is how often a running build says it is still going.
 const progressEvery = 30 * time.Second
 
+// The build failures that mean this machine cannot build the binaries, as opposed to a bug in
+// the tools module or in this package: EnsureBinaries's error wraps one of them when so.
+var (
+	// ErrNoGo: the go command is not installed.
+	ErrNoGo = errors.New("the go command is not on PATH: install Go to build kube-apiserver and etcd")
+	// ErrNoModuleProxy: go could not download the modules to build from.
+	ErrNoModuleProxy = errors.New("the Go module proxy is not reachable")
+)
+
+// networkFailures are what go prints when it cannot reach the module proxy (or is told not to).
+var networkFailures = []string{
+	"dial tcp", "no such host", "connection refused", "network is unreachable", "i/o timeout",
+	"TLS handshake timeout", "connection reset by peer", "proxyconnect", "GOPROXY=off",
+}
+
+// downloadFailed reports whether go's output says a module could not be downloaded.
+func downloadFailed(out string) bool {
+	for _, s := range networkFailures {
+		if strings.Contains(out, s) {
+			return true
+		}
+	}
+	return false
+}
+
 // EnsureBinaries returns the paths of the kube-apiserver and etcd binaries built from the tools
 // module, building them first when the cache under bin/kube-<version>/ (at the repository root)
 // is missing or stale. Only the first run pays for the build (several minutes on two cores);
 // logf receives a line when the build starts, every 30 seconds while it runs and when it ends.
 // Concurrent callers, in this process or others, wait on a lock file under bin/ instead of
 // building twice. A build that ctx cuts short keeps its compiled packages in Go's build cache,
-// so the next attempt resumes where it stopped.
+// so the next attempt resumes where it stopped. An error that wraps ErrNoGo or ErrNoModuleProxy
+// means this machine cannot build them; any other is a bug to report.
 func EnsureBinaries(ctx context.Context, logf func(format string, args ...any)) (apiserver, etcd string, err error) {
 	root, err := repoRoot()
 	if err != nil {
@@ -257,6 +283,9 @@ func build(ctx context.Context, modDir, binRoot, dir, kubeVersion, stamp string,
 			return fmt.Errorf("build of kube-apiserver and etcd cut short after %s (compiled packages stay in the Go build cache; run scripts/build-kube.sh to finish it): %w",
 				time.Since(start).Round(time.Second), ctx.Err())
 		}
+		if downloadFailed(out.String()) {
+			return fmt.Errorf("go build in %s: %w: %w\n%s", modDir, ErrNoModuleProxy, err, tail(out.String(), 40))
+		}
 		return fmt.Errorf("go build in %s: %w\n%s", modDir, err, tail(out.String(), 40))
 	}
 	// go build names the etcd main package after its module path ("v3" or "server"): rename
@@ -317,7 +346,7 @@ func goTool() (string, error) {
 	if _, err := os.Stat(p); err == nil {
 		return p, nil
 	}
-	return "", errors.New("the go command is not on PATH: install Go to build kube-apiserver and etcd")
+	return "", ErrNoGo
 }
 
 func exists(path string) bool {

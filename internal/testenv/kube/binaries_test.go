@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -102,4 +103,52 @@ func TestBuildLockExcludes(t *testing.T) {
 		t.Fatalf("lock after release: %v", err)
 	}
 	unlock2()
+}
+
+// A build that cannot download its modules counts as "this machine cannot build", a compile
+// error does not: both outputs come from the real go command, on a module made here, the
+// module proxy pointed at a closed loopback port.
+func TestDownloadFailedClassifiesGoOutput(t *testing.T) {
+	goBin, err := goTool()
+	if err != nil {
+		t.Fatalf("the go command running this test is not found: %v", err)
+	}
+	build := func(gomod, main string) string {
+		t.Helper()
+		dir := t.TempDir()
+		for name, content := range map[string]string{"go.mod": gomod, "main.go": main} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, goBin, "build", "-o", filepath.Join(dir, "out"), ".")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOPROXY=http://127.0.0.1:1", "GOSUMDB=off", "GOFLAGS=-mod=mod",
+			"GOWORK=off", "GOTOOLCHAIN=local", "GOMODCACHE="+filepath.Join(dir, "modcache"))
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Fatalf("go build succeeded, want it to fail:\n%s", out)
+		}
+		// go makes its module cache read-only; let t.TempDir's cleanup remove it.
+		t.Cleanup(func() {
+			_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+				if err == nil && d.IsDir() {
+					_ = os.Chmod(p, 0o755)
+				}
+				return nil
+			})
+		})
+		return string(out)
+	}
+	download := build("module example.com/m\n\ngo 1.26\n\nrequire example.com/not/downloaded v1.0.0\n",
+		"package main\n\nimport _ \"example.com/not/downloaded\"\n\nfunc main() {}\n")
+	if !downloadFailed(download) {
+		t.Errorf("a build that could not reach the module proxy is not classified as such:\n%s", download)
+	}
+	compile := build("module example.com/m\n\ngo 1.26\n", "package main\n\nfunc main() { undefinedName() }\n")
+	if downloadFailed(compile) {
+		t.Errorf("a compile error is classified as an unreachable module proxy:\n%s", compile)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -100,8 +101,9 @@ func WithAPIServerFlags(flags ...string) Option {
 
 // Start builds the binaries if needed (see EnsureBinaries), starts etcd and kube-apiserver and
 // waits until the API server is ready and the default and kube-system namespaces exist. Both
-// processes are killed when the test ends, and with the test process if it dies. When the
-// binaries cannot be built, the test ends through testenv.Unavailable.
+// processes are killed when the test ends, and with the test process if it dies. When this
+// machine cannot build the binaries (no Go, no module proxy), the test ends through
+// testenv.Unavailable; any other failure fails it.
 func Start(t testing.TB, opts ...Option) *Env {
 	t.Helper()
 	var o options
@@ -109,21 +111,13 @@ func Start(t testing.TB, opts ...Option) *Env {
 		opt(&o)
 	}
 
-	buildCtx, cancel := buildContext(t)
-	defer cancel()
 	// Progress goes to stderr as well: go test shows a test's log only when it ends, and
 	// the first build takes minutes.
 	logf := func(format string, args ...any) {
 		t.Logf(format, args...)
 		fmt.Fprintf(os.Stderr, format+"\n", args...)
 	}
-	apiserverPath, etcdPath, err := EnsureBinaries(buildCtx, logf)
-	if err != nil {
-		testenv.Unavailable(t, "kube-apiserver and etcd are not available: %v. "+
-			"Build them once with scripts/build-kube.sh (needs Go and the Go module proxy; several minutes "+
-			"on two cores), or give the first test run a longer -timeout (e.g. -timeout 30m)", err)
-		return nil
-	}
+	apiserverPath, etcdPath := requireBinaries(t, logf)
 
 	e := &Env{
 		Dir:           t.TempDir(),
@@ -140,6 +134,27 @@ func Start(t testing.TB, opts ...Option) *Env {
 	}
 	t.Logf("kube: etcd and kube-apiserver ready at %s in %s", e.URL, time.Since(start).Round(time.Millisecond))
 	return e
+}
+
+// requireBinaries returns the paths of kube-apiserver and etcd, building them first if needed
+// (EnsureBinaries). It ends the test through testenv.Unavailable when this machine cannot build
+// them (no Go, no module proxy), and fails it on any other error, a compile error or a build cut
+// short by the test's timeout included.
+func requireBinaries(t testing.TB, logf func(format string, args ...any)) (apiserver, etcd string) {
+	t.Helper()
+	buildCtx, cancel := buildContext(t)
+	defer cancel()
+	apiserver, etcd, err := EnsureBinaries(buildCtx, logf)
+	switch {
+	case errors.Is(err, ErrNoGo), errors.Is(err, ErrNoModuleProxy):
+		testenv.Unavailable(t, "kube-apiserver and etcd cannot be built here: %v. "+
+			"Building them needs Go and the Go module proxy (once; several minutes on two cores, "+
+			"or run scripts/build-kube.sh beforehand)", err)
+	case err != nil:
+		t.Fatalf("kube-apiserver and etcd: %v. A first run builds them, which takes several minutes "+
+			"on two cores: give it a longer -timeout (e.g. -timeout 30m) or run scripts/build-kube.sh first", err)
+	}
+	return apiserver, etcd
 }
 
 // buildContext bounds a possible build by the test's deadline, leaving time to report.

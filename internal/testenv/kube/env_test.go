@@ -25,7 +25,19 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 )
 
+// kubectl runs the machine's kubectl with kubeconfig and fails the test if it fails.
 func kubectl(t *testing.T, kubeconfig string, args ...string) string {
+	t.Helper()
+	out, err := runKubectl(t, kubeconfig, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// runKubectl runs the machine's kubectl with kubeconfig, for at most a minute, and returns its
+// combined output and how it ended. Without kubectl the test ends through testenv.Unavailable.
+func runKubectl(t *testing.T, kubeconfig string, args ...string) (string, error) {
 	t.Helper()
 	path, err := exec.LookPath("kubectl")
 	if err != nil {
@@ -37,10 +49,7 @@ func kubectl(t *testing.T, kubeconfig string, args ...string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, path, all...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	return string(out), err
 }
 
 // TestSmokeKubectl is the smoke test of the environment: the machine's kubectl lists the
@@ -123,9 +132,8 @@ func TestIdentitiesAndAudit(t *testing.T) {
 		t.Errorf("unknown token: err = %v, want Unauthorized", err)
 	}
 	// The same through a kubeconfig written for an arbitrary token.
-	out, err := exec.Command("kubectl", "--kubeconfig", env.KubeconfigWithToken("stranger", "not-a-known-token"),
-		"--cache-dir", t.TempDir(), "get", "namespaces").CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "You must be logged in to the server") {
+	out, err := runKubectl(t, env.KubeconfigWithToken("stranger", "not-a-known-token"), "get", "namespaces")
+	if err == nil || !strings.Contains(out, "You must be logged in to the server") {
 		t.Errorf("kubectl with an unknown token: err = %v, output %q; want kubectl's 401 failure", err, out)
 	}
 
@@ -208,18 +216,15 @@ func TestStopRestart(t *testing.T) {
 func TestNoProcessLeftBehind(t *testing.T) {
 	if os.Getenv("KUBE_TESTENV_CHILD") == "1" {
 		env := Start(t)
-		fmt.Printf("PIDS %d %d %s\n", env.apiserver.PID(), env.etcd.PID(), filepath.Dir(env.Dir))
+		fmt.Printf("PIDS %d %d\n", env.apiserver.PID(), env.etcd.PID())
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	}
 	// Let the parent find (or build) the binaries first, so the child does not time out.
-	buildCtx, cancel := buildContext(t)
-	defer cancel()
-	if _, _, err := EnsureBinaries(buildCtx, t.Logf); err != nil {
-		testenv.Unavailable(t, "kube-apiserver and etcd are not available: %v", err)
-	}
+	requireBinaries(t, t.Logf)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestNoProcessLeftBehind$", "-test.v")
-	cmd.Env = append(os.Environ(), "KUBE_TESTENV_CHILD=1")
+	// The killed child cannot remove its temporary directory: it goes under this test's.
+	cmd.Env = testenv.ChildEnv(t.TempDir(), "KUBE_TESTENV_CHILD=1")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -232,14 +237,10 @@ func TestNoProcessLeftBehind(t *testing.T) {
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
 		transcript.WriteString(sc.Text() + "\n")
-		if f := strings.Fields(sc.Text()); len(f) == 4 && f[0] == "PIDS" {
-			for _, s := range f[1:3] {
+		if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "PIDS" {
+			for _, s := range f[1:] {
 				pid, _ := strconv.Atoi(s)
 				pids = append(pids, pid)
-			}
-			// The killed child could not remove its temporary directory.
-			if dir := f[3]; strings.HasPrefix(dir, os.TempDir()) {
-				t.Cleanup(func() { _ = os.RemoveAll(dir) })
 			}
 		}
 	}

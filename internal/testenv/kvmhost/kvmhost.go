@@ -80,8 +80,9 @@ type Fleet struct {
 	// User is the login name for the client key ("root").
 	User string
 
-	tb       testing.TB
-	stopOnce sync.Once
+	tb        testing.TB
+	keepVeths bool // LeaveVethToKernel
+	stopOnce  sync.Once
 }
 
 // KVMConfig describes the fleet as a kvm provider block of the providers file: its user, key,
@@ -142,14 +143,21 @@ type Host struct {
 type Option func(*options)
 
 type options struct {
-	pool string
+	pool              string
+	leaveVethToKernel bool
 }
 
 // WithPool names the storage pool of every host (DefaultPool otherwise).
 func WithPool(name string) Option { return func(o *options) { o.pool = name } }
 
+// LeaveVethToKernel makes the cleanup leave each host's veth pair for the kernel to remove
+// with the host's network namespace, instead of deleting it itself. A test of the cleanup uses it
+// to see that the namespaces really end: a namespace that outlived its host would keep its veth
+// pair, which Leftovers reports, whereas a deleted pair hides it.
+func LeaveVethToKernel() Option { return func(o *options) { o.leaveVethToKernel = true } }
+
 // hostSeq numbers hosts across the fleets of this process, for unique veth names.
-var hostSeq atomic.Int64
+var hostSeq atomic.Uint64
 
 // Start starts n hosts and stops them in tb's cleanup. It calls testenv.Unavailable when the
 // machine cannot run them (not root, a tool missing, namespaces not allowed).
@@ -163,7 +171,7 @@ func Start(tb testing.TB, n int, opts ...Option) *Fleet {
 		opt(&o)
 	}
 	requireMachine(tb)
-	removeStaleDirs()
+	removeStaleDirs(os.TempDir())
 
 	dir, err := os.MkdirTemp("", marker+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
@@ -175,6 +183,7 @@ func Start(tb testing.TB, n int, opts ...Option) *Fleet {
 		KnownHostsPath: filepath.Join(dir, "known_hosts"),
 		User:           User,
 		tb:             tb,
+		keepVeths:      o.leaveVethToKernel,
 	}
 	// Registered before anything starts, so a start that fails halfway is cleaned up too.
 	tb.Cleanup(f.stop)
@@ -190,7 +199,7 @@ func Start(tb testing.TB, n int, opts ...Option) *Fleet {
 			Dir:      filepath.Join(dir, name),
 			tb:       tb,
 			index:    i,
-			veth:     fmt.Sprintf("%s%d-%s", vethPrefix, os.Getpid(), strconv.FormatInt(hostSeq.Add(1), 36)),
+			veth:     vethName(os.Getpid(), hostSeq.Add(1)),
 			sshdPath: sshdPath,
 		})
 	}
@@ -219,6 +228,22 @@ type unavailableError struct{ err error }
 
 func (e *unavailableError) Error() string { return e.err.Error() }
 func (e *unavailableError) Unwrap() error { return e.err }
+
+// refusedByKernel marks err as unavailableError when the kernel refused the operation (EPERM
+// or EACCES: a container or a security policy that allows no new namespaces, mounts or network
+// interfaces) and returns it unchanged otherwise: any other failure is a bug to report, not a
+// reason to skip. The tools report the errno only as text in their output, which err carries.
+func refusedByKernel(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := strings.ToLower(err.Error()) // "Operation not permitted" from C, lower case from Go
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) ||
+		strings.Contains(msg, syscall.EPERM.Error()) || strings.Contains(msg, syscall.EACCES.Error()) {
+		return &unavailableError{err}
+	}
+	return err
+}
 
 // requireMachine ends the test through testenv.Unavailable when hosts cannot run here.
 func requireMachine(tb testing.TB) {
@@ -276,7 +301,7 @@ func (f *Fleet) start(ctx context.Context) error {
 		return err
 	}
 	if err := setupLinks(ctx, f.Hosts); err != nil {
-		return &unavailableError{err}
+		return refusedByKernel(err)
 	}
 	if err := eachHost(f.Hosts, func(h *Host) error { return h.boot(ctx, keys[h.index]) }); err != nil {
 		return err
@@ -320,10 +345,7 @@ func (h *Host) prepare(ctx context.Context, authorizedKeys []byte) error {
 	if err := os.WriteFile(filepath.Join(h.Dir, "authorized_keys"), authorizedKeys, 0o600); err != nil {
 		return fmt.Errorf("write authorized_keys: %w", err)
 	}
-	if err := h.startHolder(ctx); err != nil {
-		return &unavailableError{err}
-	}
-	return nil
+	return refusedByKernel(h.startHolder(ctx))
 }
 
 // holderScript runs as PID 1 of the host's PID namespace, inside its new mount namespace: it
@@ -619,7 +641,7 @@ func (f *Fleet) stop() { f.stopOnce.Do(f.stopHosts) }
 func (f *Fleet) stopHosts() {
 	var wg sync.WaitGroup
 	for _, h := range f.Hosts {
-		wg.Go(h.shutdown)
+		wg.Go(func() { h.shutdown(f.keepVeths) })
 	}
 	wg.Wait()
 	if f.tb.Failed() {
@@ -639,8 +661,8 @@ func (f *Fleet) stopHosts() {
 
 // shutdown kills everything of the host and waits for it: the daemons, then the namespace
 // holder, whose exit makes the kernel kill every process left in the host's PID namespace (sshd's
-// connections) before the holder is reaped.
-func (h *Host) shutdown() {
+// connections) before the holder is reaped. Then it deletes the veth pair, unless keepVeth.
+func (h *Host) shutdown(keepVeth bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, d := range []*daemon{h.sshd, h.libvirtd} {
@@ -664,6 +686,9 @@ func (h *Host) shutdown() {
 				}
 			}
 		}
+	}
+	if keepVeth {
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), stopGrace)
 	defer cancel()

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -24,6 +25,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 )
 
 // hostKeyAlgorithms lists the host key algorithms known_hosts can verify for addr, so the
@@ -575,14 +577,20 @@ func TestCleanup(t *testing.T) {
 	}
 }
 
-// leakChildEnv makes TestLeakChild run: it is the body of the subprocess of TestLeftoversAfterPanic.
+// leakChildEnv, set to a mode, makes TestLeftoversAfterPanic run as its own subprocess.
 const leakChildEnv = "KVMHOST_LEAK_CHILD"
 
 // TestLeftoversAfterPanic runs a test process that starts hosts then dies, and checks that it
-// left nothing behind: "panic" panics in the test (t.Cleanup runs), "crash" panics in another
-// goroutine with an SSH connection open to a host that drops packets (no cleanup runs: only
-// the parent-death signal and the PID namespace clean up, and no FIN reaches sshd).
+// left nothing behind: "panic" panics in the test (t.Cleanup runs, and leaves the veth pairs for
+// the kernel to remove with the namespaces, so a namespace that outlived its host shows), "crash"
+// panics in another goroutine with an SSH connection open to a host that drops packets (no
+// cleanup runs: only the parent-death signal and the PID namespace clean up, and no FIN reaches
+// sshd).
 func TestLeftoversAfterPanic(t *testing.T) {
+	if mode := os.Getenv(leakChildEnv); mode != "" {
+		leakChild(t, mode)
+		return
+	}
 	requireMachine(t)
 	t.Parallel()
 	for _, mode := range []string{"panic", "crash"} {
@@ -592,8 +600,10 @@ func TestLeftoversAfterPanic(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(exe, "-test.run=^TestLeakChild$", "-test.v", "-test.timeout=2m")
-			cmd.Env = append(os.Environ(), leakChildEnv+"="+mode)
+			cmd := exec.Command(exe, "-test.run=^TestLeftoversAfterPanic$", "-test.v", "-test.timeout=2m")
+			// The crashing child cannot remove its fleet's directory: it goes under this test's.
+			childTmp := t.TempDir()
+			cmd.Env = testenv.ChildEnv(childTmp, leakChildEnv+"="+mode)
 			var out strings.Builder
 			cmd.Stdout = &out
 			cmd.Stderr = &out
@@ -623,21 +633,19 @@ func TestLeftoversAfterPanic(t *testing.T) {
 				t.Fatalf("left behind by test process %d:\n%s", pid, strings.Join(left, "\n"))
 			}
 			t.Logf("nothing of test process %d left %s after it exited", pid, time.Since(exited).Round(time.Millisecond))
-			// A crash leaves the fleet's directory; the next Start removes it.
-			removeStaleDirs()
-			if dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), marker+strconv.Itoa(pid)+"-*")); len(dirs) > 0 {
+			// A crash leaves the fleet's directory; the next Start (in the same TMPDIR) removes it.
+			removeStaleDirs(childTmp)
+			if dirs, _ := filepath.Glob(filepath.Join(childTmp, marker+strconv.Itoa(pid)+"-*")); len(dirs) > 0 {
 				t.Errorf("directories of test process %d left: %v", pid, dirs)
 			}
 		})
 	}
 }
 
-func TestLeakChild(t *testing.T) {
-	mode := os.Getenv(leakChildEnv)
-	if mode == "" {
-		t.Skip("the body of TestLeftoversAfterPanic's subprocess")
-	}
-	f := Start(t, 3)
+// leakChild is TestLeftoversAfterPanic in its subprocess: it starts hosts, opens connections
+// to them, then dies the way mode says.
+func leakChild(t *testing.T, mode string) {
+	f := Start(t, 3, LeaveVethToKernel())
 	for _, h := range f.Hosts {
 		mustLibvirt(t, f, h)
 	}
@@ -718,8 +726,69 @@ func TestOwners(t *testing.T) {
 	if _, ok := ownerFromVeth("eth0"); ok {
 		t.Error("eth0 has an owner")
 	}
-	if len("phk4194304-zzzz") > 15 {
-		t.Error("veth names can exceed IFNAMSIZ")
+}
+
+// TestRefusedByKernel checks which start failures count as "this machine cannot run hosts", on
+// the real output of the tools: a namespace the kernel refuses to an unprivileged process does,
+// a failure of any other kind does not.
+func TestRefusedByKernel(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	argv := []string{"unshare", "--net", "--mount", "true"}
+	if os.Geteuid() == 0 {
+		if _, err := exec.LookPath("setpriv"); err != nil {
+			testenv.Unavailable(t, "setpriv not found: apt-get install util-linux")
+		}
+		argv = append([]string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"}, argv...)
+	}
+	_, refused := run(ctx, "", argv[0], argv[1:]...)
+	if refused == nil {
+		t.Fatalf("%s succeeded for an unprivileged process", strings.Join(argv, " "))
+	}
+	var unavailable *unavailableError
+	if err := refusedByKernel(refused); !errors.As(err, &unavailable) {
+		t.Errorf("refusedByKernel(%v) is not unavailable", refused)
+	}
+	_, other := run(ctx, "", "ip", "link", "show", "dev", vethPrefix+"nosuch0")
+	if other == nil {
+		t.Fatal("ip link show of a missing device succeeded")
+	}
+	if err := refusedByKernel(other); errors.As(err, &unavailable) || err != other {
+		t.Errorf("refusedByKernel(%v) = %v, want the error unchanged", other, err)
+	}
+	if refusedByKernel(nil) != nil {
+		t.Error("refusedByKernel(nil) != nil")
+	}
+}
+
+// TestVethName checks the names Start gives veth pairs: within IFNAMSIZ-1 (15) bytes even for
+// the largest PID Linux allows and any sequence number, distinct within a process, and read
+// back to their owner by Leftovers.
+func TestVethName(t *testing.T) {
+	const maxPID = 4194304 // PID_MAX_LIMIT on 64-bit Linux
+	seen := map[string]uint64{}
+	for _, pid := range []int{1, os.Getpid(), maxPID} {
+		for _, seq := range []uint64{0, 1, 35, 36, vethSeqs - 1, vethSeqs, vethSeqs + 1, math.MaxUint64} {
+			name := vethName(pid, seq)
+			if len(name) > 15 {
+				t.Errorf("vethName(%d, %d) = %q, %d bytes: longer than IFNAMSIZ-1 (15)", pid, seq, name, len(name))
+			}
+			if owner, ok := ownerFromVeth(name); !ok || owner != pid {
+				t.Errorf("ownerFromVeth(%q) = %d, %v; want %d", name, owner, ok, pid)
+			}
+		}
+		// The first hosts of a process, and those just before the sequence wraps.
+		for _, seq := range append(seqRange(0, 4096), seqRange(vethSeqs-4096, vethSeqs)...) {
+			name := vethName(pid, seq)
+			if prev, dup := seen[name]; dup {
+				t.Fatalf("vethName(%d, %d) = %q, the same as for sequence %d", pid, seq, name, prev)
+			}
+			seen[name] = seq
+		}
+		clear(seen)
+	}
+	if got := vethName(maxPID, vethSeqs-1); got != "phk4194304-zzzz" {
+		t.Errorf("longest veth name = %q, want phk4194304-zzzz", got)
 	}
 }
 
@@ -735,6 +804,14 @@ func TestHostAddrs(t *testing.T) {
 	if !benchmarkNet.Contains(out) || !benchmarkNet.Contains(in) {
 		t.Error("address outside 198.18.0.0/15")
 	}
+}
+
+func seqRange(from, to uint64) []uint64 {
+	var seqs []uint64
+	for s := from; s < to; s++ {
+		seqs = append(seqs, s)
+	}
+	return seqs
 }
 
 // BenchmarkStart measures starting three hosts, ready to serve SSH and libvirt.

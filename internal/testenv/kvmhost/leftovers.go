@@ -87,10 +87,10 @@ func alive(pid int) bool {
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
-// removeStaleDirs removes the directories of fleets whose test process died without its
+// removeStaleDirs removes the directories in tmp of fleets whose test process died without its
 // cleanup (killed, or a panic outside the test's goroutine) and that no process uses any more.
-func removeStaleDirs() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), marker+"*"))
+func removeStaleDirs(tmp string) {
+	dirs, _ := filepath.Glob(filepath.Join(tmp, marker+"*"))
 	var stale []string
 	for _, d := range dirs {
 		if owner, ok := ownerFromMarker(filepath.Base(d) + "-"); ok && !alive(owner) {

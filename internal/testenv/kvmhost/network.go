@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -24,6 +25,18 @@ const (
 )
 
 var benchmarkNet = netip.MustParsePrefix(benchmarkPrefix)
+
+// vethSeqs bounds the sequence part of a veth name to four base-36 digits, so that with the
+// largest PID Linux allows (4194304, seven digits) the name fits in IFNAMSIZ-1 = 15 bytes:
+// "phk" + pid + "-" + seq. A process reuses a name only after 1679616 hosts, long after the
+// earlier one's fleet has ended.
+const vethSeqs = 36 * 36 * 36 * 36
+
+// vethName is the name of the test-side end of the veth pair of host number seq of the test
+// process pid; Leftovers reads the pid back from it (ownerFromVeth).
+func vethName(pid int, seq uint64) string {
+	return vethPrefix + strconv.Itoa(pid) + "-" + strconv.FormatUint(seq%vethSeqs, 36)
+}
 
 func subnetBase(k int) netip.Addr {
 	b := benchmarkNet.Addr().As4()
@@ -69,11 +82,15 @@ func usedSubnets() (map[int]bool, error) {
 	return used, nil
 }
 
+// lockDir holds the subnet lock. It is a fixed directory, not os.TempDir(): the lock is
+// machine-wide, and test processes may run with TMPDIR set to directories of their own.
+const lockDir = "/tmp"
+
 // lockSubnets takes a machine-wide lock so that two test processes never pick the same subnet
 // between looking at the addresses in use and adding theirs. The kernel drops the lock if the
 // process dies.
 func lockSubnets() (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), allocLockName), os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := os.OpenFile(filepath.Join(lockDir, allocLockName), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open subnet lock: %w", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
 )
 
@@ -275,16 +276,26 @@ tests:
 	}
 }
 
+// childPIDFileEnv, set to a file name, makes TestNoProcessOutlivesKilledTest run as its own
+// child process: it starts a stack, writes the daemons' pids to the file and waits to be killed.
+const childPIDFileEnv = "PROMSTACK_CHILD_PIDFILE"
+
 // TestNoProcessOutlivesKilledTest starts a stack in a child test process, kills that process
 // with SIGKILL (no cleanup can run), and checks that Prometheus and Alertmanager died with it.
 func TestNoProcessOutlivesKilledTest(t *testing.T) {
-	if os.Getenv("PROMSTACK_CHILD_PIDFILE") != "" {
-		t.Skip("already in the child process")
+	if pidFile := os.Getenv(childPIDFileEnv); pidFile != "" {
+		holdStack(t, pidFile)
+		return
 	}
 	t.Parallel()
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pids")
 	logPath := filepath.Join(dir, "child.log")
+	// The killed child cannot remove its temporary directories: they go under this test's.
+	childTmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(childTmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	// A file, not a buffer: the child writes it directly, so reading it here races with nothing.
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -292,8 +303,8 @@ func TestNoProcessOutlivesKilledTest(t *testing.T) {
 	}
 	defer logFile.Close()
 	childLog := func() string { b, _ := os.ReadFile(logPath); return string(b) }
-	cmd := exec.Command(os.Args[0], "-test.run=^TestChildHoldsStack$", "-test.v")
-	cmd.Env = append(os.Environ(), "PROMSTACK_CHILD_PIDFILE="+pidFile)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestNoProcessOutlivesKilledTest$", "-test.v")
+	cmd.Env = testenv.ChildEnv(childTmp, childPIDFileEnv+"="+pidFile)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -316,8 +327,9 @@ func TestNoProcessOutlivesKilledTest(t *testing.T) {
 		select {
 		case childErr = <-childDone:
 			childExited = true
-			if strings.Contains(childLog(), "--- SKIP: TestChildHoldsStack") {
-				t.Skipf("the child test skipped:\n%s", childLog())
+			if strings.Contains(childLog(), "--- SKIP: TestNoProcessOutlivesKilledTest") {
+				// Start skips only through testenv.Unavailable: a missing part.
+				testenv.Unavailable(t, "the child test could not start the stack:\n%s", childLog())
 			}
 			t.Fatalf("child test exited before starting the stack (%v):\n%s", childErr, childLog())
 		case <-time.After(100 * time.Millisecond):
@@ -355,13 +367,9 @@ func TestNoProcessOutlivesKilledTest(t *testing.T) {
 	}
 }
 
-// TestChildHoldsStack is the child of TestNoProcessOutlivesKilledTest: it starts a stack,
-// reports its pids and waits to be killed.
-func TestChildHoldsStack(t *testing.T) {
-	pidFile := os.Getenv("PROMSTACK_CHILD_PIDFILE")
-	if pidFile == "" {
-		t.Skip("runs only as the child of TestNoProcessOutlivesKilledTest")
-	}
+// holdStack is TestNoProcessOutlivesKilledTest in its child process: it starts a stack,
+// reports its pids in pidFile and waits to be killed.
+func holdStack(t *testing.T, pidFile string) {
 	s := promstack.Start(t, promstack.Options{})
 	var b strings.Builder
 	for _, pid := range s.PIDs() {
