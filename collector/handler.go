@@ -43,7 +43,40 @@ func Handler(reg prometheus.Gatherer, snap *Gatherer, opts promhttp.HandlerOpts)
 	probe := inner
 	probe.ErrorLog = &h.probeLog
 	h.probe = promhttp.HandlerFor(prometheus.Gatherers(nil), probe)
+	snap.addWarmKeys(h.defaultKeys()...)
 	return h
+}
+
+// prometheusRequests are the Accept and Accept-Encoding headers Prometheus scrapes with by
+// default, whose encodings Gatherer.Warm builds before the first scrape of a snapshot.
+var prometheusRequests = []struct{ accept, acceptEncoding string }{
+	// Prometheus 2.42 (the 2.x releases before scrape_protocols): OpenMetrics first.
+	{"application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75," +
+		"text/plain;version=0.0.4;q=0.5,*/*;q=0.1", "gzip"},
+	// Prometheus 3, default scrape_protocols: OpenMetrics first, UTF-8 names allowed.
+	{"application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6," +
+		"application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4," +
+		"text/plain;version=0.0.4;q=0.3,*/*;q=0.2", "gzip"},
+	// Prometheus 3 with scrape_protocols: [PrometheusText0.0.4]: the text format.
+	{"text/plain;version=0.0.4;q=0.6,*/*;q=0.5", "gzip"},
+}
+
+// defaultKeys returns the encodings this handler would build for prometheusRequests, as its
+// own negotiation (promhttp's) decides them: the same keys a scrape by Prometheus uses.
+func (h *handler) defaultKeys() []encodingKey {
+	var keys []encodingKey
+	for _, pr := range prometheusRequests {
+		r, err := http.NewRequest(http.MethodGet, "/metrics", nil)
+		if err != nil {
+			continue // a constant request: cannot fail
+		}
+		r.Header.Set("Accept", pr.accept)
+		r.Header.Set("Accept-Encoding", pr.acceptEncoding)
+		if _, format, gzip, ok := h.negotiate(r); ok {
+			keys = append(keys, encodingKey{format: format, gzip: gzip, createdLines: h.createdLines})
+		}
+	}
+	return keys
 }
 
 type handler struct {
@@ -242,28 +275,39 @@ type segment struct {
 	size int64
 }
 
+// encodingEntry is one encoding of a snapshot's families, built once by whichever comes first:
+// a scrape or Warm. The others wait for it rather than encode the same thing again.
+type encodingEntry struct {
+	once sync.Once
+	enc  *encoding
+	err  error
+}
+
 // encoding returns the encoding of the families for k, building it at the first request.
+// Only callers of the same k wait for one another: a scrape in one format does not wait
+// while another format is being encoded (by Warm or another scrape).
 func (f *snapshotFamilies) encoding(k encodingKey) (*encoding, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if e := f.encodings[k]; e != nil {
-		return e, nil
+	en := f.encodings[k]
+	if en == nil {
+		if f.encodings == nil {
+			f.encodings = map[encodingKey]*encodingEntry{}
+		}
+		en = &encodingEntry{}
+		f.encodings[k] = en
 	}
-	var e *encoding
-	var err error
-	if k.gzip {
-		e, err = f.compressed(k)
-	} else {
-		e, err = f.uncompressed(k)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if f.encodings == nil {
-		f.encodings = map[encodingKey]*encoding{}
-	}
-	f.encodings[k] = e
-	return e, nil
+	f.mu.Unlock()
+	en.once.Do(func() {
+		f.encoded.Add(1)
+		// The families are immutable, so an error (which the encoders report only for
+		// invalid families) would recur: it is kept like an encoding.
+		if k.gzip {
+			en.enc, en.err = f.compressed(k)
+		} else {
+			en.enc, en.err = f.uncompressed(k)
+		}
+	})
+	return en.enc, en.err
 }
 
 // encoder is what promhttp encodes a response with for k.

@@ -539,7 +539,7 @@ func TestHandlerEncodesEachSnapshotOncePerFormat(t *testing.T) {
 	f := g.current.Load()
 	built := map[encodingKey]*encoding{}
 	for k, e := range f.encodings {
-		built[k] = e
+		built[k] = e.enc
 	}
 	negotiated := func(accept string) expfmt.Format {
 		return expfmt.NegotiateAccept(http.Header{"Accept": {accept}}, expfmt.DefaultOpenMetricsAcceptedFormats()...)
@@ -562,7 +562,7 @@ func TestHandlerEncodesEachSnapshotOncePerFormat(t *testing.T) {
 		t.Fatal("the families were rebuilt for the same snapshot")
 	}
 	for k, e := range f.encodings {
-		if built[k] != e {
+		if built[k] != e.enc {
 			t.Errorf("encoding %+v rebuilt for the same snapshot", k)
 		}
 	}

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/client-go/rest"
+
+	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
+	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
+)
+
+// docRow is one metric row of docs/metrics.md.
+type docRow struct {
+	typ    string
+	labels []string
+}
+
+// docRows reads the `proxy_operator_*` rows of docs/metrics.md's tables.
+func docRows(t *testing.T) map[string]docRow {
+	t.Helper()
+	b, err := os.ReadFile("docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]docRow{}
+	row := regexp.MustCompile("^\\| `(proxy_operator_[a-z0-9_]+)` \\| ([a-z]+) \\|([^|]*)\\|")
+	for _, line := range strings.Split(string(b), "\n") {
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		if _, dup := rows[m[1]]; dup {
+			t.Errorf("docs/metrics.md documents %s twice", m[1])
+		}
+		var labels []string
+		for _, l := range strings.Split(m[3], ",") {
+			if l = strings.TrimSpace(l); l != "" {
+				labels = append(labels, l)
+			}
+		}
+		sort.Strings(labels)
+		rows[m[1]] = docRow{typ: m[2], labels: labels}
+	}
+	if len(rows) == 0 {
+		t.Fatal("no metric rows found in docs/metrics.md")
+	}
+	return rows
+}
+
+// describedNames returns the metric names a collector describes.
+func describedNames(t *testing.T, c prometheus.Collector) []string {
+	t.Helper()
+	ch := make(chan *prometheus.Desc)
+	go func() {
+		c.Describe(ch)
+		close(ch)
+	}()
+	// Desc keeps its name unexported; its String() is the only way to read it.
+	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
+	var names []string
+	for d := range ch {
+		m := fqName.FindStringSubmatch(d.String())
+		if m == nil {
+			t.Fatalf("no name in %s", d)
+		}
+		names = append(names, m[1])
+	}
+	return names
+}
+
+// TestMetricsDocumented: every proxy_operator_* family the exporter serves has a row in
+// docs/metrics.md, with the right type and labels, and every row names a metric the exporter
+// serves or registers.
+//
+// The exporter is built as run() builds it (newExporter, with checks on and one gcp provider)
+// and its first round has run; the families are read from its own /metrics handler. What a gcp
+// provider cannot make appear is taken from the collectors' descriptions: the KVM storage pool
+// series (a kvm target's snapshot; the snapshot's names are described by the Gatherer's
+// reservation) and the connection-pool metrics (an open kvm pool). The ProviderHealth writer's
+// metrics are registered as --crd.enabled registers them: crdwriter.New with the exporter's
+// registry (New does not contact the API server).
+func TestMetricsDocumented(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1,down-a2"})
+	e, err := newExporter(path, time.Minute, 15*time.Second, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runnerDone := make(chan struct{})
+	go func() {
+		defer close(runnerDone)
+		e.runner.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-runnerDone
+		e.close()
+	})
+	if _, err := crdwriter.New(crdwriter.Options{
+		Config:     &rest.Config{Host: "https://127.0.0.1:1"},
+		Source:     e.runner,
+		Interval:   time.Minute,
+		Registerer: e.registry,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.runner.FirstRound():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first round did not finish within 20s")
+	}
+
+	srv := httptest.NewServer(e.handler())
+	t.Cleanup(srv.Close)
+	resp, err := srv.Client().Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: status %d", resp.StatusCode)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+
+	docs := docRows(t)
+	served := map[string]bool{}
+	for name, mf := range mfs {
+		if !strings.HasPrefix(name, "proxy_operator_") {
+			continue
+		}
+		served[name] = true
+		row, ok := docs[name]
+		if !ok {
+			t.Errorf("%s is served on /metrics but has no row in docs/metrics.md", name)
+			continue
+		}
+		if typ := strings.ToLower(mf.GetType().String()); typ != row.typ {
+			t.Errorf("%s: docs/metrics.md says %s, /metrics serves a %s", name, row.typ, typ)
+		}
+		if labels := labelNames(mf); !slices.Equal(labels, row.labels) {
+			t.Errorf("%s: docs/metrics.md lists the labels %v, /metrics serves %v", name, row.labels, labels)
+		}
+	}
+	// Families the round above cannot produce: the snapshot's (KVM storage pool) and the
+	// connection pool's, from the collectors the exporter registers.
+	described := map[string]bool{}
+	for _, c := range []prometheus.Collector{e.providerMetrics.Reservation(), hostpool.Collector()} {
+		for _, name := range describedNames(t, c) {
+			described[name] = true
+			if _, ok := docs[name]; !ok {
+				t.Errorf("%s is registered by the exporter but has no row in docs/metrics.md", name)
+			}
+		}
+	}
+	for name := range docs {
+		if !served[name] && !described[name] {
+			t.Errorf("docs/metrics.md documents %s, which the exporter neither serves nor registers", name)
+		}
+	}
+	// The checks above could pass on an empty scrape: make sure the round's families are there.
+	for _, name := range []string{"proxy_operator_provider_target_up", "proxy_operator_provider_info",
+		"proxy_operator_provider_check_rounds_total", "proxy_operator_build_info", "proxy_operator_crd_writer_leader"} {
+		if !served[name] {
+			t.Errorf("%s is not served after the first round", name)
+		}
+	}
+}
+
+// labelNames returns the label names used by the series of a family, sorted.
+func labelNames(mf *dto.MetricFamily) []string {
+	var names []string
+	for _, m := range mf.GetMetric() {
+		for _, lp := range m.GetLabel() {
+			if !slices.Contains(names, lp.GetName()) {
+				names = append(names, lp.GetName())
+			}
+		}
+	}
+	sort.Strings(names)
+	return names
+}
