@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
@@ -75,6 +76,7 @@ type options struct {
 type crdOptions struct {
 	enabled           bool
 	kubeconfig        string
+	instance          string
 	heartbeatInterval time.Duration
 	leaderElect       bool
 	leaseNamespace    string
@@ -105,10 +107,11 @@ func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code in
 	app.Flag("provider-check-timeout", "Deadline of one round of checks. 0 derives min(15s, interval); otherwise at most the interval.").Default("0").SetValue(durationValue{"provider-check-timeout", &opts.timeout})
 	app.Flag("crd.enabled", "Mirror the verdicts into cluster-scoped ProviderHealth objects (kubectl get ph).").BoolVar(&opts.crd.enabled)
 	app.Flag("crd.kubeconfig", "Kubeconfig of the cluster that holds the ProviderHealth objects; empty: in-cluster config.").StringVar(&opts.crd.kubeconfig)
+	app.Flag("crd.instance", "This deployment's identity among the exporters writing to the cluster: its ProviderHealth objects carry it in the label "+crdwriter.InstanceLabel+", and it never writes, takes over or deletes another instance's objects.").Default(crdwriter.DefaultInstance).StringVar(&opts.crd.instance)
 	app.Flag("crd.heartbeat-interval", "Most time between two status writes of an unchanged ProviderHealth (its lastHeartbeatTime).").Default("5m").SetValue(durationValue{"crd.heartbeat-interval", &opts.crd.heartbeatInterval})
 	app.Flag("crd.leader-elect", "Write only while holding a coordination.k8s.io Lease, so that one of several replicas writes.").BoolVar(&opts.crd.leaderElect)
 	app.Flag("crd.lease-namespace", "Namespace of the Lease; empty: the pod's namespace in a cluster, else default.").StringVar(&opts.crd.leaseNamespace)
-	app.Flag("crd.lease-name", "Name of the Lease.").Default(crdwriter.DefaultLeaseName).StringVar(&opts.crd.leaseName)
+	app.Flag("crd.lease-name", "Name of the Lease; empty: the instance (--crd.instance).").StringVar(&opts.crd.leaseName)
 	opts.web = kingpinflag.AddFlags(app, defaultListenAddress)
 	promslogflag.AddFlags(app, opts.log)
 
@@ -175,6 +178,9 @@ func checkCRD(o crdOptions) error {
 	if o.leaderElect && !o.enabled {
 		return errors.New("--crd.leader-elect: needs --crd.enabled")
 	}
+	if errs := validation.IsValidLabelValue(o.instance); o.instance == "" || len(errs) > 0 {
+		return fmt.Errorf("--crd.instance=%q: must be a non-empty label value (at most 63 characters: letters, digits, '-', '_', '.', starting and ending with a letter or digit)", o.instance)
+	}
 	return nil
 }
 
@@ -191,11 +197,12 @@ func startCRDWriter(ctx context.Context, o crdOptions, e *exporter, interval tim
 		return nil, fmt.Errorf("--crd.kubeconfig=%q: %w", o.kubeconfig, err)
 	}
 	cfg.UserAgent = programName
-	logger = logger.With("component", "crdwriter")
+	logger = logger.With("component", "crdwriter", "instance", o.instance)
 	w, err := crdwriter.New(crdwriter.Options{
 		Config:            cfg,
 		Source:            e.runner,
 		Logger:            logger,
+		Instance:          o.instance,
 		Interval:          interval,
 		HeartbeatInterval: o.heartbeatInterval,
 		LeaderElect:       o.leaderElect,
@@ -209,7 +216,8 @@ func startCRDWriter(ctx context.Context, o crdOptions, e *exporter, interval tim
 	go func() {
 		defer close(done)
 		if !e.checksOn() {
-			// Checks off: no verdicts to mirror, and objects of ours would only go stale.
+			// Checks off: no verdicts to mirror, and this instance's objects would only go
+			// stale.
 			if err := w.DeleteAll(ctx); err != nil && ctx.Err() == nil {
 				logger.Error("cannot delete the ProviderHealth objects", "err", err)
 			}

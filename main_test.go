@@ -655,11 +655,14 @@ func TestCheckCRD(t *testing.T) {
 		o    crdOptions
 		want string // "" = valid
 	}{
-		{"off", crdOptions{heartbeatInterval: 5 * time.Minute}, ""},
-		{"on", crdOptions{enabled: true, heartbeatInterval: 5 * time.Minute}, ""},
-		{"leader election", crdOptions{enabled: true, leaderElect: true, heartbeatInterval: time.Minute}, ""},
-		{"heartbeat too short", crdOptions{enabled: true, heartbeatInterval: 500 * time.Millisecond}, "--crd.heartbeat-interval=500ms: must be at least 1s"},
-		{"leader election without the writer", crdOptions{leaderElect: true, heartbeatInterval: time.Minute}, "--crd.leader-elect: needs --crd.enabled"},
+		{"off", crdOptions{heartbeatInterval: 5 * time.Minute, instance: "provider-health-exporter"}, ""},
+		{"on", crdOptions{enabled: true, heartbeatInterval: 5 * time.Minute, instance: "provider-health-exporter"}, ""},
+		{"leader election", crdOptions{enabled: true, leaderElect: true, heartbeatInterval: time.Minute, instance: "provider-health-exporter"}, ""},
+		{"heartbeat too short", crdOptions{enabled: true, heartbeatInterval: 500 * time.Millisecond, instance: "provider-health-exporter"}, "--crd.heartbeat-interval=500ms: must be at least 1s"},
+		{"leader election without the writer", crdOptions{leaderElect: true, heartbeatInterval: time.Minute, instance: "provider-health-exporter"}, "--crd.leader-elect: needs --crd.enabled"},
+		{"another instance", crdOptions{enabled: true, heartbeatInterval: time.Minute, instance: "team-b.eu_1"}, ""},
+		{"empty instance", crdOptions{enabled: true, heartbeatInterval: time.Minute}, `--crd.instance="": must be a non-empty label value (at most 63 characters: letters, digits, '-', '_', '.', starting and ending with a letter or digit)`},
+		{"instance not a label value", crdOptions{enabled: true, heartbeatInterval: time.Minute, instance: "team b/"}, `--crd.instance="team b/": must be a non-empty label value (at most 63 characters: letters, digits, '-', '_', '.', starting and ending with a letter or digit)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkCRD(tc.o)

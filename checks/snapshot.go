@@ -31,9 +31,15 @@ type ProviderState struct {
 // TargetState is the last verdict on one target and since when it holds.
 type TargetState struct {
 	TargetResult
-	// Since is when Up, or the reason while down, last changed: the CheckedAt of the check that
-	// observed the change (initially the first check's).
+	// Since is when Up last flipped (the Kubernetes meaning of lastTransitionTime): the
+	// CheckedAt of the check that observed the flip, initially the first check's. A change of
+	// reason while the target stays down does not move it. The status page, the logs and the
+	// ProviderHealth objects all read this one time.
 	Since time.Time
+	// ReasonSince is when the reason last changed (a flip, or a new reason while down): the
+	// CheckedAt of the check that observed the change. It equals Since unless the reason changed
+	// while the target stayed down.
+	ReasonSince time.Time
 }
 
 // Provider returns the state of the named provider, or nil when it is not configured.

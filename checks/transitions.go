@@ -11,13 +11,15 @@ import (
 //   - a target's first verdict (the first round, or a target new after a reload): its initial
 //     state, at info when up and at warn when down;
 //   - going down, and changing reason while down: warn, with the reason and the message;
-//   - coming back up: info, with how long it was down.
+//   - coming back up: info, with how long it was down (since it went down, whatever reasons
+//     it had meanwhile).
 //
-// A message that changes while the reason stays the same is not a transition.
+// A message that changes while the reason stays the same is not a transition. Since moves only
+// when Up flips; ReasonSince also moves when the reason changes while down.
 func (pm *providerMemory) apply(logger *slog.Logger, provider string, verdicts []TargetResult) {
 	for _, v := range verdicts {
 		prev := pm.targets[v.Target]
-		st := &TargetState{TargetResult: v, Since: v.CheckedAt}
+		st := &TargetState{TargetResult: v, Since: v.CheckedAt, ReasonSince: v.CheckedAt}
 		switch {
 		case prev == nil:
 			if v.Up {
@@ -35,9 +37,11 @@ func (pm *providerMemory) apply(logger *slog.Logger, provider string, verdicts [
 				"previous_reason", string(prev.Reason))
 		case !prev.Up && prev.Reason != v.Reason:
 			logger.Warn("target is still down with another reason", "provider", provider, "target", v.Target,
-				"reason", string(v.Reason), "previous_reason", string(prev.Reason), "message", v.Message)
-		default:
+				"reason", string(v.Reason), "previous_reason", string(prev.Reason), "message", v.Message,
+				"down_for", v.CheckedAt.Sub(prev.Since).Round(time.Millisecond))
 			st.Since = prev.Since
+		default:
+			st.Since, st.ReasonSince = prev.Since, prev.ReasonSince
 		}
 		pm.targets[v.Target] = st
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -190,14 +188,6 @@ func ptrString(p *string) string {
 	return *p
 }
 
-// observedLeading reports whether w's elector last observed w itself as the Lease's holder.
-func observedLeading(w *Writer) bool {
-	w.mu.Lock()
-	isLeader := w.observedLeader
-	w.mu.Unlock()
-	return isLeader != nil && isLeader()
-}
-
 func isEventWrite(e kube.AuditEvent) bool {
 	return e.Resource == "events" && (e.Verb == "create" || e.Verb == "patch")
 }
@@ -242,45 +232,16 @@ func (b *bodyRecorder) wrap(rt http.RoundTripper) http.RoundTripper {
 	})
 }
 
-// realHarness runs a Writer against the real API server as user (added with AddUser).
+// harness runs a Writer against the real API server as the user cfg authenticates.
 func (f *kubeFixture) harness(t *testing.T, cfg *rest.Config, src *fakeSource, mod func(*Options)) *harness {
 	t.Helper()
-	h := &harness{t: t, src: src, reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
-	opts := Options{
-		Config:         cfg,
-		Source:         src,
-		Logger:         slog.New(slog.NewTextHandler(io.MultiWriter(h.logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Interval:       time.Minute,
-		Registerer:     h.reg,
-		LeaseNamespace: exporterNamespace,
-	}
-	if mod != nil {
-		mod(&opts)
-	}
-	w, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.maxBackoff = time.Second
-	w.afterSync = func(round uint64, err error) {
-		h.syncsMu.Lock()
-		defer h.syncsMu.Unlock()
-		if err != nil {
-			h.errs++
-			return
+	return newHarness(t, cfg, nil, src, func(o *Options) {
+		o.LeaseNamespace = exporterNamespace
+		o.MaxRetryBackoff = time.Second
+		if mod != nil {
+			mod(o)
 		}
-		h.synced = max(h.synced, round)
-	}
-	h.w = w
-	return h
-}
-
-// testWriter sends the writer's logs to the test log (shown when a test fails or with -v).
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
+	})
 }
 
 func (f *kubeFixture) userConfig(name string, groups ...string) *rest.Config {
@@ -589,8 +550,7 @@ func testSteadyState(t *testing.T, f *kubeFixture) {
 	h2.round(provider("kvm-lab", checks.TypeKVM)) // round 0 of the new runner: no targets yet
 	now := time.Now()
 	h2.round(p(checks.ReasonSSHAuthFailed, now)) // the new runner's Since is its own first check
-	// A reload that keeps the provider.
-	h2.w.SetProviders([]string{"kvm-lab"})
+	// A reload that keeps the provider: the runner publishes the same providers again.
 	h2.round(p(checks.ReasonSSHAuthFailed, now))
 	if n := f.requests(t, user2, func(e kube.AuditEvent) bool { return e.Verb != "list" }); n != 0 {
 		t.Errorf("a restart and a reload without a change made %d requests besides lists", n)
@@ -678,9 +638,10 @@ func testGarbage(t *testing.T, f *kubeFixture) {
 	if f.get(t, "a") == nil || f.get(t, "b") == nil {
 		t.Error("configured providers have no object")
 	}
-	h.w.SetProviders([]string{"a"})
-	eventually(t, "b is deleted after the reload", func() bool { return f.get(t, "b") == nil })
-	h.round(a)
+	h.round(a) // a reload removed b: the runner publishes a snapshot without it
+	if f.get(t, "b") != nil {
+		t.Error("b survived the reload that removed it")
+	}
 	if f.get(t, "a") == nil {
 		t.Error("the reload deleted a")
 	}
@@ -718,11 +679,7 @@ func testOutage(t *testing.T, f *kubeFixture) {
 	})
 	down := time.Now().Truncate(time.Second)
 	src.publish(p(checks.ReasonAPIError, down))
-	eventually(t, "the writer fails to write", func() bool {
-		h.syncsMu.Lock()
-		defer h.syncsMu.Unlock()
-		return h.errs >= 2
-	})
+	eventually(t, "the writer fails to write", func() bool { return h.writes(writeStatus, resultError) >= 2 })
 	// The runner is never blocked: more rounds come while the API server is away.
 	for range 3 {
 		src.publish(p(checks.ReasonAPIError, down))
@@ -820,11 +777,10 @@ func testLeaderElection(t *testing.T, f *kubeFixture) {
 	if _, err := f.coord.Leases(exporterNamespace).Update(context.Background(), lease, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b's elector observes the thief", func() bool { return !observedLeading(b.w) })
+	eventually(t, "b's elector observes the thief and b stops leading", func() bool { return testutil.ToFloat64(b.w.metrics.leader) == 0 })
 	writesBefore := f.requests(t, "writer-b", isWrite)
 	// A change that a leader would write at once, as a status and an Event.
 	srcB.publish(p(checks.ReasonTimeout))
-	eventually(t, "b stops leading", func() bool { return testutil.ToFloat64(b.w.metrics.leader) == 0 })
 	time.Sleep(500 * time.Millisecond) // room for a write that should not come
 	if n := f.requests(t, "writer-b", isWrite) - writesBefore; n != 0 {
 		t.Errorf("b made %d writes after it had observed another holder of the lease", n)

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -241,18 +240,6 @@ func target(name string, reason checks.Reason, msg string, since time.Time) chec
 
 func provider(name string, typ checks.ProviderType, targets ...checks.TargetState) checks.ProviderState {
 	return checks.ProviderState{Name: name, Type: typ, Targets: targets}
-}
-
-// eventually polls cond until it holds or 10 seconds pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // drainEvents returns the Events recorded so far.

@@ -28,6 +28,8 @@ type metrics struct {
 	writes      *prometheus.CounterVec
 	lastSuccess prometheus.Gauge
 	leader      prometheus.Gauge
+	nameClashes prometheus.Gauge
+	syncedRound prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -44,6 +46,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "proxy_operator_crd_writer_leader",
 			Help: "1 when this replica's ProviderHealth writer is writing (holds the lease, or runs without leader election), else 0.",
 		}),
+		nameClashes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "proxy_operator_crd_writer_name_clashes",
+			Help: "Configured providers whose ProviderHealth object name is held by an object of another exporter instance (or not managed by the exporter); those objects are left alone.",
+		}),
+		syncedRound: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "proxy_operator_crd_writer_synced_round",
+			Help: "The round of the newest snapshot the ProviderHealth writer has fully mirrored into the Kubernetes API (compare with proxy_operator_provider_check_rounds_total: a gap means the writer lags).",
+		}),
 	}
 	for _, kind := range []string{writeCreate, writeStatus, writeDelete, writeEvent} {
 		for _, result := range []string{resultSuccess, resultConflict, resultError} {
@@ -51,7 +61,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.writes, m.lastSuccess, m.leader} {
+		for _, c := range []prometheus.Collector{m.writes, m.lastSuccess, m.leader, m.nameClashes, m.syncedRound} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

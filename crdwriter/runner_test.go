@@ -39,7 +39,7 @@ func TestWriterWithRunner(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-runnerDone })
 
 	objs := newFakeObjects()
-	h := newHarness(t, objs, nil, func(o *Options) { o.Source = runner; o.Interval = 50 * time.Millisecond; o.StaleAfter = time.Minute })
+	h := newHarness(t, nil, objs, nil, func(o *Options) { o.Source = runner; o.Interval = 50 * time.Millisecond; o.StaleAfter = time.Minute })
 	h.start()
 	eventually(t, "the object is Ready", func() bool {
 		o := objs.get("kvm-lab")

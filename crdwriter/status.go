@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
@@ -251,42 +252,48 @@ func listNames(names []string, targets map[string]*targetMem) string {
 	return b.String()
 }
 
-// setCondition stores c as the Ready condition. Its transition time moves only when its status
-// changes: to the time the first target went down (True to False), the time the last target
-// came back (False to True), or now (to or from Unknown), never backwards.
+// setCondition stores c as the Ready condition with meta.SetStatusCondition, so that its
+// transition time moves only when its status changes: then to the time the first target went
+// down (True to False), the time the last target came back (False to True), or now (to or from
+// Unknown), never backwards.
 func (m *providerMem) setCondition(c metav1.Condition, now time.Time) {
-	now = now.Truncate(time.Second)
-	if m.cond != nil && m.cond.Status == c.Status {
-		c.LastTransitionTime = m.cond.LastTransitionTime
-		m.cond = &c
-		return
+	c.LastTransitionTime = metav1.NewTime(m.flipTime(c.Status, now.Truncate(time.Second)))
+	var conds []metav1.Condition
+	if m.cond != nil {
+		conds = []metav1.Condition{*m.cond}
+	}
+	meta.SetStatusCondition(&conds, c)
+	m.cond = &conds[0]
+}
+
+// flipTime is when the Ready condition took status, were it to change to it now.
+func (m *providerMem) flipTime(status metav1.ConditionStatus, now time.Time) time.Time {
+	if m.cond == nil {
+		return now
+	}
+	var t time.Time
+	switch {
+	case m.cond.Status == metav1.ConditionTrue && status == metav1.ConditionFalse:
+		for _, name := range m.order {
+			if tm := m.targets[name]; !tm.up && (t.IsZero() || tm.since.Before(t)) {
+				t = tm.since
+			}
+		}
+	case m.cond.Status == metav1.ConditionFalse && status == metav1.ConditionTrue:
+		for _, name := range m.order {
+			if tm := m.targets[name]; tm.since.After(t) {
+				t = tm.since
+			}
+		}
 	}
 	at := now
-	if m.cond != nil {
-		var t time.Time
-		switch {
-		case m.cond.Status == metav1.ConditionTrue && c.Status == metav1.ConditionFalse:
-			for _, name := range m.order {
-				if tm := m.targets[name]; !tm.up && (t.IsZero() || tm.since.Before(t)) {
-					t = tm.since
-				}
-			}
-		case m.cond.Status == metav1.ConditionFalse && c.Status == metav1.ConditionTrue:
-			for _, name := range m.order {
-				if tm := m.targets[name]; tm.since.After(t) {
-					t = tm.since
-				}
-			}
-		}
-		if !t.IsZero() && t.Before(now) {
-			at = t
-		}
-		if prev := m.cond.LastTransitionTime.Time; at.Before(prev) {
-			at = prev
-		}
+	if !t.IsZero() && t.Before(now) {
+		at = t
 	}
-	c.LastTransitionTime = metav1.NewTime(at)
-	m.cond = &c
+	if prev := m.cond.LastTransitionTime.Time; at.Before(prev) {
+		at = prev
+	}
+	return at
 }
 
 // render returns the status the provider's object should have (without a heartbeat).

@@ -1,132 +1,21 @@
 package crdwriter
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 )
-
-// harness runs a Writer against fakeObjects and a fakeSource.
-type harness struct {
-	t       *testing.T
-	w       *Writer
-	objs    *fakeObjects
-	src     *fakeSource
-	rec     *record.FakeRecorder
-	reg     *prometheus.Registry
-	logs    *syncBuffer
-	syncsMu sync.Mutex
-	synced  uint64 // newest round synced without error
-	errs    int
-	cancel  context.CancelFunc
-	done    chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func newHarness(t *testing.T, objs *fakeObjects, src *fakeSource, mod func(*Options)) *harness {
-	t.Helper()
-	h := &harness{t: t, objs: objs, src: src, rec: record.NewFakeRecorder(1000), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
-	var source Source
-	if src != nil {
-		source = src
-	}
-	opts := Options{
-		// Never contacted: the fake replaces the client.
-		Config:     &rest.Config{Host: "https://127.0.0.1:1"},
-		Source:     source,
-		Logger:     slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Interval:   time.Minute,
-		Registerer: h.reg,
-	}
-	if mod != nil {
-		mod(&opts)
-	}
-	w, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.objects = objs
-	w.newRecorder = func(context.Context, func() bool) (record.EventRecorder, func()) { return h.rec, func() {} }
-	w.maxBackoff = 20 * time.Millisecond
-	w.afterSync = func(round uint64, err error) {
-		h.syncsMu.Lock()
-		defer h.syncsMu.Unlock()
-		if err != nil {
-			h.errs++
-			return
-		}
-		h.synced = max(h.synced, round)
-	}
-	h.w = w
-	return h
-}
-
-func (h *harness) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel, h.done = cancel, make(chan struct{})
-	go func() {
-		defer close(h.done)
-		if err := h.w.Run(ctx); err != nil {
-			h.t.Errorf("Run: %v", err)
-		}
-	}()
-	h.t.Cleanup(h.stop)
-}
-
-func (h *harness) stop() {
-	if h.cancel != nil {
-		h.cancel()
-		<-h.done
-		h.cancel = nil
-	}
-}
-
-// round publishes a snapshot and waits until the writer has synced it.
-func (h *harness) round(providers ...checks.ProviderState) {
-	h.t.Helper()
-	h.src.publish(providers...)
-	want := h.src.Current().Round
-	eventually(h.t, "the writer synced the new round", func() bool {
-		h.syncsMu.Lock()
-		defer h.syncsMu.Unlock()
-		return h.synced >= want
-	})
-}
-
-func (h *harness) writes(kind, result string) float64 {
-	return testutil.ToFloat64(h.w.metrics.writes.WithLabelValues(kind, result))
-}
 
 func readyOf(obj *v1alpha1.ProviderHealth) metav1.Condition {
 	for _, c := range obj.Status.Conditions {
@@ -144,7 +33,7 @@ func TestWriterSteadyStateAndFlip(t *testing.T) {
 		return provider("kvm-lab", checks.TypeKVM, target("hv1", checks.ReasonReady, "", since), target("hv2", hv2, "msg", sinceHv2))
 	}
 	src := newFakeSource(provider("kvm-lab", checks.TypeKVM))
-	h := newHarness(t, objs, src, nil)
+	h := newHarness(t, nil, objs, src, nil)
 	h.start()
 	h.round(kvm(checks.ReasonReady, since))
 
@@ -212,7 +101,7 @@ func TestWriterHeartbeatCarriesMessages(t *testing.T) {
 	objs := newFakeObjects()
 	since := time.Now().Add(-time.Hour)
 	src := newFakeSource()
-	h := newHarness(t, objs, src, func(o *Options) { o.HeartbeatInterval = 1500 * time.Millisecond })
+	h := newHarness(t, nil, objs, src, func(o *Options) { o.HeartbeatInterval = 1500 * time.Millisecond })
 	h.start()
 	h.round(provider("gcp", checks.TypeGCP, target("proj", checks.ReasonRateLimited, "quota 1", since)))
 	first := objs.get("gcp")
@@ -246,14 +135,20 @@ func TestWriterConflictDeletionAndForeignObjects(t *testing.T) {
 		}
 	}
 	src := newFakeSource()
-	h := newHarness(t, objs, src, nil)
+	h := newHarness(t, nil, objs, src, nil)
 	h.start()
 	h.round(p(checks.ReasonReady)...)
 	if o := objs.get("theirs"); len(o.Status.Conditions) != 0 || o.Labels[ManagedByLabel] != "" {
 		t.Errorf("an object without our label was modified: %+v", o)
 	}
-	if !strings.Contains(h.logs.String(), "exists without our label") {
+	if !strings.Contains(h.logs.String(), "belongs to someone else") {
 		t.Errorf("no warning about the foreign object in the logs:\n%s", h.logs.String())
+	}
+	if got := testutil.ToFloat64(h.w.metrics.nameClashes); got != 1 {
+		t.Errorf("name clashes metric = %v, want 1", got)
+	}
+	if ev := drainEvents(h.rec); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning NameClash exporter instance \"provider-health-exporter\" also has a provider named theirs") {
+		t.Errorf("events = %q, want one NameClash", ev)
 	}
 
 	// Someone else bumped the object: a conflict, resolved by re-reading.
@@ -296,7 +191,7 @@ func TestWriterGarbageCollection(t *testing.T) {
 	a := provider("a", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
 	b := provider("b", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
 	src := newFakeSource(a, b)
-	h := newHarness(t, objs, src, nil)
+	h := newHarness(t, nil, objs, src, nil)
 	h.start()
 	h.round(a, b)
 	if objs.get("old") != nil {
@@ -309,10 +204,11 @@ func TestWriterGarbageCollection(t *testing.T) {
 		t.Fatal("configured providers have no objects")
 	}
 
-	// A reload drops b.
-	h.w.SetProviders([]string{"a"})
-	eventually(t, "b's object is deleted after the reload", func() bool { return objs.get("b") == nil })
+	// A reload drops b: the runner publishes a snapshot without it.
 	h.round(a)
+	if objs.get("b") != nil {
+		t.Error("b's object survived the reload that removed b")
+	}
 	if objs.get("a") == nil || objs.get("theirs-old") == nil {
 		t.Error("the reload deleted the wrong objects")
 	}
@@ -337,7 +233,7 @@ func TestWriterRestartKeepsTransitionTimes(t *testing.T) {
 	objs := newFakeObjects()
 	down := time.Now().Add(-2 * time.Hour).Truncate(time.Second)
 	src := newFakeSource()
-	h := newHarness(t, objs, src, nil)
+	h := newHarness(t, nil, objs, src, nil)
 	h.start()
 	h.round(provider("k", checks.TypeKubernetes, target("api", checks.ReasonAPIUnreachable, "", down)))
 	before := objs.get("k")
@@ -346,7 +242,7 @@ func TestWriterRestartKeepsTransitionTimes(t *testing.T) {
 
 	// A new process: the runner's Since is its own first check, round 0 lists no targets yet.
 	src2 := newFakeSource(provider("k", checks.TypeKubernetes))
-	h2 := newHarness(t, objs, src2, nil)
+	h2 := newHarness(t, nil, objs, src2, nil)
 	h2.start()
 	h2.round(provider("k", checks.TypeKubernetes))
 	h2.round(provider("k", checks.TypeKubernetes, target("api", checks.ReasonAPIUnreachable, "", time.Now())))
@@ -367,7 +263,7 @@ func TestWriterOutageAndMissingCRD(t *testing.T) {
 	objs.noCRD = true
 	since := time.Now().Add(-time.Hour)
 	src := newFakeSource(provider("k", checks.TypeKubernetes))
-	h := newHarness(t, objs, src, nil)
+	h := newHarness(t, nil, objs, src, nil)
 	h.start()
 	eventually(t, "several list attempts", func() bool { return objs.count("list") >= 3 })
 	if n := strings.Count(h.logs.String(), "kubectl apply -f deploy/crd/"); n != 1 {
@@ -382,11 +278,7 @@ func TestWriterOutageAndMissingCRD(t *testing.T) {
 	// catches up with the newest one when it is back.
 	objs.setFail(errors.New("dial tcp 127.0.0.1:6443: connect: connection refused"))
 	src.publish(provider("k", checks.TypeKubernetes, target("api", checks.ReasonForbidden, "", time.Now())))
-	eventually(t, "failed attempts", func() bool {
-		h.syncsMu.Lock()
-		defer h.syncsMu.Unlock()
-		return h.errs >= 3
-	})
+	eventually(t, "failed attempts", func() bool { return h.writes(writeStatus, resultError) >= 3 })
 	up := time.Now().Truncate(time.Second)
 	src.publish(provider("k", checks.TypeKubernetes, target("api", checks.ReasonReady, "", up)))
 	objs.setFail(nil)
@@ -409,7 +301,7 @@ func TestWriterOutageAndMissingCRD(t *testing.T) {
 func TestWriterStaleness(t *testing.T) {
 	objs := newFakeObjects()
 	src := newFakeSource()
-	h := newHarness(t, objs, src, func(o *Options) { o.StaleAfter = 300 * time.Millisecond })
+	h := newHarness(t, nil, objs, src, func(o *Options) { o.StaleAfter = 300 * time.Millisecond })
 	h.start()
 	h.round(provider("k", checks.TypeKubernetes, target("api", checks.ReasonReady, "", time.Now())))
 	if c := readyOf(objs.get("k")); c.Status != metav1.ConditionTrue {
@@ -443,15 +335,15 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
-// Without SetProviders, the snapshot's providers are the configured ones: a provider that leaves
-// the snapshot loses its object.
+// The snapshot's providers are the configured ones: a provider that leaves the snapshot loses its
+// object.
 func TestWriterGarbageFromSnapshot(t *testing.T) {
 	objs := newFakeObjects()
 	since := time.Now().Add(-time.Hour)
 	a := provider("a", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
 	b := provider("b", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
 	src := newFakeSource()
-	h := newHarness(t, objs, src, func(o *Options) { o.HeartbeatInterval = time.Hour })
+	h := newHarness(t, nil, objs, src, func(o *Options) { o.HeartbeatInterval = time.Hour })
 	h.start()
 	h.round(a, b)
 	if objs.get("b") == nil {
@@ -476,7 +368,7 @@ func TestWriterTypeChangeResetsProvider(t *testing.T) {
 	objs := newFakeObjects()
 	since := time.Now().Add(-time.Hour)
 	src := newFakeSource()
-	h := newHarness(t, objs, src, nil)
+	h := newHarness(t, nil, objs, src, nil)
 	h.start()
 	h.round(provider("p", checks.TypeKVM, target("hv1", checks.ReasonReady, "", since), target("hv2", checks.ReasonReady, "", since)))
 	if obj := objs.get("p"); obj == nil || obj.Status.TotalTargets != 2 || readyOf(obj).Status != metav1.ConditionTrue {
@@ -519,7 +411,7 @@ func TestWriterStopsWritingWhenAnotherHolderIsObserved(t *testing.T) {
 	}
 	src := newFakeSource()
 	// Polled rarely, so that the gate before each write is what stops this term.
-	h := newHarness(t, objs, src, func(o *Options) { o.RetryPeriod = time.Hour })
+	h := newHarness(t, nil, objs, src, func(o *Options) { o.RetryPeriod = time.Hour })
 	var leading atomic.Bool
 	leading.Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -527,7 +419,7 @@ func TestWriterStopsWritingWhenAnotherHolderIsObserved(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		h.w.lead(ctx, leading.Load)
+		h.w.lead(ctx, &leaseView{isLeader: leading.Load, renewed: time.Now, renewDeadline: time.Hour})
 	}()
 	h.round(p(checks.ReasonReady))
 	if readyOf(objs.get("p")).Status != metav1.ConditionTrue {
@@ -555,5 +447,125 @@ func TestWriterStopsWritingWhenAnotherHolderIsObserved(t *testing.T) {
 	}
 	if !strings.Contains(h.logs.String(), "another replica holds the lease now") {
 		t.Error("ending the term was not logged")
+	}
+}
+
+// Objects of another instance are never written or deleted, by garbage collection, by checks
+// turned off, or when a provider of the same name is configured (a name clash). Objects written
+// before instances existed (no instance label) belong to the default instance only.
+func TestWriterInstancesKeepToTheirOwn(t *testing.T) {
+	objs := newFakeObjects()
+	label := func(inst string) map[string]string {
+		l := map[string]string{ManagedByLabel: ManagedByValue}
+		if inst != "" {
+			l[InstanceLabel] = inst
+		}
+		return l
+	}
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "b-only", Labels: label("team-b")}})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "shared", Labels: label("team-b")}})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "a-old", Labels: label("team-a")}})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "legacy", Labels: label("")}})
+	since := time.Now().Add(-time.Hour)
+	mine := provider("a-new", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
+	shared := provider("shared", checks.TypeGCP, target("p", checks.ReasonForbidden, "", since))
+	src := newFakeSource()
+	h := newHarness(t, nil, objs, src, func(o *Options) { o.Instance = "team-a" })
+	h.start()
+	h.round(mine, shared)
+
+	if objs.get("a-old") != nil {
+		t.Error("team-a's object of an unconfigured provider survived team-a's start")
+	}
+	for _, name := range []string{"b-only", "shared", "legacy"} {
+		if o := objs.get(name); o == nil || len(o.Status.Conditions) != 0 {
+			t.Errorf("team-a deleted or wrote %s, which is not its own: %+v", name, o)
+		}
+	}
+	if o := objs.get("a-new"); o == nil || o.Labels[InstanceLabel] != "team-a" || o.Labels[ManagedByLabel] != ManagedByValue {
+		t.Errorf("team-a's new object lacks its labels: %+v", o)
+	}
+	if got := testutil.ToFloat64(h.w.metrics.nameClashes); got != 1 {
+		t.Errorf("name clashes = %v, want 1 (shared)", got)
+	}
+	ev := drainEvents(h.rec)
+	if len(ev) != 1 || !strings.Contains(ev[0], `NameClash exporter instance "team-a" also has a provider named shared and leaves this object alone: it belongs to exporter instance "team-b"`) {
+		t.Errorf("events = %q, want one NameClash about shared", ev)
+	}
+	if !strings.Contains(h.logs.String(), `owner="exporter instance \"team-b\""`) {
+		t.Errorf("the clash is not logged with its owner:\n%s", h.logs.String())
+	}
+	h.stop()
+	if err := h.w.DeleteAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if objs.get("a-new") != nil {
+		t.Error("DeleteAll left team-a's object")
+	}
+	for _, name := range []string{"b-only", "shared", "legacy"} {
+		if objs.get(name) == nil {
+			t.Errorf("team-a's DeleteAll deleted %s", name)
+		}
+	}
+
+	// The default instance owns the objects written before instances existed.
+	d := newHarness(t, nil, objs, newFakeSource(), nil)
+	if err := d.w.DeleteAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if objs.get("legacy") != nil || objs.get("b-only") == nil {
+		t.Error("the default instance's DeleteAll did not delete exactly the unlabelled object")
+	}
+}
+
+// A leader whose last renewal of the Lease is older than the renew deadline makes no write, even
+// though its elector has not observed another holder (a replica frozen past its lease); it
+// writes again once the Lease is renewed.
+func TestWriterFencedByRenewalAge(t *testing.T) {
+	objs := newFakeObjects()
+	since := time.Now().Add(-time.Hour)
+	p := func(r checks.Reason) checks.ProviderState {
+		return provider("p", checks.TypeKubernetes, target("api", r, "", since))
+	}
+	src := newFakeSource()
+	h := newHarness(t, nil, objs, src, func(o *Options) { o.RetryPeriod = 50 * time.Millisecond })
+	var renewed atomic.Pointer[time.Time]
+	now := time.Now()
+	renewed.Store(&now)
+	lease := &leaseView{isLeader: func() bool { return true }, renewed: func() time.Time { return *renewed.Load() }, renewDeadline: time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.w.lead(ctx, lease)
+	}()
+	defer func() { cancel(); <-done }()
+	h.round(p(checks.ReasonReady))
+	drainEvents(h.rec)
+	writes := func() int { return objs.count("create") + objs.count("status") + objs.count("delete") }
+	before := writes()
+
+	stale := time.Now().Add(-2 * time.Second) // the last renewal, as a frozen replica wakes
+	renewed.Store(&stale)
+	src.publish(p(checks.ReasonForbidden))
+	eventually(t, "the overdue renewal is logged", func() bool {
+		return strings.Contains(h.logs.String(), "the last renewal of the lease is older than the renew deadline")
+	})
+	if n := writes() - before; n != 0 {
+		t.Errorf("%d writes with an overdue renewal", n)
+	}
+	if ev := drainEvents(h.rec); len(ev) != 0 {
+		t.Errorf("Events with an overdue renewal: %q", ev)
+	}
+	// The transport refuses a write that got past the gate.
+	if _, err := h.w.core.Events("default").Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{}); !errors.Is(err, errFenced) {
+		t.Errorf("an Event sent with an overdue renewal: err = %v, want the fence's", err)
+	}
+
+	fresh := time.Now()
+	renewed.Store(&fresh)
+	eventually(t, "the change is written once the lease is renewed", func() bool { return readyOf(objs.get("p")).Reason == "Forbidden" })
+	if ev := drainEvents(h.rec); len(ev) != 1 {
+		t.Errorf("events after the renewal = %q, want the one transition", ev)
 	}
 }

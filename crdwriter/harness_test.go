@@ -1,0 +1,111 @@
+package crdwriter
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+)
+
+// harness runs a Writer fed by a fakeSource, against the real API server (objs nil) or against
+// fakeObjects with a FakeRecorder for Events. Tests drive it the way main does: they publish
+// snapshots, and read what the writer did from the API server and its metrics.
+type harness struct {
+	t      *testing.T
+	w      *Writer
+	src    *fakeSource
+	rec    *record.FakeRecorder // nil against the real API server
+	reg    *prometheus.Registry
+	logs   *itestutil.SyncBuffer
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newHarness(t *testing.T, cfg *rest.Config, objs *fakeObjects, src *fakeSource, mod func(*Options)) *harness {
+	t.Helper()
+	h := &harness{t: t, src: src, reg: prometheus.NewRegistry(), logs: &itestutil.SyncBuffer{}}
+	if cfg == nil {
+		cfg = &rest.Config{Host: "https://127.0.0.1:1"} // never contacted: fakeObjects replace the client
+	}
+	opts := Options{
+		Config:          cfg,
+		Logger:          slog.New(slog.NewTextHandler(io.MultiWriter(h.logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Interval:        time.Minute,
+		Registerer:      h.reg,
+		MaxRetryBackoff: 20 * time.Millisecond,
+	}
+	if src != nil {
+		opts.Source = src
+	}
+	if mod != nil {
+		mod(&opts)
+	}
+	w, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if objs != nil {
+		w.objects = objs
+		h.rec = record.NewFakeRecorder(1000)
+		w.newRecorder = func(context.Context, func() bool) (record.EventRecorder, func()) { return h.rec, func() {} }
+	}
+	h.w = w
+	return h
+}
+
+func (h *harness) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan struct{})
+	go func() {
+		defer close(h.done)
+		if err := h.w.Run(ctx); err != nil {
+			h.t.Errorf("Run: %v", err)
+		}
+	}()
+	h.t.Cleanup(h.stop)
+}
+
+func (h *harness) stop() {
+	if h.cancel != nil {
+		h.cancel()
+		<-h.done
+		h.cancel = nil
+	}
+}
+
+// round publishes a snapshot and waits until the writer has mirrored it (its synced round
+// metric).
+func (h *harness) round(providers ...checks.ProviderState) {
+	h.t.Helper()
+	h.src.publish(providers...)
+	want := float64(h.src.Current().Round)
+	eventually(h.t, "the writer synced the new round", func() bool { return testutil.ToFloat64(h.w.metrics.syncedRound) >= want })
+}
+
+func (h *harness) writes(kind, result string) float64 {
+	return testutil.ToFloat64(h.w.metrics.writes.WithLabelValues(kind, result))
+}
+
+// testWriter sends the writer's logs to the test log (shown when a test fails or with -v).
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// eventually waits up to 10 seconds for cond.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	itestutil.Eventually(t, 10*time.Second, what, cond)
+}

@@ -1,0 +1,244 @@
+package crdwriter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// Leader election, and the fencing of writes by time.
+//
+// client-go's elector says a replica leads until it has read a Lease held by someone else, or
+// until its renewals have failed for the renew deadline. A replica frozen past the lease (a
+// SIGSTOP, a long GC pause, a stalled VM) wakes still believing it leads, while another replica
+// has taken over. So a term may write only while both hold:
+//   - the elector has not observed another holder (else the term ends at once), and
+//   - the last successful renewal of the Lease (the send time of the request that renewed it) is
+//     younger than the renew deadline.
+//
+// When the renewal is overdue, nothing is written until client-go has read the Lease again and
+// renewed it (a new successful renewal), or the term ends. Every write request but the Lease's
+// also passes the fence at the transport, right before it is sent.
+
+var errNotLeader = errors.New("not writing: this replica does not hold the lease, or its last renewal is older than the renew deadline")
+
+// leaseView is one term's view of the Lease.
+type leaseView struct {
+	// isLeader says whether the holder the elector last observed is this replica.
+	isLeader func() bool
+	// renewed returns when the last successful renewal was sent.
+	renewed       func() time.Time
+	renewDeadline time.Duration
+}
+
+// fresh reports whether the last renewal is younger than the renew deadline.
+func (l *leaseView) fresh() bool {
+	r := l.renewed()
+	return !r.IsZero() && time.Since(r) < l.renewDeadline
+}
+
+// renewalLock is the Lease lock, remembering when it was last acquired or renewed by this
+// replica.
+type renewalLock struct {
+	resourcelock.Interface
+	renewed atomic.Pointer[time.Time]
+}
+
+func (l *renewalLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	sent := time.Now()
+	err := l.Interface.Create(ctx, ler)
+	l.note(sent, ler, err)
+	return err
+}
+
+func (l *renewalLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	sent := time.Now()
+	err := l.Interface.Update(ctx, ler)
+	l.note(sent, ler, err)
+	return err
+}
+
+func (l *renewalLock) note(sent time.Time, ler resourcelock.LeaderElectionRecord, err error) {
+	// A release (on cancel) writes an empty holder: that is no renewal.
+	if err == nil && ler.HolderIdentity == l.Identity() {
+		l.renewed.Store(&sent)
+	}
+}
+
+func (l *renewalLock) lastRenewal() time.Time {
+	if t := l.renewed.Load(); t != nil {
+		return *t
+	}
+	return time.Time{}
+}
+
+// fence refuses write requests at the transport while its gate says no. With no gate (no leader
+// election, or DeleteAll) everything passes.
+type fence struct {
+	gate atomic.Pointer[func() bool]
+}
+
+var errFenced = errors.New("crdwriter: write refused before sending: " + errNotLeader.Error())
+
+func (f *fence) set(gate func() bool) {
+	if gate == nil {
+		f.gate.Store(nil)
+		return
+	}
+	f.gate.Store(&gate)
+}
+
+func (f *fence) wrap(rt http.RoundTripper) http.RoundTripper { return &fencedTransport{f: f, rt: rt} }
+
+type fencedTransport struct {
+	f  *fence
+	rt http.RoundTripper
+}
+
+func (t *fencedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodGet && !strings.Contains(r.URL.Path, "/leases") {
+		if g := t.f.gate.Load(); g != nil && !(*g)() {
+			if r.Body != nil {
+				_ = r.Body.Close()
+			}
+			return nil, errFenced
+		}
+	}
+	return t.rt.RoundTrip(r)
+}
+
+// campaigns runs leader elections until ctx is done: a replica that loses the Lease campaigns
+// again, it never stays passive.
+func (w *Writer) campaigns(ctx context.Context) error {
+	inner, err := resourcelock.New(resourcelock.LeasesResourceLock, w.opts.LeaseNamespace, w.opts.LeaseName,
+		w.core, w.coord, resourcelock.ResourceLockConfig{Identity: w.opts.Identity})
+	if err != nil {
+		return fmt.Errorf("crdwriter: lease lock: %w", err)
+	}
+	lock := &renewalLock{Interface: inner}
+	// Outside a term nothing but the Lease is written.
+	w.fence.set(func() bool { return false })
+	defer w.fence.set(nil)
+	for ctx.Err() == nil {
+		if err := w.campaign(ctx, lock); err != nil {
+			return err
+		}
+		if ctx.Err() == nil {
+			w.logger.Warn("lost the lease, stopped writing ProviderHealth objects; campaigning again",
+				"lease", w.opts.LeaseNamespace+"/"+w.opts.LeaseName, "identity", w.opts.Identity)
+		}
+	}
+	return nil
+}
+
+// campaign runs one leader election: waits for the lease, writes while holding it, and returns
+// once it is lost (or ctx is done) and every write of this term has stopped.
+func (w *Writer) campaign(ctx context.Context, lock *renewalLock) error {
+	var (
+		mu       sync.Mutex
+		over     bool
+		active   bool
+		finished = make(chan struct{})
+		le       *leaderelection.LeaderElector
+		err      error
+	)
+	le, err = leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   w.opts.LeaseDuration,
+		RenewDeadline:   w.opts.RenewDeadline,
+		RetryPeriod:     w.opts.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            w.opts.LeaseName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(lctx context.Context) {
+				mu.Lock()
+				if over {
+					mu.Unlock()
+					return
+				}
+				active = true
+				mu.Unlock()
+				defer close(finished)
+				w.logger.Info("acquired the lease, writing ProviderHealth objects", "identity", w.opts.Identity)
+				w.metrics.leader.Set(1)
+				defer w.metrics.leader.Set(0)
+				w.lead(lctx, &leaseView{isLeader: le.IsLeader, renewed: lock.lastRenewal, renewDeadline: w.opts.RenewDeadline})
+			},
+			OnStoppedLeading: func() {},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("crdwriter: leader election: %w", err)
+	}
+	le.Run(ctx)
+	// The term's context is cancelled once Run returns; wait until its writes have stopped so
+	// that two terms never overlap.
+	mu.Lock()
+	over = true
+	wasActive := active
+	mu.Unlock()
+	if wasActive {
+		<-finished
+	}
+	return nil
+}
+
+// mayWrite reports whether this term may write now; when another replica holds the Lease it
+// ends the term and says no. It is asked right before every request that writes (and again by
+// the transport's fence).
+func (s *session) mayWrite() bool {
+	if s.lease == nil {
+		return true
+	}
+	if !s.lease.isLeader() {
+		s.endTerm()
+		return false
+	}
+	if !s.lease.fresh() {
+		if s.overdue.CompareAndSwap(false, true) {
+			s.w.logger.Warn("the last renewal of the lease is older than the renew deadline: writing nothing until it is renewed",
+				"lease", s.w.opts.LeaseNamespace+"/"+s.w.opts.LeaseName, "renew_deadline", s.w.opts.RenewDeadline)
+		}
+		return false
+	}
+	if s.overdue.CompareAndSwap(true, false) {
+		s.w.logger.Info("the lease is renewed again: writing", "lease", s.w.opts.LeaseNamespace+"/"+s.w.opts.LeaseName)
+	}
+	return true
+}
+
+// allowWrites is mayWrite as the collector of garbage and the Event recorder want it: nil
+// without leader election.
+func (s *session) allowWrites() func() bool {
+	if s.lease == nil {
+		return nil
+	}
+	return s.mayWrite
+}
+
+// followLease ends the term once the elector has observed another holder of the Lease, not only
+// at the next write, so that the leader metric and the next campaign do not wait for client-go's
+// renew deadline.
+func (s *session) followLease(ctx context.Context) {
+	t := time.NewTicker(max(s.w.opts.RetryPeriod/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if !s.lease.isLeader() {
+				s.endTerm()
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,166 @@
+package crdwriter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
+)
+
+// Which objects are this instance's, garbage collection, and name clashes.
+
+var (
+	errCRDMissing = errors.New("the ProviderHealth CRD is not installed")
+	errNotOurs    = errors.New("the object belongs to someone else")
+)
+
+// ReasonNameClash is the reason of the Event recorded on an object that holds the name of one of
+// this instance's providers but belongs to someone else.
+const ReasonNameClash = "NameClash"
+
+// managedSelector selects the objects of every instance of the exporter.
+var managedSelector = ManagedByLabel + "=" + ManagedByValue
+
+// owns reports whether obj belongs to this instance. An object with our managed-by label and no
+// instance label was written before instances existed: it belongs to the default instance.
+func (w *Writer) owns(obj *v1alpha1.ProviderHealth) bool {
+	if obj.Labels[ManagedByLabel] != ManagedByValue {
+		return false
+	}
+	inst, ok := obj.Labels[InstanceLabel]
+	if !ok {
+		return w.opts.Instance == DefaultInstance
+	}
+	return inst == w.opts.Instance
+}
+
+// ownerOf describes who an object not of this instance belongs to, for logs and Events.
+func ownerOf(obj *v1alpha1.ProviderHealth) string {
+	switch inst, ok := obj.Labels[InstanceLabel]; {
+	case obj.Labels[ManagedByLabel] != ManagedByValue:
+		return fmt.Sprintf("not managed by provider-health-exporter (%s=%q)", ManagedByLabel, obj.Labels[ManagedByLabel])
+	case !ok:
+		return fmt.Sprintf("exporter instance %q (no %s label: written before instances existed)", DefaultInstance, InstanceLabel)
+	default:
+		return fmt.Sprintf("exporter instance %q", inst)
+	}
+}
+
+// collectGarbage lists the exporter's objects, deletes this instance's objects whose provider
+// keep rejects, and returns this instance's other objects and the other instances' objects.
+// allow (nil: always) is asked before each delete; when it says no, it stops with errNotLeader.
+func (w *Writer) collectGarbage(ctx context.Context, keep func(string) bool, allow func() bool) (mine, others []v1alpha1.ProviderHealth, err error) {
+	items, err := w.objects.List(ctx, managedSelector)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			w.crdMissing()
+			return nil, nil, errCRDMissing
+		}
+		return nil, nil, fmt.Errorf("listing ProviderHealth objects: %w", err)
+	}
+	w.crdPresent()
+	var errs []error
+	for i := range items {
+		obj := &items[i]
+		switch {
+		case !w.owns(obj): // the selector does not tell instances apart; never trust a filter with a delete
+			if obj.Labels[ManagedByLabel] == ManagedByValue {
+				others = append(others, *obj)
+			}
+			continue
+		case keep(obj.Name):
+			mine = append(mine, *obj)
+			continue
+		}
+		if allow != nil && !allow() {
+			return nil, nil, errNotLeader
+		}
+		err := w.objects.Delete(ctx, obj.Name, obj.UID)
+		switch {
+		case err == nil:
+			w.metrics.count(writeDelete, nil)
+			w.logger.Info("deleted ProviderHealth of a provider no longer configured", "provider", obj.Name)
+		case apierrors.IsNotFound(err):
+		case apierrors.IsConflict(err): // replaced by someone since the list: not the object we meant
+			w.metrics.count(writeDelete, err)
+		default:
+			w.metrics.count(writeDelete, err)
+			errs = append(errs, fmt.Errorf("deleting ProviderHealth %s: %w", obj.Name, err))
+		}
+	}
+	return mine, others, errors.Join(errs...)
+}
+
+func (w *Writer) crdMissing() {
+	if !w.crdMissingLogged {
+		w.crdMissingLogged = true
+		w.logger.Error("the ProviderHealth CRD is not installed: apply it with `kubectl apply -f deploy/crd/`; metrics are still served and the writer keeps retrying",
+			"crd", v1alpha1.Resource+"."+v1alpha1.GroupName)
+	}
+}
+
+func (w *Writer) crdPresent() {
+	if w.crdMissingLogged {
+		w.crdMissingLogged = false
+		w.logger.Info("the ProviderHealth CRD is installed now")
+	}
+}
+
+// collectGarbage deletes the objects of providers no longer configured and refreshes what the
+// session knows of the live objects and of name clashes.
+func (s *session) collectGarbage(ctx context.Context) error {
+	names := configured(s.w.opts.Source.Current())
+	mine, others, err := s.w.collectGarbage(ctx, func(n string) bool { return names[n] }, s.allowWrites())
+	if err != nil {
+		return err
+	}
+	for name := range s.live {
+		if !names[name] {
+			delete(s.live, name)
+		}
+	}
+	for name := range s.foreign {
+		if !names[name] {
+			delete(s.foreign, name)
+		}
+	}
+	for i := range mine {
+		obj := mine[i]
+		if cur := s.live[obj.Name]; cur == nil || cur.UID != obj.UID || cur.ResourceVersion != obj.ResourceVersion {
+			s.live[obj.Name] = &obj
+		}
+	}
+	for i := range others {
+		if names[others[i].Name] {
+			s.clash(&others[i])
+		}
+	}
+	s.w.metrics.nameClashes.Set(float64(len(s.foreign)))
+	return nil
+}
+
+// clash records that the object of a configured provider's name belongs to someone else: it is
+// logged and recorded as an Event on that object when the clash starts, and counted in the
+// name clashes metric while it lasts. The object is never written.
+func (s *session) clash(obj *v1alpha1.ProviderHealth) {
+	_, known := s.foreign[obj.Name]
+	s.foreign[obj.Name] = time.Now()
+	delete(s.live, obj.Name)
+	s.w.metrics.nameClashes.Set(float64(len(s.foreign)))
+	if known {
+		return
+	}
+	owner := ownerOf(obj)
+	s.w.logger.Warn("the ProviderHealth object of this provider's name belongs to someone else; leaving it alone (rename one of the providers)",
+		"provider", obj.Name, "owner", owner, "instance", s.w.opts.Instance)
+	if s.mayWrite() {
+		s.recorder.Event(obj, corev1.EventTypeWarning, ReasonNameClash, clip(fmt.Sprintf(
+			"exporter instance %q also has a provider named %s and leaves this object alone: it belongs to %s; rename one of the providers",
+			s.w.opts.Instance, obj.Name, owner), maxEventMessage))
+	}
+}

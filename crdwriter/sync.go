@@ -1,0 +1,260 @@
+package crdwriter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
+)
+
+// syncLoop writes what memory says whenever it changes, a heartbeat is due or a provider left the
+// snapshot; while the API server fails it retries with backoff.
+func (s *session) syncLoop(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	failures := 0
+	var retryAt time.Time
+	gcNeeded := false
+	for {
+		wake := s.nextHeartbeat()
+		if !retryAt.IsZero() {
+			wake = retryAt
+		}
+		timer.Reset(max(time.Until(wake), 0))
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.dirty:
+		case <-timer.C:
+		}
+		if !retryAt.IsZero() && time.Now().Before(retryAt) {
+			continue // a change while the API server fails waits for the next attempt
+		}
+		s.mu.Lock()
+		round := s.round
+		if s.gcWanted {
+			gcNeeded, s.gcWanted = true, false
+		}
+		s.mu.Unlock()
+		err := s.syncOnce(ctx, gcNeeded)
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err == nil:
+			if failures > 0 {
+				s.w.logger.Info("writing ProviderHealth objects works again")
+			}
+			failures, gcNeeded, retryAt = 0, false, time.Time{}
+			s.w.metrics.syncedRound.Set(float64(round))
+			continue
+		case errors.Is(err, errNotLeader):
+			// The lease's renewal is overdue: try again once client-go has had a chance to
+			// renew it (or the term ends).
+			retryAt = time.Now().Add(s.w.opts.RetryPeriod)
+			continue
+		case failures == 0 && !errors.Is(err, errCRDMissing):
+			s.w.logger.Warn("writing ProviderHealth objects failed; retrying with backoff", "err", err)
+		default:
+			s.w.logger.Debug("writing ProviderHealth objects failed again", "err", err)
+		}
+		retryAt = time.Now().Add(s.w.backoff(failures))
+		failures++
+	}
+}
+
+// nextHeartbeat returns when the next heartbeat (or re-check of a name clash) is due.
+func (s *session) nextHeartbeat() time.Time {
+	next := time.Now().Add(s.w.opts.HeartbeatInterval)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, obj := range s.live {
+		if m := s.mem[name]; m == nil || m.lastChecked.IsZero() {
+			continue // no heartbeat for it (see syncProvider)
+		}
+		if hb := obj.Status.LastHeartbeatTime; hb != nil {
+			if at := hb.Add(s.w.opts.HeartbeatInterval); at.Before(next) {
+				next = at
+			}
+		}
+	}
+	for _, seen := range s.foreign {
+		if at := seen.Add(s.w.opts.HeartbeatInterval); at.Before(next) {
+			next = at
+		}
+	}
+	return next
+}
+
+// syncOnce collects garbage when asked, then brings every provider's object up to date. It
+// stops at the first failure that is not about one object (the API server is unreachable).
+func (s *session) syncOnce(ctx context.Context, gc bool) error {
+	if gc {
+		if err := s.collectGarbage(ctx); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	names := make([]string, 0, len(s.mem))
+	for name := range s.mem {
+		names = append(names, name)
+	}
+	s.mu.Unlock()
+	slices.Sort(names)
+	var errs []error
+	for _, name := range names {
+		err := s.syncProvider(ctx, name)
+		if err == nil {
+			continue
+		}
+		var status apierrors.APIStatus
+		if !errors.As(err, &status) || errors.Is(err, errCRDMissing) {
+			return err
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// syncProvider writes one provider's status when it differs visibly from the live object's or a
+// heartbeat is due, creating the object when missing; then it records the provider's Events.
+func (s *session) syncProvider(ctx context.Context, name string) error {
+	s.mu.Lock()
+	m := s.mem[name]
+	if m == nil {
+		s.mu.Unlock()
+		return nil
+	}
+	desired := m.render()
+	// Until this writer has seen a check of the provider, a heartbeat would vouch for
+	// verdicts read back from the object (a restart): write only a visible change.
+	checked := !m.lastChecked.IsZero()
+	events := slices.Clone(s.pending[name])
+	s.mu.Unlock()
+
+	logger := s.w.logger.With("provider", name)
+	if seen, ok := s.foreign[name]; ok && time.Since(seen) < s.w.opts.HeartbeatInterval {
+		return nil // a name clash, re-checked once per heartbeat interval
+	}
+	live := s.live[name]
+	for attempt := 0; attempt < 5; attempt++ {
+		if live == nil {
+			obj, err := s.create(ctx, name)
+			if errors.Is(err, errNotOurs) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if _, ok := s.foreign[name]; ok {
+				delete(s.foreign, name)
+				s.w.metrics.nameClashes.Set(float64(len(s.foreign)))
+				logger.Info("the name clash is over: the object is this instance's now")
+			}
+			live = obj
+			s.live[name] = obj
+		}
+		now := time.Now()
+		hb := live.Status.LastHeartbeatTime
+		heartbeatDue := checked && (hb == nil || now.Sub(hb.Time) >= s.w.opts.HeartbeatInterval)
+		if sameVisible(&live.Status, &desired) && !heartbeatDue {
+			s.emit(name, live, events)
+			return nil
+		}
+		if !s.mayWrite() {
+			return errNotLeader
+		}
+		obj := live.DeepCopy()
+		obj.Status = desired
+		obj.Status.LastHeartbeatTime = &metav1.Time{Time: now.Truncate(time.Second)}
+		updated, err := s.w.objects.UpdateStatus(ctx, obj)
+		s.w.metrics.count(writeStatus, err)
+		switch {
+		case err == nil:
+			s.live[name] = updated
+			s.emit(name, updated, events)
+			return nil
+		case apierrors.IsConflict(err):
+			got, gerr := s.w.objects.Get(ctx, name)
+			switch {
+			case apierrors.IsNotFound(gerr):
+				live = nil
+			case gerr != nil:
+				return fmt.Errorf("re-reading ProviderHealth %s after a conflict: %w", name, gerr)
+			case !s.w.owns(got):
+				s.clash(got)
+				return nil
+			default:
+				live = got
+				s.live[name] = got
+			}
+		case apierrors.IsNotFound(err):
+			// Deleted by someone: recreate it, with the transition times memory kept.
+			logger.Info("the ProviderHealth object was deleted; recreating it")
+			delete(s.live, name)
+			live = nil
+		default:
+			return fmt.Errorf("writing the status of ProviderHealth %s: %w", name, err)
+		}
+	}
+	return fmt.Errorf("writing the status of ProviderHealth %s: still conflicting after 5 attempts", name)
+}
+
+// create creates the provider's object (no status: the API server ignores it on create), or
+// returns the existing one when it is this instance's. When it belongs to someone else, it
+// reports the clash and returns errNotOurs.
+func (s *session) create(ctx context.Context, name string) (*v1alpha1.ProviderHealth, error) {
+	obj := &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{
+		Name:   name,
+		Labels: map[string]string{ManagedByLabel: ManagedByValue, InstanceLabel: s.w.opts.Instance},
+	}}
+	if !s.mayWrite() {
+		return nil, errNotLeader
+	}
+	created, err := s.w.objects.Create(ctx, obj)
+	s.w.metrics.count(writeCreate, err)
+	switch {
+	case err == nil:
+		s.w.logger.Info("created ProviderHealth", "provider", name)
+		return created, nil
+	case apierrors.IsAlreadyExists(err):
+		got, gerr := s.w.objects.Get(ctx, name)
+		if gerr != nil {
+			return nil, fmt.Errorf("reading ProviderHealth %s: %w", name, gerr)
+		}
+		if !s.w.owns(got) {
+			s.clash(got)
+			return nil, errNotOurs
+		}
+		return got, nil
+	case apierrors.IsNotFound(err):
+		s.w.crdMissing()
+		return nil, errCRDMissing
+	default:
+		return nil, fmt.Errorf("creating ProviderHealth %s: %w", name, err)
+	}
+}
+
+// emit records the provider's pending Events on its object and forgets them.
+func (s *session) emit(name string, obj *v1alpha1.ProviderHealth, events []targetEvent) {
+	if len(events) == 0 {
+		return
+	}
+	for _, e := range events {
+		if !s.mayWrite() {
+			return
+		}
+		s.recorder.Event(obj, e.eventType, e.reason, e.message)
+	}
+	last := events[len(events)-1].seq
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Events queued meanwhile stay for the next write; drop what was just recorded.
+	s.pending[name] = slices.DeleteFunc(s.pending[name], func(e targetEvent) bool { return e.seq <= last })
+}
