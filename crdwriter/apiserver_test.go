@@ -101,6 +101,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		{"APIServerOutage", testOutage},
 		{"LeaderElection", testLeaderElection},
 		{"LeaderCrashFailover", testLeaderCrash},
+		{"TwoInstances", testInstances},
 		{"RBACIsEnoughAndNoMore", testRBAC},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1055,4 +1056,113 @@ func deepCopyJSON(o map[string]any) map[string]any {
 		panic(err)
 	}
 	return c
+}
+
+// testInstances runs two exporter instances against one API server: team-a with two replicas
+// sharing its objects through leader election, team-b with one. Each keeps to its own objects
+// through restarts and checks-off runs, and a provider name both configure is a reported clash.
+func testInstances(t *testing.T, f *kubeFixture) {
+	t.Cleanup(func() {
+		for _, lease := range []string{"team-a", "team-b"} {
+			_ = f.coord.Leases(exporterNamespace).Delete(context.Background(), lease, metav1.DeleteOptions{})
+		}
+	})
+	since := time.Now().Add(-time.Hour)
+	ph := func(name string, r checks.Reason) checks.ProviderState {
+		return provider(name, checks.TypeGCP, target("p", r, "", since))
+	}
+	inst := func(instance, id string) func(*Options) {
+		return func(o *Options) {
+			o.Instance, o.Identity = instance, id
+			o.LeaderElect = true
+			o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 4*time.Second, 3*time.Second, 500*time.Millisecond
+		}
+	}
+	srcA1, srcA2, srcB := newFakeSource(), newFakeSource(), newFakeSource()
+	a1 := f.harness(t, f.userConfig("writer-team-a-1", "system:masters"), srcA1, inst("team-a", "a1"))
+	a2 := f.harness(t, f.userConfig("writer-team-a-2", "system:masters"), srcA2, inst("team-a", "a2"))
+	b := f.harness(t, f.userConfig("writer-team-b", "system:masters"), srcB, inst("team-b", "b"))
+	a1.start()
+	eventually(t, "a1 leads team-a", func() bool { return testutil.ToFloat64(a1.w.metrics.leader) == 1 })
+	a2.start()
+	b.start()
+	eventually(t, "b leads team-b (its own Lease)", func() bool { return testutil.ToFloat64(b.w.metrics.leader) == 1 })
+	if testutil.ToFloat64(a2.w.metrics.leader) != 0 {
+		t.Error("both replicas of team-a lead")
+	}
+	aProviders := []checks.ProviderState{ph("a-only", checks.ReasonReady), ph("shared", checks.ReasonReady)}
+	srcA1.publish(aProviders...)
+	srcA2.publish(aProviders...)
+	eventually(t, "team-a's objects are written", func() bool {
+		o := f.get(t, "shared")
+		return f.get(t, "a-only") != nil && o != nil && len(o.Status.Conditions) == 1
+	})
+	sharedBefore := f.get(t, "shared")
+	if sharedBefore.Labels[InstanceLabel] != "team-a" || f.get(t, "a-only").Labels[InstanceLabel] != "team-a" {
+		t.Errorf("team-a's objects lack the instance label: %v", sharedBefore.Labels)
+	}
+	b.round(ph("b-only", checks.ReasonForbidden), ph("shared", checks.ReasonForbidden))
+	if o := f.get(t, "b-only"); o == nil || o.Labels[InstanceLabel] != "team-b" || readyOf(o).Reason != "Forbidden" {
+		t.Errorf("team-b's object: %+v", o)
+	}
+	eventually(t, "team-b reports the clash", func() bool { return testutil.ToFloat64(b.w.metrics.nameClashes) == 1 })
+	eventually(t, "the NameClash Event", func() bool {
+		for _, e := range f.events(t, string(sharedBefore.UID)) {
+			if e.Reason == ReasonNameClash && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, `belongs to exporter instance "team-a"`) {
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(b.logs.String(), "belongs to someone else") {
+		t.Error("the clash was not logged")
+	}
+	if o := f.get(t, "shared"); o.ResourceVersion != sharedBefore.ResourceVersion || readyOf(o).Reason != v1alpha1.ReasonAllTargetsReady {
+		t.Errorf("team-b wrote team-a's object: %+v", o.Status)
+	}
+	if n := f.requests(t, "writer-team-b", func(e kube.AuditEvent) bool {
+		return e.Resource == v1alpha1.Resource && e.Name == "shared" && e.Verb != "get" && e.Code < 300
+	}); n != 0 {
+		t.Errorf("team-b made %d successful writes to team-a's object", n)
+	}
+
+	// team-b restarts without any of its providers: its own object goes, team-a's stay.
+	b.stop()
+	b2 := f.harness(t, f.userConfig("writer-team-b", "system:masters"), newFakeSource(), inst("team-b", "b2"))
+	b2.start()
+	b2.round()
+	eventually(t, "team-b's b-only is collected", func() bool { return f.get(t, "b-only") == nil })
+	if f.get(t, "a-only") == nil || f.get(t, "shared") == nil {
+		t.Error("team-b's restart deleted team-a's objects")
+	}
+	b2.stop()
+	// team-b with checks off deletes only its own.
+	if err := b2.w.DeleteAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if f.get(t, "a-only") == nil || f.get(t, "shared") == nil {
+		t.Error("team-b's checks-off run deleted team-a's objects")
+	}
+
+	// team-a's leader goes: its other replica takes over the same objects (no new object, no
+	// clash), and writes them.
+	a1.stop()
+	eventually(t, "a2 leads team-a", func() bool { return testutil.ToFloat64(a2.w.metrics.leader) == 1 })
+	srcA2.publish(ph("a-only", checks.ReasonForbidden), ph("shared", checks.ReasonReady))
+	eventually(t, "a2 writes team-a's object", func() bool { return readyOf(f.get(t, "a-only")).Reason == "Forbidden" })
+	if o := f.get(t, "shared"); o.UID != sharedBefore.UID {
+		t.Error("team-a's object was replaced after the change of leader")
+	}
+	if testutil.ToFloat64(a2.w.metrics.nameClashes) != 0 {
+		t.Error("a replica of team-a sees a clash with its own instance's objects")
+	}
+	// team-a with checks off deletes its own, and not an object of another instance.
+	f.put(t, "b-again", map[string]string{ManagedByLabel: ManagedByValue, InstanceLabel: "team-b"})
+	a2.stop()
+	if err := a2.w.DeleteAll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if f.get(t, "a-only") != nil || f.get(t, "shared") != nil || f.get(t, "b-again") == nil {
+		t.Error("team-a's checks-off run did not delete exactly its own objects")
+	}
 }

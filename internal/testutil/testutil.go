@@ -1,10 +1,14 @@
 // Package testutil holds the small helpers the tests of several packages share: a buffer that
-// log handlers and subprocesses may write to concurrently, and a wait for a condition.
+// log handlers and subprocesses may write to concurrently, a wait for a condition, and a child
+// process that dies with the test.
 package testutil
 
 import (
 	"bytes"
+	"os/exec"
+	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -39,4 +43,73 @@ func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() b
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// Process is a child process started by StartProcess.
+type Process struct {
+	Cmd    *exec.Cmd
+	waited chan error
+	mu     sync.Mutex
+	exited bool
+	err    error
+}
+
+// StartProcess starts cmd so that it dies with the test: it is killed (SIGKILL) when the thread
+// that started it ends (Pdeathsig; the start and the wait run on one goroutine locked to its
+// thread, which lives exactly as long as the child) and at the test's cleanup.
+func StartProcess(tb testing.TB, cmd *exec.Cmd) *Process {
+	tb.Helper()
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	p := &Process{Cmd: cmd, waited: make(chan error, 1)}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		p.waited <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		tb.Fatalf("starting %s: %v", cmd.Path, err)
+	}
+	tb.Cleanup(func() {
+		if !p.Exited() {
+			_ = cmd.Process.Signal(syscall.SIGCONT) // a stopped process would not die of SIGKILL's cleanup otherwise
+			_ = cmd.Process.Kill()
+			p.Wait()
+		}
+	})
+	return p
+}
+
+// Exited reports whether the process has exited, without waiting.
+func (p *Process) Exited() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exited {
+		return true
+	}
+	select {
+	case p.err = <-p.waited:
+		p.exited = true
+	default:
+	}
+	return p.exited
+}
+
+// Wait waits for the process to exit and returns what cmd.Wait returned.
+func (p *Process) Wait() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.exited {
+		p.err = <-p.waited
+		p.exited = true
+	}
+	return p.err
 }

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+)
+
+var phResource = schema.GroupVersionResource{Group: v1alpha1.GroupName, Version: v1alpha1.SchemeGroupVersion.Version, Resource: v1alpha1.Resource}
+
+// startSubprocessExporter runs the real binary (this test binary running main, with the fake gcp
+// checks of TestMain) with args, and returns it once it serves HTTP.
+func startSubprocessExporter(t *testing.T, args ...string) (*testExporter, *testutil.Process) {
+	t.Helper()
+	logs := &syncBuffer{}
+	cmd := exec.Command(os.Args[0], append([]string{"--web.listen-address=127.0.0.1:0", "--log.format=json", "--log.level=debug"}, args...)...)
+	cmd.Env = append(os.Environ(), envRunMain+"=1")
+	cmd.Stdout, cmd.Stderr = logs, logs
+	p := testutil.StartProcess(t, cmd)
+	x := &testExporter{t: t, logs: logs, client: &http.Client{Timeout: 10 * time.Second}}
+	x.base = "http://" + listenAddress(t, logs, p.Exited)
+	return x, p
+}
+
+// leads reads the exporter's leader metric.
+func (x *testExporter) leads() bool {
+	code, body := x.get("/metrics")
+	v, ok := metric(x.t, body, "proxy_operator_crd_writer_leader")
+	return code == http.StatusOK && ok && v == 1
+}
+
+// TestCRDWriterFencedAfterFreeze freezes the leading replica (SIGSTOP) past its lease, lets the
+// other replica take over and write, and wakes the frozen one with a reload pending (a new
+// provider, whose object it would create): counted in the API server's audit log, it makes no
+// write request at all (objects, Events), and then follows.
+func TestCRDWriterFencedAfterFreeze(t *testing.T) {
+	env := kube.Start(t)
+	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	const userA, userB = "replica-a", "replica-b"
+	env.AddUser(userA, "system:masters")
+	env.AddUser(userB, "system:masters")
+	providers := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
+	common := []string{"--config.file=" + providers, "--provider-check-interval=10s",
+		"--crd.enabled", "--crd.leader-elect", "--crd.lease-namespace=default", "--crd.instance=fence-test",
+		// A heartbeat due every second: the frozen leader has a status write due the moment
+		// it wakes.
+		"--crd.heartbeat-interval=1s"}
+	a, procA := startSubprocessExporter(t, append(common, "--crd.kubeconfig="+env.KubeconfigFor(userA))...)
+	waitFor(t, 30*time.Second, "replica a to lead", a.leads)
+	dyn := dynamic.NewForConfigOrDie(env.AdminConfig)
+	exists := func(name string) bool {
+		_, err := dyn.Resource(phResource).Get(context.Background(), name, metav1.GetOptions{})
+		return err == nil
+	}
+	waitFor(t, 30*time.Second, "a to write alpha", func() bool { return exists("alpha") })
+	b, procB := startSubprocessExporter(t, append(common, "--crd.kubeconfig="+env.KubeconfigFor(userB))...)
+	waitFor(t, 30*time.Second, "replica b to serve", func() bool { code, _ := b.get("/-/ready"); return code == http.StatusOK })
+	if b.leads() {
+		t.Fatal("both replicas lead")
+	}
+
+	// Freeze a. A reload adds a provider; a's SIGHUP waits for it to wake.
+	if err := procA.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	frozen := true
+	t.Cleanup(func() {
+		if frozen {
+			_ = procA.Cmd.Process.Signal(syscall.SIGCONT)
+		}
+	})
+	writeProviders(t, providers, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
+	for _, p := range []*testutil.Process{procA, procB} {
+		if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Past the lease (15s) b takes over and writes, beta included.
+	waitFor(t, 40*time.Second, "b to take over", b.leads)
+	waitFor(t, 30*time.Second, "b to write beta", func() bool { return exists("beta") })
+	writesOfA := func() int {
+		return env.CountRequests(t, func(e kube.AuditEvent) bool {
+			if e.User != userA {
+				return false
+			}
+			switch e.Verb {
+			case "create", "update", "patch", "delete", "deletecollection":
+				return e.Resource == v1alpha1.Resource || e.Resource == "events"
+			}
+			return false
+		})
+	}
+	before := writesOfA()
+
+	// Wake a: it still holds its old view of the Lease, a new snapshot (the reload) and a due
+	// round.
+	if err := procA.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	frozen = false
+	waitFor(t, 20*time.Second, "a to reload after waking", func() bool { return a.logs.find("providers file reloaded") != nil })
+	waitFor(t, 20*time.Second, "a to follow", func() bool {
+		code, _ := a.get("/-/ready")
+		return code == http.StatusOK && !a.leads()
+	})
+	if n := writesOfA() - before; n != 0 {
+		t.Errorf("the woken replica made %d write requests; logs:\n%s", n, a.logs.String())
+	}
+	// Which guard stopped it depends on what ran first after the wake: a write (the heartbeat
+	// due, the reload) meets the fence; a renewal attempt observes b and ends the term.
+	fenced := a.logs.find("the last renewal of the lease is older than the renew deadline: writing nothing until it is renewed") != nil
+	ended := a.logs.find("another replica holds the lease now; stopped writing ProviderHealth objects") != nil
+	t.Logf("after the wake: fenced by the renewal's age %v, term ended on observing b %v", fenced, ended)
+	if !ended {
+		t.Errorf("the woken replica did not log the end of its term; logs:\n%s", a.logs.String())
+	}
+	if !b.leads() {
+		t.Error("b stopped leading after a woke")
+	}
+}
+
+// sinceChecker is a kubernetes-type checker whose one target's reason the test sets.
+type sinceChecker struct{ reason *atomic.Value }
+
+func (c *sinceChecker) Name() string              { return "since" }
+func (c *sinceChecker) Type() checks.ProviderType { return checks.TypeKubernetes }
+func (c *sinceChecker) Targets() []string         { return []string{"api"} }
+func (c *sinceChecker) Close() error              { return nil }
+func (c *sinceChecker) Check(context.Context) []checks.TargetResult {
+	r := c.reason.Load().(checks.Reason)
+	return []checks.TargetResult{{Target: "api", Up: r == checks.ReasonReady, Reason: r, Message: "set by the test"}}
+}
+
+// TestSinceAgreesOnPageAndObject: a target that changes reason while it stays down keeps its
+// since-time, and the status page and the ProviderHealth object show the same one.
+func TestSinceAgreesOnPageAndObject(t *testing.T) {
+	env := kube.Start(t)
+	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	var reason atomic.Value
+	reason.Store(checks.ReasonAPIError)
+	prev := newChecker[checks.TypeKubernetes]
+	newChecker[checks.TypeKubernetes] = func(config.Provider, *slog.Logger) (checks.Checker, error) {
+		return &sinceChecker{reason: &reason}, nil
+	}
+	t.Cleanup(func() { newChecker[checks.TypeKubernetes] = prev })
+	providers := filepath.Join(t.TempDir(), "providers.yml")
+	if err := os.WriteFile(providers, []byte("providers:\n  - name: since\n    type: kubernetes\n    kubernetes: {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	x := startExporter(t, "http", "--config.file="+providers, "--provider-check-interval=10s",
+		"--crd.enabled", "--crd.kubeconfig="+env.Kubeconfig)
+	dyn := dynamic.NewForConfigOrDie(env.AdminConfig)
+	object := func() (reason, since string) {
+		u, err := dyn.Resource(phResource).Get(context.Background(), "since", metav1.GetOptions{})
+		if err != nil {
+			return "", ""
+		}
+		targets, _, _ := unstructured.NestedSlice(u.Object, "status", "targets")
+		if len(targets) != 1 {
+			return "", ""
+		}
+		tm := targets[0].(map[string]any)
+		ts, err := time.Parse(time.RFC3339, tm["lastTransitionTime"].(string))
+		if err != nil {
+			t.Fatalf("object's lastTransitionTime: %v", err)
+		}
+		return tm["reason"].(string), formatTime(ts)
+	}
+	rowRE := regexp.MustCompile(`<td>since</td><td>kubernetes</td><td>api</td>\s*<td class="down">down</td>\s*<td>(\w+)</td><td>[^<]*</td>\s*<td>([^<]+)<br>`)
+	page := func() (reason, since string) {
+		_, body := x.get("/")
+		m := rowRE.FindStringSubmatch(body)
+		if m == nil {
+			return "", ""
+		}
+		return m[1], m[2]
+	}
+	waitFor(t, 30*time.Second, "the object to show APIError", func() bool { r, _ := object(); return r == "APIError" })
+	_, downSince := object()
+
+	reason.Store(checks.ReasonAPIUnreachable)
+	waitFor(t, 30*time.Second, "the object to show APIUnreachable", func() bool { r, _ := object(); return r == "APIUnreachable" })
+	objReason, objSince := object()
+	pageReason, pageSince := page()
+	if pageReason != objReason || pageSince != objSince {
+		t.Errorf("page says %s since %q, object says %s since %q", pageReason, pageSince, objReason, objSince)
+	}
+	if objSince != downSince {
+		t.Errorf("a change of reason while down moved since from %s to %s", downSince, objSince)
+	}
+}
