@@ -208,3 +208,77 @@ func TestSinceAgreesOnPageAndObject(t *testing.T) {
 		t.Errorf("a change of reason while down moved since from %s to %s", downSince, objSince)
 	}
 }
+
+// TestTwoInstancesKeepToTheirOwn runs two exporter deployments (the real binary) of different
+// --crd.instance against one API server, both configuring a provider named "shared": each writes
+// only its own objects, the second reports the clash, and a restart and a checks-off run of one
+// leave the other's objects untouched.
+func TestTwoInstancesKeepToTheirOwn(t *testing.T) {
+	env := kube.Start(t)
+	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	dyn := dynamic.NewForConfigOrDie(env.AdminConfig)
+	labels := func(name string) map[string]string {
+		u, err := dyn.Resource(phResource).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return u.GetLabels()
+	}
+	filesA := writeProviders(t, "", provider{"a-only", "a-project", "a1"}, provider{"shared", "shared-a", "s1"})
+	filesB := writeProviders(t, "", provider{"b-only", "b-project", "b1"}, provider{"shared", "shared-b", "s1"})
+	exporter := func(instance, file, interval string) (*testExporter, *testutil.Process) {
+		return startSubprocessExporter(t, "--config.file="+file, "--provider-check-interval="+interval,
+			"--crd.enabled", "--crd.kubeconfig="+env.Kubeconfig, "--crd.instance="+instance, "--crd.heartbeat-interval=1s")
+	}
+	stop := func(p *testutil.Process) {
+		t.Helper()
+		if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Wait(); err != nil {
+			t.Fatalf("exporter exit: %v", err)
+		}
+	}
+	_, procA := exporter("team-a", filesA, "10s")
+	waitFor(t, 30*time.Second, "team-a's objects", func() bool {
+		return labels("a-only")["providerhealth.io/instance"] == "team-a" && labels("shared")["providerhealth.io/instance"] == "team-a"
+	})
+	b, procB := exporter("team-b", filesB, "10s")
+	waitFor(t, 30*time.Second, "team-b's object", func() bool { return labels("b-only")["providerhealth.io/instance"] == "team-b" })
+	waitFor(t, 30*time.Second, "team-b to report the clash", func() bool {
+		_, body := b.get("/metrics")
+		v, ok := metric(t, body, "proxy_operator_crd_writer_name_clashes")
+		return ok && v == 1
+	})
+	if r := b.logs.find("the ProviderHealth object of this provider's name belongs to someone else; leaving it alone (rename one of the providers)"); r == nil || r["provider"] != "shared" {
+		t.Errorf("the clash log record: %v", r)
+	}
+	shared, err := dyn.Resource(phResource).Get(context.Background(), "shared", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := dynamic.NewForConfigOrDie(env.AdminConfig).Resource(schema.GroupVersionResource{Version: "v1", Resource: "events"}).Namespace("default").
+		List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(shared.GetUID()) + ",reason=NameClash"})
+	if err != nil || len(events.Items) != 1 {
+		t.Errorf("NameClash Events on the shared object: %v (err %v), want 1", len(events.Items), err)
+	}
+
+	// team-b restarts without its providers, then runs with checks off: team-a's objects stay.
+	stop(procB)
+	writeProviders(t, filesB)
+	_, procB = exporter("team-b", filesB, "10s")
+	waitFor(t, 30*time.Second, "team-b's restart to collect b-only", func() bool { return labels("b-only") == nil })
+	stop(procB)
+	writeProviders(t, filesB, provider{"b-only", "b-project", "b1"})
+	_, procB = exporter("team-b", filesB, "10s")
+	waitFor(t, 30*time.Second, "team-b to write b-only again", func() bool { return labels("b-only") != nil })
+	stop(procB)
+	_, procB = exporter("team-b", filesB, "0")
+	waitFor(t, 30*time.Second, "team-b's checks-off run to delete b-only", func() bool { return labels("b-only") == nil })
+	stop(procB)
+	after, err := dyn.Resource(phResource).Get(context.Background(), "shared", metav1.GetOptions{})
+	if err != nil || after.GetUID() != shared.GetUID() || labels("a-only") == nil {
+		t.Fatalf("team-b's restarts and checks-off run touched team-a's objects (shared: %v)", err)
+	}
+	stop(procA)
+}
