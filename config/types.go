@@ -31,7 +31,7 @@ const (
 	// DefaultLibvirtSocket is the libvirt socket path on a kvm host.
 	DefaultLibvirtSocket = "/var/run/libvirt/libvirt-sock"
 	// DefaultKVMConcurrency is how many hosts of one kvm provider are checked at once.
-	DefaultKVMConcurrency = 16
+	DefaultKVMConcurrency = 32
 	// MaxKVMConcurrency bounds concurrency: more SSH sessions at once than this only queues
 	// inside the exporter.
 	MaxKVMConcurrency = 1024
@@ -115,7 +115,7 @@ type KVMConfig struct {
 	Socket string `yaml:"socket,omitempty"`
 	// StoragePool is the libvirt storage pool whose state and sizes each host reports.
 	StoragePool string `yaml:"storagePool"`
-	// Concurrency bounds how many hosts of this provider are checked at once (default 16).
+	// Concurrency bounds how many hosts of this provider are checked at once (default 32).
 	Concurrency int `yaml:"concurrency,omitempty"`
 	// TCPTimeout, SSHTimeout and LibvirtTimeout bound the stages of a dial to a host: the TCP
 	// connect; the SSH handshake with host key verification and authentication; opening the
