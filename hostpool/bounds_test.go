@@ -2,15 +2,18 @@ package hostpool
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
 )
@@ -273,5 +276,81 @@ func TestProbeBusyTellsRunningFromAbandoned(t *testing.T) {
 	waitFor(t, 10*time.Second, "the abandoned probe to return", func() bool { return p.Stats().AbandonedProbes == 0 })
 	if err := p.Probe(ctx, h.Addr, func(l *libvirt.Libvirt) error { _, err := l.ConnectGetHostname(); return err }); err != nil {
 		t.Errorf("after the abandoned probe returned: %v", err)
+	}
+}
+
+// TestPassphraseRotation, on the scale stand-in: the key and its passphrase file are read again
+// when either changes, at the next dial. A passphrase file that no longer matches the key makes
+// the next dial a key material failure; the key re-encrypted to match makes it log in again.
+func TestPassphraseRotation(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 1})
+	h := f.Hosts[0]
+	raw, err := os.ReadFile(f.ClientKeyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ssh.ParseRawPrivateKey(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	keyPath, passPath := filepath.Join(dir, "id"), filepath.Join(dir, "passphrase")
+	writeKey := func(pass string) {
+		t.Helper()
+		block, err := ssh.MarshalPrivateKeyWithPassphrase(key, "rotated", []byte(pass))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Written beside and renamed over, as a Secret update swaps its files.
+		if err := os.WriteFile(keyPath+".tmp", pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(keyPath+".tmp", keyPath); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writePass := func(pass string) {
+		t.Helper()
+		if err := os.WriteFile(passPath+".tmp", []byte(pass+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(passPath+".tmp", passPath); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeKey("first")
+	writePass("first")
+	p := New(Options{User: kvmstandin.User, PrivateKeyFile: keyPath, PassphraseFile: passPath,
+		KnownHostsFile: f.KnownHostsPath, Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour})
+	defer p.Close()
+	acquire := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, release, err := p.Acquire(ctx, h.Addr)
+		if err == nil {
+			release()
+		}
+		return err
+	}
+	cut := func() {
+		h.CloseConnections()
+		waitFor(t, 10*time.Second, "the link to close", func() bool { return p.Stats().Links == 0 })
+	}
+	if err := acquire(); err != nil {
+		t.Fatalf("first dial: %v", err)
+	}
+
+	writePass("second") // the key is still encrypted with "first"
+	cut()
+	err = acquire()
+	if de := stageOf(t, err); de.Stage != StageKeyMaterial {
+		t.Fatalf("with a passphrase that no longer matches: %v, want a key material failure", err)
+	}
+	writeKey("second")
+	if err := acquire(); err != nil {
+		t.Fatalf("with key and passphrase rotated together: %v", err)
+	}
+	if n := h.Authentications(); n != 2 {
+		t.Errorf("%d logins, want 2 (before and after the rotation)", n)
 	}
 }
