@@ -179,3 +179,43 @@ func TestFailingHostsDoNotStarveHealthyOnesRealHosts(t *testing.T) {
 		}
 	}
 }
+
+// TestLateHostsReadTimeout is the "wrong stage blamed", on the scale stand-in: 300
+// healthy hosts, a cold start, and a round too short to dial them all. Hosts that got their
+// turn late are cut by the round's deadline in the middle of some dial stage: they must read
+// Timeout (naming the stage), never that stage's reason (SSHAuthFailed, SSHHandshakeFailed,
+// LibvirtSocketUnreachable, ...), since no stage failed and no stage's own bound expired.
+func TestLateHostsReadTimeout(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 300})
+	// libvirt answers each call 100ms late: a dial takes at least 200ms (auth list, connect),
+	// so 300 dials over 32 slots cannot fit in the round on any machine.
+	for _, h := range f.Hosts {
+		h.SetRPCDelay(100 * time.Millisecond)
+	}
+	k := f.KVMConfig()
+	c, err := NewTuned(config.Provider{Name: "kvm-late", Type: config.TypeKVM, KVM: &k}, nil, Tuning{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	reasons := map[checks.Reason]int{}
+	cutInStage := 0
+	for _, r := range c.Check(ctx) {
+		reasons[r.Reason]++
+		switch r.Reason {
+		case checks.ReasonReady:
+		case checks.ReasonTimeout:
+			if strings.Contains(r.Message, "at stage") {
+				cutInStage++
+			}
+		default:
+			t.Errorf("%s: %s (%q): a healthy host cut by the round's deadline must read Timeout", r.Target, r.Reason, r.Message)
+		}
+	}
+	t.Logf("verdicts: %v; %d cut during a dial stage", reasons, cutInStage)
+	if cutInStage == 0 {
+		t.Errorf("no dial was cut during a stage: the property was not exercised")
+	}
+}
