@@ -50,6 +50,7 @@ type Checker struct {
 	targets     []string
 	pool        *hostpool.Pool
 	shared      *sharedPool
+	closed      atomic.Bool
 	provider    config.Provider
 	tuning      Tuning
 	logger      *slog.Logger
@@ -203,6 +204,7 @@ func (c *Checker) Pool() *hostpool.Pool { return c.pool }
 // Close closes the pool's connections; when a checker Retarget built still shares the pool,
 // only the links of the hosts that checker does not have.
 func (c *Checker) Close() error {
+	c.closed.Store(true)
 	sp := c.shared
 	sp.mu.Lock()
 	if _, open := sp.users[c]; !open {
@@ -214,19 +216,24 @@ func (c *Checker) Close() error {
 		sp.mu.Unlock()
 		return sp.pool.Close()
 	}
-	keep := map[string]bool{}
+	sp.mu.Unlock()
+	for _, a := range c.addrs {
+		sp.forgetUnused(a)
+	}
+	return nil
+}
+
+// forgetUnused closes addr's link unless a checker still using the pool has the host.
+func (sp *sharedPool) forgetUnused(addr string) {
+	sp.mu.Lock()
 	for u := range sp.users {
-		for _, a := range u.addrs {
-			keep[a] = true
+		if slices.Contains(u.addrs, addr) {
+			sp.mu.Unlock()
+			return
 		}
 	}
 	sp.mu.Unlock()
-	for _, a := range c.addrs {
-		if !keep[a] {
-			sp.pool.Forget(a)
-		}
-	}
-	return nil
+	sp.pool.Forget(addr)
 }
 
 // Check checks every host, at most the provider's concurrency at once, and returns one verdict
@@ -336,6 +343,11 @@ func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.
 		return nil
 	}
 	err := c.pool.Probe(ctx, addr, probe)
+	if c.closed.Load() {
+		// Closed during the check (a reload retired this checker while a round was running):
+		// a link this probe made to a host no other checker has must not outlive it.
+		defer c.shared.forgetUnused(addr)
+	}
 	if connectionLost(err) && ctx.Err() == nil {
 		// The link died during the calls (a keepalive closed it, libvirtd exited), or just
 		// before the first one: one more attempt within the same deadline redials and says

@@ -12,6 +12,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
 )
@@ -187,10 +188,16 @@ func TestFailingHostsDoNotStarveHealthyOnesRealHosts(t *testing.T) {
 // LibvirtSocketUnreachable, ...), since no stage failed and no stage's own bound expired.
 func TestLateHostsReadTimeout(t *testing.T) {
 	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 300})
-	// libvirt answers each call 100ms late: a dial takes at least 200ms (auth list, connect),
-	// so 300 dials over 32 slots cannot fit in the round on any machine.
-	for _, h := range f.Hosts {
-		h.SetRPCDelay(100 * time.Millisecond)
+	// Every dial outlasts the round, in one of two stages: on half the hosts sshd starts the
+	// handshake 1s late (cut in the ssh handshake), on the other half libvirt answers each call
+	// 400ms late (cut in libvirt's connect, after its auth list). The default stage bounds are
+	// longer still, so only the round's deadline cuts them.
+	for i, h := range f.Hosts {
+		if i%2 == 0 {
+			h.SetSSHDelay(time.Second)
+		} else {
+			h.SetRPCDelay(400 * time.Millisecond)
+		}
 	}
 	k := f.KVMConfig()
 	c, err := NewTuned(config.Provider{Name: "kvm-late", Type: config.TypeKVM, KVM: &k}, nil, Tuning{})
@@ -202,20 +209,23 @@ func TestLateHostsReadTimeout(t *testing.T) {
 	defer cancel()
 	reasons := map[checks.Reason]int{}
 	cutInStage := 0
+	stages := map[string]int{}
 	for _, r := range c.Check(ctx) {
 		reasons[r.Reason]++
 		switch r.Reason {
 		case checks.ReasonReady:
 		case checks.ReasonTimeout:
-			if strings.Contains(r.Message, "at stage") {
+			if _, after, ok := strings.Cut(r.Message, "at stage "); ok {
 				cutInStage++
+				stage, _, _ := strings.Cut(after, ":")
+				stages[stage]++
 			}
 		default:
 			t.Errorf("%s: %s (%q): a healthy host cut by the round's deadline must read Timeout", r.Target, r.Reason, r.Message)
 		}
 	}
-	t.Logf("verdicts: %v; %d cut during a dial stage", reasons, cutInStage)
-	if cutInStage == 0 {
-		t.Errorf("no dial was cut during a stage: the property was not exercised")
+	t.Logf("verdicts: %v; %d cut during a dial stage: %v", reasons, cutInStage, stages)
+	if stages[string(hostpool.StageSSHHandshake)] == 0 || stages[string(hostpool.StageLibvirtConnect)] == 0 {
+		t.Errorf("dials cut by stage: %v, want some in ssh_handshake and in libvirt_connect: the property was not exercised", stages)
 	}
 }

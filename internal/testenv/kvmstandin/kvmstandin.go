@@ -12,7 +12,8 @@
 //     client's SSH handshake waits for a version string that never comes.
 //   - Dropping: the listening socket's accept queue is kept full, so the kernel drops every
 //     SYN: the client's TCP connect hangs, as with a host behind a DROP rule.
-//   - Slow: every RPC is answered after a delay.
+//   - Slow: every RPC is answered after a delay (SetRPCDelay), or the SSH handshake of a new
+//     connection starts late (SetSSHDelay).
 //   - ReplaceHostKey: new connections see a new host key (known_hosts then mismatches).
 package kvmstandin
 
@@ -95,6 +96,7 @@ type Host struct {
 	poolUUID [16]byte
 	hostKey  atomic.Pointer[ssh.Signer]
 	rpcDelay atomic.Int64
+	sshDelay atomic.Int64
 
 	ln      net.Listener // healthy, silent
 	dropFD  int          // dropping: the listening socket, never accepted from
@@ -291,6 +293,10 @@ func (h *Host) ReplaceHostKey() error {
 // SetRPCDelay makes the host answer every libvirt call d late (0: at once).
 func (h *Host) SetRPCDelay(d time.Duration) { h.rpcDelay.Store(int64(d)) }
 
+// SetSSHDelay makes the host start the SSH handshake of each new connection d after accepting
+// it (0: at once), as an overloaded sshd does.
+func (h *Host) SetSSHDelay(d time.Duration) { h.sshDelay.Store(int64(d)) }
+
 // Authentications counts the SSH logins the host accepted.
 func (h *Host) Authentications() int64 { return h.auths.Load() }
 
@@ -343,6 +349,9 @@ func (h *Host) acceptLoop() {
 		h.wg.Go(func() {
 			defer h.untrack(c)
 			defer c.Close()
+			if d := time.Duration(h.sshDelay.Load()); d > 0 {
+				time.Sleep(d)
+			}
 			h.serveSSH(c)
 		})
 	}
