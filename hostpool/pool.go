@@ -7,8 +7,11 @@
 //   - Acquire waits for the host's slot (a one-slot channel guarding the host's connection and
 //     its dial) only until the caller's context ends; the uncontended take never blocks. The
 //     slot is held while the connection is checked or dialled, not while it is used.
-//   - A dial is bounded by the caller's context through TCP connect, SSH handshake and libvirt
-//     connect; each failure is a *DialError carrying its Stage and unwrapping to its cause.
+//   - A dial is bounded at each stage (TCP connect, SSH handshake and authentication, libvirt
+//     socket, libvirt connect) by the stage's own bound and by the caller's context; each
+//     failure is a *DialError carrying its Stage, whether the caller cut it short (Aborted), and
+//     its cause. A host whose stage ran out its bound is backed off (BackoffError), so that a
+//     dead host costs its callers one bound now and then, not at every call.
 //   - Probe runs a short sequence of RPCs; when the context ends first the caller gets a timeout
 //     at once and the RPCs are abandoned, never the connection. At most one probe per host is
 //     outstanding: while an abandoned probe has not returned, the next probe of that host
