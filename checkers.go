@@ -68,6 +68,21 @@ func buildCheckers(cfg *config.Config, old map[string]entry, logger *slog.Logger
 			set.kept++
 			continue
 		}
+		if prev, ok := old[p.Name]; ok && !isStale(prev.checker) {
+			// A provider whose connections can carry over (a kvm provider whose host list
+			// alone changed) gets a checker sharing them: unchanged hosts keep their links.
+			if r, ok := prev.checker.(retargeter); ok {
+				if c, ok := r.Retarget(p, logger.With("provider", p.Name)); ok {
+					if cl, ok := c.(io.Closer); ok {
+						built = append(built, cl)
+					}
+					set.entries[p.Name] = entry{provider: p, checker: c}
+					set.checkers = append(set.checkers, c)
+					set.changed++
+					continue
+				}
+			}
+		}
 		typ := checks.ProviderType(p.Type)
 		newFn, ok := newChecker[typ]
 		if !ok {
@@ -107,6 +122,13 @@ func buildCheckers(cfg *config.Config, old map[string]entry, logger *slog.Logger
 		}
 	}
 	return set, nil
+}
+
+// retargeter is a checker that can hand its connections to the checker of a changed version of
+// its provider (kvm: when only the host list changed). The new checker shares what carries over;
+// closing the old one then closes only what the new one does not use.
+type retargeter interface {
+	Retarget(config.Provider, *slog.Logger) (checks.Checker, bool)
 }
 
 // closeAll closes every closer, logging (not returning) failures: a checker that cannot close

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"go.yaml.in/yaml/v3"
@@ -31,7 +32,8 @@ var (
 	kubernetesFields = []string{"kubeconfig", "context", "group", "version", "resource", "namespace", "labelSelector"}
 	gcpFields        = []string{"project", "credentialsFile", "filter", "endpoint"}
 	kvmFields        = []string{"user", "privateKeyFile", "passphraseFile", "knownHostsFile",
-		"insecureSkipHostKeyVerification", "port", "socket", "storagePool", "concurrency", "hosts"}
+		"insecureSkipHostKeyVerification", "port", "socket", "storagePool", "concurrency",
+		"tcpTimeout", "sshTimeout", "libvirtTimeout", "hosts"}
 	hostFields = []string{"address", "name"}
 )
 
@@ -302,8 +304,29 @@ func (d *decoder) kvm(e entry, path string) (*KVMConfig, bool) {
 		}
 		k.Concurrency = c
 	}
+	k.TCPTimeout = d.dialBound(m, "tcpTimeout", DefaultKVMTCPTimeout)
+	k.SSHTimeout = d.dialBound(m, "sshTimeout", DefaultKVMSSHTimeout)
+	k.LibvirtTimeout = d.dialBound(m, "libvirtTimeout", DefaultKVMLibvirtTimeout)
 	k.Hosts = d.hosts(m, path, k.Port)
 	return k, len(d.errs) == errs
+}
+
+// dialBound reads the bound of one kvm dial stage: a Go duration within the allowed range;
+// absent or null is def.
+func (d *decoder) dialBound(m *mapping, name string, def time.Duration) time.Duration {
+	s, v, ok := d.str(m, name)
+	if !ok || s == "" {
+		return def
+	}
+	b, err := time.ParseDuration(s)
+	if err != nil {
+		d.add(v, join(m.path, name), "invalid duration %s (a Go duration such as 2s or 500ms)", quote(s))
+		return def
+	}
+	if b < MinKVMDialBound || b > MaxKVMDialBound {
+		d.add(v, join(m.path, name), "%s is out of range (allowed: %v-%v)", s, MinKVMDialBound, MaxKVMDialBound)
+	}
+	return b
 }
 
 // hostUse remembers where a host name or address was first used.

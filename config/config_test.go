@@ -85,7 +85,7 @@ func TestInvalidCategories(t *testing.T) {
 		category, file, want string
 	}{
 		{"unknown field", "invalid-unknown-field.yml",
-			"testdata/invalid-unknown-field.yml:9:7: providers[0].kvm.storage_pool: unknown field (allowed: user, privateKeyFile, passphraseFile, knownHostsFile, insecureSkipHostKeyVerification, port, socket, storagePool, concurrency, hosts)"},
+			"testdata/invalid-unknown-field.yml:9:7: providers[0].kvm.storage_pool: unknown field (allowed: user, privateKeyFile, passphraseFile, knownHostsFile, insecureSkipHostKeyVerification, port, socket, storagePool, concurrency, tcpTimeout, sshTimeout, libvirtTimeout, hosts)"},
 		{"wrong type", "invalid-wrong-type.yml",
 			`testdata/invalid-wrong-type.yml:9:13: providers[0].kvm.port: must be an integer, got string "22"`},
 		{"duplicate name", "invalid-duplicate-name.yml",
@@ -185,6 +185,7 @@ func TestExample(t *testing.T) {
 		{Name: "kvm-lab", Type: TypeKVM, KVM: &KVMConfig{
 			User: "root", PrivateKeyFile: "/etc/phe/ssh/id_ed25519", KnownHostsFile: "/etc/phe/ssh/known_hosts",
 			Port: DefaultKVMPort, Socket: DefaultLibvirtSocket, StoragePool: "default", Concurrency: DefaultKVMConcurrency,
+			TCPTimeout: DefaultKVMTCPTimeout, SSHTimeout: DefaultKVMSSHTimeout, LibvirtTimeout: DefaultKVMLibvirtTimeout,
 			Hosts: []KVMHost{
 				{Address: "198.18.0.11", Name: "hv1"},
 				{Address: "198.18.0.12:2222", Name: "hv2"},
@@ -620,7 +621,7 @@ func change(v reflect.Value) {
 	switch v.Kind() {
 	case reflect.String:
 		v.SetString(v.String() + "x")
-	case reflect.Int:
+	case reflect.Int, reflect.Int64:
 		v.SetInt(v.Int() + 1)
 	case reflect.Bool:
 		v.SetBool(!v.Bool())

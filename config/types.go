@@ -1,5 +1,7 @@
 package config
 
+import "time"
+
 // The provider types, the values of a provider's `type` field. Each names the block the
 // provider carries (`type: kvm` takes a `kvm:` block).
 const (
@@ -29,10 +31,20 @@ const (
 	// DefaultLibvirtSocket is the libvirt socket path on a kvm host.
 	DefaultLibvirtSocket = "/var/run/libvirt/libvirt-sock"
 	// DefaultKVMConcurrency is how many hosts of one kvm provider are checked at once.
-	DefaultKVMConcurrency = 16
+	DefaultKVMConcurrency = 32
 	// MaxKVMConcurrency bounds concurrency: more SSH sessions at once than this only queues
 	// inside the exporter.
 	MaxKVMConcurrency = 1024
+)
+
+// The bounds of a kvm dial's stages (tcpTimeout, sshTimeout, libvirtTimeout) when the block
+// sets none, and the range a block may set.
+const (
+	DefaultKVMTCPTimeout     = 2 * time.Second
+	DefaultKVMSSHTimeout     = 4 * time.Second
+	DefaultKVMLibvirtTimeout = 3 * time.Second
+	MinKVMDialBound          = 10 * time.Millisecond
+	MaxKVMDialBound          = time.Minute
 )
 
 // Config is the providers file (--config.file), validated and with every default applied.
@@ -103,8 +115,14 @@ type KVMConfig struct {
 	Socket string `yaml:"socket,omitempty"`
 	// StoragePool is the libvirt storage pool whose state and sizes each host reports.
 	StoragePool string `yaml:"storagePool"`
-	// Concurrency bounds how many hosts of this provider are checked at once (default 16).
+	// Concurrency bounds how many hosts of this provider are checked at once (default 32).
 	Concurrency int `yaml:"concurrency,omitempty"`
+	// TCPTimeout, SSHTimeout and LibvirtTimeout bound the stages of a dial to a host: the TCP
+	// connect; the SSH handshake with host key verification and authentication; opening the
+	// libvirt socket and libvirt's connect (each). Defaults 2s, 4s, 3s.
+	TCPTimeout     time.Duration `yaml:"tcpTimeout,omitempty"`
+	SSHTimeout     time.Duration `yaml:"sshTimeout,omitempty"`
+	LibvirtTimeout time.Duration `yaml:"libvirtTimeout,omitempty"`
 	// Hosts are the provider's targets, at least one.
 	Hosts []KVMHost `yaml:"hosts"`
 }

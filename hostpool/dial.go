@@ -2,8 +2,6 @@ package hostpool
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -72,9 +70,13 @@ func (s Stage) describe() string {
 // DialError is a failed dial: the stage that failed, the host, and the cause it unwraps to
 // (a *knownhosts.KeyError, a *ssh.OpenChannelError, a *net.OpError, context.DeadlineExceeded...).
 type DialError struct {
+	// Stage is the stage that failed, or the one in progress when the dial was cut short.
 	Stage Stage
 	Addr  string
 	Err   error
+	// Aborted: the caller's context ended (or the pool closed) before the stage completed or
+	// failed on its own. The host is not to blame; Stage only says how far the dial got.
+	Aborted bool
 }
 
 func (e *DialError) Error() string {
@@ -83,15 +85,21 @@ func (e *DialError) Error() string {
 
 func (e *DialError) Unwrap() error { return e.Err }
 
-// Timeout reports whether the stage failed because the caller's context ended (or the pool
-// closed) before it completed, rather than because the host answered with an error.
+// Timeout reports whether the stage ended without an answer: its own bound expired
+// (BoundExpired) or the dial was cut short (Aborted), rather than the host answering with an
+// error.
 func (e *DialError) Timeout() bool {
-	// A dial whose deadline is the context's may report the network's own timeout a moment
-	// before the context reports its end.
+	if e.Aborted {
+		return true
+	}
 	var ne net.Error
 	return errors.Is(e.Err, context.DeadlineExceeded) || errors.Is(e.Err, context.Canceled) ||
 		errors.Is(e.Err, ErrClosed) || errors.As(e.Err, &ne) && ne.Timeout()
 }
+
+// BoundExpired reports whether the stage's own bound (TCPTimeout, SSHTimeout, LibvirtTimeout)
+// expired: the host did not answer that stage in time.
+func (e *DialError) BoundExpired() bool { return !e.Aborted && e.Timeout() }
 
 // HostKeyUnknown reports whether the host is not listed in known_hosts at all.
 func (e *DialError) HostKeyUnknown() bool {
@@ -151,23 +159,15 @@ func loadSigner(keyFile, passphraseFile string) (ssh.Signer, error) {
 // negotiates a key type known_hosts can verify: x/crypto prefers ECDSA, then RSA, then Ed25519,
 // and a host with several key types whose known_hosts entry holds only one would otherwise fail
 // with a mismatch. It probes cb with a key nobody has; the mismatch error lists the keys it
-// wanted. nil means "no opinion": use x/crypto's defaults (the callback then decides).
+// wanted. The pool caches the answer per address and known_hosts version (Pool.algorithms). nil means "no opinion": use x/crypto's defaults (the callback then decides).
 //
 // remote is the address the TCP connection reached, the one the handshake passes to cb too, so
 // the probe needs no lookup of its own (knownhosts matches on addr, the dialled name, and only
 // falls back to remote's address when addr is empty). The list only chooses which of its keys the
 // host shows; the handshake still verifies that key with cb, so verification is as strict.
 func hostKeyAlgorithms(cb ssh.HostKeyCallback, addr string, remote net.Addr) []string {
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return nil
-	}
-	probe, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		return nil
-	}
 	var keyErr *knownhosts.KeyError
-	if err := cb(addr, remote, probe); !errors.As(err, &keyErr) || len(keyErr.Want) == 0 {
+	if err := cb(addr, remote, probeKey()); !errors.As(err, &keyErr) || len(keyErr.Want) == 0 {
 		return nil
 	}
 	var algos []string
@@ -189,66 +189,63 @@ func hostKeyAlgorithms(cb ssh.HostKeyCallback, addr string, remote net.Addr) []s
 	return algos
 }
 
-// hostKeyCallback returns the callback that verifies host keys: the caller's, known_hosts (read
-// at every dial, so a corrected file takes effect at the next dial without a reload), or none
-// at all when verification is explicitly switched off.
-func (p *Pool) hostKeyCallback() (ssh.HostKeyCallback, error) {
+// stage runs one bounded stage of a dial: its context ends with the caller's (the round's
+// deadline, Close) or when the stage's own bound expires, whichever comes first.
+type stage struct {
+	name   Stage
+	bound  time.Duration
+	parent context.Context
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newStage(parent context.Context, name Stage, bound time.Duration) *stage {
+	ctx, cancel := context.WithTimeoutCause(parent, bound, errBoundExpired)
+	return &stage{name: name, bound: bound, parent: parent, ctx: ctx, cancel: cancel}
+}
+
+// errBoundExpired is the cause of a stage context whose own bound expired.
+var errBoundExpired = errors.New("stage bound expired")
+
+// fail tags err with the stage and with why the stage ended: the caller's context ended first
+// (Aborted: the host is not to blame), the stage's bound expired (the host did not answer in
+// time), or the host answered with an error. When both contexts ended, the caller's wins: a
+// dial cut by the round's deadline never blames the host.
+func (s *stage) fail(addr string, err error) *DialError {
+	de := &DialError{Stage: s.name, Addr: addr, Err: err}
+	// The net package turns a context's deadline into the socket's own, and may report the
+	// resulting i/o timeout a moment before the context reports its end: such a timeout is the
+	// earlier of the two deadlines'.
+	var ne net.Error
+	deadlineHit := errors.As(err, &ne) && ne.Timeout()
+	parentDeadline, parentHas := s.parent.Deadline()
+	stageDeadline, _ := s.ctx.Deadline()
+	parentFirst := parentHas && !parentDeadline.After(stageDeadline)
 	switch {
-	case p.opts.HostKeyCallback != nil:
-		return p.opts.HostKeyCallback, nil
-	case p.opts.InsecureSkipHostKeyVerification:
-		return ssh.InsecureIgnoreHostKey(), nil
-	case p.opts.KnownHostsFile == "":
-		return nil, errors.New("no known_hosts file configured (and host key verification is not switched off)")
+	case s.parent.Err() != nil, deadlineHit && parentFirst && !time.Now().Before(parentDeadline):
+		de.Aborted = true
+		cause := context.Cause(s.parent)
+		if cause == nil {
+			cause = context.DeadlineExceeded
+		}
+		de.Err = fmt.Errorf("cut short when the caller gave up (%w)", cause)
+	case errors.Is(context.Cause(s.ctx), errBoundExpired), deadlineHit && !time.Now().Before(stageDeadline):
+		de.Err = fmt.Errorf("no answer within the stage's bound of %v: %w", s.bound, context.DeadlineExceeded)
 	}
-	cb, err := knownhosts.New(p.opts.KnownHostsFile)
-	if err != nil {
-		return nil, fmt.Errorf("read known_hosts: %w", err)
-	}
-	return cb, nil
+	return de
 }
 
-// signer returns the client's key: the caller's, the one read at New, or (when reading it
-// failed before) a fresh attempt, so a fixed key file takes effect at the next dial.
-func (p *Pool) signer() (ssh.Signer, error) {
-	if p.opts.Signer != nil {
-		return p.opts.Signer, nil
-	}
-	p.keyMu.Lock()
-	defer p.keyMu.Unlock()
-	if p.key != nil {
-		return p.key, nil
-	}
-	s, err := loadSigner(p.opts.PrivateKeyFile, p.opts.PassphraseFile)
-	if err != nil {
-		return nil, err
-	}
-	p.key = s
-	return s, nil
-}
-
-// ctxCause is the error a stage reports when it failed because ctx ended: the context's error,
-// not the "use of closed network connection" the abort itself caused.
-func ctxCause(ctx context.Context, err error) error {
-	if ctx.Err() == nil {
-		return err
-	}
-	return fmt.Errorf("gave up after the context ended (%w)", context.Cause(ctx))
-}
-
-// dialLink opens an SSH connection to addr: TCP, handshake, host key verification and
-// authentication, all bounded by ctx (x/crypto's own timeout covers only the TCP connect).
+// dialLink opens an SSH connection to addr: TCP (bounded by TCPTimeout), then handshake, host
+// key verification and authentication (together bounded by SSHTimeout), each also bounded by
+// ctx (x/crypto's own timeout covers only the TCP connect).
 func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
-	fail := func(stage Stage, err error) (*link, error) {
-		return nil, &DialError{Stage: stage, Addr: addr, Err: err}
-	}
 	signer, err := p.signer()
 	if err != nil {
-		return fail(StageKeyMaterial, err)
+		return nil, &DialError{Stage: StageKeyMaterial, Addr: addr, Err: err}
 	}
 	cb, err := p.hostKeyCallback()
 	if err != nil {
-		return fail(StageKeyMaterial, err)
+		return nil, &DialError{Stage: StageKeyMaterial, Addr: addr, Err: err}
 	}
 
 	// The phase the handshake reached tells its failures apart without parsing messages: a
@@ -272,32 +269,35 @@ func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
 		ClientVersion: "SSH-2.0-provider-health-exporter",
 	}
 
+	st := newStage(ctx, StageTCP, p.opts.TCPTimeout)
 	var d net.Dialer
-	tcp, err := d.DialContext(ctx, "tcp", addr)
+	tcp, err := d.DialContext(st.ctx, "tcp", addr)
+	st.cancel()
 	if err != nil {
-		return fail(StageTCP, ctxCause(ctx, err))
+		return nil, st.fail(addr, err)
 	}
 	if !p.opts.InsecureSkipHostKeyVerification {
 		// After the connect, with the address it reached: no lookup outside ctx.
-		cfg.HostKeyAlgorithms = hostKeyAlgorithms(cb, addr, tcp.RemoteAddr())
+		cfg.HostKeyAlgorithms = p.algorithms(cb, addr, tcp.RemoteAddr())
 	}
+	st = newStage(ctx, StageSSHHandshake, p.opts.SSHTimeout)
+	defer st.cancel()
 	// The handshake has no context of its own: closing the connection is what ends it.
-	stop := context.AfterFunc(ctx, func() { tcp.Close() })
+	stop := context.AfterFunc(st.ctx, func() { tcp.Close() })
 	conn, chans, reqs, err := ssh.NewClientConn(tcp, addr, cfg)
 	if !stop() && err == nil {
 		// ctx ended just as the handshake completed: the connection is already closed.
 		conn.Close()
-		err = ctx.Err()
+		err = st.ctx.Err()
 	}
 	if err != nil {
 		tcp.Close()
-		stage := StageSSHHandshake
 		if hk := hostKeyErr.Load(); hk != nil {
-			stage, err = StageHostKey, *hk
+			st.name, err = StageHostKey, *hk
 		} else if authStarted.Load() {
-			stage = StageSSHAuth
+			st.name = StageSSHAuth
 		}
-		return fail(stage, ctxCause(ctx, err))
+		return nil, st.fail(addr, err)
 	}
 	p.countHandshake()
 	l := &link{
@@ -310,28 +310,30 @@ func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
 }
 
 // openLibvirt opens a direct-streamlocal channel to the libvirt socket over l and connects
-// libvirt's RPC protocol over it, bounded by ctx. A failure closes the channel, never l.
+// libvirt's RPC protocol over it, each bounded by LibvirtTimeout and by ctx. A failure closes
+// the channel, never l.
 func (p *Pool) openLibvirt(ctx context.Context, l *link) (*Conn, error) {
-	fail := func(stage Stage, err error) (*Conn, error) {
-		return nil, &DialError{Stage: stage, Addr: l.addr, Err: err}
-	}
-	ch, err := l.client.DialContext(ctx, "unix", p.opts.Socket)
+	st := newStage(ctx, StageLibvirtSocket, p.opts.LibvirtTimeout)
+	ch, err := l.client.DialContext(st.ctx, "unix", p.opts.Socket)
+	st.cancel()
 	if err != nil {
-		return fail(StageLibvirtSocket, ctxCause(ctx, err))
+		return nil, st.fail(l.addr, err)
 	}
+	st = newStage(ctx, StageLibvirtConnect, p.opts.LibvirtTimeout)
+	defer st.cancel()
 	wc := newWatchedConn(ch)
 	lv := libvirt.NewWithDialer(dialers.NewAlreadyConnected(wc))
 	// go-libvirt's calls take no context: closing the channel is what ends a stuck connect.
 	// abort, not Close: a read error it causes must still wait as handshakeDone describes.
-	stop := context.AfterFunc(ctx, wc.abort)
+	stop := context.AfterFunc(st.ctx, wc.abort)
 	err = lv.ConnectToURI(libvirt.QEMUSystem)
 	wc.handshakeDone()
 	if !stop() && err == nil {
-		err = ctx.Err()
+		err = st.ctx.Err()
 	}
 	if err != nil {
 		wc.Close()
-		return fail(StageLibvirtConnect, ctxCause(ctx, err))
+		return nil, st.fail(l.addr, err)
 	}
 	return &Conn{addr: l.addr, link: l, lv: lv, ch: wc}, nil
 }
@@ -375,15 +377,17 @@ func newWatchedConn(c net.Conn) *watchedConn {
 }
 
 func (c *watchedConn) Read(b []byte) (int, error) {
-	if err := c.readErr; err != nil {
-		return 0, err
-	}
-	n, err := c.Conn.Read(b)
-	if n > 0 && err != nil {
-		// The data first, so that a reply in it is routed before the error is held back;
-		// the error comes with the next read.
-		c.readErr = err
-		err = nil
+	// A read error that came with data is returned by the next read, which then goes through
+	// the same accounting as a fresh error (and closes done).
+	n, err := 0, c.readErr
+	if err == nil {
+		n, err = c.Conn.Read(b)
+		if n > 0 && err != nil {
+			// The data first, so that a reply in it is routed before the error is held back;
+			// the error comes with the next read.
+			c.readErr = err
+			err = nil
+		}
 	}
 	if !c.connected.Load() {
 		c.mu.Lock()

@@ -37,10 +37,11 @@ func dialResult(err error) string {
 		return resultOK
 	}
 	var de *DialError
-	if errors.As(err, &de) {
+	if errors.As(err, &de) && !de.Aborted {
 		return string(de.Stage)
 	}
-	return "" // not a dial failure (the pool closed): not counted
+	// Not a failure of the host: the caller gave up or the pool closed mid-dial. Not counted.
+	return ""
 }
 
 func (p *Pool) countDial(err error) {

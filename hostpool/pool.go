@@ -7,8 +7,11 @@
 //   - Acquire waits for the host's slot (a one-slot channel guarding the host's connection and
 //     its dial) only until the caller's context ends; the uncontended take never blocks. The
 //     slot is held while the connection is checked or dialled, not while it is used.
-//   - A dial is bounded by the caller's context through TCP connect, SSH handshake and libvirt
-//     connect; each failure is a *DialError carrying its Stage and unwrapping to its cause.
+//   - A dial is bounded at each stage (TCP connect, SSH handshake and authentication, libvirt
+//     socket, libvirt connect) by the stage's own bound and by the caller's context; each
+//     failure is a *DialError carrying its Stage, whether the caller cut it short (Aborted), and
+//     its cause. A host whose stage ran out its bound is backed off (BackoffError), so that a
+//     dead host costs its callers one bound now and then, not at every call.
 //   - Probe runs a short sequence of RPCs; when the context ends first the caller gets a timeout
 //     at once and the RPCs are abandoned, never the connection. At most one probe per host is
 //     outstanding: while an abandoned probe has not returned, the next probe of that host
@@ -41,12 +44,25 @@ const (
 	DefaultKeepaliveInterval = 10 * time.Second
 	DefaultKeepaliveTimeout  = 10 * time.Second
 	DefaultDisconnectTimeout = 2 * time.Second
+	// The bounds of the dial's stages. A healthy host answers each in milliseconds; a host
+	// that drops packets, or accepts TCP and never speaks SSH, costs at most this long.
+	DefaultTCPTimeout     = 2 * time.Second
+	DefaultSSHTimeout     = 4 * time.Second
+	DefaultLibvirtTimeout = 3 * time.Second
+	// DefaultRedialBackoff is how long a host whose dial ran out its stage's bound is left alone
+	// before the next dial; it doubles with every such failure in a row, up to
+	// DefaultMaxRedialBackoff.
+	DefaultRedialBackoff    = 10 * time.Second
+	DefaultMaxRedialBackoff = 5 * time.Minute
 )
 
 var (
 	// ErrProbeBusy is returned by Probe, at once and without dialing, while an earlier probe of
-	// the same host is still running (usually one abandoned at its deadline on a hung libvirtd).
-	ErrProbeBusy = errors.New("a previous probe of the host has not returned yet")
+	// the same host that was abandoned at its deadline has still not returned (a hung libvirtd).
+	ErrProbeBusy = errors.New("a previous probe of the host, abandoned at its deadline, has not returned yet")
+	// ErrProbeRunning is returned by Probe, at once and without dialing, while another caller's
+	// probe of the same host is running and has not been abandoned: nothing is known to be wrong.
+	ErrProbeRunning = errors.New("another probe of the host is running")
 	// ErrProbeAbandoned is returned by Probe when its context ended before the RPCs returned;
 	// it is joined with the context's error.
 	ErrProbeAbandoned = errors.New("probe abandoned when its context ended")
@@ -63,7 +79,7 @@ func IsTimeout(err error) bool {
 		return de.Timeout()
 	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
-		errors.Is(err, ErrProbeBusy) || errors.Is(err, ErrProbeAbandoned)
+		errors.Is(err, ErrProbeBusy) || errors.Is(err, ErrProbeRunning) || errors.Is(err, ErrProbeAbandoned)
 }
 
 // Options configure a Pool. User and either PrivateKeyFile or Signer are needed; host keys are
@@ -75,13 +91,13 @@ type Options struct {
 	Name string
 	// User is the SSH user on every host.
 	User string
-	// PrivateKeyFile is read at New; when that fails it is read again at the next dial, so a
-	// fixed file takes effect without rebuilding the pool. PassphraseFile is optional.
+	// PrivateKeyFile is read at New, and again at a dial when it or PassphraseFile (optional)
+	// changed: a rotated key takes effect at the next dial, without rebuilding the pool.
 	PrivateKeyFile string
 	PassphraseFile string
 	// Signer, when set, is used instead of PrivateKeyFile.
 	Signer ssh.Signer
-	// KnownHostsFile is read at every dial (dials are rare: once per host while its link lives).
+	// KnownHostsFile is checked at every dial and parsed again when it changed.
 	KnownHostsFile string
 	// HostKeyCallback, when set, is used instead of KnownHostsFile.
 	HostKeyCallback ssh.HostKeyCallback
@@ -98,6 +114,20 @@ type Options struct {
 	// DisconnectTimeout bounds the polite libvirt disconnect at Close, and how long Close waits
 	// for abandoned probes to return once the links are closed.
 	DisconnectTimeout time.Duration
+	// TCPTimeout bounds the TCP connect of a dial; SSHTimeout the SSH handshake, host key
+	// verification and authentication together; LibvirtTimeout each of opening the channel to
+	// the libvirt socket and libvirt's connect handshake. A dial also ends with the caller's
+	// context; a stage cut by it reports Aborted, never the stage's failure.
+	TCPTimeout     time.Duration
+	SSHTimeout     time.Duration
+	LibvirtTimeout time.Duration
+	// RedialBackoff: after a dial whose stage ran out its own bound (a host that drops packets
+	// or never answers), Acquire returns that failure again at once, without dialing, until
+	// the backoff has passed (a *BackoffError). It doubles with every such failure in a row, up
+	// to MaxRedialBackoff. A dial that got an answer (refused, a host key problem) is not
+	// backed off: it cost no more than a round trip.
+	RedialBackoff    time.Duration
+	MaxRedialBackoff time.Duration
 	// Logger receives the pool's logs (default: discarded).
 	Logger *slog.Logger
 	// Registerer, when set, gets the collector of every pool's metrics (Collector). Registering
@@ -115,8 +145,7 @@ type Pool struct {
 	closeCtx context.Context
 	stopAll  context.CancelCauseFunc
 
-	keyMu sync.Mutex
-	key   ssh.Signer
+	creds credentials
 
 	mu     sync.Mutex
 	closed bool
@@ -140,6 +169,17 @@ type host struct {
 
 	link *link
 	conn *Conn
+	// The backoff after dials that ran out their bound: the last such failure, how many in a
+	// row, and when the next dial may be made. Guarded by slot.
+	lastFail *DialError
+	fails    int
+	retryAt  time.Time
+	// abandoned is set while the probe holding probe was abandoned at its deadline.
+	abandoned atomic.Bool
+	// retryAtNanos mirrors retryAt (0 when none) for State, which does not take the slot.
+	retryAtNanos atomic.Int64
+	connected    atomic.Bool
+	failing      atomic.Bool
 }
 
 var linkSeq atomic.Uint64
@@ -214,6 +254,22 @@ func New(opts Options) *Pool {
 	if opts.DisconnectTimeout <= 0 {
 		opts.DisconnectTimeout = DefaultDisconnectTimeout
 	}
+	if opts.TCPTimeout <= 0 {
+		opts.TCPTimeout = DefaultTCPTimeout
+	}
+	if opts.SSHTimeout <= 0 {
+		opts.SSHTimeout = DefaultSSHTimeout
+	}
+	if opts.LibvirtTimeout <= 0 {
+		opts.LibvirtTimeout = DefaultLibvirtTimeout
+	}
+	if opts.RedialBackoff <= 0 {
+		opts.RedialBackoff = DefaultRedialBackoff
+	}
+	if opts.MaxRedialBackoff <= 0 {
+		opts.MaxRedialBackoff = DefaultMaxRedialBackoff
+	}
+	opts.MaxRedialBackoff = max(opts.MaxRedialBackoff, opts.RedialBackoff)
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -307,10 +363,68 @@ func (p *Pool) Acquire(ctx context.Context, addr string) (*Conn, func(), error) 
 	}, nil
 }
 
+// BackoffError is Acquire's answer, given at once and without dialing, for a host whose
+// last dial ran out its stage's bound less than the backoff ago. It unwraps to that dial's
+// *DialError.
+type BackoffError struct {
+	Last *DialError
+	// RetryAt is when the next Acquire dials the host again.
+	RetryAt time.Time
+}
+
+func (e *BackoffError) Error() string {
+	return fmt.Sprintf("%v (not dialled again until %s)", e.Last, e.RetryAt.UTC().Format(time.TimeOnly))
+}
+
+func (e *BackoffError) Unwrap() error { return e.Last }
+
+// HostState is what the pool knows of a host without contacting it.
+type HostState int
+
+const (
+	// HostIdle: no connection, and the last dial (if any) did not run out its bound.
+	HostIdle HostState = iota
+	// HostConnected: the host has a live connection; checking it costs no dial.
+	HostConnected
+	// HostBackingOff: the host's last dial ran out its bound; Acquire answers at once with a
+	// *BackoffError until the backoff has passed.
+	HostBackingOff
+	// HostFailing: like HostBackingOff, but the backoff has passed: the next Acquire dials,
+	// and may cost up to the dial's bounds again.
+	HostFailing
+)
+
+// State reports what the pool knows of addr, so that a caller can check the hosts that cost
+// nothing first and the ones that may cost a whole dial bound last.
+func (p *Pool) State(addr string) HostState {
+	addr = p.normalize(addr)
+	p.mu.Lock()
+	h := p.hosts[addr]
+	p.mu.Unlock()
+	switch {
+	case h == nil:
+		return HostIdle
+	case h.failing.Load():
+		if time.Now().UnixNano() < h.retryAtNanos.Load() {
+			return HostBackingOff
+		}
+		return HostFailing
+	case h.connected.Load():
+		// Its last Acquire found or made a connection (which may have died since: then the
+		// next Acquire redials, as for an idle host).
+		return HostConnected
+	}
+	return HostIdle
+}
+
 // connect returns h's live connection or makes one. The caller holds h.slot.
 func (p *Pool) connect(ctx context.Context, h *host) (*Conn, error) {
 	if h.conn != nil && h.conn.alive() {
 		return h.conn, nil
+	}
+	h.connected.Store(false)
+	if h.lastFail != nil && time.Now().Before(h.retryAt) {
+		return nil, &BackoffError{Last: h.lastFail, RetryAt: h.retryAt}
 	}
 	if h.conn != nil {
 		h.conn.ch.Close() // already ended; this frees the channel
@@ -328,7 +442,7 @@ func (p *Pool) connect(ctx context.Context, h *host) (*Conn, error) {
 	if h.link == nil {
 		l, err := p.dialLink(dctx, h.addr)
 		if err != nil {
-			p.countDial(err)
+			p.dialFailed(h, err)
 			p.logger.Debug("dial failed", "hostpool", p.opts.Name, "addr", h.addr, "err", err)
 			return nil, err
 		}
@@ -341,13 +455,68 @@ func (p *Pool) connect(ctx context.Context, h *host) (*Conn, error) {
 	c, err := p.openLibvirt(dctx, h.link)
 	if err != nil {
 		// The SSH link stays: it is healthy, and the next attempt needs no new handshake.
-		p.countDial(err)
+		p.dialFailed(h, err)
 		p.logger.Debug("libvirt connect failed", "hostpool", p.opts.Name, "addr", h.addr, "err", err)
 		return nil, err
 	}
 	p.countDial(nil)
 	h.conn = c
+	h.lastFail, h.fails, h.retryAt = nil, 0, time.Time{}
+	h.retryAtNanos.Store(0)
+	h.failing.Store(false)
+	h.connected.Store(true)
 	return c, nil
+}
+
+// dialFailed counts a failed dial and, when its stage ran out its own bound, backs the host
+// off. The caller holds h.slot.
+func (p *Pool) dialFailed(h *host, err error) {
+	p.countDial(err)
+	var de *DialError
+	if !errors.As(err, &de) || de.Aborted {
+		return // cut short: says nothing about the host
+	}
+	if !de.BoundExpired() {
+		// An answer: the host costs a round trip, no more. It is dialled again next time.
+		h.lastFail, h.fails = nil, 0
+		h.retryAtNanos.Store(0)
+		h.failing.Store(false)
+		return
+	}
+	h.fails++
+	backoff := p.opts.RedialBackoff << min(h.fails-1, 30)
+	if backoff <= 0 || backoff > p.opts.MaxRedialBackoff {
+		backoff = p.opts.MaxRedialBackoff
+	}
+	h.lastFail, h.retryAt = de, time.Now().Add(backoff)
+	h.retryAtNanos.Store(h.retryAt.UnixNano())
+	h.failing.Store(true)
+	p.logger.Debug("dial ran out its bound: backing off", "hostpool", p.opts.Name, "addr", h.addr,
+		"failures", h.fails, "retry_at", h.retryAt)
+}
+
+// Forget closes addr's connection and drops the host from the pool: the host was removed from
+// the provider. Other hosts' links are untouched. A probe of the host still running keeps its
+// connection until the link closes under it.
+func (p *Pool) Forget(addr string) {
+	addr = p.normalize(addr)
+	p.mu.Lock()
+	h, ok := p.hosts[addr]
+	if !ok || p.closed {
+		p.mu.Unlock()
+		return
+	}
+	delete(p.hosts, addr)
+	// Counted under mu before Close can start waiting for bg, so the two never race.
+	p.bg.Add(1)
+	defer p.bg.Done()
+	p.mu.Unlock()
+	// Waits for a dial in flight (bounded by its stage bounds); the slot is never given back,
+	// so a caller still holding the old entry waits only until its context ends.
+	h.slot <- struct{}{}
+	if h.conn != nil || h.link != nil {
+		p.closeHost(h)
+	}
 }
 
 // adopt registers a new link and starts its watcher and keepalive; false when the pool closed
@@ -435,19 +604,32 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 	select {
 	case h.probe <- struct{}{}:
 	default:
-		return fmt.Errorf("probe %s: %w", addr, ErrProbeBusy)
+		if h.abandoned.Load() {
+			return fmt.Errorf("probe %s: %w", addr, ErrProbeBusy)
+		}
+		return fmt.Errorf("probe %s: %w", addr, ErrProbeRunning)
 	}
 	c, release, err := p.Acquire(ctx, addr)
 	if err != nil {
 		<-h.probe
 		return err
 	}
+	// Counted under mu, where Close marks the pool closed before it waits for probes: an Add
+	// never races that Wait.
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		release()
+		<-h.probe
+		return ErrClosed
+	}
+	p.probes.Add(1)
+	p.mu.Unlock()
 
 	const running, finished, abandoned = 0, 1, 2
 	var state atomic.Int32
 	done := make(chan error, 1)
 	counted := make(chan struct{}) // closed once an abandoned probe is counted
-	p.probes.Add(1)
 	go func() {
 		defer p.probes.Done()
 		err := fn(c.Libvirt())
@@ -461,6 +643,7 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 		<-counted
 		p.local.abandoned.Add(-1)
 		p.stats.abandoned.Add(-1)
+		h.abandoned.Store(false)
 		<-h.probe
 		p.logger.Debug("abandoned probe returned", "hostpool", p.opts.Name, "addr", addr, "err", err)
 	}()
@@ -480,6 +663,7 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 		if testHookAbandoned != nil {
 			testHookAbandoned()
 		}
+		h.abandoned.Store(true)
 		p.local.abandoned.Add(1)
 		p.stats.abandoned.Add(1)
 		close(counted)

@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -34,6 +36,8 @@ type Tuning struct {
 	KeepaliveInterval time.Duration
 	KeepaliveTimeout  time.Duration
 	DisconnectTimeout time.Duration
+	RedialBackoff     time.Duration
+	MaxRedialBackoff  time.Duration
 }
 
 // Checker checks one kvm provider. It owns the provider's connection pool: Close closes it.
@@ -45,7 +49,21 @@ type Checker struct {
 	addrs       []string // dial address of each host, same order
 	targets     []string
 	pool        *hostpool.Pool
+	shared      *sharedPool
+	closed      atomic.Bool
+	provider    config.Provider
+	tuning      Tuning
 	logger      *slog.Logger
+}
+
+// sharedPool is a provider's connection pool, shared by the checkers a reload builds for the
+// same provider when only its host list changed (Retarget): it closes with its last checker,
+// and a checker that closes while others remain closes the links only of its hosts that no
+// other checker has.
+type sharedPool struct {
+	pool  *hostpool.Pool
+	mu    sync.Mutex
+	users map[*Checker]struct{}
 }
 
 var (
@@ -74,6 +92,65 @@ func NewTuned(p config.Provider, logger *slog.Logger, t Tuning) (*Checker, error
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	c := build(p, logger, t)
+	c.pool = hostpool.New(hostpool.Options{
+		Name:                            p.Name,
+		User:                            k.User,
+		PrivateKeyFile:                  k.PrivateKeyFile,
+		PassphraseFile:                  k.PassphraseFile,
+		KnownHostsFile:                  k.KnownHostsFile,
+		InsecureSkipHostKeyVerification: k.InsecureSkipHostKeyVerification,
+		Port:                            c.port(),
+		Socket:                          c.socket(),
+		TCPTimeout:                      k.TCPTimeout,
+		SSHTimeout:                      k.SSHTimeout,
+		LibvirtTimeout:                  k.LibvirtTimeout,
+		RedialBackoff:                   t.RedialBackoff,
+		MaxRedialBackoff:                t.MaxRedialBackoff,
+		KeepaliveInterval:               t.KeepaliveInterval,
+		KeepaliveTimeout:                t.KeepaliveTimeout,
+		DisconnectTimeout:               t.DisconnectTimeout,
+		Logger:                          logger,
+	})
+	c.shared = &sharedPool{pool: c.pool, users: map[*Checker]struct{}{c: {}}}
+	return c, nil
+}
+
+// Retarget returns the checker of p, a new version of this checker's provider, sharing this
+// checker's connection pool when nothing but the host list changed: the links of hosts in both
+// lists survive, the removed hosts' links close when this checker is closed, the added hosts
+// are dialled at their first check. false when anything else changed (a new pool is needed).
+// This checker keeps working until it is closed.
+func (c *Checker) Retarget(p config.Provider, logger *slog.Logger) (checks.Checker, bool) {
+	if p.KVM == nil || c.provider.KVM == nil || len(p.KVM.Hosts) == 0 || p.KVM.StoragePool == "" {
+		return nil, false
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	n := build(p, logger, c.tuning)
+	// Compared with the defaults filled in, as the pool was built.
+	a, b := c.provider, n.provider
+	ak, bk := *a.KVM, *b.KVM
+	ak.Hosts, bk.Hosts = nil, nil
+	a.KVM, b.KVM = &ak, &bk
+	if !a.Equal(b) {
+		return nil, false
+	}
+	sp := c.shared
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if _, open := sp.users[c]; !open {
+		return nil, false
+	}
+	n.pool, n.shared = sp.pool, sp
+	sp.users[n] = struct{}{}
+	return n, true
+}
+
+// build fills a checker's fields from p (validated by the caller), without a pool.
+func build(p config.Provider, logger *slog.Logger, t Tuning) *Checker {
+	k := p.KVM
 	port := k.Port
 	if port == 0 {
 		port = config.DefaultKVMPort
@@ -91,8 +168,13 @@ func NewTuned(p config.Provider, logger *slog.Logger, t Tuning) (*Checker, error
 		storagePool: k.StoragePool,
 		concurrency: concurrency,
 		hosts:       k.Hosts,
+		provider:    p,
+		tuning:      t,
 		logger:      logger,
 	}
+	c.provider.KVM = &config.KVMConfig{}
+	*c.provider.KVM = *k
+	c.provider.KVM.Port, c.provider.KVM.Socket = port, socket
 	for _, h := range k.Hosts {
 		name := h.Name
 		if name == "" {
@@ -101,22 +183,11 @@ func NewTuned(p config.Provider, logger *slog.Logger, t Tuning) (*Checker, error
 		c.targets = append(c.targets, name)
 		c.addrs = append(c.addrs, h.DialAddress(port))
 	}
-	c.pool = hostpool.New(hostpool.Options{
-		Name:                            p.Name,
-		User:                            k.User,
-		PrivateKeyFile:                  k.PrivateKeyFile,
-		PassphraseFile:                  k.PassphraseFile,
-		KnownHostsFile:                  k.KnownHostsFile,
-		InsecureSkipHostKeyVerification: k.InsecureSkipHostKeyVerification,
-		Port:                            port,
-		Socket:                          socket,
-		KeepaliveInterval:               t.KeepaliveInterval,
-		KeepaliveTimeout:                t.KeepaliveTimeout,
-		DisconnectTimeout:               t.DisconnectTimeout,
-		Logger:                          logger,
-	})
-	return c, nil
+	return c
 }
+
+func (c *Checker) port() int      { return c.provider.KVM.Port }
+func (c *Checker) socket() string { return c.provider.KVM.Socket }
 
 // Name is the provider's name.
 func (c *Checker) Name() string { return c.name }
@@ -130,31 +201,95 @@ func (c *Checker) Targets() []string { return append([]string(nil), c.targets...
 // Pool is the checker's connection pool, for other work on the same hosts to share.
 func (c *Checker) Pool() *hostpool.Pool { return c.pool }
 
-// Close closes the pool's connections.
-func (c *Checker) Close() error { return c.pool.Close() }
+// Close closes the pool's connections; when a checker Retarget built still shares the pool,
+// only the links of the hosts that checker does not have.
+func (c *Checker) Close() error {
+	c.closed.Store(true)
+	sp := c.shared
+	sp.mu.Lock()
+	if _, open := sp.users[c]; !open {
+		sp.mu.Unlock()
+		return nil
+	}
+	delete(sp.users, c)
+	if len(sp.users) == 0 {
+		sp.mu.Unlock()
+		return sp.pool.Close()
+	}
+	sp.mu.Unlock()
+	for _, a := range c.addrs {
+		sp.forgetUnused(a)
+	}
+	return nil
+}
 
-// Check checks every host concurrently, at most the provider's concurrency at once, and
-// returns one verdict per host, all by the time ctx ends (plus the time to write them down).
+// forgetUnused closes addr's link unless a checker still using the pool has the host.
+func (sp *sharedPool) forgetUnused(addr string) {
+	sp.mu.Lock()
+	for u := range sp.users {
+		if slices.Contains(u.addrs, addr) {
+			sp.mu.Unlock()
+			return
+		}
+	}
+	sp.mu.Unlock()
+	sp.pool.Forget(addr)
+}
+
+// Check checks every host, at most the provider's concurrency at once, and returns one verdict
+// per host, all by the time ctx ends (plus the time to write them down).
+//
+// Hosts are taken in an order that keeps failing hosts from costing healthy ones their round:
+// first those that cost no dial (a live connection, or a host backing off, which answers at
+// once), then hosts without a connection, and last the hosts whose last dial ran out its
+// bound and is due again. A slot is never held longer than one host's dial bounds plus its
+// RPCs, so a rack of silent hosts delays the others by at most a few bounds per slot, and only
+// in the rounds that redial them.
 func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
+	start := time.Now()
 	results := make([]checks.TargetResult, len(c.hosts))
-	sem := make(chan struct{}, c.concurrency)
+	order := c.order()
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for i := range c.hosts {
+	for range min(c.concurrency, len(order)) {
 		wg.Go(func() {
-			start := time.Now()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				results[i] = verdict(c.targets[i], start, checks.ReasonTimeout,
-					"not started: the round's deadline came while waiting for one of the provider's concurrency slots", nil)
-				return
+			for {
+				k := int(next.Add(1)) - 1
+				if k >= len(order) {
+					return
+				}
+				i := order[k]
+				if ctx.Err() != nil {
+					results[i] = verdict(c.targets[i], start, checks.ReasonTimeout,
+						"not started: the round's deadline came while waiting for one of the provider's concurrency slots", nil)
+					continue
+				}
+				results[i] = c.checkHost(ctx, i, time.Now())
 			}
-			defer func() { <-sem }()
-			results[i] = c.checkHost(ctx, i, start)
 		})
 	}
 	wg.Wait()
 	return results
+}
+
+// order returns the hosts' indexes, cheapest first (see Check); the file's order within a rank.
+func (c *Checker) order() []int {
+	rank := func(s hostpool.HostState) int {
+		switch s {
+		case hostpool.HostConnected, hostpool.HostBackingOff:
+			return 0
+		case hostpool.HostIdle:
+			return 1
+		}
+		return 2
+	}
+	ranks := make([]int, len(c.addrs))
+	order := make([]int, len(c.addrs))
+	for i, a := range c.addrs {
+		ranks[i], order[i] = rank(c.pool.State(a)), i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return ranks[a] - ranks[b] })
+	return order
 }
 
 // hostInfo is what the RPCs of one check learn.
@@ -208,9 +343,15 @@ func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.
 		return nil
 	}
 	err := c.pool.Probe(ctx, addr, probe)
-	if errors.Is(err, libvirt.ErrInterrupted) && ctx.Err() == nil {
-		// The link died during the calls (a keepalive closed it, libvirtd exited): one more
-		// attempt within the same deadline redials and says which stage fails now.
+	if c.closed.Load() {
+		// Closed during the check (a reload retired this checker while a round was running):
+		// a link this probe made to a host no other checker has must not outlive it.
+		defer c.shared.forgetUnused(addr)
+	}
+	if connectionLost(err) && ctx.Err() == nil {
+		// The link died during the calls (a keepalive closed it, libvirtd exited), or just
+		// before the first one: one more attempt within the same deadline redials and says
+		// which stage fails now.
 		c.logger.Debug("connection lost during the check: retrying once", "target", target, "err", err)
 		err = c.pool.Probe(ctx, addr, probe)
 	}
@@ -220,6 +361,13 @@ func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.
 		return verdict(target, start, reason, msg, nil)
 	}
 	return c.poolVerdict(target, start, info)
+}
+
+// connectionLost reports whether a probe failed because the libvirt connection ended under
+// it: during a call (ErrInterrupted), or between the pool's liveness check and the first call,
+// which go-libvirt reports as EINVAL without sending anything.
+func connectionLost(err error) bool {
+	return errors.Is(err, libvirt.ErrInterrupted) || errors.Is(err, syscall.EINVAL)
 }
 
 // poolVerdict decides on a host that answered every RPC: the decision comes after the calls
@@ -273,31 +421,24 @@ func classify(err error, step string) (checks.Reason, string) {
 	var de *hostpool.DialError
 	var le libvirt.Error
 	var re *rpcError
+	var be *hostpool.BackoffError
 	switch {
 	case errors.Is(err, hostpool.ErrProbeBusy):
-		return checks.ReasonTimeout, "the previous check of this host has still not returned (is libvirtd hung?); " +
-			"no new call is made until it does"
+		return checks.ReasonTimeout, "the previous check of this host was abandoned at its deadline and has still not " +
+			"returned (is libvirtd hung?); no new call is made until it does"
+	case errors.Is(err, hostpool.ErrProbeRunning):
+		return checks.ReasonTimeout, "another check of this host is running (an overlapping round or another user of the " +
+			"pool); this one made no call"
 	case errors.Is(err, hostpool.ErrProbeAbandoned):
 		if step == "" {
 			step = "libvirtd"
 		}
 		return checks.ReasonTimeout, fmt.Sprintf("no reply to %s before the deadline; the call is left to finish on the shared connection", step)
+	case errors.As(err, &be):
+		reason, msg := classifyDial(be.Last)
+		return reason, fmt.Sprintf("%s; not dialled again until %s", msg, be.RetryAt.UTC().Format(time.TimeOnly))
 	case errors.As(err, &de):
-		if errors.Is(de.Err, hostpool.ErrClosed) || errors.Is(de.Err, context.Canceled) {
-			return checks.ReasonTimeout, err.Error()
-		}
-		if de.Timeout() {
-			if de.Stage == hostpool.StageLibvirtConnect {
-				// The channel to the socket opened, so libvirtd accepted the connection: a
-				// daemon that then does not answer is hung, the same as one whose calls do not
-				// return.
-				return checks.ReasonTimeout, fmt.Sprintf("libvirtd accepted the connection but did not answer the connect handshake before the deadline: %v", err)
-			}
-			// The stage that did not finish is the verdict: a host that silently drops packets
-			// is unreachable (TCPUnreachable), a handshake that never completes failed, and so on.
-			return dialReason(de), fmt.Sprintf("no answer before the deadline: %v", err)
-		}
-		return dialReason(de), err.Error()
+		return classifyDial(de)
 	case errors.Is(err, hostpool.ErrClosed):
 		return checks.ReasonTimeout, "the checker is closed"
 	case hostpool.IsTimeout(err):
@@ -312,7 +453,24 @@ func classify(err error, step string) (checks.Reason, string) {
 	return checks.ReasonLibvirtError, err.Error()
 }
 
-// dialReason is the reason of a dial that failed with an answer (not a timeout).
+// classifyDial is the verdict of a failed dial. The stage's reason is given only when that
+// stage failed or its own bound expired; a dial cut short by the round's deadline (or by
+// Close) is a Timeout whose message names the stage it had reached.
+func classifyDial(de *hostpool.DialError) (checks.Reason, string) {
+	switch {
+	case de.Aborted && errors.Is(de.Err, hostpool.ErrClosed):
+		return checks.ReasonTimeout, "the checker was closed during the dial: " + de.Error()
+	case de.Aborted:
+		return checks.ReasonTimeout, fmt.Sprintf("the round's deadline came during the dial, at stage %s: %v", de.Stage, de)
+	case de.BoundExpired() && de.Stage == hostpool.StageLibvirtConnect:
+		// The channel to the socket opened, so libvirtd accepted the connection: a daemon that
+		// then does not answer is hung, the same as one whose calls do not return.
+		return checks.ReasonTimeout, fmt.Sprintf("libvirtd accepted the connection but did not answer the connect handshake in time: %v", de)
+	}
+	return dialReason(de), de.Error()
+}
+
+// dialReason is the reason of a dial stage that failed or ran out its own bound.
 func dialReason(de *hostpool.DialError) checks.Reason {
 	switch de.Stage {
 	case hostpool.StageKeyMaterial:

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,6 +35,10 @@ func provider(name string, f *kvmhost.Fleet, hosts []*kvmhost.Host) config.Provi
 		Socket:         hosts[0].Socket,
 		StoragePool:    hosts[0].Pool,
 		Concurrency:    config.DefaultKVMConcurrency,
+		// Each stage's own bound expires inside the round, so a fault reads its stage's reason.
+		TCPTimeout:     time.Second,
+		SSHTimeout:     time.Second,
+		LibvirtTimeout: time.Second,
 	}
 	for _, h := range hosts {
 		k.Hosts = append(k.Hosts, config.KVMHost{Address: h.Addr, Name: h.Name})
@@ -47,6 +52,8 @@ func newChecker(t *testing.T, p config.Provider) *Checker {
 		KeepaliveInterval: 200 * time.Millisecond,
 		KeepaliveTimeout:  time.Second,
 		DisconnectTimeout: time.Second,
+		// A repaired host is dialled again at the next round.
+		RedialBackoff: time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +196,7 @@ func TestKVM(t *testing.T) {
 			h.MakeUnreachable()
 			// The established link goes silent: the keepalive closes it, then the redial hangs.
 			waitFor(t, "the keepalive to close the silent link", func() bool { return stats().Links == 2 })
-		}, checks.ReasonTCPUnreachable, "no answer before the deadline", (*kvmhost.Host).MakeReachable)
+		}, checks.ReasonTCPUnreachable, "no answer within the stage's bound of 1s", (*kvmhost.Host).MakeReachable)
 	})
 	t.Run("ssh link killed", func(t *testing.T) {
 		h := f.Hosts[0]
@@ -414,7 +421,16 @@ func TestClassify(t *testing.T) {
 		{wrap(errors.Join(hostpool.ErrProbeAbandoned, context.DeadlineExceeded)), checks.ReasonTimeout},
 		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: context.DeadlineExceeded}, checks.ReasonTCPUnreachable},
 		{&hostpool.DialError{Stage: hostpool.StageSSHHandshake, Err: context.DeadlineExceeded}, checks.ReasonSSHHandshakeFailed},
-		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: context.Canceled}, checks.ReasonTimeout},
+		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: context.Canceled, Aborted: true}, checks.ReasonTimeout},
+		// Cut short by the round's deadline: never the stage's reason, whatever the stage.
+		{&hostpool.DialError{Stage: hostpool.StageSSHHandshake, Err: context.DeadlineExceeded, Aborted: true}, checks.ReasonTimeout},
+		{&hostpool.DialError{Stage: hostpool.StageSSHAuth, Err: context.DeadlineExceeded, Aborted: true}, checks.ReasonTimeout},
+		{&hostpool.DialError{Stage: hostpool.StageLibvirtSocket, Err: context.DeadlineExceeded, Aborted: true}, checks.ReasonTimeout},
+		{&hostpool.DialError{Stage: hostpool.StageSSHAuth, Err: hostpool.ErrClosed, Aborted: true}, checks.ReasonTimeout},
+		// Backing off: the last dial's reason.
+		{&hostpool.BackoffError{Last: &hostpool.DialError{Stage: hostpool.StageTCP, Err: context.DeadlineExceeded},
+			RetryAt: time.Now().Add(time.Minute)}, checks.ReasonTCPUnreachable},
+		{wrap(hostpool.ErrProbeRunning), checks.ReasonTimeout},
 		{&hostpool.DialError{Stage: hostpool.StageKeyMaterial, Err: os.ErrNotExist}, checks.ReasonKeyMaterialError},
 		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: errors.New("refused")}, checks.ReasonTCPUnreachable},
 		{&hostpool.DialError{Stage: hostpool.StageSSHHandshake, Err: errors.New("eof")}, checks.ReasonSSHHandshakeFailed},
@@ -436,6 +452,19 @@ func TestClassify(t *testing.T) {
 		if got, msg := classify(tc.err, rpcHostname); got != tc.want || msg == "" {
 			t.Errorf("classify(%v) = %s %q, want %s", tc.err, got, msg, tc.want)
 		}
+	}
+	if _, msg := classify(&hostpool.DialError{Stage: hostpool.StageSSHAuth, Err: context.DeadlineExceeded, Aborted: true}, ""); !strings.Contains(msg, "at stage ssh_auth") {
+		t.Errorf("a cut dial's message %q does not name the stage it reached", msg)
+	}
+	retry := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if _, msg := classify(&hostpool.BackoffError{Last: &hostpool.DialError{Stage: hostpool.StageTCP, Err: context.DeadlineExceeded}, RetryAt: retry}, ""); !strings.Contains(msg, "not dialled again until 03:04:05") {
+		t.Errorf("a backed-off host's message %q does not say when it is dialled next", msg)
+	}
+	if _, msg := classify(wrap(hostpool.ErrProbeRunning), ""); strings.Contains(msg, "hung") {
+		t.Errorf("a probe merely running reads %q: it must not suggest a hung libvirtd", msg)
+	}
+	if !connectionLost(fmt.Errorf("ConnectGetLibVersion: %w", syscall.EINVAL)) || !connectionLost(libvirt.ErrInterrupted) || connectionLost(errors.New("other")) {
+		t.Error("connectionLost: EINVAL and ErrInterrupted are a lost connection, nothing else")
 	}
 	if got := libVersion(10000003); got != "10.0.3" {
 		t.Errorf("libVersion = %s", got)
@@ -504,5 +533,48 @@ func TestHungLibvirtdAtFirstDial(t *testing.T) {
 	expectReady(t, h, round(t, c)[h.Name])
 	if after := c.Pool().Stats(); after.Handshakes != st.Handshakes {
 		t.Errorf("SSH redialled after libvirtd resumed: %d -> %d handshakes", st.Handshakes, after.Handshakes)
+	}
+}
+
+// TestSecretRotation, on a real host: the client key is rotated in place (the key file
+// replaced, authorized_keys listing only the new key), as a Kubernetes Secret update does. The
+// live link keeps working without a new login; once the link is cut, the next dial logs in with
+// the new key, without a restart or a reload.
+func TestSecretRotation(t *testing.T) {
+	f := kvmhost.Start(t, 1)
+	h := f.Hosts[0]
+	c := newChecker(t, provider("kvm-rotate", f, f.Hosts))
+	expectReady(t, h, round(t, c)[h.Name])
+	logins := h.Logins()
+	if logins != 1 {
+		t.Fatalf("%d logins after the first round, want 1", logins)
+	}
+
+	f.RotateClientKey()
+	expectReady(t, h, round(t, c)[h.Name])
+	if n := h.Logins(); n != logins {
+		t.Errorf("%d logins after the rotation, want still %d: the live link keeps working", n, logins)
+	}
+
+	h.KillSSHConnections()
+	// The link may be found dead during the round (the check retries once) or before it.
+	expectReady(t, h, round(t, c)[h.Name])
+	if n := h.Logins(); n != logins+1 {
+		t.Errorf("%d logins after the link was cut, want %d", n, logins+1)
+	}
+	pubText, err := os.ReadFile(f.ClientKeyPath + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _, _, _, err := ssh.ParseAuthorizedKey(pubText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.ReadFile(filepath.Join(h.Dir, "sshd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), "Accepted publickey for root") || !strings.Contains(string(log), ssh.FingerprintSHA256(pub)) {
+		t.Errorf("sshd never accepted the rotated key %s", ssh.FingerprintSHA256(pub))
 	}
 }

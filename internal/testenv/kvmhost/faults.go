@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 )
 
 // opTimeout bounds one fault operation (a virsh call, a daemon restart).
@@ -308,4 +312,42 @@ func (h *Host) Virsh(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	return h.virsh(ctx, args...)
+}
+
+// RotateClientKey gives the fleet a new client key, as a Secret rotated in place does: the new
+// key is written beside ClientKeyPath and renamed over it, and every host's authorized_keys then
+// lists only the new key. SSH connections already open stay logged in.
+func (f *Fleet) RotateClientKey() {
+	f.tb.Helper()
+	key, err := newKey("ed25519")
+	if err != nil {
+		f.tb.Fatalf("kvmhost: rotate client key: %v", err)
+	}
+	tmp := f.ClientKeyPath + ".rotated"
+	pub, err := writePrivateKey(tmp, key, "kvmhost-client-rotated")
+	if err != nil {
+		f.tb.Fatalf("kvmhost: rotate client key: %v", err)
+	}
+	if err := os.Rename(tmp, f.ClientKeyPath); err != nil {
+		f.tb.Fatalf("kvmhost: rotate client key: %v", err)
+	}
+	if err := os.Rename(tmp+".pub", f.ClientKeyPath+".pub"); err != nil {
+		f.tb.Fatalf("kvmhost: rotate client key: %v", err)
+	}
+	for _, h := range f.Hosts {
+		if err := os.WriteFile(filepath.Join(h.Dir, "authorized_keys"), ssh.MarshalAuthorizedKey(pub), 0o600); err != nil {
+			f.tb.Fatalf("kvmhost: %s: write authorized_keys: %v", h.Name, err)
+		}
+	}
+}
+
+// Logins counts the SSH logins the host's sshd accepted since the host started, as its log
+// records them ("Accepted publickey"): one per new SSH connection of the exporter.
+func (h *Host) Logins() int {
+	h.tb.Helper()
+	data, err := os.ReadFile(filepath.Join(h.Dir, "sshd.log"))
+	if err != nil {
+		h.fatal(err)
+	}
+	return strings.Count(string(data), "Accepted publickey for ")
 }

@@ -97,6 +97,9 @@ func (f *Fleet) KVMConfig() config.KVMConfig {
 		Socket:         SocketPath,
 		StoragePool:    f.Hosts[0].Pool,
 		Concurrency:    config.DefaultKVMConcurrency,
+		TCPTimeout:     config.DefaultKVMTCPTimeout,
+		SSHTimeout:     config.DefaultKVMSSHTimeout,
+		LibvirtTimeout: config.DefaultKVMLibvirtTimeout,
 	}
 	for _, h := range f.Hosts {
 		c.Hosts = append(c.Hosts, config.KVMHost{Address: h.Addr, Name: h.Name})

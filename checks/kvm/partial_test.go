@@ -1,0 +1,231 @@
+package kvm
+
+import (
+	"context"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
+)
+
+// TestFailingHostsDoNotStarveHealthyOnes is the property, on the scale stand-in
+// (in-process SSH + libvirt RPC servers on loopback; the silent and dropping hosts are real
+// sockets: one accepts TCP and never speaks, the other's full accept queue makes the kernel
+// drop SYNs): with concurrency 4, 40 healthy hosts, 40 that accept TCP and never answer and
+// 40 that drop packets, every healthy host reads Ready in every round from the second on, and
+// every dead host reads the reason of a stage it actually reached, or Timeout.
+func TestFailingHostsDoNotStarveHealthyOnes(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 40, Silent: 40, Dropping: 40})
+	k := f.KVMConfig()
+	k.Concurrency = 4
+	// Short bounds keep the test short; the SSH bound leaves a loaded machine's handshakes
+	// (race detector on) room to finish.
+	k.TCPTimeout, k.SSHTimeout, k.LibvirtTimeout = 250*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
+	// Dead and healthy hosts interleaved, as a rack outage leaves them in a real host list.
+	rand.New(rand.NewPCG(12, 12)).Shuffle(len(k.Hosts), func(i, j int) { k.Hosts[i], k.Hosts[j] = k.Hosts[j], k.Hosts[i] })
+	c, err := NewTuned(config.Provider{Name: "kvm-partial", Type: config.TypeKVM, KVM: &k}, nil, Tuning{
+		// Short enough that every dead host is due for a redial again in every round here: the
+		// healthy ones must stay Ready even then.
+		RedialBackoff:    time.Second,
+		MaxRedialBackoff: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+
+	mode := map[string]kvmstandin.Mode{}
+	for _, h := range f.Hosts {
+		mode[h.Name] = h.Mode
+	}
+	// Every round tries all 80 dead hosts: (40 × 500ms + 40 × 250ms) over 4 slots, about 7.5s.
+	const rounds, timeout = 3, 15 * time.Second
+	logins := map[string]int64{}
+	for n := 1; n <= rounds; n++ {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		rs := c.Check(ctx)
+		cancel()
+		var ready, dead int
+		for _, r := range rs {
+			switch mode[r.Target] {
+			case kvmstandin.Healthy:
+				if r.Reason == checks.ReasonReady {
+					ready++
+				} else if n >= 2 {
+					t.Errorf("round %d: healthy %s reads %s (%q), want Ready", n, r.Target, r.Reason, r.Message)
+				}
+			case kvmstandin.Silent:
+				dead++
+				if !(r.Reason == checks.ReasonSSHHandshakeFailed && strings.Contains(r.Message, "no answer within")) && r.Reason != checks.ReasonTimeout {
+					t.Errorf("round %d: silent %s reads %s (%q), want SSHHandshakeFailed (its bound expired) or Timeout", n, r.Target, r.Reason, r.Message)
+				}
+			case kvmstandin.Dropping:
+				dead++
+				if !(r.Reason == checks.ReasonTCPUnreachable && strings.Contains(r.Message, "no answer within")) && r.Reason != checks.ReasonTimeout {
+					t.Errorf("round %d: dropping %s reads %s (%q), want TCPUnreachable (its bound expired) or Timeout", n, r.Target, r.Reason, r.Message)
+				}
+			}
+		}
+		t.Logf("round %d: %d of 40 healthy hosts Ready, %d dead hosts checked", n, ready, dead)
+		if n == 2 {
+			for _, h := range f.Hosts {
+				logins[h.Name] = h.Authentications()
+			}
+		}
+	}
+	// From the second round on, the healthy hosts kept their links: no new login.
+	for _, h := range f.Hosts {
+		if h.Mode == kvmstandin.Healthy && (h.Authentications() != logins[h.Name] || h.Authentications() == 0) {
+			t.Errorf("%s: %d SSH logins after round 2, %d at the end: the link of a healthy host must be kept",
+				h.Name, logins[h.Name], h.Authentications())
+		}
+	}
+}
+
+// TestFailingHostsDoNotStarveHealthyOnesRealHosts is the same property at the size real hosts
+// afford on a 2-core machine: 4 real healthy hosts (sshd + libvirtd), 2 real hosts behind an
+// iptables DROP rule in their namespace, and 4 listeners that accept TCP and never speak (plain
+// sockets in the test process, standing in for a hung sshd); concurrency 2.
+func TestFailingHostsDoNotStarveHealthyOnesRealHosts(t *testing.T) {
+	f := kvmhost.Start(t, 6)
+	healthyHosts, dropping := f.Hosts[:4], f.Hosts[4:]
+	for _, h := range dropping {
+		h.MakeUnreachable()
+	}
+	p := provider("kvm-partial-real", f, healthyHosts)
+	k := p.KVM
+	k.Concurrency = 2
+	k.TCPTimeout, k.SSHTimeout, k.LibvirtTimeout = 300*time.Millisecond, time.Second, time.Second
+	kind := map[string]string{}
+	for _, h := range healthyHosts {
+		kind[h.Name] = "healthy"
+	}
+	for _, h := range dropping {
+		k.Hosts = append(k.Hosts, config.KVMHost{Address: h.Addr, Name: h.Name})
+		kind[h.Name] = "dropping"
+	}
+	for i := range 4 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := make(chan net.Conn, 64)
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				held <- c // never answered
+			}
+		}()
+		t.Cleanup(func() {
+			ln.Close()
+			for len(held) > 0 {
+				(<-held).Close()
+			}
+		})
+		name := "silent-" + strconv.Itoa(i)
+		k.Hosts = append(k.Hosts, config.KVMHost{Address: ln.Addr().String(), Name: name})
+		kind[name] = "silent"
+	}
+	// Interleaved, dead hosts first: the worst order for a first-come scheduler.
+	slices.Reverse(k.Hosts)
+	c, err := NewTuned(p, nil, Tuning{RedialBackoff: time.Millisecond, MaxRedialBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	logins := map[string]int{}
+	for n := 1; n <= 3; n++ {
+		if n == 3 {
+			for _, h := range healthyHosts {
+				logins[h.Name] = h.Logins()
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		rs := c.Check(ctx)
+		cancel()
+		for _, r := range rs {
+			switch kind[r.Target] {
+			case "healthy":
+				if n >= 2 && r.Reason != checks.ReasonReady {
+					t.Errorf("round %d: healthy %s reads %s (%q), want Ready", n, r.Target, r.Reason, r.Message)
+				}
+			case "silent":
+				if !(r.Reason == checks.ReasonSSHHandshakeFailed && strings.Contains(r.Message, "no answer within")) && r.Reason != checks.ReasonTimeout {
+					t.Errorf("round %d: silent %s reads %s (%q)", n, r.Target, r.Reason, r.Message)
+				}
+			case "dropping":
+				if !(r.Reason == checks.ReasonTCPUnreachable && strings.Contains(r.Message, "no answer within")) && r.Reason != checks.ReasonTimeout {
+					t.Errorf("round %d: dropping %s reads %s (%q)", n, r.Target, r.Reason, r.Message)
+				}
+			default:
+				t.Errorf("unexpected target %s", r.Target)
+			}
+		}
+	}
+	for _, h := range healthyHosts {
+		if n := h.Logins(); n != logins[h.Name] || n == 0 {
+			t.Errorf("%s: %d SSH logins before round 3, %d after: the link of a healthy host must be kept", h.Name, logins[h.Name], n)
+		}
+	}
+}
+
+// TestLateHostsReadTimeout is the "wrong stage blamed", on the scale stand-in: 300
+// healthy hosts, a cold start, and a round too short to dial them all. Hosts that got their
+// turn late are cut by the round's deadline in the middle of some dial stage: they must read
+// Timeout (naming the stage), never that stage's reason (SSHAuthFailed, SSHHandshakeFailed,
+// LibvirtSocketUnreachable, ...), since no stage failed and no stage's own bound expired.
+func TestLateHostsReadTimeout(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 300})
+	// Every dial outlasts the round, in one of two stages: on half the hosts sshd starts the
+	// handshake 1s late (cut in the ssh handshake), on the other half libvirt answers each call
+	// 400ms late (cut in libvirt's connect, after its auth list). The default stage bounds are
+	// longer still, so only the round's deadline cuts them.
+	for i, h := range f.Hosts {
+		if i%2 == 0 {
+			h.SetSSHDelay(time.Second)
+		} else {
+			h.SetRPCDelay(400 * time.Millisecond)
+		}
+	}
+	k := f.KVMConfig()
+	c, err := NewTuned(config.Provider{Name: "kvm-late", Type: config.TypeKVM, KVM: &k}, nil, Tuning{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	reasons := map[checks.Reason]int{}
+	cutInStage := 0
+	stages := map[string]int{}
+	for _, r := range c.Check(ctx) {
+		reasons[r.Reason]++
+		switch r.Reason {
+		case checks.ReasonReady:
+		case checks.ReasonTimeout:
+			if _, after, ok := strings.Cut(r.Message, "at stage "); ok {
+				cutInStage++
+				stage, _, _ := strings.Cut(after, ":")
+				stages[stage]++
+			}
+		default:
+			t.Errorf("%s: %s (%q): a healthy host cut by the round's deadline must read Timeout", r.Target, r.Reason, r.Message)
+		}
+	}
+	t.Logf("verdicts: %v; %d cut during a dial stage: %v", reasons, cutInStage, stages)
+	if stages[string(hostpool.StageSSHHandshake)] == 0 || stages[string(hostpool.StageLibvirtConnect)] == 0 {
+		t.Errorf("dials cut by stage: %v, want some in ssh_handshake and in libvirt_connect: the property was not exercised", stages)
+	}
+}

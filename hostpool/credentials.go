@@ -1,0 +1,158 @@
+package hostpool
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+// fileVersion identifies one version of a file. A Kubernetes Secret rotated in place swaps a
+// symlink (new inode), an editor rewrites the file (new mtime or size): any change of these
+// fields means the file must be read again. The zero value is "never read".
+type fileVersion struct {
+	dev, ino uint64
+	size     int64
+	mod      time.Time
+}
+
+// versionOf stats path (following symlinks, as a Secret mount needs). An empty path has the
+// zero version.
+func versionOf(path string) (fileVersion, error) {
+	if path == "" {
+		return fileVersion{}, nil
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileVersion{}, err
+	}
+	v := fileVersion{size: fi.Size(), mod: fi.ModTime()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		v.dev, v.ino = uint64(st.Dev), st.Ino
+	}
+	return v, nil
+}
+
+// credentials caches what the dials read from files: the client key (with its passphrase) and
+// the known_hosts callback, each read again only when its file changed. Every dial checks the
+// files (a stat each), so a rotated key or a corrected known_hosts takes effect at the next
+// dial, without a reload; links already open keep working with what they authenticated with.
+type credentials struct {
+	mu sync.Mutex
+
+	keyVer, passVer fileVersion
+	keyRead         bool
+	signer          ssh.Signer
+	signerErr       error
+	keyLoads        int // how many times the key was read: a test's view of the cache
+
+	khVer   fileVersion
+	khRead  bool
+	cb      ssh.HostKeyCallback
+	cbErr   error
+	khLoads int
+	// algos caches the host key algorithms of each address for the current callback.
+	algos map[string][]string
+}
+
+// signer returns the client's key: the caller's, or the key file's, read again when the key
+// file or the passphrase file changed since the last read.
+func (p *Pool) signer() (ssh.Signer, error) {
+	if p.opts.Signer != nil {
+		return p.opts.Signer, nil
+	}
+	c := &p.creds
+	keyVer, err := versionOf(p.opts.PrivateKeyFile)
+	if err != nil && p.opts.PrivateKeyFile != "" {
+		return nil, fmt.Errorf("read private key: %w", err)
+	}
+	passVer, err := versionOf(p.opts.PassphraseFile)
+	if err != nil {
+		return nil, fmt.Errorf("read passphrase file: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.keyRead && keyVer == c.keyVer && passVer == c.passVer {
+		return c.signer, c.signerErr
+	}
+	s, err := loadSigner(p.opts.PrivateKeyFile, p.opts.PassphraseFile)
+	c.keyVer, c.passVer, c.keyRead = keyVer, passVer, true
+	c.signer, c.signerErr = s, err
+	c.keyLoads++
+	if err == nil && c.keyLoads > 1 {
+		p.logger.Info("ssh private key changed: new dials use the new key", "hostpool", p.opts.Name, "file", p.opts.PrivateKeyFile)
+	}
+	return s, err
+}
+
+// hostKeyCallback returns the callback that verifies host keys: the caller's, known_hosts
+// (parsed again only when the file changed), or none at all when verification is explicitly
+// switched off.
+func (p *Pool) hostKeyCallback() (ssh.HostKeyCallback, error) {
+	switch {
+	case p.opts.HostKeyCallback != nil:
+		return p.opts.HostKeyCallback, nil
+	case p.opts.InsecureSkipHostKeyVerification:
+		return ssh.InsecureIgnoreHostKey(), nil
+	case p.opts.KnownHostsFile == "":
+		return nil, errors.New("no known_hosts file configured (and host key verification is not switched off)")
+	}
+	c := &p.creds
+	ver, err := versionOf(p.opts.KnownHostsFile)
+	if err != nil {
+		return nil, fmt.Errorf("read known_hosts: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.khRead && ver == c.khVer {
+		return c.cb, c.cbErr
+	}
+	cb, err := knownhosts.New(p.opts.KnownHostsFile)
+	if err != nil {
+		err = fmt.Errorf("read known_hosts: %w", err)
+	}
+	c.khVer, c.khRead, c.cb, c.cbErr = ver, true, cb, err
+	c.algos = nil
+	c.khLoads++
+	return cb, err
+}
+
+// algorithms returns the host key algorithms to offer addr (see hostKeyAlgorithms), computed
+// once per address and known_hosts version rather than at every dial.
+func (p *Pool) algorithms(cb ssh.HostKeyCallback, addr string, remote net.Addr) []string {
+	c := &p.creds
+	c.mu.Lock()
+	if a, ok := c.algos[addr]; ok {
+		c.mu.Unlock()
+		return a
+	}
+	c.mu.Unlock()
+	a := hostKeyAlgorithms(cb, addr, remote)
+	c.mu.Lock()
+	if c.algos == nil {
+		c.algos = map[string][]string{}
+	}
+	c.algos[addr] = a
+	c.mu.Unlock()
+	return a
+}
+
+// probeKey is a public key no host has: hostKeyAlgorithms shows it to the callback to learn
+// which keys known_hosts wants. Made once per process, not per dial.
+var probeKey = sync.OnceValue(func() ssh.PublicKey {
+	// A fixed seed: the key only has to be one that no host presents.
+	seed := make([]byte, ed25519.SeedSize)
+	copy(seed, "provider-health-exporter probe")
+	k, err := ssh.NewPublicKey(ed25519.NewKeyFromSeed(seed).Public())
+	if err != nil {
+		panic(err) // an ed25519 public key always converts
+	}
+	return k
+})

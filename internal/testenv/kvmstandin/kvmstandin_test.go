@@ -1,0 +1,116 @@
+package kvmstandin_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/digitalocean/go-libvirt"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
+)
+
+// TestStandIn checks each knob of the stand-in against a real client: the pool dials a healthy
+// host and its libvirt answers; a silent host accepts TCP and never speaks; a dropping host's
+// connect hangs (no refusal); a slow host's calls outlast a short deadline; a replaced host key
+// no longer matches known_hosts; a rotated client key is the only one accepted.
+func TestStandIn(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 2, Silent: 1, Dropping: 1})
+	healthy, slow, silent, dropping := f.Hosts[0], f.Hosts[1], f.Hosts[2], f.Hosts[3]
+	newPool := func() *hostpool.Pool {
+		p := hostpool.New(hostpool.Options{Name: "standin-test", User: kvmstandin.User, PrivateKeyFile: f.ClientKeyPath,
+			KnownHostsFile: f.KnownHostsPath, Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour,
+			TCPTimeout: 300 * time.Millisecond, SSHTimeout: 300 * time.Millisecond, LibvirtTimeout: time.Second, RedialBackoff: time.Millisecond})
+		t.Cleanup(func() { p.Close() })
+		return p
+	}
+	p := newPool()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	var name string
+	var info struct {
+		state    uint8
+		capacity uint64
+	}
+	err := p.Probe(ctx, healthy.Addr, func(l *libvirt.Libvirt) error {
+		var err error
+		if name, err = l.ConnectGetHostname(); err != nil {
+			return err
+		}
+		pool, err := l.StoragePoolLookupByName(kvmstandin.Pool)
+		if err != nil {
+			return err
+		}
+		info.state, info.capacity, _, _, err = l.StoragePoolGetInfo(pool)
+		return err
+	})
+	if err != nil || name != healthy.Hostname || info.state != uint8(libvirt.StoragePoolRunning) || info.capacity != kvmstandin.PoolCapacity {
+		t.Errorf("healthy host: %v, hostname %q, pool %+v; want %s, running, %d bytes", err, name, info, healthy.Hostname, kvmstandin.PoolCapacity)
+	}
+	var le libvirt.Error
+	err = p.Probe(ctx, healthy.Addr, func(l *libvirt.Libvirt) error {
+		_, err := l.StoragePoolLookupByName("absent")
+		return err
+	})
+	if !errors.As(err, &le) || le.Code != uint32(libvirt.ErrNoStoragePool) {
+		t.Errorf("lookup of a missing pool: %v, want libvirt's no-storage-pool error", err)
+	}
+
+	// Connected first: the delay then applies to the check's calls, not to the dial.
+	if err := p.Probe(ctx, slow.Addr, func(l *libvirt.Libvirt) error { _, err := l.ConnectGetLibVersion(); return err }); err != nil {
+		t.Fatalf("slow host before the delay: %v", err)
+	}
+	slow.SetRPCDelay(2 * time.Second)
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	err = p.Probe(short, slow.Addr, func(l *libvirt.Libvirt) error { _, err := l.ConnectGetLibVersion(); return err })
+	cancelShort()
+	if !errors.Is(err, hostpool.ErrProbeAbandoned) {
+		t.Errorf("slow host: %v, want the probe abandoned at its deadline", err)
+	}
+	slow.SetRPCDelay(0)
+
+	_, _, err = p.Acquire(ctx, silent.Addr)
+	var de *hostpool.DialError
+	if !errors.As(err, &de) || de.Stage != hostpool.StageSSHHandshake || !de.BoundExpired() || silent.Accepted() != 1 {
+		t.Errorf("silent host: %v (accepted %d), want the ssh handshake's bound expired after an accepted connection", err, silent.Accepted())
+	}
+	_, _, err = p.Acquire(ctx, dropping.Addr)
+	if !errors.As(err, &de) || de.Stage != hostpool.StageTCP || !de.BoundExpired() {
+		t.Errorf("dropping host: %v, want the tcp connect's bound expired (not refused)", err)
+	}
+	if _, err := net.DialTimeout("tcp", dropping.Addr, 200*time.Millisecond); err == nil {
+		t.Error("a plain connect to the dropping host succeeded")
+	} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+		t.Errorf("a plain connect to the dropping host: %v, want a timeout", err)
+	}
+
+	// A new host key: a fresh pool's dial fails the host key check as a mismatch.
+	if err := healthy.ReplaceHostKey(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = newPool().Acquire(ctx, healthy.Addr)
+	var ke *knownhosts.KeyError
+	if !errors.As(err, &de) || de.Stage != hostpool.StageHostKey || !errors.As(err, &ke) || len(ke.Want) == 0 {
+		t.Errorf("after ReplaceHostKey: %v, want a host key mismatch", err)
+	}
+
+	// A rotated client key: the new file logs in, and the old key (still in memory of a
+	// pool made before, with its link cut) no longer does.
+	logins := slow.Authentications()
+	if err := f.RotateClientKey(); err != nil {
+		t.Fatal(err)
+	}
+	c, release, err := newPool().Acquire(ctx, slow.Addr)
+	if err != nil {
+		t.Fatalf("with the rotated key: %v", err)
+	}
+	release()
+	if c.Addr() != slow.Addr || slow.Authentications() != logins+1 {
+		t.Errorf("rotated key: %d logins, want %d", slow.Authentications(), logins+1)
+	}
+}
