@@ -7,7 +7,7 @@ GOTOOL   := $(GO) tool -modfile=tools/go.mod
 BINARY   := provider_health_exporter
 PKGS     := ./...
 
-.PHONY: all build generate test test-deps kube-binaries bench fuzz lint vet fmt-check staticcheck fmt clean
+.PHONY: all build generate test test-deps kube-binaries prom-binaries bench fuzz lint vet fmt-check staticcheck fmt clean
 
 all: lint test build
 
@@ -18,9 +18,10 @@ build:
 ## test: every test with the race detector; parts of the test environment that are missing
 ## skip, or fail under REQUIRE_INTEGRATION=1.
 ## The integration tests start real systems; a whole run takes several minutes, and the first
-## one also builds etcd and kube-apiserver (kube-binaries), so the per-binary timeout is raised.
+## one also builds etcd and kube-apiserver (kube-binaries) and Prometheus 3 and Alertmanager
+## (prom-binaries), so the per-binary timeout is raised.
 ## -count=1: Go's test cache cannot see the systems the tests start, so results are never reused.
-test: test-deps kube-binaries
+test: test-deps kube-binaries prom-binaries
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 ## test-deps: install the Debian packages the integration tests need (as root, when missing).
@@ -31,6 +32,13 @@ test-deps:
 ## (once; later runs find them in a fraction of a second).
 kube-binaries:
 	sh scripts/build-kube.sh
+
+## prom-binaries: build Prometheus 3 and promtool (tools/prometheus, -tags remove_all_sd, version
+## stamped) and Alertmanager and amtool (tools/alertmanager) from the Go module proxy into
+## bin/prometheus-<version>/ and bin/alertmanager-<version>/ (once; the first Prometheus build
+## takes several minutes on two cores, later runs a fraction of a second).
+prom-binaries:
+	$(GO) run ./internal/testenv/promstack/cmd/build-promstack >/dev/null
 
 ## fuzz: search for inputs that crash the providers-file parser (make test runs the seed corpus).
 fuzz:
