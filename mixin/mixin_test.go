@@ -3,6 +3,7 @@ package mixin_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -233,6 +234,68 @@ func checkAlertLabels(t *testing.T, name, expr string) {
 			if !slices.Contains([]string{"provider", "target", "pool"}, l) {
 				t.Errorf("%s: %s keeps the label %s", name, a, l)
 			}
+		}
+	}
+}
+
+// TestPrometheusRule: the PrometheusRule entry point holds both groups, takes its metadata and
+// a _config override from top-level arguments (as deploy/ and an end-to-end test use it).
+func TestPrometheusRule(t *testing.T) {
+	t.Parallel()
+	out := jsonnet(t, "prometheus_rule.jsonnet", `{targetDownFor: "20s"}`,
+		"--tla-str", "namespace=monitoring", "--tla-code", `labels={release: "prom"}`)
+	var pr struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name      string            `json:"name"`
+			Namespace string            `json:"namespace"`
+			Labels    map[string]string `json:"labels"`
+		} `json:"metadata"`
+		Spec struct {
+			Groups []struct {
+				Name  string `json:"name"`
+				Rules []struct {
+					Alert  string `json:"alert"`
+					Record string `json:"record"`
+					For    string `json:"for"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(out, &pr); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if pr.APIVersion != "monitoring.coreos.com/v1" || pr.Kind != "PrometheusRule" || pr.Metadata.Name != "provider-health-exporter" ||
+		pr.Metadata.Namespace != "monitoring" || pr.Metadata.Labels["release"] != "prom" {
+		t.Errorf("PrometheusRule header %s %s %+v", pr.APIVersion, pr.Kind, pr.Metadata)
+	}
+	rules, overridden := 0, false
+	for _, g := range pr.Spec.Groups {
+		rules += len(g.Rules)
+		for _, r := range g.Rules {
+			if r.Alert == "ProviderHealthTargetDown" && r.For == "20s" {
+				overridden = true
+			}
+		}
+	}
+	if len(pr.Spec.Groups) != 2 || rules != 12 {
+		t.Errorf("%d groups with %d rules, want the 2 groups of 10 alerts and 2 recording rules", len(pr.Spec.Groups), rules)
+	}
+	if !overridden {
+		t.Error("the config argument did not set ProviderHealthTargetDown's for: to 20s")
+	}
+}
+
+// TestDocsLinked: the README links the mixin's documentation, which links the runbooks.
+func TestDocsLinked(t *testing.T) {
+	for file, link := range map[string]string{"README.md": "docs/mixin.md", "docs/mixin.md": "runbooks.md"} {
+		b, err := os.ReadFile(filepath.Join(repoRoot, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "]("+link+")") {
+			t.Errorf("%s does not link %s", file, link)
 		}
 	}
 }
