@@ -24,7 +24,8 @@ function(c)
   .addVariables([
     g.datasourceVariable(),
     g.queryVariable('cluster', 'Cluster', 'label_values(proxy_operator_provider_info{%s}, %s)' % [c.jobSelector, c.clusterLabel], hide=if multi then 0 else 2),
-    g.queryVariable('job', 'Job', 'label_values(proxy_operator_provider_info{%s}, job)' % std.join(', ', cluster + [c.jobSelector])),
+    // All means every job the job selector matches, not every job Prometheus has.
+    g.queryVariable('job', 'Job', 'label_values(proxy_operator_provider_info{%s}, job)' % std.join(', ', cluster + [c.jobSelector]), allValue=null),
     g.queryVariable('provider', 'Provider', 'label_values(proxy_operator_provider_info{%s}, provider)' % exp),
     g.queryVariable('target', 'Target', 'label_values(proxy_operator_provider_target_up{%s}, target)' % fp),
   ])
@@ -39,14 +40,14 @@ function(c)
         g.target('time() - max %s (max_over_time((timestamp(changes(proxy_operator_provider_target_up{%s}[1m]) > 0))[$__range:1m]))' % [pt, f]),
         g.target('time() - max %s (proxy_operator_provider_check_timestamp_seconds{%s})' % [pt, f]),
       ],
-      columns={
-        provider: 'Provider',
-        target: 'Target',
-        'Value #A': 'Up',
-        reason: 'Reason',
-        'Value #C': 'Since',
-        'Value #D': 'Last check age',
-      },
+      columns=[
+        ['provider', 'Provider'],
+        ['target', 'Target'],
+        ['Value #A', 'Up'],
+        ['reason', 'Reason'],
+        ['Value #C', 'Since'],
+        ['Value #D', 'Last check age'],
+      ],
       overrides=[
         { matcher: { id: 'byName', options: 'Up' }, properties: [
           { id: 'mappings', value: g.upMappings },
