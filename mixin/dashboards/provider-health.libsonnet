@@ -71,7 +71,7 @@ function(c)
         g.target('max %s (provider:proxy_operator_provider_targets:count{%s})' % [by(['provider']), fp], '{{provider}} total'),
       ],
       min=0,
-    ),
+    ) + { w: 24 },
     g.row('Checks'),
     g.timeseries(
       'Check duration against the timeout',
@@ -143,7 +143,7 @@ function(c)
     ) + { w: 8 },
     g.timeseries(
       'Providers file reloads',
-      'Whether the last load of the providers file succeeded (1) on each replica, and how long ago the last good load was.',
+      'Whether the last load of the providers file succeeded (1) or failed (0) on each replica; after a failure the exporter keeps checking with the last good file.',
       [
         g.target('proxy_operator_config_last_reload_successful{%s}' % exp, '{{instance}} last reload successful'),
       ],
