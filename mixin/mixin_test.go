@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -297,5 +298,55 @@ func TestDocsLinked(t *testing.T) {
 		if !strings.Contains(string(b), "]("+link+")") {
 			t.Errorf("%s does not link %s", file, link)
 		}
+	}
+}
+
+// multiClusterTest is a promtool rule test for the alerts rendered with showMultiCluster: the
+// same provider and target in two clusters give two alerts, each with its cluster label, and
+// the description's reason query stays within the alert's cluster.
+const multiClusterTest = `rule_files:
+  - %s
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'proxy_operator_provider_target_up{cluster="eu", job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv1"}'
+        values: '0x10'
+      - series: 'proxy_operator_provider_target_up{cluster="us", job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv1"}'
+        values: '0x10'
+      - series: 'proxy_operator_provider_target_reason{cluster="eu", job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv1", reason="TCPUnreachable"}'
+        values: '1x10'
+      - series: 'proxy_operator_provider_target_reason{cluster="us", job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv1", reason="SSHAuthFailed"}'
+        values: '1x10'
+    alert_rule_test:
+      - eval_time: 5m
+        alertname: ProviderHealthTargetDown
+        exp_alerts:
+          - exp_labels: {severity: warning, cluster: eu, provider: kvm-lab, target: hv1}
+            exp_annotations:
+              summary: A provider target has been down.
+              description: 'Target hv1 of provider kvm-lab has been down for more than 5m on every exporter replica; reason: TCPUnreachable.'
+              runbook_url: https://github.com/provider-health-exporter/provider-health-exporter/blob/main/docs/runbooks.md#providerhealthtargetdown
+          - exp_labels: {severity: warning, cluster: us, provider: kvm-lab, target: hv1}
+            exp_annotations:
+              summary: A provider target has been down.
+              description: 'Target hv1 of provider kvm-lab has been down for more than 5m on every exporter replica; reason: SSHAuthFailed.'
+              runbook_url: https://github.com/provider-health-exporter/provider-health-exporter/blob/main/docs/runbooks.md#providerhealthtargetdown
+`
+
+func TestPromtoolMultiCluster(t *testing.T) {
+	t.Parallel()
+	pt := promtool(t)
+	dir := t.TempDir()
+	alerts := filepath.Join(dir, "alerts.yaml")
+	if err := os.WriteFile(alerts, jsonnet(t, "alerts.jsonnet", `{showMultiCluster: true}`, "-S"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	test := filepath.Join(dir, "multicluster_test.yaml")
+	if err := os.WriteFile(test, []byte(fmt.Sprintf(multiClusterTest, alerts)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(pt, "test", "rules", test).CombinedOutput(); err != nil {
+		t.Errorf("promtool test rules (multi-cluster): %v\n%s", err, out)
 	}
 }
