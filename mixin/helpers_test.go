@@ -77,7 +77,7 @@ func sources(t *testing.T) []string {
 	return files
 }
 
-// requireIntegration mirrors internal/testenv: a missing part fails under REQUIRE_INTEGRATION=1
+// unavailable mirrors internal/testenv.Unavailable: a missing part fails under REQUIRE_INTEGRATION=1
 // and skips otherwise (this module cannot import the main module's internal packages).
 func unavailable(t *testing.T, format string, args ...any) {
 	t.Helper()
