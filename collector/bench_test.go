@@ -58,7 +58,7 @@ var (
 // is that first scrape once Gatherer.Warm has run for the snapshot, as the exporter runs it
 // when a round publishes one.
 func BenchmarkScrape(b *testing.B) {
-	for _, path := range []string{"handler", "registry"} {
+	for _, path := range []string{"handler", "registry", "simple"} {
 		for _, r := range benchRequests {
 			for _, mode := range []string{"cached", "new-snapshot"} {
 				for _, n := range []int{100, 1000, 10000} {
@@ -98,9 +98,12 @@ func benchmarkScrape(b *testing.B, path, accept, acceptEncoding, mode string, n 
 	}
 	reg := prometheus.NewRegistry()
 	var h http.Handler
-	if path == "handler" {
+	switch path {
+	case "handler":
 		h = Handler(reg, NewGatherer(get), promhttp.HandlerOpts{EnableOpenMetrics: true})
-	} else {
+	case "simple":
+		h = promhttp.HandlerFor(prometheus.Gatherers{reg, &snapshotGatherer{snapshot: get}}, promhttp.HandlerOpts{EnableOpenMetrics: true})
+	default:
 		reg.MustRegister(New(get))
 		h = promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
 	}
@@ -221,7 +224,7 @@ func vmRSSOf(b *testing.B, path string) uint64 {
 // a process of its own (-bench Heap10000Targets/handler): the resident memory of one would
 // otherwise count the other's.
 func BenchmarkHeap10000Targets(b *testing.B) {
-	for _, path := range []string{"handler", "registry"} {
+	for _, path := range []string{"handler", "registry", "simple"} {
 		b.Run(path, func(b *testing.B) { benchmarkHeap(b, path) })
 	}
 }
@@ -245,9 +248,12 @@ func benchmarkHeap(b *testing.B, path string) {
 		<-r.FirstRound()
 		reg := prometheus.NewRegistry()
 		var h http.Handler
-		if path == "handler" {
+		switch path {
+		case "handler":
 			h = Handler(reg, NewGatherer(r.Current), promhttp.HandlerOpts{EnableOpenMetrics: true})
-		} else {
+		case "simple":
+			h = promhttp.HandlerFor(prometheus.Gatherers{reg, &snapshotGatherer{snapshot: r.Current}}, promhttp.HandlerOpts{EnableOpenMetrics: true})
+		default:
 			reg.MustRegister(New(r.Current))
 			h = promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
 		}
@@ -280,15 +286,18 @@ func benchmarkHeap(b *testing.B, path string) {
 // metrics every exporter serves beside its own) is counted in cpu-ms/op too.
 func BenchmarkScrapeHTTP10000Targets(b *testing.B) {
 	snap := bigSnapshot(10000)
-	for _, path := range []string{"handler", "registry"} {
+	for _, path := range []string{"handler", "registry", "simple"} {
 		for _, r := range benchRequests {
 			b.Run(path+"/"+r.name, func(b *testing.B) {
 				reg := prometheus.NewRegistry()
 				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 				var h http.Handler
-				if path == "handler" {
+				switch path {
+				case "handler":
 					h = Handler(reg, NewGatherer(fixed(snap)), promhttp.HandlerOpts{EnableOpenMetrics: true})
-				} else {
+				case "simple":
+					h = promhttp.HandlerFor(prometheus.Gatherers{reg, &snapshotGatherer{snapshot: fixed(snap)}}, promhttp.HandlerOpts{EnableOpenMetrics: true})
+				default:
 					reg.MustRegister(New(fixed(snap)))
 					h = promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
 				}
