@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -168,6 +170,31 @@ func TestAgainstAPIServer(t *testing.T) {
 		expect(t, r, checks.ReasonReady, "admin@testenv")
 		if !strings.Contains(r.Message, "pods (v1)") {
 			t.Errorf("message %q: empty version and resource should list v1 pods", r.Message)
+		}
+	})
+
+	t.Run("CloseClosesConnections", func(t *testing.T) {
+		port := env.AdminConfig.Host[strings.LastIndex(env.AdminConfig.Host, ":")+1:]
+		before := socketsTo(t, port)
+		c := newChecker(t, provider("cluster-main", env.Kubeconfig, ""), logger)
+		expect(t, checkOnce(t, c, context.Background()), checks.ReasonReady, "admin@testenv")
+		opened := 0
+		for inode := range socketsTo(t, port) {
+			if !before[inode] {
+				opened++
+			}
+		}
+		if opened == 0 {
+			t.Fatalf("the check left no connection to the API server open: nothing for Close to close")
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// Close returns once the connections are closed: no wait is needed.
+		for inode := range socketsTo(t, port) {
+			if !before[inode] {
+				t.Errorf("socket %s to the API server still open after Close (%d opened by the check)", inode, opened)
+			}
 		}
 	})
 
@@ -335,4 +362,43 @@ func BenchmarkCheck(b *testing.B) {
 			b.Fatalf("reason %s: %s", r.Reason, r.Message)
 		}
 	}
+}
+
+// socketsTo returns the inodes of this process's established TCP connections to port (decimal),
+// read from /proc: what the process holds open, whichever client opened it.
+func socketsTo(t *testing.T, port string) map[string]bool {
+	t.Helper()
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		t.Fatalf("port %q: %v", port, err)
+	}
+	remote := fmt.Sprintf(":%04X", p)
+	inNet := map[string]bool{}
+	for _, f := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // no IPv6
+		}
+		for line := range strings.Lines(string(b)) {
+			fields := strings.Fields(line)
+			// sl local rem st ... inode (field 9); state 01 is ESTABLISHED.
+			if len(fields) > 9 && strings.HasSuffix(fields[2], remote) && fields[3] == "01" {
+				inNet[fields[9]] = true
+			}
+		}
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, fd := range fds {
+		target, err := os.Readlink("/proc/self/fd/" + fd.Name())
+		if inode, ok := strings.CutPrefix(target, "socket:["); err == nil && ok {
+			if inode = strings.TrimSuffix(inode, "]"); inNet[inode] {
+				out[inode] = true
+			}
+		}
+	}
+	return out
 }

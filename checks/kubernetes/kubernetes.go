@@ -15,13 +15,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -66,21 +66,7 @@ type Checker struct {
 
 	// kubeconfig and its state when it was read, for Stale.
 	kubeconfig   string
-	kubeconfigAt fileState
-}
-
-// fileState is what Stale compares to tell that a file changed.
-type fileState struct {
-	modTime time.Time
-	size    int64
-}
-
-func statFile(path string) (fileState, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fileState{}, err
-	}
-	return fileState{modTime: fi.ModTime(), size: fi.Size()}, nil
+	kubeconfigAt checks.FileState
 }
 
 var _ checks.Checker = (*Checker)(nil)
@@ -115,7 +101,7 @@ func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 	if kc.Kubeconfig != "" {
 		c.kubeconfig = kc.Kubeconfig
 		// Taken before reading, so that a change during the read still counts as one.
-		c.kubeconfigAt, _ = statFile(kc.Kubeconfig)
+		c.kubeconfigAt, _ = checks.StatFile(kc.Kubeconfig)
 	}
 	restConfig, target, err := loadConfig(kc)
 	c.target = target
@@ -222,14 +208,15 @@ func (c *Checker) Stale() bool {
 	if c.kubeconfig == "" {
 		return false
 	}
-	now, err := statFile(c.kubeconfig)
-	return err != nil || !now.modTime.Equal(c.kubeconfigAt.modTime) || now.size != c.kubeconfigAt.size
+	return c.kubeconfigAt.Changed(c.kubeconfig)
 }
 
-// Close releases idle connections to the API server.
+// Close closes the checker's idle connections to the API server. client-go wraps the
+// transport in round trippers that hide CloseIdleConnections from http.Client's own, so the
+// helper that unwraps them is used.
 func (c *Checker) Close() error {
 	if c.http != nil {
-		c.http.CloseIdleConnections()
+		utilnet.CloseIdleConnectionsFor(c.http.Transport)
 	}
 	return nil
 }
