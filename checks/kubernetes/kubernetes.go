@@ -76,7 +76,7 @@ var _ checks.Checker = (*Checker)(nil)
 // given) now, but contacts no server. It returns an error only when p is not a kubernetes
 // provider; a kubeconfig that cannot be read or used makes a checker that reports ConfigError.
 func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
-	if p.Type != string(checks.TypeKubernetes) || p.Kubernetes == nil {
+	if p.Type != checks.TypeKubernetes || p.Kubernetes == nil {
 		return nil, fmt.Errorf("provider %q is not a kubernetes provider (type %q)", p.Name, p.Type)
 	}
 	if logger == nil {
