@@ -1,7 +1,6 @@
 package gcp_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -30,6 +29,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 const project = gcefake.DefaultProject
@@ -549,30 +549,12 @@ func TestOneRequestPerCheckOnALargeFleet(t *testing.T) {
 	}
 }
 
-// lockedBuffer collects log output written from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestNoSecretsInMessagesOrLogs runs the flows that touch credentials and looks for the access
 // tokens and the private keys in every result message and log line.
 func TestNoSecretsInMessagesOrLogs(t *testing.T) {
 	s := gcefake.Start(t)
 	s.AddInstances(project, "us-east1-b", 1, managed)
-	var logs lockedBuffer
+	var logs testutil.SyncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var messages []string
 	run := func(c checks.Checker, timeout time.Duration) {

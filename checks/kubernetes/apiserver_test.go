@@ -1,7 +1,6 @@
 package kubernetes
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -20,28 +19,11 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // bulkObjects is how many labelled objects exist when the check must still list only one.
 const bulkObjects = 2000
-
-// syncBuffer is a log sink shared by the checkers' goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func bindClusterRole(t *testing.T, admin kubernetes.Interface, name string, rules []rbacv1.PolicyRule, users ...string) {
 	t.Helper()
@@ -111,7 +93,7 @@ func createBulkB(t testing.TB, cfg *rest.Config, ns string, n int) {
 func TestAgainstAPIServer(t *testing.T) {
 	env := kube.Start(t)
 	admin := kubernetes.NewForConfigOrDie(env.AdminConfig)
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
 	// Every credential used below; none may appear in a message or a log line.
