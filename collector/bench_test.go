@@ -202,46 +202,44 @@ func BenchmarkHeap10000Targets(b *testing.B) {
 func BenchmarkScrapeHTTP10000Targets(b *testing.B) {
 	snap := bigSnapshot(10000)
 	for _, r := range benchRequests {
-		{
-			b.Run(r.name, func(b *testing.B) {
-				reg := prometheus.NewRegistry()
-				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-				h := serve(reg, fixed(snap))
-				srv := httptest.NewServer(h)
-				defer srv.Close()
-				// The client must not decompress: Prometheus reads the gzip body itself, and
-				// the benchmark measures serving, not decompressing.
-				client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
-				defer client.CloseIdleConnections()
-				scrape := func() {
-					req, err := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
-					if err != nil {
-						b.Fatal(err)
-					}
-					req.Header.Set("Accept", r.accept)
-					if r.acceptEncoding != "" {
-						req.Header.Set("Accept-Encoding", r.acceptEncoding)
-					}
-					resp, err := client.Do(req)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-						b.Fatal(err)
-					}
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						b.Fatalf("status %d", resp.StatusCode)
-					}
+		b.Run(r.name, func(b *testing.B) {
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			h := serve(reg, fixed(snap))
+			srv := httptest.NewServer(h)
+			defer srv.Close()
+			// The client must not decompress: Prometheus reads the gzip body itself, and
+			// the benchmark measures serving, not decompressing.
+			client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+			defer client.CloseIdleConnections()
+			scrape := func() {
+				req, err := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
+				if err != nil {
+					b.Fatal(err)
 				}
+				req.Header.Set("Accept", r.accept)
+				if r.acceptEncoding != "" {
+					req.Header.Set("Accept-Encoding", r.acceptEncoding)
+				}
+				resp, err := client.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+					b.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+			}
+			scrape()
+			b.ReportAllocs()
+			cpu := cpuTime(b)
+			for b.Loop() {
 				scrape()
-				b.ReportAllocs()
-				cpu := cpuTime(b)
-				for b.Loop() {
-					scrape()
-				}
-				b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
-			})
-		}
+			}
+			b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+		})
 	}
 }
