@@ -30,12 +30,6 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
-// Defaults for what is listed when the providers file leaves it out.
-const (
-	DefaultVersion  = "v1"
-	DefaultResource = "pods"
-)
-
 // userAgent names the exporter in the API server's logs and audit events.
 const userAgent = "provider-health-exporter"
 
@@ -91,10 +85,10 @@ func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 	}
 	c.gvr = schema.GroupVersionResource{Group: kc.Group, Version: kc.Version, Resource: kc.Resource}
 	if c.gvr.Version == "" {
-		c.gvr.Version = DefaultVersion
+		c.gvr.Version = config.DefaultKubernetesVersion
 	}
 	if c.gvr.Resource == "" {
-		c.gvr.Resource = DefaultResource
+		c.gvr.Resource = config.DefaultKubernetesResource
 	}
 	c.what = describe(c.gvr, c.namespace)
 
