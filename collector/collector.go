@@ -113,7 +113,9 @@ func labelPair(name *string, value string) *dto.LabelPair {
 }
 
 // families returns the families of snapshot s, each sorted as a registry sorts them (by label
-// values, in label-name order), so that promhttp's sort finds them sorted.
+// values, in label-name order), so that promhttp's sort finds them sorted. The label pairs of
+// every series are in name order: prometheus.Gatherers would otherwise replace them with a
+// sorted copy, writing to series that concurrent scrapes share.
 func families(s *checks.Snapshot) []*dto.MetricFamily {
 	type ref struct {
 		t      *checks.TargetState
