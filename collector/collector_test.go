@@ -499,3 +499,19 @@ func TestGatherBuildsOncePerSnapshot(t *testing.T) {
 		t.Error("a new snapshot was served from the previous one's families")
 	}
 }
+
+// TestLabelPairsInNameOrder: prometheus.Gatherers would replace unsorted label pairs of a
+// shared series with a sorted copy, a write that concurrent scrapes would race on.
+func TestLabelPairsInNameOrder(t *testing.T) {
+	mfs, err := NewGatherer(fixed(fullSnapshot())).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if !slices.IsSortedFunc(m.GetLabel(), func(a, b *dto.LabelPair) int { return strings.Compare(a.GetName(), b.GetName()) }) {
+				t.Errorf("%s: label pairs %v not in name order", mf.GetName(), m.GetLabel())
+			}
+		}
+	}
+}
