@@ -83,8 +83,7 @@ func buildCheckers(cfg *config.Config, old map[string]entry, logger *slog.Logger
 				}
 			}
 		}
-		typ := checks.ProviderType(p.Type)
-		newFn, ok := newChecker[typ]
+		newFn, ok := newChecker[p.Type]
 		if !ok {
 			errs = append(errs, fmt.Errorf("provider %s: checks of type %s are not available in this build", p.Name, p.Type))
 			continue

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -25,13 +24,8 @@ type exporter struct {
 	timeout  time.Duration
 	runner   *checks.Runner
 	registry *prometheus.Registry
-	// providerMetrics serves the runner's snapshot beside the registry: built once per snapshot
-	// rather than collected and checked by the registry at every scrape.
+	// providerMetrics serves the runner's snapshot beside the registry.
 	providerMetrics *collector.Gatherer
-	// stopWarming ends the goroutine that warms providerMetrics after each snapshot; warmingDone
-	// is closed when it has returned.
-	stopWarming context.CancelFunc
-	warmingDone chan struct{}
 
 	reloadSuccess   prometheus.Gauge
 	reloadTimestamp prometheus.Gauge
@@ -95,7 +89,6 @@ func newExporter(configFile string, interval, timeout time.Duration, logger *slo
 
 	e.providerMetrics = collector.NewGatherer(e.runner.Current)
 	e.registry.MustRegister(
-		e.providerMetrics.Reservation(), // first, so that a clash with the snapshot's names panics here
 		versioncollector.NewCollector(collector.Namespace),
 		e.reloadSuccess,
 		e.reloadTimestamp,
@@ -105,24 +98,7 @@ func newExporter(configFile string, interval, timeout time.Duration, logger *slo
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		hostpool.Collector(),
 	)
-	e.startWarming()
 	return e, nil
-}
-
-// startWarming renders and encodes each snapshot the runner publishes (a round, a reload) as
-// soon as it is published, so that the first scrape after it finds it ready rather than paying
-// for it. close stops it.
-func (e *exporter) startWarming() {
-	ctx, cancel := context.WithCancel(context.Background())
-	e.stopWarming, e.warmingDone = cancel, make(chan struct{})
-	published := e.runner.Subscribe(ctx) // closed when ctx ends
-	go func() {
-		defer close(e.warmingDone)
-		e.providerMetrics.Warm(ctx) // the snapshot NewRunner published
-		for range published {
-			e.providerMetrics.Warm(ctx)
-		}
-	}()
 }
 
 // checksOn reports whether rounds of checks run (--provider-check-interval is not 0).
@@ -135,12 +111,9 @@ func (e *exporter) providerCount() int {
 	return len(e.entries)
 }
 
-// close stops warming the snapshots and closes every checker. The runner must have returned: no check may be running. Later
+// close closes every checker. The runner must have returned: no check may be running. Later
 // reloads are refused.
 func (e *exporter) close() {
-	// The warming goroutine returns within one encoding of the cancellation.
-	e.stopWarming()
-	<-e.warmingDone
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {

@@ -4,18 +4,17 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/provider-health-exporter/provider-health-exporter/collector"
 )
 
 // handler routes the exporter's HTTP endpoints. exporter-toolkit wraps it with TLS and basic
 // auth when --web.config.file asks for them.
 func (e *exporter) handler() http.Handler {
 	mux := http.NewServeMux()
-	// The registry's families and the snapshot's, each snapshot encoded once per format.
+	// The registry's families and the snapshot's; promhttp negotiates, encodes and compresses.
 	mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(e.registry,
-		collector.Handler(e.registry, e.providerMetrics, promhttp.HandlerOpts{
+		promhttp.HandlerFor(prometheus.Gatherers{e.registry, e.providerMetrics}, promhttp.HandlerOpts{
 			ErrorLog:          promhttpLogger{e},
 			EnableOpenMetrics: true,
 			// A scrape reads only the last snapshot, so it is quick; bound the concurrency

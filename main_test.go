@@ -23,6 +23,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // envRunMain makes the test binary run the exporter's main instead of the tests, so that the
@@ -169,23 +170,8 @@ func writeProviders(t *testing.T, path string, ps ...provider) string {
 	return path
 }
 
-// syncBuffer is a bytes.Buffer that the exporter writes logs to while the test reads them.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is the log sink the exporter writes JSON records to while the test reads them.
+type syncBuffer struct{ testutil.SyncBuffer }
 
 // records parses the JSON log lines written so far.
 func (b *syncBuffer) records() []map[string]any {
@@ -213,13 +199,7 @@ func (b *syncBuffer) find(msg string) map[string]any {
 // waitFor polls cond until it holds, failing the test after timeout.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, timeout, what, cond)
 }
 
 // listenAddress waits for exporter-toolkit's "Listening on" log record and returns its address.

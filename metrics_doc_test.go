@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/rest"
 
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/collector"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
 )
@@ -89,8 +91,8 @@ func describedNames(t *testing.T, c prometheus.Collector) []string {
 // The exporter is built as run() builds it (newExporter, with checks on and one gcp provider)
 // and its first round has run; the families are read from its own /metrics handler. What a gcp
 // provider cannot make appear is taken from the collectors' descriptions: the KVM storage pool
-// series (a kvm target's snapshot; the snapshot's names are described by the Gatherer's
-// reservation) and the connection-pool metrics (an open kvm pool). The ProviderHealth writer's
+// series (gathered from a snapshot of a kvm target) and the connection-pool metrics (an open
+// kvm pool, described by its collector). The ProviderHealth writer's
 // metrics are registered as --crd.enabled registers them: crdwriter.New with the exporter's
 // registry (New does not contact the API server).
 func TestMetricsDocumented(t *testing.T) {
@@ -161,15 +163,26 @@ func TestMetricsDocumented(t *testing.T) {
 			t.Errorf("%s: docs/metrics.md lists the labels %v, /metrics serves %v", name, row.labels, labels)
 		}
 	}
-	// Families the round above cannot produce: the snapshot's (KVM storage pool) and the
-	// connection pool's, from the collectors the exporter registers.
+	// Families the round above cannot produce: the connection pool's, from the collector the
+	// exporter registers, and the snapshot's of a KVM target with its storage pool.
 	described := map[string]bool{}
-	for _, c := range []prometheus.Collector{e.providerMetrics.Reservation(), hostpool.Collector()} {
-		for _, name := range describedNames(t, c) {
-			described[name] = true
-			if _, ok := docs[name]; !ok {
-				t.Errorf("%s is registered by the exporter but has no row in docs/metrics.md", name)
-			}
+	for _, name := range describedNames(t, hostpool.Collector()) {
+		described[name] = true
+		if _, ok := docs[name]; !ok {
+			t.Errorf("%s is registered by the exporter but has no row in docs/metrics.md", name)
+		}
+	}
+	kvm := &checks.Snapshot{Round: 1, Providers: []checks.ProviderState{{Name: "kvm", Type: checks.TypeKVM,
+		Targets: []checks.TargetState{{TargetResult: checks.TargetResult{Target: "hv1", Up: true, Reason: checks.ReasonReady,
+			Pool: &checks.StoragePool{Name: "default"}}}}}}}
+	kvmFamilies, err := collector.NewGatherer(func() *checks.Snapshot { return kvm }).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range kvmFamilies {
+		described[mf.GetName()] = true
+		if _, ok := docs[mf.GetName()]; !ok {
+			t.Errorf("%s is served for a kvm target but has no row in docs/metrics.md", mf.GetName())
 		}
 	}
 	for name := range docs {

@@ -10,7 +10,7 @@ import (
 )
 
 // TestScrapeDuringStuckRound: while the first round is held inside a provider's Check, /metrics
-// served by the exporter's own handler (collector.Handler over the registry and the snapshot)
+// served by the exporter (promhttp over the registry and the snapshot's Gatherer)
 // answers at once, in the text format and as Prometheus asks for it (OpenMetrics, gzip), with
 // each provider's info and no verdict yet; once the check is let go, the verdicts appear.
 func TestScrapeDuringStuckRound(t *testing.T) {

@@ -74,7 +74,7 @@ const (
 )
 
 // catalogue is the one source of truth for which reasons each provider type may report.
-// docs/reasons.md, the mixin and the tests are checked against it.
+// docs/reasons.md (checks/reasons_doc_test.go) and the tests are checked against it.
 var catalogue = map[ProviderType][]Reason{
 	TypeKubernetes: {ReasonReady, ReasonTimeout, ReasonUnauthorized, ReasonForbidden,
 		ReasonResourceNotFound, ReasonAPIUnreachable, ReasonAPIError, ReasonConfigError},

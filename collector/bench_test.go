@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -49,61 +48,38 @@ var (
 	benchRequests     = []benchRequest{{"text", "text/plain; version=0.0.4", ""}, prometheusRequest}
 )
 
-// BenchmarkScrape is one full scrape of /metrics, the body discarded. "handler" is the
-// exporter's path: Handler over a registry (here empty) and a Gatherer, the snapshot encoded
-// once per format; "registry" is promhttp over a registry holding the collector, which gathers,
-// checks and encodes every series at every scrape. "cached" scrapes a snapshot already scraped
-// once (every scrape between two rounds); "new-snapshot" gives every scrape a snapshot it has
-// not seen (the first scrape after a round, which renders and encodes it); "new-snapshot-warmed"
-// is that first scrape once Gatherer.Warm has run for the snapshot, as the exporter runs it
-// when a round publishes one.
+// BenchmarkScrape is one full scrape of /metrics as the exporter serves it (promhttp over the
+// registry, here empty, and the Gatherer), the body discarded. "cached" scrapes a snapshot
+// already scraped once (a second scrape between two rounds); "new-snapshot" gives every scrape
+// a snapshot it has not seen (the first scrape after a round, which builds its families): with
+// one scrape per interval, every scrape is one, and it is all the CPU the exporter spends on
+// /metrics per interval.
 func BenchmarkScrape(b *testing.B) {
-	for _, path := range []string{"handler", "registry"} {
-		for _, r := range benchRequests {
-			for _, mode := range []string{"cached", "new-snapshot"} {
-				for _, n := range []int{100, 1000, 10000} {
-					b.Run(fmt.Sprintf("%s/%s/%s/targets=%d", path, r.name, mode, n), func(b *testing.B) {
-						benchmarkScrape(b, path, r.accept, r.acceptEncoding, mode, n)
-					})
-				}
-			}
-		}
-	}
-	for _, r := range warmedRequests {
-		for _, n := range []int{100, 1000, 10000} {
-			if r != prometheusRequest { // measured above
-				b.Run(fmt.Sprintf("handler/%s/new-snapshot/targets=%d", r.name, n), func(b *testing.B) {
-					benchmarkScrape(b, "handler", r.accept, r.acceptEncoding, "new-snapshot", n)
+	for _, r := range benchRequests {
+		for _, mode := range []string{"cached", "new-snapshot"} {
+			for _, n := range []int{100, 1000, 10000} {
+				b.Run(fmt.Sprintf("%s/%s/targets=%d", r.name, mode, n), func(b *testing.B) {
+					benchmarkScrape(b, r.accept, r.acceptEncoding, mode, n)
 				})
 			}
-			b.Run(fmt.Sprintf("handler/%s/new-snapshot-warmed/targets=%d", r.name, n), func(b *testing.B) {
-				benchmarkWarmedScrape(b, r.accept, r.acceptEncoding, n)
-			})
 		}
 	}
 }
 
-// warmedRequests are the requests of the "new-snapshot-warmed" benchmarks: the encodings Warm
-// builds (uncompressed text is not among them, Prometheus always asks for gzip).
-var warmedRequests = []benchRequest{prometheusRequest, {"text-gzip", "text/plain;version=0.0.4;q=0.6,*/*;q=0.5", "gzip"}}
+func serve(reg *prometheus.Registry, snapshot func() *checks.Snapshot) http.Handler {
+	return promhttp.HandlerFor(prometheus.Gatherers{reg, NewGatherer(snapshot)}, promhttp.HandlerOpts{EnableOpenMetrics: true})
+}
 
-func benchmarkScrape(b *testing.B, path, accept, acceptEncoding, mode string, n int) {
+func benchmarkScrape(b *testing.B, accept, acceptEncoding, mode string, n int) {
 	snap := bigSnapshot(n)
 	get := func() *checks.Snapshot { return snap }
 	if mode == "new-snapshot" {
 		get = func() *checks.Snapshot {
-			fresh := *snap // a new pointer: the collector cannot know it is the same state
+			fresh := *snap // a new pointer: the Gatherer cannot know it is the same state
 			return &fresh
 		}
 	}
-	reg := prometheus.NewRegistry()
-	var h http.Handler
-	if path == "handler" {
-		h = Handler(reg, NewGatherer(get), promhttp.HandlerOpts{EnableOpenMetrics: true})
-	} else {
-		reg.MustRegister(New(get))
-		h = promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
-	}
+	h := serve(prometheus.NewRegistry(), get)
 	req, err := http.NewRequest(http.MethodGet, "/metrics", nil)
 	if err != nil {
 		b.Fatal(err)
@@ -113,7 +89,7 @@ func benchmarkScrape(b *testing.B, path, accept, acceptEncoding, mode string, n 
 		req.Header.Set("Accept-Encoding", acceptEncoding)
 	}
 	w := &discard{h: http.Header{}}
-	h.ServeHTTP(w, req) // the label cache is warm in steady state
+	h.ServeHTTP(w, req)
 	b.ReportAllocs()
 	cpu := cpuTime(b)
 	for b.Loop() {
@@ -121,46 +97,6 @@ func benchmarkScrape(b *testing.B, path, accept, acceptEncoding, mode string, n 
 		h.ServeHTTP(w, req)
 	}
 	b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
-}
-
-// benchmarkWarmedScrape is the first scrape of each new snapshot after Gatherer.Warm has run
-// for it. cpu-ms/op is the scrape's CPU time; warm-cpu-ms/op the CPU time Warm spent before it
-// (moved off the scrape, not saved: it encodes every format Prometheus asks for by default).
-// B/op and allocs/op are the scrape's.
-func benchmarkWarmedScrape(b *testing.B, accept, acceptEncoding string, n int) {
-	snap := bigSnapshot(n)
-	var cur atomic.Pointer[checks.Snapshot]
-	cur.Store(snap)
-	g := NewGatherer(cur.Load)
-	h := Handler(prometheus.NewRegistry(), g, promhttp.HandlerOpts{EnableOpenMetrics: true})
-	req, err := http.NewRequest(http.MethodGet, "/metrics", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	req.Header.Set("Accept", accept)
-	if acceptEncoding != "" {
-		req.Header.Set("Accept-Encoding", acceptEncoding)
-	}
-	w := &discard{h: http.Header{}}
-	h.ServeHTTP(w, req) // the label cache is warm in steady state
-	ctx := context.Background()
-	var scrapeCPU, warmCPU time.Duration
-	b.ReportAllocs()
-	for b.Loop() {
-		b.StopTimer()
-		fresh := *snap // a new pointer: a new snapshot for the Gatherer
-		cur.Store(&fresh)
-		c0 := cpuTime(b)
-		g.Warm(ctx)
-		c1 := cpuTime(b)
-		warmCPU += c1 - c0
-		b.StartTimer()
-		w.h = http.Header{}
-		h.ServeHTTP(w, req)
-		scrapeCPU += cpuTime(b) - c1
-	}
-	b.ReportMetric(float64(scrapeCPU.Microseconds())/1000/float64(b.N), "cpu-ms/op")
-	b.ReportMetric(float64(warmCPU.Microseconds())/1000/float64(b.N), "warm-cpu-ms/op")
 }
 
 // manyTargets is a checker of many KVM hosts that are all up, for the memory benchmark.
@@ -218,15 +154,7 @@ func vmRSSOf(b *testing.B, path string) uint64 {
 // "delta-MiB" is the part these structures add to an idle process (the benchmark binary's own
 // heap); "rss-MiB" is the resident memory of the whole process (VmRSS) at the end, which also
 // counts memory the Go runtime has freed but not yet returned to the system. Run each path in
-// a process of its own (-bench Heap10000Targets/handler): the resident memory of one would
-// otherwise count the other's.
 func BenchmarkHeap10000Targets(b *testing.B) {
-	for _, path := range []string{"handler", "registry"} {
-		b.Run(path, func(b *testing.B) { benchmarkHeap(b, path) })
-	}
-}
-
-func benchmarkHeap(b *testing.B, path string) {
 	const n, perProvider = 10000, 1000
 	for b.Loop() {
 		before := heapInUse()
@@ -243,14 +171,7 @@ func benchmarkHeap(b *testing.B, path string) {
 		done := make(chan struct{})
 		go func() { r.Run(ctx); close(done) }()
 		<-r.FirstRound()
-		reg := prometheus.NewRegistry()
-		var h http.Handler
-		if path == "handler" {
-			h = Handler(reg, NewGatherer(r.Current), promhttp.HandlerOpts{EnableOpenMetrics: true})
-		} else {
-			reg.MustRegister(New(r.Current))
-			h = promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
-		}
+		h := serve(prometheus.NewRegistry(), r.Current)
 		for _, br := range []benchRequest{prometheusRequest} {
 			req, err := http.NewRequest(http.MethodGet, "/metrics", nil)
 			if err != nil {
@@ -280,53 +201,45 @@ func benchmarkHeap(b *testing.B, path string) {
 // metrics every exporter serves beside its own) is counted in cpu-ms/op too.
 func BenchmarkScrapeHTTP10000Targets(b *testing.B) {
 	snap := bigSnapshot(10000)
-	for _, path := range []string{"handler", "registry"} {
-		for _, r := range benchRequests {
-			b.Run(path+"/"+r.name, func(b *testing.B) {
-				reg := prometheus.NewRegistry()
-				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-				var h http.Handler
-				if path == "handler" {
-					h = Handler(reg, NewGatherer(fixed(snap)), promhttp.HandlerOpts{EnableOpenMetrics: true})
-				} else {
-					reg.MustRegister(New(fixed(snap)))
-					h = promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
+	for _, r := range benchRequests {
+		b.Run(r.name, func(b *testing.B) {
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			h := serve(reg, fixed(snap))
+			srv := httptest.NewServer(h)
+			defer srv.Close()
+			// The client must not decompress: Prometheus reads the gzip body itself, and
+			// the benchmark measures serving, not decompressing.
+			client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+			defer client.CloseIdleConnections()
+			scrape := func() {
+				req, err := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
+				if err != nil {
+					b.Fatal(err)
 				}
-				srv := httptest.NewServer(h)
-				defer srv.Close()
-				// The client must not decompress: Prometheus reads the gzip body itself, and
-				// the benchmark measures serving, not decompressing.
-				client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
-				defer client.CloseIdleConnections()
-				scrape := func() {
-					req, err := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
-					if err != nil {
-						b.Fatal(err)
-					}
-					req.Header.Set("Accept", r.accept)
-					if r.acceptEncoding != "" {
-						req.Header.Set("Accept-Encoding", r.acceptEncoding)
-					}
-					resp, err := client.Do(req)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-						b.Fatal(err)
-					}
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						b.Fatalf("status %d", resp.StatusCode)
-					}
+				req.Header.Set("Accept", r.accept)
+				if r.acceptEncoding != "" {
+					req.Header.Set("Accept-Encoding", r.acceptEncoding)
 				}
+				resp, err := client.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+					b.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+			}
+			scrape()
+			b.ReportAllocs()
+			cpu := cpuTime(b)
+			for b.Loop() {
 				scrape()
-				b.ReportAllocs()
-				cpu := cpuTime(b)
-				for b.Loop() {
-					scrape()
-				}
-				b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
-			})
-		}
+			}
+			b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+		})
 	}
 }

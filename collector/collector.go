@@ -1,13 +1,20 @@
-// Package collector turns the runner's current checks.Snapshot into Prometheus metrics. A scrape
+// Package collector serves the runner's current checks.Snapshot as Prometheus metrics. A scrape
 // never runs a check and never waits for a round: it reads the newest immutable snapshot, so it
-// returns at once whatever the checks are doing. The metric names are the exporter's contract with
-// its dashboards and alerts; every one is documented in docs/metrics.md (a test keeps the two in
-// step).
+// returns at once whatever the checks are doing. The metric names are the exporter's contract
+// with its dashboards and alerts; every one is documented in docs/metrics.md (a test keeps the
+// two in step).
+//
+// The families of a snapshot are built at the first scrape that sees it and kept until the
+// next snapshot (a snapshot is immutable); nothing is built while nobody scrapes. They are
+// served beside the exporter's registry through prometheus.Gatherers and promhttp, which check,
+// encode and compress them at each scrape.
 package collector
 
 import (
+	"slices"
+	"strings"
 	"sync"
-	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -15,127 +22,167 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 )
 
-// Namespace prefixes every metric the exporter exports.
+// Namespace prefixes every metric the exporter exports, this package's and every other
+// package's (hostpool, crdwriter, the exporter's own).
 const Namespace = "proxy_operator"
 
-// familyMeta is the name, help and type of every family, by description: the Gatherer builds
-// its families from them.
-var familyMeta = map[*prometheus.Desc]family{}
-
+// family is the name, help and type of one family the snapshot is served as.
 type family struct {
 	name, help string
 	typ        dto.MetricType
 }
 
-func newDesc(subsystem, name string, typ dto.MetricType, help string, labels []string) *prometheus.Desc {
-	fq := prometheus.BuildFQName(Namespace, subsystem, name)
-	d := prometheus.NewDesc(fq, help, labels, nil)
-	familyMeta[d] = family{name: fq, help: help, typ: typ}
-	return d
+func gaugeFamily(subsystem, name, help string) family {
+	return family{prometheus.BuildFQName(Namespace, subsystem, name), help, dto.MetricType_GAUGE}
 }
 
 var (
-	targetLabelNames = []string{"provider", "target"}
-	poolLabelNames   = []string{"provider", "target", "pool"}
-
-	targetUp = newDesc("provider", "target_up", dto.MetricType_GAUGE,
-		"1 when the last check of the target gave the verdict Ready, 0 otherwise.",
-		targetLabelNames)
-	checkDuration = newDesc("provider", "check_duration_seconds", dto.MetricType_GAUGE,
-		"How long the last check of the target took.",
-		targetLabelNames)
-	checkTimestamp = newDesc("provider", "check_timestamp_seconds", dto.MetricType_GAUGE,
-		"When the last check of the target completed (pass or fail), in seconds since the Unix epoch.",
-		targetLabelNames)
-	targetReason = newDesc("provider", "target_reason", dto.MetricType_GAUGE,
-		"1 for the reason of the last verdict on the target (Ready when up); other reasons have no series.",
-		[]string{"provider", "target", "reason"})
-	providerInfo = newDesc("provider", "info", dto.MetricType_GAUGE,
-		"1 for every configured provider, with its type.",
-		[]string{"provider", "type"})
-	poolCapacity = newDesc("kvm", "storage_pool_capacity_bytes", dto.MetricType_GAUGE,
-		"Capacity of the KVM host's storage pool, as read by the last check.",
-		poolLabelNames)
-	poolAllocation = newDesc("kvm", "storage_pool_allocation_bytes", dto.MetricType_GAUGE,
-		"Bytes allocated in the KVM host's storage pool, as read by the last check.",
-		poolLabelNames)
-	poolAvailable = newDesc("kvm", "storage_pool_available_bytes", dto.MetricType_GAUGE,
-		"Bytes available in the KVM host's storage pool, as read by the last check.",
-		poolLabelNames)
-	roundsTotal = newDesc("provider", "check_rounds_total", dto.MetricType_COUNTER,
-		"Rounds of provider checks completed since the exporter started.",
-		nil)
-	roundDuration = newDesc("provider", "check_round_duration_seconds", dto.MetricType_GAUGE,
-		"How long the last completed round of provider checks took.",
-		nil)
-	abandonedTotal = newDesc("provider", "checkers_abandoned_total", dto.MetricType_COUNTER,
+	targetUp = gaugeFamily("provider", "target_up",
+		"1 when the last check of the target gave the verdict Ready, 0 otherwise.")
+	checkDuration = gaugeFamily("provider", "check_duration_seconds",
+		"How long the last check of the target took.")
+	checkTimestamp = gaugeFamily("provider", "check_timestamp_seconds",
+		"When the last check of the target completed (pass or fail), in seconds since the Unix epoch.")
+	targetReason = gaugeFamily("provider", "target_reason",
+		"1 for the reason of the last verdict on the target (Ready when up); other reasons have no series.")
+	providerInfo = gaugeFamily("provider", "info",
+		"1 for every configured provider, with its type.")
+	poolCapacity = gaugeFamily("kvm", "storage_pool_capacity_bytes",
+		"Capacity of the KVM host's storage pool, as read by the last check.")
+	poolAllocation = gaugeFamily("kvm", "storage_pool_allocation_bytes",
+		"Bytes allocated in the KVM host's storage pool, as read by the last check.")
+	poolAvailable = gaugeFamily("kvm", "storage_pool_available_bytes",
+		"Bytes available in the KVM host's storage pool, as read by the last check.")
+	roundDuration = gaugeFamily("provider", "check_round_duration_seconds",
+		"How long the last completed round of provider checks took.")
+	roundsTotal = family{prometheus.BuildFQName(Namespace, "provider", "check_rounds_total"),
+		"Rounds of provider checks completed since the exporter started.", dto.MetricType_COUNTER}
+	abandonedTotal = family{prometheus.BuildFQName(Namespace, "provider", "checkers_abandoned_total"),
 		"Checkers that had not returned by a round's deadline and were abandoned (their targets read Timeout).",
-		nil)
-
-	allDescs = []*prometheus.Desc{
-		targetUp, checkDuration, checkTimestamp, targetReason, providerInfo,
-		poolCapacity, poolAllocation, poolAvailable,
-		roundsTotal, roundDuration, abandonedTotal,
-	}
+		dto.MetricType_COUNTER}
 )
 
-// collector reads the snapshot function's result at every scrape. The metrics of a snapshot are
-// built once, at the first scrape that sees it, and served from that rendering until the snapshot
-// changes (snapshots are immutable, so the rendering stays exact). Label pairs are interned
-// across snapshots, so a round that changes nothing but values allocates little.
-type collector struct {
+// Gatherer gathers the metrics of the current snapshot. Serve it with the registry holding the
+// exporter's other metrics: promhttp.HandlerFor(prometheus.Gatherers{reg, g}, opts).
+type Gatherer struct {
 	snapshot func() *checks.Snapshot
-	rendered atomic.Pointer[rendering]
 
-	mu     sync.Mutex // serialises rendering; guards labels
-	labels *labelCache
+	mu   sync.Mutex // guards snap and mfs; concurrent scrapes of a new snapshot share one build
+	snap *checks.Snapshot
+	mfs  []*dto.MetricFamily
 }
 
-// rendering is the metrics of one snapshot, ready to send.
-type rendering struct {
-	snap    *checks.Snapshot
-	metrics []prometheus.Metric
-}
-
-// New returns a Collector exporting the snapshot that snapshot returns at each scrape (normally
+// NewGatherer returns a Gatherer of the snapshot that snapshot returns at each Gather (normally
 // (*checks.Runner).Current). snapshot must be cheap and must not block.
-//
-// A registry checks and encodes every series a collector sends at every scrape; the exporter
-// serves its snapshot with NewGatherer and Handler instead, which do that once per snapshot.
-func New(snapshot func() *checks.Snapshot) prometheus.Collector {
-	return &collector{snapshot: snapshot, labels: newLabelCache()}
+func NewGatherer(snapshot func() *checks.Snapshot) *Gatherer {
+	return &Gatherer{snapshot: snapshot}
 }
 
-// Describe sends every metric's description; the set is fixed.
-func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range allDescs {
-		ch <- d
-	}
-}
-
-// Collect sends the metrics of the current snapshot.
-func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	s := c.snapshot()
+// Gather returns the families of the current snapshot, sorted by name, or none before the first
+// snapshot. They are shared by every scrape of that snapshot: callers must not modify them
+// (prometheus.Gatherers does not).
+func (g *Gatherer) Gather() ([]*dto.MetricFamily, error) {
+	s := g.snapshot()
 	if s == nil {
-		return
+		return nil, nil
 	}
-	r := c.rendered.Load()
-	if r == nil || r.snap != s {
-		r = c.render(s)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.snap != s {
+		g.snap, g.mfs = s, families(s)
 	}
-	for _, m := range r.metrics {
-		ch <- m
-	}
+	return g.mfs, nil
 }
 
-// render builds (or, when a concurrent scrape just did, reuses) the rendering of s.
-func (c *collector) render(s *checks.Snapshot) *rendering {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if r := c.rendered.Load(); r != nil && r.snap == s {
-		return r
+// Label names, shared by every label pair.
+var lProvider, lTarget, lReason, lPool, lType = new("provider"), new("target"), new("reason"), new("pool"), new("type")
+
+func newFamily(f family, n int) *dto.MetricFamily {
+	return &dto.MetricFamily{Name: new(f.name), Help: new(f.help), Type: f.typ.Enum(), Metric: make([]*dto.Metric, 0, n)}
+}
+
+func gauge(v float64) *dto.Gauge { return &dto.Gauge{Value: new(v)} }
+
+// labelPair returns name=value; a value that is not valid UTF-8, which would fail the whole
+// scrape, is repaired.
+func labelPair(name *string, value string) *dto.LabelPair {
+	if !utf8.ValidString(value) {
+		value = strings.ToValidUTF8(value, "\uFFFD")
 	}
-	r := &rendering{snap: s, metrics: c.labels.metrics(s)}
-	c.rendered.Store(r)
-	return r
+	return &dto.LabelPair{Name: name, Value: new(value)}
+}
+
+// families returns the families of snapshot s, each sorted as a registry sorts them (by label
+// values, in label-name order), so that promhttp's sort finds them sorted. The label pairs of
+// every series are in name order: prometheus.Gatherers would otherwise replace them with a
+// sorted copy, writing to series that concurrent scrapes share.
+func families(s *checks.Snapshot) []*dto.MetricFamily {
+	type ref struct {
+		t      *checks.TargetState
+		labels []*dto.LabelPair // provider, target: shared by the series of the target
+	}
+	var refs []ref
+	info := newFamily(providerInfo, len(s.Providers))
+	for i := range s.Providers {
+		p := &s.Providers[i]
+		pp := labelPair(lProvider, p.Name)
+		info.Metric = append(info.Metric, &dto.Metric{Label: []*dto.LabelPair{pp, labelPair(lType, string(p.Type))}, Gauge: gauge(1)})
+		for j := range p.Targets {
+			t := &p.Targets[j]
+			refs = append(refs, ref{t: t, labels: []*dto.LabelPair{pp, labelPair(lTarget, t.Target)}})
+		}
+	}
+
+	up := newFamily(targetUp, len(refs))
+	duration := newFamily(checkDuration, len(refs))
+	timestamp := newFamily(checkTimestamp, len(refs))
+	reason := newFamily(targetReason, len(refs))
+	capacity := newFamily(poolCapacity, len(refs))
+	allocation := newFamily(poolAllocation, len(refs))
+	available := newFamily(poolAvailable, len(refs))
+	for _, r := range refs {
+		v := 0.0
+		if r.t.Up {
+			v = 1
+		}
+		up.Metric = append(up.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(v)})
+		duration.Metric = append(duration.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(r.t.Duration.Seconds())})
+		timestamp.Metric = append(timestamp.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(float64(r.t.CheckedAt.UnixNano()) / 1e9)})
+		reason.Metric = append(reason.Metric, &dto.Metric{
+			Label: []*dto.LabelPair{r.labels[0], labelPair(lReason, string(r.t.Reason)), r.labels[1]}, Gauge: gauge(1)})
+		if p := r.t.Pool; p != nil {
+			labels := []*dto.LabelPair{labelPair(lPool, p.Name), r.labels[0], r.labels[1]}
+			capacity.Metric = append(capacity.Metric, &dto.Metric{Label: labels, Gauge: gauge(float64(p.CapacityBytes))})
+			allocation.Metric = append(allocation.Metric, &dto.Metric{Label: labels, Gauge: gauge(float64(p.AllocationBytes))})
+			available.Metric = append(available.Metric, &dto.Metric{Label: labels, Gauge: gauge(float64(p.AvailableBytes))})
+		}
+	}
+
+	mfs := []*dto.MetricFamily{newFamily(roundsTotal, 1), newFamily(abandonedTotal, 1)}
+	mfs[0].Metric = append(mfs[0].Metric, &dto.Metric{Counter: &dto.Counter{Value: new(float64(s.Round))}})
+	mfs[1].Metric = append(mfs[1].Metric, &dto.Metric{Counter: &dto.Counter{Value: new(float64(s.AbandonedTotal))}})
+	if s.Round > 0 {
+		// Before the first round there is no last round: no series rather than a made-up 0.
+		rd := newFamily(roundDuration, 1)
+		rd.Metric = append(rd.Metric, &dto.Metric{Gauge: gauge(s.RoundDuration.Seconds())})
+		mfs = append(mfs, rd)
+	}
+	for _, f := range []*dto.MetricFamily{info, up, duration, timestamp, reason, capacity, allocation, available} {
+		if len(f.Metric) > 0 {
+			slices.SortStableFunc(f.Metric, byLabelValues)
+			mfs = append(mfs, f)
+		}
+	}
+	slices.SortFunc(mfs, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
+	return mfs
+}
+
+// byLabelValues orders the series of a family (label pairs sorted by name) as a registry does.
+func byLabelValues(a, b *dto.Metric) int {
+	for i := range min(len(a.Label), len(b.Label)) {
+		if c := strings.Compare(a.Label[i].GetValue(), b.Label[i].GetValue()); c != 0 {
+			return c
+		}
+	}
+	return len(a.Label) - len(b.Label)
 }

@@ -3,8 +3,11 @@ package collector
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,12 +24,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 )
 
 var t0 = time.Unix(1_800_000_000, 0)
+
+// acceptPrometheus is what Prometheus 3 sends by default.
+const acceptPrometheus = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6," +
+	"application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4," +
+	"text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
 
 // fullSnapshot exercises every metric the collector can emit.
 func fullSnapshot() *checks.Snapshot {
@@ -101,7 +110,7 @@ proxy_operator_provider_target_up{provider="kvm-lab",target="hv2"} 1
 func fixed(s *checks.Snapshot) func() *checks.Snapshot { return func() *checks.Snapshot { return s } }
 
 func TestCollectFullSnapshot(t *testing.T) {
-	if err := testutil.CollectAndCompare(New(fixed(fullSnapshot())), strings.NewReader(fullExposition)); err != nil {
+	if err := testutil.GatherAndCompare(NewGatherer(fixed(fullSnapshot())), strings.NewReader(fullExposition)); err != nil {
 		t.Error(err)
 	}
 }
@@ -119,7 +128,7 @@ proxy_operator_provider_checkers_abandoned_total 0
 # TYPE proxy_operator_provider_info gauge
 proxy_operator_provider_info{provider="kvm-lab",type="kvm"} 1
 `
-	if err := testutil.CollectAndCompare(New(fixed(s)), strings.NewReader(want)); err != nil {
+	if err := testutil.GatherAndCompare(NewGatherer(fixed(s)), strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
 }
@@ -127,8 +136,8 @@ proxy_operator_provider_info{provider="kvm-lab",type="kvm"} 1
 func TestCollectFollowsSnapshotChanges(t *testing.T) {
 	var cur atomic.Pointer[checks.Snapshot]
 	cur.Store(fullSnapshot())
-	c := New(cur.Load)
-	if err := testutil.CollectAndCompare(c, strings.NewReader(fullExposition)); err != nil {
+	c := NewGatherer(cur.Load)
+	if err := testutil.GatherAndCompare(c, strings.NewReader(fullExposition)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -162,33 +171,23 @@ proxy_operator_provider_target_reason{provider="kvm-lab",reason="Ready",target="
 proxy_operator_provider_target_up{provider="kvm-lab",target="hv1"} 1
 proxy_operator_provider_target_up{provider="kvm-lab",target="hv2"} 0
 `
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+	if err := testutil.GatherAndCompare(c, strings.NewReader(want),
 		"proxy_operator_kvm_storage_pool_capacity_bytes", "proxy_operator_provider_check_rounds_total",
 		"proxy_operator_provider_info", "proxy_operator_provider_target_reason", "proxy_operator_provider_target_up"); err != nil {
 		t.Error(err)
 	}
 
-	// What the new snapshot no longer uses is not kept for later scrapes.
-	lc := c.(*collector).labels
-	if len(lc.targets) != 2 {
-		t.Errorf("label cache holds %d targets after gcp-prod was removed, want 2", len(lc.targets))
-	}
-	for k := range lc.pairs {
-		if k.value == "gcp-prod" || k.value == "TCPUnreachable" {
-			t.Errorf("label cache still holds %s=%q", *k.name, k.value)
-		}
-	}
 }
 
 func TestInvalidUTF8LabelValueDoesNotFailTheScrape(t *testing.T) {
 	s := &checks.Snapshot{Round: 1, Providers: []checks.ProviderState{{Name: "kvm", Type: checks.TypeKVM,
 		Targets: []checks.TargetState{{TargetResult: checks.TargetResult{Target: "hv\xff1", Up: true, Reason: checks.ReasonReady}}}}}}
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(New(fixed(s)))
-	if _, err := reg.Gather(); err != nil {
+	// prometheus.Gatherers checks every label value, as the scrape does.
+	g := prometheus.Gatherers{NewGatherer(fixed(s))}
+	if _, err := g.Gather(); err != nil {
 		t.Errorf("scrape failed: %v", err)
 	}
-	if n, err := testutil.GatherAndCount(reg, "proxy_operator_provider_target_up"); err != nil || n != 1 {
+	if n, err := testutil.GatherAndCount(g, "proxy_operator_provider_target_up"); err != nil || n != 1 {
 		t.Errorf("target_up series: %d, %v; want 1", n, err)
 	}
 }
@@ -217,8 +216,7 @@ func TestScrapeDuringAStuckRoundReturnsAtOnce(t *testing.T) {
 		cancel()
 		<-done
 	})
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(New(r.Current))
+	reg := NewGatherer(r.Current)
 
 	<-bc.started
 	// The round is now blocked on release, which only this test closes, after the scrape.
@@ -245,9 +243,8 @@ func TestScrapeDuringAStuckRoundReturnsAtOnce(t *testing.T) {
 func TestConcurrentScrapesWhileSnapshotsChange(t *testing.T) {
 	var cur atomic.Pointer[checks.Snapshot]
 	cur.Store(bigSnapshot(100))
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(New(cur.Load))
-	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
+	g := prometheus.Gatherers{prometheus.NewRegistry(), NewGatherer(cur.Load)}
+	srv := httptest.NewServer(promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError, EnableOpenMetrics: true}))
 	defer srv.Close()
 
 	stop := make(chan struct{})
@@ -292,19 +289,25 @@ func TestConcurrentScrapesWhileSnapshotsChange(t *testing.T) {
 	wg.Wait()
 }
 
-// textOutput is what /metrics serves for s in the text format, through Handler as the exporter
-// serves it (gzip-compressed on the wire, its cached and fresh parts spliced).
-func textOutput(t *testing.T, s *checks.Snapshot) []byte {
-	t.Helper()
+// handler serves s beside a registry as the exporter serves /metrics.
+func handler(s *checks.Snapshot) http.Handler {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "proxy_operator_config_last_reload_successful",
 		Help: "A family of the registry, before the snapshot's."}))
-	h := Handler(reg, NewGatherer(fixed(s)), promhttp.HandlerOpts{EnableOpenMetrics: true})
-	r := get(t, h, "/metrics", "text/plain; version=0.0.4", "gzip")
-	if r.code != http.StatusOK || r.header.Get("Content-Encoding") != "gzip" {
-		t.Fatalf("status %d, Content-Encoding %q", r.code, r.header.Get("Content-Encoding"))
+	return promhttp.HandlerFor(prometheus.Gatherers{reg, NewGatherer(fixed(s))}, promhttp.HandlerOpts{EnableOpenMetrics: true})
+}
+
+// textOutput is what /metrics serves for s in the text format.
+func textOutput(t *testing.T, s *checks.Snapshot) []byte {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	req.Header.Set("Accept", "text/plain; version=0.0.4")
+	handler(s).ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
-	return r.body
+	return rec.Body.Bytes()
 }
 
 func TestPromtoolCheckMetrics(t *testing.T) {
@@ -325,23 +328,6 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 		} else if len(bytes.TrimSpace(out)) != 0 {
 			t.Errorf("%s: promtool check metrics reported problems:\n%s", name, out)
 		}
-	}
-}
-
-func TestDescribeMatchesCollect(t *testing.T) {
-	// The full snapshot emits every family; Describe must announce exactly those (a pedantic
-	// registry fails the gather on any metric whose Desc was not described).
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(New(fixed(fullSnapshot())))
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := make(chan *prometheus.Desc, 100)
-	New(nil).Describe(ch)
-	close(ch)
-	if len(ch) != len(mfs) {
-		t.Errorf("Describe sends %d descriptions, a full snapshot collects %d families", len(ch), len(mfs))
 	}
 }
 
@@ -387,9 +373,7 @@ func TestMetricsDocMatchesCollector(t *testing.T) {
 		}
 	}
 
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(New(fixed(fullSnapshot())))
-	mfs, err := reg.Gather()
+	mfs, err := prometheus.Gatherers{NewGatherer(fixed(fullSnapshot()))}.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,4 +409,109 @@ func labelNames(m *dto.Metric) string {
 	}
 	slices.SortFunc(names, func(a, b string) int { return slices.Index(order, a) - slices.Index(order, b) })
 	return strings.Join(names, ", ")
+}
+
+// TestFormatsAndCompressions: promhttp answers every format and compression Prometheus or a
+// person may ask for, each body decoding to the snapshot's series and the registry's.
+func TestFormatsAndCompressions(t *testing.T) {
+	h := handler(fullSnapshot())
+	const series = 22 // fullExposition's 21 and the registry's gauge
+	for _, accept := range []string{"", "*/*", "text/plain; version=0.0.4", "text/plain;version=1.0.0;escaping=allow-utf-8",
+		"application/openmetrics-text; version=1.0.0", acceptPrometheus,
+		"application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"} {
+		for _, ae := range []string{"", "gzip", "identity", "deflate, gzip, br", "gzip;q=0"} {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+			req.Header.Set("Accept", accept)
+			req.Header.Set("Accept-Encoding", ae)
+			h.ServeHTTP(rec, req)
+			what := fmt.Sprintf("Accept %q, Accept-Encoding %q", accept, ae)
+			if rec.Code != http.StatusOK {
+				t.Errorf("%s: status %d", what, rec.Code)
+				continue
+			}
+			body := io.Reader(rec.Body)
+			wantGzip := strings.Contains(ae, "gzip") && !strings.Contains(ae, "q=0")
+			if got := rec.Header().Get("Content-Encoding") == "gzip"; got != wantGzip {
+				t.Errorf("%s: Content-Encoding %q", what, rec.Header().Get("Content-Encoding"))
+			}
+			if wantGzip {
+				zr, err := gzip.NewReader(body)
+				if err != nil {
+					t.Errorf("%s: %v", what, err)
+					continue
+				}
+				body = zr
+			}
+			format := expfmt.ResponseFormat(rec.Header())
+			if format.FormatType() == expfmt.TypeOpenMetrics {
+				b, err := io.ReadAll(body)
+				if err != nil || !bytes.HasSuffix(b, []byte("# EOF\n")) ||
+					bytes.Count(b, []byte("\nproxy_operator_")) != series {
+					t.Errorf("%s: OpenMetrics body (%v):\n%s", what, err, b)
+				}
+				continue
+			}
+			n := 0
+			dec := expfmt.NewDecoder(body, format)
+			for {
+				var mf dto.MetricFamily
+				if err := dec.Decode(&mf); err == io.EOF {
+					break
+				} else if err != nil {
+					t.Fatalf("%s (%s): %v", what, format, err)
+				}
+				n += len(mf.GetMetric())
+			}
+			if n != series {
+				t.Errorf("%s (%s): %d series, want %d", what, format, n, series)
+			}
+		}
+	}
+}
+
+// TestDuplicateSeriesFailTheScrape: two verdicts on one target (a checker's bug) fail the
+// scrape as a registry would, rather than serving inconsistent series.
+func TestDuplicateSeriesFailTheScrape(t *testing.T) {
+	s := fullSnapshot()
+	s.Providers[0].Targets = append(s.Providers[0].Targets, s.Providers[0].Targets[0])
+	rec := httptest.NewRecorder()
+	handler(s).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), "collected before with the same name and label values") {
+		t.Errorf("status %d: %s", rec.Code, rec.Body)
+	}
+}
+
+// TestGatherBuildsOncePerSnapshot: scrapes of one snapshot share its families; a new snapshot
+// gets new ones.
+func TestGatherBuildsOncePerSnapshot(t *testing.T) {
+	var cur atomic.Pointer[checks.Snapshot]
+	cur.Store(fullSnapshot())
+	g := NewGatherer(cur.Load)
+	a, _ := g.Gather()
+	b, _ := g.Gather()
+	if &a[0] != &b[0] {
+		t.Error("two scrapes of one snapshot built its families twice")
+	}
+	cur.Store(fullSnapshot())
+	c, _ := g.Gather()
+	if &a[0] == &c[0] {
+		t.Error("a new snapshot was served from the previous one's families")
+	}
+}
+
+// TestLabelPairsInNameOrder: prometheus.Gatherers would replace unsorted label pairs of a
+// shared series with a sorted copy, a write that concurrent scrapes would race on.
+func TestLabelPairsInNameOrder(t *testing.T) {
+	mfs, err := NewGatherer(fixed(fullSnapshot())).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if !slices.IsSortedFunc(m.GetLabel(), func(a, b *dto.LabelPair) int { return strings.Compare(a.GetName(), b.GetName()) }) {
+				t.Errorf("%s: label pairs %v not in name order", mf.GetName(), m.GetLabel())
+			}
+		}
+	}
 }

@@ -1,6 +1,8 @@
 package collector
 
 import (
+	"bytes"
+	"compress/gzip"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
@@ -154,4 +156,18 @@ func measureExporter(b *testing.B, bin, config string) (rss uint64, body int) {
 		body = len(data)
 	}
 	return vmRSSOf(b, fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)), body
+}
+
+// gunzip decompresses a gzip body.
+func gunzip(tb testing.TB, b []byte) []byte {
+	tb.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		tb.Fatalf("gzip header: %v", err)
+	}
+	out, err := io.ReadAll(zr)
+	if err != nil {
+		tb.Fatalf("gzip body: %v", err)
+	}
+	return out
 }

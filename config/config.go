@@ -23,19 +23,41 @@ import (
 	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
 )
 
-// The keys each mapping allows, in the order the docs list them.
+// The keys each mapping allows, in the order the docs list them: the yaml names of the fields
+// of the type it decodes into, in declaration order.
 var (
-	rootFields       = []string{"providers"}
-	providerFields   = []string{"name", "type", TypeKubernetes, TypeGCP, TypeKVM}
-	kubernetesFields = []string{"kubeconfig", "context", "group", "version", "resource", "namespace", "labelSelector"}
-	gcpFields        = []string{"project", "credentialsFile", "filter", "endpoint"}
-	kvmFields        = []string{"user", "privateKeyFile", "passphraseFile", "knownHostsFile",
-		"insecureSkipHostKeyVerification", "port", "socket", "storagePool", "concurrency",
-		"tcpTimeout", "sshTimeout", "libvirtTimeout", "hosts"}
-	hostFields = []string{"address", "name"}
+	rootFields       = yamlKeys[Config]()
+	providerFields   = yamlKeys[Provider]()
+	kubernetesFields = yamlKeys[KubernetesConfig]()
+	gcpFields        = yamlKeys[GCPConfig]()
+	kvmFields        = yamlKeys[KVMConfig]()
+	hostFields       = yamlKeys[KVMHost]()
 )
+
+// yamlKeys returns the keys of T's yaml struct tags, in field order.
+func yamlKeys[T any]() []string {
+	t := reflect.TypeFor[T]()
+	keys := make([]string, 0, t.NumField())
+	for f := range t.Fields() {
+		if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); name != "" && name != "-" {
+			keys = append(keys, name)
+		}
+	}
+	return keys
+}
+
+// typeNames are the provider types (checks.Types) as the file spells them.
+var typeNames = func() []string {
+	var names []string
+	for _, t := range checks.Types {
+		names = append(names, string(t))
+	}
+	return names
+}()
 
 // Load reads and validates the providers file at path. A file that does not validate returns
 // Errors; a file that cannot be read returns the read error.
@@ -134,17 +156,17 @@ func (d *decoder) provider(n *yaml.Node, path string, i int, names map[string]na
 	default:
 		names[name] = nameUse{index: i, line: nv.Line}
 	}
-	allowed := " (allowed: " + strings.Join(Types, ", ") + ")"
+	allowed := " (allowed: " + strings.Join(typeNames, ", ") + ")"
 	typ, tv, typeOK := d.required(m, "type", allowed)
-	if typeOK && !slices.Contains(Types, typ) {
+	if typeOK && !slices.Contains(typeNames, typ) {
 		d.add(tv, join(path, "type"), "unknown provider type %s%s", quote(typ), allowed)
 		typeOK = false
 	}
-	p = Provider{Name: name, Type: typ}
+	p = Provider{Name: name, Type: checks.ProviderType(typ)}
 	if !typeOK {
 		return p, false
 	}
-	for _, t := range Types {
+	for _, t := range typeNames {
 		if e, has := m.fields[t]; has && t != typ {
 			d.add(e.key, join(path, t), "block does not match type %s (a %s provider takes a %s block)",
 				quote(typ), typ, typ)
@@ -158,7 +180,7 @@ func (d *decoder) provider(n *yaml.Node, path string, i int, names map[string]na
 	}
 	blockPath := join(path, typ)
 	var blockOK bool
-	switch typ {
+	switch checks.ProviderType(typ) {
 	case TypeKubernetes:
 		p.Kubernetes, blockOK = d.kubernetes(e, blockPath)
 	case TypeGCP:
@@ -506,15 +528,6 @@ func cmpOr(s, def string) string {
 		return def
 	}
 	return s
-}
-
-// Names returns the provider names in file order.
-func (c *Config) Names() []string {
-	names := make([]string, len(c.Providers))
-	for i, p := range c.Providers {
-		names[i] = p.Name
-	}
-	return names
 }
 
 // Warnings lists what the exporter should say loudly at every load: settings that weaken

@@ -97,7 +97,7 @@ func TestDocsFields(t *testing.T) {
 			t.Errorf("default %q is not in %s", v, docsFile)
 		}
 	}
-	for _, ty := range Types {
+	for _, ty := range typeNames {
 		if !strings.Contains(doc, "### Type `"+ty+"`") {
 			t.Errorf("type %s has no section in %s", ty, docsFile)
 		}

@@ -1,17 +1,19 @@
 package config
 
-import "time"
+import (
+	"time"
 
-// The provider types, the values of a provider's `type` field. Each names the block the
-// provider carries (`type: kvm` takes a `kvm:` block).
-const (
-	TypeKubernetes = "kubernetes"
-	TypeGCP        = "gcp"
-	TypeKVM        = "kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
 )
 
-// Types lists every provider type in the order the docs and error messages present them.
-var Types = []string{TypeKubernetes, TypeGCP, TypeKVM}
+// The provider types, the values of a provider's `type` field, are checks' (checks.Types); each
+// names the block the provider carries (`type: kvm` takes a `kvm:` block). These are the same
+// constants, for callers that build a Provider.
+const (
+	TypeKubernetes = checks.TypeKubernetes
+	TypeGCP        = checks.TypeGCP
+	TypeKVM        = checks.TypeKVM
+)
 
 // Defaults the loader applies. They are the one source of truth: the docs and tests are checked
 // against them, and code that needs a default reads it here.
@@ -58,11 +60,11 @@ type Config struct {
 type Provider struct {
 	// Name is a DNS-1123 label, unique in the file; also the ProviderHealth object's name.
 	Name string `yaml:"name"`
-	// Type is one of kubernetes, gcp, kvm.
-	Type       string            `yaml:"type"`
-	Kubernetes *KubernetesConfig `yaml:"kubernetes,omitempty"`
-	GCP        *GCPConfig        `yaml:"gcp,omitempty"`
-	KVM        *KVMConfig        `yaml:"kvm,omitempty"`
+	// Type is one of checks.Types.
+	Type       checks.ProviderType `yaml:"type"`
+	Kubernetes *KubernetesConfig   `yaml:"kubernetes,omitempty"`
+	GCP        *GCPConfig          `yaml:"gcp,omitempty"`
+	KVM        *KVMConfig          `yaml:"kvm,omitempty"`
 }
 
 // KubernetesConfig is the block of a `type: kubernetes` provider.

@@ -1,20 +1,17 @@
-package config_test
+package config
 
 import (
 	"slices"
 	"testing"
-
-	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
-// TestTypesMatchChecks keeps the providers file's types and the checks' types one list.
-func TestTypesMatchChecks(t *testing.T) {
-	var want []string
-	for _, ty := range checks.Types {
-		want = append(want, string(ty))
+// TestBlockKeysAreTheTypes: a provider's block is named by its type, so the Provider fields
+// after name and type are the provider types of package checks, in the same order.
+func TestBlockKeysAreTheTypes(t *testing.T) {
+	if got := providerFields[2:]; !slices.Equal(got, typeNames) {
+		t.Errorf("Provider's block keys %q, provider types %q", got, typeNames)
 	}
-	if !slices.Equal(config.Types, want) {
-		t.Errorf("config.Types = %q, checks.Types = %q", config.Types, want)
+	if !slices.Equal(providerFields[:2], []string{"name", "type"}) {
+		t.Errorf("Provider's first keys %q, want name and type", providerFields[:2])
 	}
 }

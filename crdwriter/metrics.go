@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/provider-health-exporter/provider-health-exporter/collector"
 )
 
 // Kinds of writes the writer counts.
@@ -35,23 +37,23 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "proxy_operator_crd_writer_writes_total",
+			Name: collector.Namespace + "_crd_writer_writes_total",
 			Help: "Writes of the ProviderHealth writer to the Kubernetes API, by kind (create, status, delete, event) and result (success, conflict, error).",
 		}, []string{"kind", "result"}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "proxy_operator_crd_writer_last_success_timestamp_seconds",
+			Name: collector.Namespace + "_crd_writer_last_success_timestamp_seconds",
 			Help: "When the ProviderHealth writer last wrote to the Kubernetes API successfully, in seconds since the epoch.",
 		}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "proxy_operator_crd_writer_leader",
+			Name: collector.Namespace + "_crd_writer_leader",
 			Help: "1 when this replica's ProviderHealth writer is writing (holds the lease, or runs without leader election), else 0.",
 		}),
 		nameClashes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "proxy_operator_crd_writer_name_clashes",
+			Name: collector.Namespace + "_crd_writer_name_clashes",
 			Help: "Configured providers whose ProviderHealth object name is held by an object of another exporter instance (or not managed by the exporter); those objects are left alone.",
 		}),
 		syncedRound: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "proxy_operator_crd_writer_synced_round",
+			Name: collector.Namespace + "_crd_writer_synced_round",
 			Help: "The round of the newest snapshot the ProviderHealth writer has fully mirrored into the Kubernetes API (compare with proxy_operator_provider_check_rounds_total: a gap means the writer lags).",
 		}),
 	}

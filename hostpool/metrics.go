@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	metricprefix "github.com/provider-health-exporter/provider-health-exporter/collector"
 )
 
 // counters are one pool's own numbers (Stats).
@@ -93,14 +95,12 @@ func (s *poolSet) leave(name string, ps *providerStats) {
 	}
 }
 
-const namespace = "proxy_operator"
-
 var (
-	connectionsDesc = prometheus.NewDesc(prometheus.BuildFQName(namespace, "kvm_pool", "connections"),
+	connectionsDesc = prometheus.NewDesc(prometheus.BuildFQName(metricprefix.Namespace, "kvm_pool", "connections"),
 		"Open SSH connections to KVM hosts (one per host while its link lives).", []string{"provider"}, nil)
-	dialsDesc = prometheus.NewDesc(prometheus.BuildFQName(namespace, "kvm_pool", "dials_total"),
+	dialsDesc = prometheus.NewDesc(prometheus.BuildFQName(metricprefix.Namespace, "kvm_pool", "dials_total"),
 		"Connection attempts to KVM hosts by result: ok, or the stage that failed.", []string{"provider", "result"}, nil)
-	abandonedDesc = prometheus.NewDesc(prometheus.BuildFQName(namespace, "kvm_pool", "abandoned_probes"),
+	abandonedDesc = prometheus.NewDesc(prometheus.BuildFQName(metricprefix.Namespace, "kvm_pool", "abandoned_probes"),
 		"Probes abandoned at their deadline whose RPCs have not returned yet (at most one per host).", []string{"provider"}, nil)
 )
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // staler is the optional interface the exporter's reload asks a checker about.
@@ -151,7 +152,7 @@ func TestSDKDebugLoggingStaysOff(t *testing.T) {
 	s := gcefake.Start(t)
 	s.AddInstances(project, "us-east1-b", 1, managed)
 	key := s.ServiceAccountKey(t)
-	var logs lockedBuffer
+	var logs testutil.SyncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
 	stop := captureStderr(t)

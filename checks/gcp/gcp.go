@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,9 +39,9 @@ import (
 	"cloud.google.com/go/auth/httptransport"
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/googleapis/gax-go/v2/apierror"
 	"golang.org/x/oauth2"
 	"google.golang.org/api/googleapi"
-	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 	"google.golang.org/protobuf/proto"
 
@@ -92,26 +93,12 @@ type Checker struct {
 	authRT http.RoundTripper
 	// loadedAt is the key file's state when authRT was built from it: a change (a rotated
 	// Secret) makes the next check load the file again.
-	loadedAt fileState
+	loadedAt checks.FileState
 	// loadErr is the error of the last load, nil once credentials have loaded.
 	loadErr error
 	// loading is closed when the load in progress ends; nil when none runs. One load at a
 	// time, and a check waits for it only until its own deadline.
 	loading chan struct{}
-}
-
-// fileState is what tells that the key file changed since it was read.
-type fileState struct {
-	modTime time.Time
-	size    int64
-}
-
-func statFile(path string) (fileState, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fileState{}, err
-	}
-	return fileState{modTime: fi.ModTime(), size: fi.Size()}, nil
 }
 
 // discard is handed to the SDK wherever it would otherwise build its own logger from
@@ -216,13 +203,8 @@ func (c *Checker) Stale() bool {
 }
 
 // keyChangedLocked reports whether the key file is no longer the one authRT was built from.
-// A file that cannot be stat'ed counts as changed, so that the next load reports why.
 func (c *Checker) keyChangedLocked() bool {
-	if c.credFile == "" {
-		return false
-	}
-	now, err := statFile(c.credFile)
-	return err != nil || !now.modTime.Equal(c.loadedAt.modTime) || now.size != c.loadedAt.size
+	return c.credFile != "" && c.loadedAt.Changed(c.credFile)
 }
 
 // transport returns the authorizing round tripper, loading the credentials on first use, again
@@ -285,7 +267,7 @@ func (c *Checker) dropToken(rt http.RoundTripper) {
 // load builds the authorizing round tripper from the key file or from Application Default
 // Credentials, and returns the key file's state as it was before the read (so a change during
 // the read still counts as a change).
-func (c *Checker) load() (http.RoundTripper, fileState, error) {
+func (c *Checker) load() (http.RoundTripper, checks.FileState, error) {
 	opts := &credentials.DetectOptions{
 		Scopes: []string{Scope},
 		// The token exchange gets its own bound: a background refresh has no check deadline.
@@ -293,10 +275,10 @@ func (c *Checker) load() (http.RoundTripper, fileState, error) {
 		Logger: discard,
 	}
 	var creds *auth.Credentials
-	var at fileState
+	var at checks.FileState
 	var err error
 	if c.credFile != "" {
-		at, _ = statFile(c.credFile)
+		at, _ = checks.StatFile(c.credFile)
 		var key []byte
 		if key, err = readServiceAccountKey(c.credFile); err == nil {
 			creds, err = credentials.NewCredentialsFromJSON(credentials.ServiceAccount, key, opts)
@@ -488,10 +470,11 @@ func (c *Checker) call(ctx context.Context, stage *atomic.Int32) outcome {
 	if c.filter != "" {
 		req.Filter = proto.String(c.filter)
 	}
-	// One page of one item: the iterator's Next would follow nextPageToken through the whole
-	// fleet, a request per page.
-	var page []compute.InstancesScopedListPair
-	if _, err := iterator.NewPager(client.AggregatedList(ctx, req), 1, "").NextPage(&page); err != nil {
+	// Exactly one request: the iterator's Next, and a Pager's NextPage too, follow
+	// nextPageToken while a page holds no item (each follow-up built without ctx, so it goes on
+	// after the check is abandoned); InternalFetch fetches the one page asked for.
+	page, _, err := client.AggregatedList(ctx, req).InternalFetch(1, "")
+	if err != nil {
 		return outcome{err: err, rt: rt}
 	}
 	n := 0
@@ -527,7 +510,7 @@ func classify(err error) (checks.Reason, string) {
 	}
 	var terr *tokenError
 	if errors.As(err, &terr) {
-		if isUnreachable(terr.err) {
+		if checks.Unreachable(terr.err) {
 			return checks.ReasonAPIUnreachable, "OAuth token endpoint unreachable: " + netMessage(terr.err)
 		}
 		return checks.ReasonCredentialsError, "OAuth token exchange failed: " + tokenMessage(terr.err)
@@ -541,19 +524,44 @@ func classify(err error) (checks.Reason, string) {
 		switch {
 		case gerr.Code == http.StatusUnauthorized:
 			return checks.ReasonUnauthorized, msg
-		case gerr.Code == http.StatusForbidden:
-			return checks.ReasonForbidden, msg
 		case gerr.Code == http.StatusNotFound:
 			return checks.ReasonProjectNotFound, msg
 		case gerr.Code == http.StatusTooManyRequests:
 			return checks.ReasonRateLimited, msg
 		}
+		// GCE answers a rate quota with 403 as well as 429: the error's reason tells it apart
+		// from a missing permission.
+		if reason := rateLimitReason(err, gerr); reason != "" {
+			return checks.ReasonRateLimited, msg + " (" + reason + ")"
+		}
+		if gerr.Code == http.StatusForbidden {
+			return checks.ReasonForbidden, msg
+		}
 		return checks.ReasonAPIError, msg
 	}
-	if isUnreachable(err) {
+	if checks.Unreachable(err) {
 		return checks.ReasonAPIUnreachable, "Compute API unreachable: " + netMessage(err)
 	}
 	return checks.ReasonAPIError, "Compute API call failed: " + netMessage(err)
+}
+
+// rateLimitReasons are the error reasons with which Google APIs refuse a request over a rate
+// quota: the legacy ones of the JSON error body (GCE's 403) and the ErrorInfo one.
+var rateLimitReasons = []string{"rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED"}
+
+// rateLimitReason returns the reason with which the API refused the call for a rate quota,
+// from its error body or its ErrorInfo detail, whatever the status; "" when it did not.
+func rateLimitReason(err error, gerr *googleapi.Error) string {
+	for _, e := range gerr.Errors {
+		if slices.Contains(rateLimitReasons, e.Reason) {
+			return e.Reason
+		}
+	}
+	var aerr *apierror.APIError
+	if errors.As(err, &aerr) && slices.Contains(rateLimitReasons, aerr.Reason()) {
+		return aerr.Reason()
+	}
+	return ""
 }
 
 // cutByDeadline reports errors of a call cut short: by its context, or by a timeout.
@@ -561,36 +569,6 @@ func cutByDeadline(err error) bool {
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
 		(errors.As(err, &ne) && ne.Timeout())
-}
-
-// isUnreachable reports failures to get any answer from the endpoint: name resolution, TCP
-// connect, TLS handshake and certificate verification, a connect or handshake that timed out,
-// and a connection closed or reset before an answer.
-func isUnreachable(err error) bool {
-	var dnsErr *net.DNSError
-	var opErr *net.OpError
-	var certErr *tls.CertificateVerificationError
-	var unknownAuth x509.UnknownAuthorityError
-	var hostErr x509.HostnameError
-	var invalidErr x509.CertificateInvalidError
-	var recErr tls.RecordHeaderError
-	var alertErr tls.AlertError
-	switch {
-	case errors.As(err, &dnsErr), errors.As(err, &opErr),
-		errors.As(err, &certErr), errors.As(err, &unknownAuth), errors.As(err, &hostErr),
-		errors.As(err, &invalidErr), errors.As(err, &recErr), errors.As(err, &alertErr):
-		return true
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return true
-	}
-	// Whatever else http.Client.Do failed with (it wraps every failure of the transport in a
-	// *url.Error) came before any answer: net/http's own errors for a connection closed before
-	// the response ("server closed idle connection") or a handshake that timed out are
-	// unexported.
-	var uerr *url.Error
-	return errors.As(err, &uerr)
 }
 
 // isTLSHandshakeTimeout reports net/http's TLSHandshakeTimeout, whose error type is not

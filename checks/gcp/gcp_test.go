@@ -1,7 +1,6 @@
 package gcp_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -30,6 +29,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 const project = gcefake.DefaultProject
@@ -328,6 +328,15 @@ func TestReasons(t *testing.T) {
 			s.SetFailure(429)
 			return provider(s, s.ServiceAccountKey(t))
 		}, checks.ReasonRateLimited, "Quota exceeded", 1, nil},
+		// GCE answers a rate quota with 403: not an IAM problem.
+		{"403 rateLimitExceeded", func(t *testing.T, s *gcefake.Server) config.Provider {
+			s.RateLimitNext(gcefake.ReasonRateLimitExceeded)
+			return provider(s, s.ServiceAccountKey(t))
+		}, checks.ReasonRateLimited, "answered 403: Rate Limit Exceeded (rateLimitExceeded)", 1, nil},
+		{"403 userRateLimitExceeded", func(t *testing.T, s *gcefake.Server) config.Provider {
+			s.RateLimitNext(gcefake.ReasonUserRateLimitExceeded)
+			return provider(s, s.ServiceAccountKey(t))
+		}, checks.ReasonRateLimited, "(userRateLimitExceeded)", 1, nil},
 		{"500", func(t *testing.T, s *gcefake.Server) config.Provider {
 			s.SetFailure(500)
 			return provider(s, s.ServiceAccountKey(t))
@@ -400,6 +409,40 @@ func TestReasons(t *testing.T) {
 		if !produced[reason] {
 			t.Errorf("reason %s is in the gcp catalogue but no case produced it", reason)
 		}
+	}
+}
+
+// TestOneRequestPerCheckOnEmptyPages: a server answering pages without an item but with a
+// nextPageToken (which a Pager follows until it finds an item) gets exactly one request per
+// check, and none after the check returned, whether the check ends Ready or at its deadline.
+func TestOneRequestPerCheckOnEmptyPages(t *testing.T) {
+	s := gcefake.Start(t)
+	s.AddInstances(project, "us-east1-b", 3, managed)
+	s.SetEmptyPages(true)
+	c := newChecker(t, provider(s, s.ServiceAccountKey(t)), nil)
+	for i := 1; i <= 3; i++ {
+		r := check(t, c, 5*time.Second)
+		if r.Reason != checks.ReasonReady || !strings.Contains(r.Message, "no instance matches") {
+			t.Errorf("check %d: got %s: %s; want Ready with no instance on the page", i, r.Reason, r.Message)
+		}
+		if got := s.InstancesRequests(); got != i {
+			t.Fatalf("after check %d: %d instances requests, want %d", i, got, i)
+		}
+	}
+	// A slow server: the check is abandoned at its deadline; the call must not page on.
+	s.SetLatency(300 * time.Millisecond)
+	if r := check(t, c, 100*time.Millisecond); r.Reason != checks.ReasonTimeout {
+		t.Errorf("slow empty page: got %s: %s; want Timeout", r.Reason, r.Message)
+	}
+	s.SetLatency(0)
+	// Wait until the abandoned request has been answered (or cut), then give a follow-up
+	// page every chance to be requested.
+	for s.InFlight() > 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if got := s.InstancesRequests(); got != 4 {
+		t.Errorf("after an abandoned check: %d instances requests, want 4 (one per check)", got)
 	}
 }
 
@@ -506,30 +549,12 @@ func TestOneRequestPerCheckOnALargeFleet(t *testing.T) {
 	}
 }
 
-// lockedBuffer collects log output written from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestNoSecretsInMessagesOrLogs runs the flows that touch credentials and looks for the access
 // tokens and the private keys in every result message and log line.
 func TestNoSecretsInMessagesOrLogs(t *testing.T) {
 	s := gcefake.Start(t)
 	s.AddInstances(project, "us-east1-b", 1, managed)
-	var logs lockedBuffer
+	var logs testutil.SyncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var messages []string
 	run := func(c checks.Checker, timeout time.Duration) {

@@ -1,10 +1,11 @@
 package kubernetes
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,28 +19,11 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // bulkObjects is how many labelled objects exist when the check must still list only one.
 const bulkObjects = 2000
-
-// syncBuffer is a log sink shared by the checkers' goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func bindClusterRole(t *testing.T, admin kubernetes.Interface, name string, rules []rbacv1.PolicyRule, users ...string) {
 	t.Helper()
@@ -109,7 +93,7 @@ func createBulkB(t testing.TB, cfg *rest.Config, ns string, n int) {
 func TestAgainstAPIServer(t *testing.T) {
 	env := kube.Start(t)
 	admin := kubernetes.NewForConfigOrDie(env.AdminConfig)
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
 	// Every credential used below; none may appear in a message or a log line.
@@ -168,6 +152,31 @@ func TestAgainstAPIServer(t *testing.T) {
 		expect(t, r, checks.ReasonReady, "admin@testenv")
 		if !strings.Contains(r.Message, "pods (v1)") {
 			t.Errorf("message %q: empty version and resource should list v1 pods", r.Message)
+		}
+	})
+
+	t.Run("CloseClosesConnections", func(t *testing.T) {
+		port := env.AdminConfig.Host[strings.LastIndex(env.AdminConfig.Host, ":")+1:]
+		before := socketsTo(t, port)
+		c := newChecker(t, provider("cluster-main", env.Kubeconfig, ""), logger)
+		expect(t, checkOnce(t, c, context.Background()), checks.ReasonReady, "admin@testenv")
+		opened := 0
+		for inode := range socketsTo(t, port) {
+			if !before[inode] {
+				opened++
+			}
+		}
+		if opened == 0 {
+			t.Fatalf("the check left no connection to the API server open: nothing for Close to close")
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// Close returns once the connections are closed: no wait is needed.
+		for inode := range socketsTo(t, port) {
+			if !before[inode] {
+				t.Errorf("socket %s to the API server still open after Close (%d opened by the check)", inode, opened)
+			}
 		}
 	})
 
@@ -335,4 +344,43 @@ func BenchmarkCheck(b *testing.B) {
 			b.Fatalf("reason %s: %s", r.Reason, r.Message)
 		}
 	}
+}
+
+// socketsTo returns the inodes of this process's established TCP connections to port (decimal),
+// read from /proc: what the process holds open, whichever client opened it.
+func socketsTo(t *testing.T, port string) map[string]bool {
+	t.Helper()
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		t.Fatalf("port %q: %v", port, err)
+	}
+	remote := fmt.Sprintf(":%04X", p)
+	inNet := map[string]bool{}
+	for _, f := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // no IPv6
+		}
+		for line := range strings.Lines(string(b)) {
+			fields := strings.Fields(line)
+			// sl local rem st ... inode (field 9); state 01 is ESTABLISHED.
+			if len(fields) > 9 && strings.HasSuffix(fields[2], remote) && fields[3] == "01" {
+				inNet[fields[9]] = true
+			}
+		}
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, fd := range fds {
+		target, err := os.Readlink("/proc/self/fd/" + fd.Name())
+		if inode, ok := strings.CutPrefix(target, "socket:["); err == nil && ok {
+			if inode = strings.TrimSuffix(inode, "]"); inNet[inode] {
+				out[inode] = true
+			}
+		}
+	}
+	return out
 }

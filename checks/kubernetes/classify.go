@@ -2,15 +2,9 @@ package kubernetes
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/url"
 	"strings"
-	"syscall"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -42,38 +36,8 @@ func classify(ctx context.Context, err error, what string) (checks.Reason, strin
 	if strings.Contains(err.Error(), "getting credentials") {
 		return checks.ReasonConfigError, fmt.Sprintf("list %s: %v", what, err)
 	}
-	if unreachable(err) {
+	if checks.Unreachable(err) {
 		return checks.ReasonAPIUnreachable, fmt.Sprintf("list %s: cannot reach the API server: %v", what, err)
 	}
 	return checks.ReasonAPIError, fmt.Sprintf("list %s: %v", what, err)
-}
-
-// unreachable reports whether err is a failure to reach the API server at all: a dial, a TLS
-// handshake or certificate, a connection that broke before an answer.
-func unreachable(err error) bool {
-	var (
-		opErr       *net.OpError
-		dnsErr      *net.DNSError
-		unknownCA   x509.UnknownAuthorityError
-		hostnameErr x509.HostnameError
-		invalidErr  x509.CertificateInvalidError
-		verifyErr   *tls.CertificateVerificationError
-		recordErr   tls.RecordHeaderError
-		alertErr    tls.AlertError
-		urlErr      *url.Error
-	)
-	switch {
-	case errors.As(err, &opErr), errors.As(err, &dnsErr),
-		errors.As(err, &unknownCA), errors.As(err, &hostnameErr), errors.As(err, &invalidErr),
-		errors.As(err, &verifyErr), errors.As(err, &recordErr), errors.As(err, &alertErr):
-		return true
-	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),
-		errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return true
-	case errors.As(err, &urlErr):
-		// The transport failed before any answer came back.
-		return true
-	}
-	return false
 }

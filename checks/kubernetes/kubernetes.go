@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -23,17 +22,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
-)
-
-// Defaults for what is listed when the providers file leaves it out.
-const (
-	DefaultVersion  = "v1"
-	DefaultResource = "pods"
 )
 
 // userAgent names the exporter in the API server's logs and audit events.
@@ -66,21 +60,7 @@ type Checker struct {
 
 	// kubeconfig and its state when it was read, for Stale.
 	kubeconfig   string
-	kubeconfigAt fileState
-}
-
-// fileState is what Stale compares to tell that a file changed.
-type fileState struct {
-	modTime time.Time
-	size    int64
-}
-
-func statFile(path string) (fileState, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fileState{}, err
-	}
-	return fileState{modTime: fi.ModTime(), size: fi.Size()}, nil
+	kubeconfigAt checks.FileState
 }
 
 var _ checks.Checker = (*Checker)(nil)
@@ -90,7 +70,7 @@ var _ checks.Checker = (*Checker)(nil)
 // given) now, but contacts no server. It returns an error only when p is not a kubernetes
 // provider; a kubeconfig that cannot be read or used makes a checker that reports ConfigError.
 func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
-	if p.Type != string(checks.TypeKubernetes) || p.Kubernetes == nil {
+	if p.Type != checks.TypeKubernetes || p.Kubernetes == nil {
 		return nil, fmt.Errorf("provider %q is not a kubernetes provider (type %q)", p.Name, p.Type)
 	}
 	if logger == nil {
@@ -105,17 +85,17 @@ func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 	}
 	c.gvr = schema.GroupVersionResource{Group: kc.Group, Version: kc.Version, Resource: kc.Resource}
 	if c.gvr.Version == "" {
-		c.gvr.Version = DefaultVersion
+		c.gvr.Version = config.DefaultKubernetesVersion
 	}
 	if c.gvr.Resource == "" {
-		c.gvr.Resource = DefaultResource
+		c.gvr.Resource = config.DefaultKubernetesResource
 	}
 	c.what = describe(c.gvr, c.namespace)
 
 	if kc.Kubeconfig != "" {
 		c.kubeconfig = kc.Kubeconfig
 		// Taken before reading, so that a change during the read still counts as one.
-		c.kubeconfigAt, _ = statFile(kc.Kubeconfig)
+		c.kubeconfigAt, _ = checks.StatFile(kc.Kubeconfig)
 	}
 	restConfig, target, err := loadConfig(kc)
 	c.target = target
@@ -222,14 +202,15 @@ func (c *Checker) Stale() bool {
 	if c.kubeconfig == "" {
 		return false
 	}
-	now, err := statFile(c.kubeconfig)
-	return err != nil || !now.modTime.Equal(c.kubeconfigAt.modTime) || now.size != c.kubeconfigAt.size
+	return c.kubeconfigAt.Changed(c.kubeconfig)
 }
 
-// Close releases idle connections to the API server.
+// Close closes the checker's idle connections to the API server. client-go wraps the
+// transport in round trippers that hide CloseIdleConnections from http.Client's own, so the
+// helper that unwraps them is used.
 func (c *Checker) Close() error {
 	if c.http != nil {
-		c.http.CloseIdleConnections()
+		utilnet.CloseIdleConnectionsFor(c.http.Transport)
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ func provider(name, kubeconfig, context string, mod ...func(*config.KubernetesCo
 	for _, m := range mod {
 		m(kc)
 	}
-	return config.Provider{Name: name, Type: string(checks.TypeKubernetes), Kubernetes: kc}
+	return config.Provider{Name: name, Type: checks.TypeKubernetes, Kubernetes: kc}
 }
 
 func newChecker(t *testing.T, p config.Provider, logger *slog.Logger) *Checker {

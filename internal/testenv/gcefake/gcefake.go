@@ -83,8 +83,9 @@ type Server struct {
 	keys          map[string]*serviceAccount // by client email
 	tokens        map[string]time.Time       // access token -> expiry
 	issued        []string                   // every access token ever issued, in order
-	failNext      []int
+	failNext      []failure
 	failure       int
+	emptyPages    bool
 	tokenFailure  int
 	latency       time.Duration
 	tokenLatency  time.Duration
@@ -206,12 +207,43 @@ func cloneLabels(m map[string]string) map[string]string {
 	return out
 }
 
+// failure is one queued error answer; an empty reason is the usual one for the status.
+type failure struct {
+	code   int
+	reason string
+}
+
+// Reasons GCE gives, with status 403, to a request over a rate quota (its API-quota
+// documentation): the project's rate, or one user's.
+const (
+	ReasonRateLimitExceeded     = "rateLimitExceeded"
+	ReasonUserRateLimitExceeded = "userRateLimitExceeded"
+)
+
 // FailNext makes the next instances request answer with this HTTP status and Google's error
 // body (401, 403, 404, 429, 500, 503, ...). Calls queue up: each fails one request.
 func (s *Server) FailNext(code int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.failNext = append(s.failNext, code)
+	s.failNext = append(s.failNext, failure{code: code})
+}
+
+// RateLimitNext makes the next instances request answer as GCE answers a request over a rate
+// quota: status 403 with reason (ReasonRateLimitExceeded or ReasonUserRateLimitExceeded) in
+// the error body. Calls queue up with FailNext's.
+func (s *Server) RateLimitNext(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failNext = append(s.failNext, failure{code: http.StatusForbidden, reason: reason})
+}
+
+// SetEmptyPages makes every instances answer a page without any item (no instance, no scope)
+// that still carries a nextPageToken, until SetEmptyPages(false). A client that follows tokens
+// until a page holds an item never stops.
+func (s *Server) SetEmptyPages(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.emptyPages = on
 }
 
 // SetFailure makes every instances request answer with this status until SetFailure(0).
@@ -318,14 +350,19 @@ func (s *Server) serveInstances(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	code := s.failure
+	fail := failure{code: s.failure}
 	if len(s.failNext) > 0 {
-		code, s.failNext = s.failNext[0], s.failNext[1:]
+		fail, s.failNext = s.failNext[0], s.failNext[1:]
 	}
+	emptyPages := s.emptyPages
 	s.mu.Unlock()
 	projectName := r.PathValue("project")
-	if code != 0 {
-		writeError(w, code, projectName)
+	switch {
+	case fail.reason != "":
+		writeRateLimited(w, fail.code, fail.reason)
+		return
+	case fail.code != 0:
+		writeError(w, fail.code, projectName)
 		return
 	}
 
@@ -373,7 +410,7 @@ func (s *Server) serveInstances(w http.ResponseWriter, r *http.Request) {
 	}
 	var matched []*instance
 	for _, inst := range p.instances {
-		if match(inst) {
+		if match(inst) && !emptyPages {
 			matched = append(matched, inst)
 		}
 	}
@@ -397,6 +434,9 @@ func (s *Server) serveInstances(w http.ResponseWriter, r *http.Request) {
 		body.Items[key] = sl
 	}
 	for z := range zones {
+		if emptyPages {
+			break // not even the scopes' warnings: a page without any item
+		}
 		key := "zones/" + z
 		if _, ok := body.Items[key]; ok {
 			continue
@@ -407,8 +447,8 @@ func (s *Server) serveInstances(w http.ResponseWriter, r *http.Request) {
 			Data:    []warningData{{Key: "scope", Value: key}},
 		}}
 	}
-	if end < len(matched) {
-		body.NextPageToken = encodePageToken(end, q.Get("filter"))
+	if end < len(matched) || emptyPages {
+		body.NextPageToken = encodePageToken(offset+pageSize, q.Get("filter"))
 	}
 	writeJSON(w, http.StatusOK, body)
 }
@@ -611,6 +651,18 @@ func writeError(w http.ResponseWriter, code int, projectName string) {
 		reason, msg = "backendError", "The service is currently unavailable."
 	}
 	writeErrorMessage(w, code, reason, msg)
+}
+
+// writeRateLimited answers as compute v1 answers a request over a rate quota: a 403 (not only
+// a 429) whose error item carries the reason, in the usageLimits domain.
+func writeRateLimited(w http.ResponseWriter, code int, reason string) {
+	const msg = "Rate Limit Exceeded"
+	writeJSON(w, code, googleError{Error: googleErrorBody{
+		Code:    code,
+		Message: msg,
+		Errors:  []googleErrorItem{{Domain: "usageLimits", Reason: reason, Message: msg}},
+		Status:  statusName(code),
+	}})
 }
 
 func writeErrorMessage(w http.ResponseWriter, code int, reason, msg string) {

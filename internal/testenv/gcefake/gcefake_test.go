@@ -437,3 +437,47 @@ func TestLatencyAndAbandonedRequests(t *testing.T) {
 		t.Errorf("in flight = %d after the client went away, want 0", n)
 	}
 }
+
+// TestRateLimitAnswersAsGCE: a rate quota is answered with 403 and the quota's reason in the
+// usageLimits domain, as GCE does, not only with 429.
+func TestRateLimitAnswersAsGCE(t *testing.T) {
+	s := Start(t)
+	c := newClient(t, s, s.ServiceAccountKey(t))
+	req := &computepb.AggregatedListInstancesRequest{Project: DefaultProject, MaxResults: proto.Uint32(1)}
+	for _, reason := range []string{ReasonRateLimitExceeded, ReasonUserRateLimitExceeded} {
+		s.RateLimitNext(reason)
+		_, err := drain(t, c, req)
+		var gerr *googleapi.Error
+		if !errors.As(err, &gerr) || gerr.Code != http.StatusForbidden || len(gerr.Errors) != 1 ||
+			gerr.Errors[0].Reason != reason || !strings.Contains(gerr.Body, `"domain":"usageLimits"`) {
+			t.Errorf("RateLimitNext(%s): err %v", reason, err)
+		}
+	}
+	if _, err := drain(t, c, req); err != nil {
+		t.Errorf("after the rate-limited requests: %v", err)
+	}
+}
+
+// TestEmptyPagesCarryAToken: with SetEmptyPages a page holds no item at all but a token, so
+// whoever follows tokens until an item comes never stops; the one-page fetch makes one request.
+func TestEmptyPagesCarryAToken(t *testing.T) {
+	s := Start(t)
+	s.AddInstances(DefaultProject, "us-east1-b", 2, nil)
+	s.SetEmptyPages(true)
+	c := newClient(t, s, s.ServiceAccountKey(t))
+	req := &computepb.AggregatedListInstancesRequest{Project: DefaultProject, MaxResults: proto.Uint32(1)}
+	items, token, err := c.AggregatedList(context.Background(), req).InternalFetch(1, "")
+	if err != nil || len(items) != 0 || token == "" {
+		t.Fatalf("empty page: %d items, token %q, err %v; want no item and a token", len(items), token, err)
+	}
+	if _, token2, err := c.AggregatedList(context.Background(), req).InternalFetch(1, token); err != nil || token2 == "" {
+		t.Errorf("following the token: token %q, err %v; want another token", token2, err)
+	}
+	if n := s.InstancesRequests(); n != 2 {
+		t.Errorf("%d instances requests, want 2", n)
+	}
+	s.SetEmptyPages(false)
+	if names, err := drain(t, c, req); err != nil || len(names) != 2 {
+		t.Errorf("after SetEmptyPages(false): %v, %v; want the 2 instances", names, err)
+	}
+}
