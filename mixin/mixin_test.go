@@ -303,7 +303,9 @@ func TestDocsLinked(t *testing.T) {
 
 // multiClusterTest is a promtool rule test for the alerts rendered with showMultiCluster: the
 // same provider and target in two clusters give two alerts, each with its cluster label, and
-// the description's reason query stays within the alert's cluster.
+// the description's reason query stays within the alert's cluster. An exporter down in one
+// cluster while the other's is up: ExporterDown's description counts the replicas still
+// scraped in its own cluster only (none).
 const multiClusterTest = `rule_files:
   - %s
 evaluation_interval: 1m
@@ -318,7 +320,19 @@ tests:
         values: '1x10'
       - series: 'proxy_operator_provider_target_reason{cluster="us", job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv1", reason="SSHAuthFailed"}'
         values: '1x10'
+      - series: 'up{cluster="eu", job="provider-health-exporter", instance="a:9847"}'
+        values: '0x10'
+      - series: 'up{cluster="us", job="provider-health-exporter", instance="a:9847"}'
+        values: '1x10'
     alert_rule_test:
+      - eval_time: 5m
+        alertname: ProviderHealthExporterDown
+        exp_alerts:
+          - exp_labels: {severity: critical, cluster: eu}
+            exp_annotations:
+              summary: The provider health exporter is down or not scraped.
+              description: 'Prometheus cannot scrape the provider health exporter at a:9847 (for more than 5m): no replica is scraped, so no verdict is current and no provider alert can fire.'
+              runbook_url: https://github.com/provider-health-exporter/provider-health-exporter/blob/main/docs/runbooks.md#providerhealthexporterdown
       - eval_time: 5m
         alertname: ProviderHealthTargetDown
         exp_alerts:
