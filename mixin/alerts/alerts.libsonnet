@@ -47,8 +47,9 @@ local promql = import '../lib/promql.libsonnet';
       },
     },
 
-    local freePercent = '(max %(by)s (%(avail)s) / max %(by)s (%(cap)s) * 100)' % {
+    local freePercent = '(max %(by)s (last_over_time(%(avail)s[%(gap)s])) / max %(by)s (last_over_time(%(cap)s[%(gap)s])) * 100)' % {
       by: by(['provider', 'target', 'pool']),
+      gap: c.poolReadGap,
       avail: sel('proxy_operator_kvm_storage_pool_available_bytes'),
       cap: sel('proxy_operator_kvm_storage_pool_capacity_bytes'),
     },
