@@ -117,7 +117,7 @@ local promql = import '../lib/promql.libsonnet';
             c.checksSlowFor,
             'The checks of a provider take most of the check timeout.',
             'The slowest check of provider {{ $labels.provider }} takes {{ $value | humanizePercentage }} of the check timeout (threshold '
-            + std.toString(c.checksSlowRatio * 100) + '%); a little slower and its targets read Timeout.',
+            + std.toString(c.checksSlowRatio * 100) + '%){{ if lt $value 1.0 }}; a little slower and its targets read Timeout{{ else }}: its checks reach the timeout and are abandoned, so its targets read Timeout{{ end }}.',
           ),
           alert(
             'ProviderHealthStoragePoolFillingUp',
