@@ -364,3 +364,42 @@ func TestPromtoolMultiCluster(t *testing.T) {
 		t.Errorf("promtool test rules (multi-cluster): %v\n%s", err, out)
 	}
 }
+
+// TestRunbookCoversEveryReason: the TargetDown runbook says what to do for every reason of the
+// catalogue (docs/reasons.md, which the checks package keeps equal to the code), so a reason
+// added there without a runbook step fails here.
+func TestRunbookCoversEveryReason(t *testing.T) {
+	reasons, err := os.ReadFile(filepath.Join(repoRoot, "docs", "reasons.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runbooks, err := os.ReadFile(filepath.Join(repoRoot, "docs", "runbooks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(runbooks)
+	start := strings.Index(section, "## ProviderHealthTargetDown\n")
+	if start < 0 {
+		t.Fatal("docs/runbooks.md has no ProviderHealthTargetDown section")
+	}
+	section = section[start+1:]
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	// The first cell of each row of the runbook's table, e.g. "`Unauthorized`, `Forbidden`".
+	covered := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\| ([^|]+) \|`).FindAllStringSubmatch(section, -1) {
+		for _, r := range regexp.MustCompile("`([A-Za-z]+)`").FindAllStringSubmatch(m[1], -1) {
+			covered[r[1]] = true
+		}
+	}
+	all := regexp.MustCompile("(?m)^\\| `([A-Za-z]+)` \\|").FindAllStringSubmatch(string(reasons), -1)
+	if len(all) < 20 {
+		t.Fatalf("found only %d reasons in docs/reasons.md", len(all))
+	}
+	for _, r := range all {
+		if r[1] != "Ready" && !covered[r[1]] {
+			t.Errorf("reason %s (docs/reasons.md) has no row in the ProviderHealthTargetDown runbook's table", r[1])
+		}
+	}
+}
