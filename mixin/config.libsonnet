@@ -33,6 +33,10 @@
     // ProviderHealthStoragePoolAlmostFull: less than poolAlmostFullFreePercent is free.
     poolAlmostFullFreePercent: 5,
     poolAlmostFullFor: '5m',
+    // The pool alerts read a pool's sizes as of its last successful read within this window: a
+    // check that cannot read the pool (a host briefly unreachable) drops its series, which would
+    // otherwise restart those alerts' for: timers; a pool unread for longer resolves them.
+    poolReadGap: '10m',
     // ProviderHealthHostKeyMismatch.
     hostKeyMismatchFor: '1m',
     // ProviderHealthConfigReloadFailed.

@@ -303,7 +303,9 @@ func TestDocsLinked(t *testing.T) {
 
 // multiClusterTest is a promtool rule test for the alerts rendered with showMultiCluster: the
 // same provider and target in two clusters give two alerts, each with its cluster label, and
-// the description's reason query stays within the alert's cluster.
+// the description's reason query stays within the alert's cluster. An exporter down in one
+// cluster while the other's is up: ExporterDown's description counts the replicas still
+// scraped in its own cluster only (none).
 const multiClusterTest = `rule_files:
   - %s
 evaluation_interval: 1m
@@ -318,7 +320,19 @@ tests:
         values: '1x10'
       - series: 'proxy_operator_provider_target_reason{cluster="us", job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv1", reason="SSHAuthFailed"}'
         values: '1x10'
+      - series: 'up{cluster="eu", job="provider-health-exporter", instance="a:9847"}'
+        values: '0x10'
+      - series: 'up{cluster="us", job="provider-health-exporter", instance="a:9847"}'
+        values: '1x10'
     alert_rule_test:
+      - eval_time: 5m
+        alertname: ProviderHealthExporterDown
+        exp_alerts:
+          - exp_labels: {severity: critical, cluster: eu}
+            exp_annotations:
+              summary: The provider health exporter is down or not scraped.
+              description: 'Prometheus cannot scrape the provider health exporter at a:9847 (for more than 5m): no replica is scraped, so no verdict is current and no provider alert can fire.'
+              runbook_url: https://github.com/provider-health-exporter/provider-health-exporter/blob/main/docs/runbooks.md#providerhealthexporterdown
       - eval_time: 5m
         alertname: ProviderHealthTargetDown
         exp_alerts:
@@ -348,5 +362,44 @@ func TestPromtoolMultiCluster(t *testing.T) {
 	}
 	if out, err := exec.Command(pt, "test", "rules", test).CombinedOutput(); err != nil {
 		t.Errorf("promtool test rules (multi-cluster): %v\n%s", err, out)
+	}
+}
+
+// TestRunbookCoversEveryReason: the TargetDown runbook says what to do for every reason of the
+// catalogue (docs/reasons.md, which the checks package keeps equal to the code), so a reason
+// added there without a runbook step fails here.
+func TestRunbookCoversEveryReason(t *testing.T) {
+	reasons, err := os.ReadFile(filepath.Join(repoRoot, "docs", "reasons.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runbooks, err := os.ReadFile(filepath.Join(repoRoot, "docs", "runbooks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(runbooks)
+	start := strings.Index(section, "## ProviderHealthTargetDown\n")
+	if start < 0 {
+		t.Fatal("docs/runbooks.md has no ProviderHealthTargetDown section")
+	}
+	section = section[start+1:]
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	// The first cell of each row of the runbook's table, e.g. "`Unauthorized`, `Forbidden`".
+	covered := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\| ([^|]+) \|`).FindAllStringSubmatch(section, -1) {
+		for _, r := range regexp.MustCompile("`([A-Za-z]+)`").FindAllStringSubmatch(m[1], -1) {
+			covered[r[1]] = true
+		}
+	}
+	all := regexp.MustCompile("(?m)^\\| `([A-Za-z]+)` \\|").FindAllStringSubmatch(string(reasons), -1)
+	if len(all) < 20 {
+		t.Fatalf("found only %d reasons in docs/reasons.md", len(all))
+	}
+	for _, r := range all {
+		if r[1] != "Ready" && !covered[r[1]] {
+			t.Errorf("reason %s (docs/reasons.md) has no row in the ProviderHealthTargetDown runbook's table", r[1])
+		}
 	}
 }

@@ -19,6 +19,16 @@ local promql = import '../lib/promql.libsonnet';
       for l in promql.groupLabels(c, labels)
     ]),
     local args(labels) = std.join(' ', ['$labels.' + l for l in promql.groupLabels(c, labels)]),
+    // The argument of a template query on the exporter's series of the alert's own cluster
+    // (when multi-cluster is on): metric{job selector, cluster} followed by rest.
+    local exporterQuery(metric, rest) =
+      if c.showMultiCluster
+      then '(printf `' + metric + '{' + matchers([]) + '}' + rest + '` ' + args([]) + ')'
+      else '`' + sel(metric) + rest + '`',
+    // The instances where metric matches cond, as a template query.
+    local instances(metric, cond) =
+      '{{ range $i, $r := query ' + exporterQuery(metric, ' ' + cond)
+      + ' }}{{ if $i }}, {{ end }}{{ $r.Labels.instance }}{{ end }}',
     // The current reason(s) of the alert's target, as the exporter's replicas report it.
     local reason =
       '{{ range $i, $r := query (printf `max by (reason) (proxy_operator_provider_target_reason{'
@@ -37,8 +47,9 @@ local promql = import '../lib/promql.libsonnet';
       },
     },
 
-    local freePercent = '(max %(by)s (%(avail)s) / max %(by)s (%(cap)s) * 100)' % {
+    local freePercent = '(max %(by)s (last_over_time(%(avail)s[%(gap)s])) / max %(by)s (last_over_time(%(cap)s[%(gap)s])) * 100)' % {
       by: by(['provider', 'target', 'pool']),
+      gap: c.poolReadGap,
       avail: sel('proxy_operator_kvm_storage_pool_available_bytes'),
       cap: sel('proxy_operator_kvm_storage_pool_capacity_bytes'),
     },
@@ -101,12 +112,12 @@ local promql = import '../lib/promql.libsonnet';
               sel('proxy_operator_provider_check_duration_seconds'),
               on,
               sel('proxy_operator_provider_check_timeout_seconds'),
-              c.checksSlowRatio,
+              std.format('%g', c.checksSlowRatio),
             ],
             c.checksSlowFor,
             'The checks of a provider take most of the check timeout.',
             'The slowest check of provider {{ $labels.provider }} takes {{ $value | humanizePercentage }} of the check timeout (threshold '
-            + std.toString(c.checksSlowRatio * 100) + '%); a little slower and its targets read Timeout.',
+            + std.toString(c.checksSlowRatio * 100) + '%){{ if lt $value 1.0 }}; a little slower and its targets read Timeout{{ else }}: its checks reach the timeout and are abandoned, so its targets read Timeout{{ end }}.',
           ),
           alert(
             'ProviderHealthStoragePoolFillingUp',
@@ -147,7 +158,7 @@ local promql = import '../lib/promql.libsonnet';
             'min %s (%s) == 0' % [by([]), sel('proxy_operator_config_last_reload_successful')],
             c.configReloadFailedFor,
             'The exporter could not load its providers file.',
-            'The last load of the providers file failed on {{ range $i, $r := query `' + sel('proxy_operator_config_last_reload_successful') + ' == 0` }}{{ if $i }}, {{ end }}{{ $r.Labels.instance }}{{ end }} (for more than '
+            'The last load of the providers file failed on ' + instances('proxy_operator_config_last_reload_successful', '== 0') + ' (for more than '
             + c.configReloadFailedFor + '); the exporter keeps checking with the last good file.',
           ),
           alert(
@@ -156,8 +167,14 @@ local promql = import '../lib/promql.libsonnet';
             'min %s (%s) == 0\nor\nsum %s (absent(%s))' % [by([]), sel('up'), by([]), sel('up')],
             c.exporterDownFor,
             'The provider health exporter is down or not scraped.',
-            '{{ if eq $value 0.0 }}Prometheus cannot scrape the provider health exporter at {{ range $i, $r := query `' + sel('up') + ' == 0` }}{{ if $i }}, {{ end }}{{ $r.Labels.instance }}{{ end }}{{ else }}Prometheus has no scrape target matching '
-            + std.strReplace(c.jobSelector, '"', "'") + '{{ end }} (for more than ' + c.exporterDownFor + '): no verdict is current and no provider alert can fire.',
+            // With several replicas, one down leaves the others reporting: say which it is.
+            '{{ if eq $value 0.0 }}Prometheus cannot scrape the provider health exporter at ' + instances('up', '== 0')
+            + ' (for more than ' + c.exporterDownFor + ')'
+            + '{{ with query (printf "count(%s)" ' + exporterQuery('up', ' == 1') + ') }}'
+            + ': its verdicts are not current; the other replicas still report ({{ . | first | value }} scraped).'
+            + '{{ else }}: no replica is scraped, so no verdict is current and no provider alert can fire.{{ end }}'
+            + '{{ else }}Prometheus has no scrape target matching ' + std.strReplace(c.jobSelector, '"', "'")
+            + ' (for more than ' + c.exporterDownFor + '): no verdict is current and no provider alert can fire.{{ end }}',
           ),
         ],
       },

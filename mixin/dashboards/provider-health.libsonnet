@@ -33,11 +33,14 @@ function(c)
     g.row('Verdicts'),
     g.table(
       'Current verdicts',
-      'One row per target: its verdict, the reason of the last check, how long ago the verdict last flipped between up and down (empty: not within the time range), and the age of the last check.',
+      'One row per target: its verdict (up when any exporter replica sees it up), the reason of the last check, how long ago that verdict last flipped between up and down (to the minute; empty when it did not flip within the time range), and the age of the last check.',
       [
         g.target('max %s (proxy_operator_provider_target_up{%s})' % [pt, f]),
         g.target('max %s (proxy_operator_provider_target_reason{%s} == 1)' % [by(['provider', 'target', 'reason']), f]),
-        g.target('time() - max %s (max_over_time((timestamp(changes(proxy_operator_provider_target_up{%s}[1m]) > 0))[$__range:1m]))' % [pt, f]),
+        // Since: the last minute at which the Up column's value (the max over replicas) differs
+        // from a minute before. Flips seen by one replica only, while another sees the target
+        // up, are not flips of that verdict.
+        g.target('time() - max_over_time(timestamp(max %(pt)s (proxy_operator_provider_target_up{%(f)s}) != max %(pt)s (proxy_operator_provider_target_up{%(f)s} offset 1m))[$__range:1m])' % { pt: pt, f: f }),
         g.target('time() - max %s (proxy_operator_provider_check_timestamp_seconds{%s})' % [pt, f]),
       ],
       columns=[
