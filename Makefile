@@ -8,12 +8,23 @@ BINARY   := provider_health_exporter
 PKGS     := ./...
 
 .PHONY: all build generate test test-deps kube-binaries bench fuzz lint vet fmt-check staticcheck fmt clean
+.PHONY: docker docker-binary
 
 all: lint test build
 
 ## build: the binary, with version information, through promu (see .promu.yml).
 build:
 	$(GOTOOL) promu build --prefix .
+
+## docker: the container image $(DOCKER_IMAGE):$(DOCKER_IMAGE_TAG) (see Dockerfile), from the
+## binary promu builds for linux/$(DOCKER_ARCH) into .build/linux-$(DOCKER_ARCH)/. Needs a Docker engine.
+DOCKER_ARCH      ?= $(shell $(GO) env GOARCH)
+DOCKER_IMAGE     ?= provider-health-exporter
+DOCKER_IMAGE_TAG ?= v$(shell cat VERSION)
+docker-binary:
+	GOOS=linux GOARCH=$(DOCKER_ARCH) $(GOTOOL) promu build --prefix .build/linux-$(DOCKER_ARCH)
+docker: docker-binary
+	docker build -t "$(DOCKER_IMAGE):$(DOCKER_IMAGE_TAG)" --build-arg ARCH="$(DOCKER_ARCH)" --build-arg OS=linux .
 
 ## test: every test with the race detector; parts of the test environment that are missing
 ## skip, or fail under REQUIRE_INTEGRATION=1.
