@@ -588,3 +588,37 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 		t.Errorf("the API server's view role (aggregation rule %+v) does not select the viewer role's labels %v", view.AggregationRule, viewerLabels)
 	}
 }
+
+// TestSystemdUnit: the example unit of docs/deploy.md loads without a warning in the machine's
+// systemd (systemd-analyze verify, the binary path swapped for one that exists here), and its
+// sandboxing keeps systemd's exposure score low (systemd-analyze security, offline).
+func TestSystemdUnit(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		testenv.Unavailable(t, "no systemd-analyze on PATH: install Debian's systemd package")
+	}
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "systemd", "provider-health-exporter.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const binary = "/usr/local/bin/provider_health_exporter"
+	if !bytes.Contains(raw, []byte("ExecStart="+binary+" ")) {
+		t.Fatalf("the unit does not start %s", binary)
+	}
+	unit := filepath.Join(t.TempDir(), "provider-health-exporter.service")
+	if err := os.WriteFile(unit, bytes.ReplaceAll(raw, []byte(binary), []byte("/bin/true")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(analyze, "verify", unit).CombinedOutput()
+	if err != nil || strings.Contains(string(out), unit) {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	out, err = exec.Command(analyze, "security", "--offline=yes", "--threshold=20", "--no-pager", unit).CombinedOutput()
+	m := regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`).FindSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("systemd-analyze security: %v\n%s", err, out)
+	}
+	if score, _ := strconv.ParseFloat(string(m[1]), 64); score > 2 {
+		t.Errorf("exposure level %.1f, want at most 2 (of 10):\n%s", score, out)
+	}
+}

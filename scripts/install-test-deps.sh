@@ -21,6 +21,7 @@ PACKAGES=(
 	prometheus
 	prometheus-alertmanager
 	jsonnet
+	chromium # headless, renders the status page in landing_test.go
 )
 
 # Pid files of the services these packages ship, to catch one started despite policy-rc.d.
