@@ -8,7 +8,7 @@ BINARY   := provider_health_exporter
 PKGS     := ./...
 
 .PHONY: all build generate test test-mixin test-deps kube-binaries prom-binaries mixin bench fuzz lint vet fmt-check staticcheck fmt clean
-.PHONY: docker docker-binary
+.PHONY: docker docker-binary deploy-rules
 
 all: lint test build
 
@@ -55,6 +55,11 @@ mixin:
 	$(GOTOOL) jsonnet -J mixin -S mixin/rules.jsonnet > mixin/prometheus_rules.yaml
 	rm -rf mixin/dashboards_out && mkdir -p mixin/dashboards_out
 	$(GOTOOL) jsonnet -J mixin -m mixin/dashboards_out mixin/dashboards.jsonnet >/dev/null
+
+## deploy-rules: deploy/prometheusrule.yaml, the mixin's alerts and rules as a PrometheusRule,
+## generated from mixin/ (run it after `make mixin`; make test fails when the file drifts).
+deploy-rules:
+	$(GOTOOL) jsonnet -J mixin -S deploy/prometheusrule.jsonnet > deploy/prometheusrule.yaml
 
 ## test-deps: install the Debian packages the integration tests need (as root, when missing).
 test-deps:

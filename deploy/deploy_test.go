@@ -144,7 +144,7 @@ func TestRenderedManifests(t *testing.T) {
 	}
 	for _, want := range []string{"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
 		"ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service",
-		"PodDisruptionBudget", "ServiceMonitor"} {
+		"PodDisruptionBudget", "ServiceMonitor", "PrometheusRule"} {
 		if !slices.Contains(kinds, want) {
 			t.Errorf("the rendered manifests hold no %s (kinds: %v)", want, kinds)
 		}
@@ -420,7 +420,7 @@ func operatorCRDs(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	const module = "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring"
-	m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(module) + `\s+(v\S+)`).FindSubmatch(gomod)
+	m := regexp.MustCompile(`(?m)^(?:require)?\s*` + regexp.QuoteMeta(module) + `\s+(v\S+)`).FindSubmatch(gomod)
 	if m == nil {
 		t.Fatalf("tools/go.mod does not require %s", module)
 	}
@@ -620,5 +620,67 @@ func TestSystemdUnit(t *testing.T) {
 	}
 	if score, _ := strconv.ParseFloat(string(m[1]), 64); score > 2 {
 		t.Errorf("exposure level %.1f, want at most 2 (of 10):\n%s", score, out)
+	}
+}
+
+// TestPrometheusRuleFromMixin: deploy/prometheusrule.yaml is what `make deploy-rules` generates
+// from the mixin's jsonnet now (no drift), and holds exactly the groups of the mixin's own
+// generated rule files, mixin/prometheus_rules.yaml and mixin/prometheus_alerts.yaml.
+func TestPrometheusRuleFromMixin(t *testing.T) {
+	root := repoRoot(t)
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		testenv.Unavailable(t, "no go command to run jsonnet from the tools module: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	// The command of `make deploy-rules`.
+	cmd := exec.CommandContext(ctx, goTool, "tool", "-modfile=tools/go.mod", "jsonnet", "-J", "mixin", "-S", "deploy/prometheusrule.jsonnet")
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	generated, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("jsonnet deploy/prometheusrule.jsonnet: %v\n%s", err, stderr.String())
+	}
+	committed, err := os.ReadFile(filepath.Join(root, "deploy", "prometheusrule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(generated, committed) {
+		t.Errorf("deploy/prometheusrule.yaml differs from what the mixin generates: run make deploy-rules\n--- generated:\n%.3000s", generated)
+	}
+
+	var rule struct {
+		Kind     string            `json:"kind"`
+		Metadata metav1.ObjectMeta `json:"metadata"`
+		Spec     struct {
+			Groups []any `json:"groups"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(committed, &rule); err != nil {
+		t.Fatal(err)
+	}
+	var want []any
+	for _, f := range []string{"prometheus_rules.yaml", "prometheus_alerts.yaml"} {
+		var doc struct {
+			Groups []any `json:"groups"`
+		}
+		raw, err := os.ReadFile(filepath.Join(root, "mixin", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(raw, &doc); err != nil {
+			t.Fatalf("mixin/%s: %v", f, err)
+		}
+		want = append(want, doc.Groups...)
+	}
+	got, _ := yaml.Marshal(rule.Spec.Groups)
+	wantYAML, _ := yaml.Marshal(want)
+	if rule.Kind != "PrometheusRule" || rule.Metadata.Namespace != "provider-health-exporter" || len(want) == 0 || !bytes.Equal(got, wantYAML) {
+		t.Errorf("the PrometheusRule (%s in %q) does not hold the groups of mixin/prometheus_rules.yaml and mixin/prometheus_alerts.yaml:\n%s\nwant:\n%s", rule.Kind, rule.Metadata.Namespace, got, wantYAML)
+	}
+	if !bytes.Contains(committed, []byte("alert: \"ProviderHealthTargetDown\"")) {
+		t.Error("the PrometheusRule has no ProviderHealthTargetDown alert")
 	}
 }
