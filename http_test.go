@@ -187,10 +187,10 @@ func TestReload(t *testing.T) {
 	// The next round checks gamma.
 	waitFor(t, 30*time.Second, "gamma's first verdict", func() bool {
 		_, page := x.get("/")
-		return strings.Contains(page, "<tr><td>gamma</td><td>gcp</td><td>g1</td>")
+		return strings.Contains(page, `<tbody id="provider-gamma">`) && strings.Contains(page, `<tr class="target"><td>g1</td>`)
 	})
 	_, page := x.get("/")
-	if strings.Contains(page, "<td>beta</td>") {
+	if strings.Contains(page, `id="provider-beta"`) || !strings.Contains(page, `<tbody id="provider-alpha">`) {
 		t.Errorf("the removed provider beta is still on the status page")
 	}
 
@@ -217,7 +217,7 @@ func TestReload(t *testing.T) {
 		t.Fatalf("no log record for the failed reload")
 	}
 	_, page = x.get("/")
-	for _, want := range []string{"<tr><td>alpha</td>", "<tr><td>gamma</td>"} {
+	for _, want := range []string{`<tbody id="provider-alpha">`, `<tbody id="provider-gamma">`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("after a bad reload the status page lacks %q: the running set must be kept", want)
 		}
