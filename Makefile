@@ -8,12 +8,23 @@ BINARY   := provider_health_exporter
 PKGS     := ./...
 
 .PHONY: all build generate test test-mixin test-deps kube-binaries prom-binaries mixin bench fuzz lint vet fmt-check staticcheck fmt clean
+.PHONY: docker docker-binary deploy-rules
 
 all: lint test build
 
 ## build: the binary, with version information, through promu (see .promu.yml).
 build:
 	$(GOTOOL) promu build --prefix .
+
+## docker: the container image $(DOCKER_IMAGE):$(DOCKER_IMAGE_TAG) (see Dockerfile), from the
+## binary promu builds for linux/$(DOCKER_ARCH) into .build/linux-$(DOCKER_ARCH)/. Needs a Docker engine.
+DOCKER_ARCH      ?= $(shell $(GO) env GOARCH)
+DOCKER_IMAGE     ?= provider-health-exporter
+DOCKER_IMAGE_TAG ?= v$(shell cat VERSION)
+docker-binary:
+	GOOS=linux GOARCH=$(DOCKER_ARCH) $(GOTOOL) promu build --prefix .build/linux-$(DOCKER_ARCH)
+docker: docker-binary
+	docker build -t "$(DOCKER_IMAGE):$(DOCKER_IMAGE_TAG)" --build-arg ARCH="$(DOCKER_ARCH)" --build-arg OS=linux .
 
 ## test: every test with the race detector; parts of the test environment that are missing
 ## skip, or fail under REQUIRE_INTEGRATION=1.
@@ -44,6 +55,11 @@ mixin:
 	$(GOTOOL) jsonnet -J mixin -S mixin/rules.jsonnet > mixin/prometheus_rules.yaml
 	rm -rf mixin/dashboards_out && mkdir -p mixin/dashboards_out
 	$(GOTOOL) jsonnet -J mixin -m mixin/dashboards_out mixin/dashboards.jsonnet >/dev/null
+
+## deploy-rules: deploy/prometheusrule.yaml, the mixin's alerts and rules as a PrometheusRule,
+## generated from mixin/ (run it after `make mixin`; make test fails when the file drifts).
+deploy-rules:
+	$(GOTOOL) jsonnet -J mixin -S deploy/prometheusrule.jsonnet > deploy/prometheusrule.yaml
 
 ## test-deps: install the Debian packages the integration tests need (as root, when missing).
 test-deps:

@@ -65,8 +65,11 @@ func TestLandingPage(t *testing.T) {
 		`<meta http-equiv="refresh" content="30">`,
 		`<a href="metrics">`,
 		"Round 1 started",
-		"<tr><td>alpha</td><td>gcp</td><td>a1</td>\n<td class=\"up\">up</td>\n<td>Ready</td>",
-		"<tr><td>alpha</td><td>gcp</td><td>down-a2</td>\n<td class=\"down\">down</td>\n<td>APIError</td><td>&lt;b&gt;boom&lt;/b&gt; from down-a2</td>",
+		"alpha <span class=\"note\">(gcp)</span>",
+		"<span class=\"down\">1/2 ready</span> &mdash; worst reason: <span class=\"down\">APIError</span> (1 of 1 down)",
+		// The down target is listed, the ready one folded under a <details> summary.
+		"<tr class=\"target\"><td>down-a2</td>\n<td class=\"down\">down</td>\n<td>APIError</td><td>&lt;b&gt;boom&lt;/b&gt; from down-a2</td>",
+		"<details><summary>1 ready target</summary>\n<table>\n<tr class=\"target\"><td>a1</td>\n<td class=\"up\">up</td>\n<td>Ready</td>",
 		"for 0s",
 	} {
 		if !strings.Contains(body, want) {
@@ -81,6 +84,12 @@ func TestLandingPage(t *testing.T) {
 	}
 	if code, _ := x.get("/nonexistent"); code != http.StatusNotFound {
 		t.Errorf("/nonexistent: %d, want 404", code)
+	}
+	if code, body := x.get("/?state=down"); code != http.StatusOK || strings.Contains(body, "<td>a1</td>") || !strings.Contains(body, "<td>down-a2</td>") {
+		t.Errorf("/?state=down: %d, lists a1 or not down-a2:\n%s", code, body)
+	}
+	if code, body := x.get("/?state=sideways"); code != http.StatusBadRequest {
+		t.Errorf("/?state=sideways: %d %q, want 400", code, body)
 	}
 }
 
@@ -116,7 +125,7 @@ func TestChecksOff(t *testing.T) {
 		t.Errorf("no go collector metrics")
 	}
 	_, page := x.get("/")
-	if !strings.Contains(page, "Checks are off") || !strings.Contains(page, "<tr><td>alpha</td><td>gcp</td>") {
+	if !strings.Contains(page, "Checks are off") || !strings.Contains(page, "alpha <span class=\"note\">(gcp)</span> &mdash;\n<span class=\"unchecked\">not checked yet</span>") {
 		t.Errorf("status page does not say checks are off, or lacks the provider:\n%s", page)
 	}
 	if n := f.count(f.checks, "alpha"); n != 0 {
@@ -178,10 +187,10 @@ func TestReload(t *testing.T) {
 	// The next round checks gamma.
 	waitFor(t, 30*time.Second, "gamma's first verdict", func() bool {
 		_, page := x.get("/")
-		return strings.Contains(page, "<tr><td>gamma</td><td>gcp</td><td>g1</td>")
+		return strings.Contains(page, `<tbody id="provider-gamma">`) && strings.Contains(page, `<tr class="target"><td>g1</td>`)
 	})
 	_, page := x.get("/")
-	if strings.Contains(page, "<td>beta</td>") {
+	if strings.Contains(page, `id="provider-beta"`) || !strings.Contains(page, `<tbody id="provider-alpha">`) {
 		t.Errorf("the removed provider beta is still on the status page")
 	}
 
@@ -208,7 +217,7 @@ func TestReload(t *testing.T) {
 		t.Fatalf("no log record for the failed reload")
 	}
 	_, page = x.get("/")
-	for _, want := range []string{"<tr><td>alpha</td>", "<tr><td>gamma</td>"} {
+	for _, want := range []string{`<tbody id="provider-alpha">`, `<tbody id="provider-gamma">`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("after a bad reload the status page lacks %q: the running set must be kept", want)
 		}

@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
+	"slices"
 	"time"
 
 	"github.com/prometheus/common/version"
@@ -12,8 +15,11 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 )
 
-// landingTemplate is the status page. html/template escapes every value, so a check message
-// quoting a remote error cannot inject markup.
+// landingTemplate is the status page: plain server-rendered HTML, no script. It answers "what
+// is broken" at a glance for fleets of thousands of targets: one row per provider (ready/total,
+// the worst reason, since when, the last check), its down targets listed under it, its ready
+// ones folded in a <details> element, and a filter by provider and state (a GET form). html/template
+// escapes every value, so a check message quoting a remote error cannot inject markup.
 var landingTemplate = template.Must(template.New("landing").Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -24,11 +30,17 @@ var landingTemplate = template.Must(template.New("landing").Parse(`<!DOCTYPE htm
 body { font-family: sans-serif; margin: 1.5em; }
 table { border-collapse: collapse; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
-th { background: #eee; }
+thead th { background: #eee; }
+tr.provider th { background: #f6f8fa; border-top: 2px solid #888; }
+tr.provider.down th { background: #ffebe9; }
 .up { color: #1a7f37; font-weight: bold; }
 .down { color: #cf222e; font-weight: bold; }
 .unchecked { color: #666; }
-.note { color: #555; }
+.note { color: #555; font-weight: normal; }
+details summary { cursor: pointer; color: #1a7f37; }
+details table { margin-top: 0.4em; }
+form { margin: 0.8em 0; }
+td.time { white-space: nowrap; }
 </style>
 </head>
 <body>
@@ -49,30 +61,71 @@ Version {{.Version}}.</p>
 {{- else -}}
 <p class="note">Checks are off (--provider-check-interval=0): providers are listed, never checked.</p>
 {{- end}}
-{{if .Rows -}}
-<table>
-<thead><tr><th>Provider</th><th>Type</th><th>Target</th><th>Verdict</th><th>Reason</th><th>Message</th><th>Since</th><th>Last checked</th></tr></thead>
-<tbody>
-{{range .Rows -}}
-{{if .Checked -}}
-<tr><td>{{.Provider}}</td><td>{{.Type}}</td><td>{{.Target}}</td>
-<td class="{{if .Up}}up{{else}}down{{end}}">{{if .Up}}up{{else}}down{{end}}</td>
-<td>{{.Reason}}</td><td>{{.Message}}</td>
-<td>{{.Since}}<br><span class="note">for {{.SinceFor}}</span></td>
-<td>{{.CheckedAt}}<br><span class="note">{{.CheckedAgo}} ago, took {{.Duration}}</span></td></tr>
-{{- else -}}
-<tr><td>{{.Provider}}</td><td>{{.Type}}</td><td colspan="6" class="unchecked">not checked yet</td></tr>
+{{if .AllProviders -}}
+<p id="summary">{{.Summary}}</p>
+<form method="get" action="">
+<label>Provider <select name="provider">
+<option value=""{{if eq .Filter.Provider ""}} selected{{end}}>all providers</option>
+{{- range .AllProviders}}
+<option value="{{.}}"{{if eq $.Filter.Provider .}} selected{{end}}>{{.}}</option>
 {{- end}}
-{{end -}}
-</tbody>
+</select></label>
+<label>State <select name="state">
+<option value=""{{if eq .Filter.State ""}} selected{{end}}>all (down listed, ready folded)</option>
+<option value="down"{{if eq .Filter.State "down"}} selected{{end}}>down only</option>
+<option value="up"{{if eq .Filter.State "up"}} selected{{end}}>ready only</option>
+</select></label>
+<button type="submit">Filter</button>
+{{if or .Filter.Provider .Filter.State}}<a href="./">clear the filter</a>{{end}}
+</form>
+{{- end}}
+{{if .Providers -}}
+<table id="providers">
+<thead><tr><th>Target</th><th>Verdict</th><th>Reason</th><th>Message</th><th>Since</th><th>Last checked</th></tr></thead>
+{{range .Providers -}}
+<tbody id="provider-{{.Name}}">
+<tr class="provider{{if .Down}} down{{end}}"><th colspan="6">{{.Name}} <span class="note">({{.Type}})</span> &mdash;
+{{if .Checked -}}
+<span class="{{if eq .Ready .Total}}up{{else}}down{{end}}">{{.Ready}}/{{.Total}} ready</span>
+{{- if .WorstReason}} &mdash; worst reason: <span class="down">{{.WorstReason}}</span> ({{.WorstCount}} of {{.DownTotal}} down{{if .OtherReasons}}; {{.OtherReasons}} other reason{{if gt .OtherReasons 1}}s{{end}}{{end}}){{end}}
+&mdash; {{if eq .Ready .Total}}ready{{else}}down{{end}} since {{.Since}} <span class="note">for {{.SinceFor}}</span>
+&mdash; last checked {{.LastChecked}} <span class="note">{{.LastCheckedAgo}} ago</span>
+{{- else -}}
+<span class="unchecked">not checked yet</span>
+{{- end}}</th></tr>
+{{range .Down}}{{template "row" .}}{{end -}}
+{{if .Up -}}
+{{if .FoldUp -}}
+<tr class="folded"><td colspan="6"><details><summary>{{len .Up}} ready target{{if gt (len .Up) 1}}s{{end}}</summary>
+<table>
+{{range .Up}}{{template "row" .}}{{end -}}
 </table>
+</details></td></tr>
+{{- else -}}
+{{range .Up}}{{template "row" .}}{{end -}}
+{{end}}
+{{end -}}
+{{if .Hidden}}<tr><td colspan="6" class="note">{{.Hidden}}</td></tr>{{end}}
+</tbody>
+{{end -}}
+</table>
+{{- else if .AllProviders -}}
+<p class="note">{{.NoMatch}}</p>
 {{- else -}}
 <p class="note">The providers file lists no providers.</p>
 {{- end}}
-<p class="note">Page generated {{.Now}}; it refreshes every 30 seconds.</p>
+<p class="note">Page generated {{.Now}}; it refreshes every 30 seconds. A provider's "since" is
+when it last turned down (its first target down) or ready (its last target back), as in its
+ProviderHealth object; a target's is when its verdict last changed.</p>
 </body>
 </html>
-`))
+{{define "row" -}}
+<tr class="target"><td>{{.Target}}</td>
+<td class="{{if .Up}}up{{else}}down{{end}}">{{if .Up}}up{{else}}down{{end}}</td>
+<td>{{.Reason}}</td><td>{{.Message}}</td>
+<td class="time">{{.Since}}<br><span class="note">for {{.SinceFor}}</span></td>
+<td class="time">{{.CheckedAt}}<br><span class="note">{{.CheckedAgo}} ago, took {{.Duration}}</span></td></tr>
+{{end}}`))
 
 type landingData struct {
 	Version       string
@@ -84,16 +137,71 @@ type landingData struct {
 	RoundAgo      string
 	RoundDuration time.Duration
 	Abandoned     uint64
-	Rows          []landingRow
-	Now           string
+	// Summary counts providers and targets over the whole snapshot, whatever the filter.
+	Summary string
+	// AllProviders names every configured provider, for the filter.
+	AllProviders []string
+	Filter       landingFilter
+	// Providers are those the filter selects: the ones with down targets first, then those not
+	// checked yet, then the healthy ones, each group in the providers file's order.
+	Providers []landingProvider
+	// NoMatch says why no provider is shown.
+	NoMatch string
+	Now     string
 }
 
-// landingRow is one target, or a provider that has not been checked yet.
+// landingFilter is the page's query: provider (empty: all) and state ("", "down" or "up").
+type landingFilter struct {
+	Provider string
+	State    string
+}
+
+// errBadState is answered with 400 for an unknown state filter.
+var errBadState = errors.New(`unknown state: use "down", "up" or nothing`)
+
+func parseLandingFilter(q url.Values) (landingFilter, error) {
+	f := landingFilter{Provider: q.Get("provider"), State: q.Get("state")}
+	switch f.State {
+	case "", "down", "up":
+		return f, nil
+	}
+	return f, errBadState
+}
+
+// landingProvider is one provider's row and the targets listed under it.
+type landingProvider struct {
+	Name    string
+	Type    checks.ProviderType
+	Checked bool
+	Ready   int
+	Total   int
+	// DownTotal counts the down targets, listed or not.
+	DownTotal int
+	// WorstReason is the reason most down targets share (ties: the first in the type's
+	// catalogue, which lists a KVM host's dial stages in order); WorstCount counts them and
+	// OtherReasons the other reasons among the down targets.
+	WorstReason  checks.Reason
+	WorstCount   int
+	OtherReasons int
+	// Since is the ProviderHealth Ready condition's transition time computed from the snapshot:
+	// while a target is down, the earliest Since of the down targets; when all are ready, the
+	// latest Since (when the last one came back).
+	Since    string
+	SinceFor string
+	// LastChecked is the newest CheckedAt of its targets.
+	LastChecked    string
+	LastCheckedAgo string
+	// Down are the down targets, listed; Up the ready ones, folded when FoldUp.
+	Down   []landingRow
+	Up     []landingRow
+	FoldUp bool
+	// Hidden says which targets the state filter leaves out.
+	Hidden string
+}
+
+// landingRow is one target.
 type landingRow struct {
-	Provider   string
-	Type       checks.ProviderType
 	Target     string
-	Checked    bool
 	Up         bool
 	Reason     checks.Reason
 	Message    string
@@ -105,8 +213,18 @@ type landingRow struct {
 }
 
 // serveLanding renders the status page from the current snapshot.
-func (e *exporter) serveLanding(w http.ResponseWriter, _ *http.Request) {
-	data := e.landingData(e.runner.Current(), time.Now())
+func (e *exporter) serveLanding(w http.ResponseWriter, r *http.Request) {
+	e.renderLanding(w, r, e.runner.Current(), time.Now())
+}
+
+// renderLanding renders the status page of snapshot s, filtered by r's query.
+func (e *exporter) renderLanding(w http.ResponseWriter, r *http.Request, s *checks.Snapshot, now time.Time) {
+	f, err := parseLandingFilter(r.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	data := e.landingData(s, f, now)
 	// Render into a buffer so that a template error is a clean 500, not half a page.
 	var buf bytes.Buffer
 	if err := landingTemplate.Execute(&buf, data); err != nil {
@@ -118,7 +236,7 @@ func (e *exporter) serveLanding(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(buf.Bytes())
 }
 
-func (e *exporter) landingData(s *checks.Snapshot, now time.Time) landingData {
+func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Time) landingData {
 	d := landingData{
 		Version:       version.Version,
 		ChecksOn:      e.checksOn(),
@@ -127,6 +245,7 @@ func (e *exporter) landingData(s *checks.Snapshot, now time.Time) landingData {
 		Round:         s.Round,
 		RoundDuration: roundDuration(s.RoundDuration),
 		Abandoned:     s.AbandonedTotal,
+		Filter:        f,
 		Now:           formatTime(now),
 	}
 	if d.Version == "" {
@@ -136,29 +255,146 @@ func (e *exporter) landingData(s *checks.Snapshot, now time.Time) landingData {
 		d.RoundStarted = formatTime(s.RoundStarted)
 		d.RoundAgo = humanDuration(now.Sub(s.RoundStarted))
 	}
-	for _, p := range s.Providers {
-		if len(p.Targets) == 0 {
-			d.Rows = append(d.Rows, landingRow{Provider: p.Name, Type: p.Type})
+	var down, unchecked, healthy []landingProvider
+	var targets, ready, downProviders, uncheckedProviders int
+	for i := range s.Providers {
+		ps := &s.Providers[i]
+		d.AllProviders = append(d.AllProviders, ps.Name)
+		p := landingProviderOf(ps, f.State, now)
+		targets += p.Total
+		ready += p.Ready
+		switch {
+		case !p.Checked:
+			uncheckedProviders++
+		case p.DownTotal > 0:
+			downProviders++
+		}
+		if f.Provider != "" && ps.Name != f.Provider {
 			continue
 		}
-		for _, t := range p.Targets {
-			d.Rows = append(d.Rows, landingRow{
-				Provider:   p.Name,
-				Type:       p.Type,
-				Target:     t.Target,
-				Checked:    true,
-				Up:         t.Up,
-				Reason:     t.Reason,
-				Message:    t.Message,
-				Since:      formatTime(t.Since),
-				SinceFor:   humanDuration(now.Sub(t.Since)),
-				CheckedAt:  formatTime(t.CheckedAt),
-				CheckedAgo: humanDuration(now.Sub(t.CheckedAt)),
-				Duration:   roundDuration(t.Duration),
-			})
+		switch {
+		case f.State == "down" && p.DownTotal == 0, f.State == "up" && p.Ready == 0:
+			continue
+		case !p.Checked:
+			unchecked = append(unchecked, p)
+		case p.DownTotal > 0:
+			down = append(down, p)
+		default:
+			healthy = append(healthy, p)
 		}
 	}
+	d.Providers = slices.Concat(down, unchecked, healthy)
+	d.Summary = landingSummary(len(s.Providers), downProviders, uncheckedProviders, targets, ready)
+	switch {
+	case f.Provider != "" && !slices.Contains(d.AllProviders, f.Provider):
+		d.NoMatch = fmt.Sprintf("No provider is named %q.", f.Provider)
+	case f.State == "down":
+		d.NoMatch = "No target is down."
+	case f.State == "up":
+		d.NoMatch = "No target is ready."
+	}
 	return d
+}
+
+// landingProviderOf summarizes one provider and sorts its targets for the page.
+func landingProviderOf(ps *checks.ProviderState, state string, now time.Time) landingProvider {
+	p := landingProvider{Name: ps.Name, Type: ps.Type, Checked: len(ps.Targets) > 0, Total: len(ps.Targets), FoldUp: state == ""}
+	if !p.Checked {
+		return p
+	}
+	var lastChecked, firstDown, lastFlip time.Time
+	reasons := map[checks.Reason]int{}
+	for i := range ps.Targets {
+		t := &ps.Targets[i]
+		if t.CheckedAt.After(lastChecked) {
+			lastChecked = t.CheckedAt
+		}
+		if t.Since.After(lastFlip) {
+			lastFlip = t.Since
+		}
+		row := landingRow{
+			Target:     t.Target,
+			Up:         t.Up,
+			Reason:     t.Reason,
+			Message:    t.Message,
+			Since:      formatTime(t.Since),
+			SinceFor:   humanDuration(now.Sub(t.Since)),
+			CheckedAt:  formatTime(t.CheckedAt),
+			CheckedAgo: humanDuration(now.Sub(t.CheckedAt)),
+			Duration:   roundDuration(t.Duration),
+		}
+		if t.Up {
+			p.Ready++
+			if state != "down" {
+				p.Up = append(p.Up, row)
+			}
+			continue
+		}
+		p.DownTotal++
+		reasons[t.Reason]++
+		if firstDown.IsZero() || t.Since.Before(firstDown) {
+			firstDown = t.Since
+		}
+		if state != "up" {
+			p.Down = append(p.Down, row)
+		}
+	}
+	since := lastFlip
+	if p.DownTotal > 0 {
+		since = firstDown
+		p.WorstReason, p.WorstCount = worstReason(ps.Type, reasons)
+		p.OtherReasons = len(reasons) - 1
+	}
+	p.Since, p.SinceFor = formatTime(since), humanDuration(now.Sub(since))
+	p.LastChecked, p.LastCheckedAgo = formatTime(lastChecked), humanDuration(now.Sub(lastChecked))
+	switch {
+	case state == "down" && p.Ready > 0:
+		p.Hidden = fmt.Sprintf("%d ready target%s not shown (state filter: down only).", p.Ready, plural(p.Ready))
+	case state == "up" && p.DownTotal > 0:
+		p.Hidden = fmt.Sprintf("%d down target%s not shown (state filter: ready only).", p.DownTotal, plural(p.DownTotal))
+	}
+	return p
+}
+
+// worstReason returns the reason most down targets share; a tie goes to the reason listed first
+// in the provider type's catalogue (for KVM: the earliest dial stage), then by name.
+func worstReason(typ checks.ProviderType, counts map[checks.Reason]int) (checks.Reason, int) {
+	catalogue := checks.Reasons(typ)
+	rank := func(r checks.Reason) int {
+		if i := slices.Index(catalogue, r); i >= 0 {
+			return i
+		}
+		return len(catalogue)
+	}
+	var worst checks.Reason
+	n := 0
+	for r, c := range counts {
+		if c > n || c == n && (rank(r) < rank(worst) || rank(r) == rank(worst) && r < worst) {
+			worst, n = r, c
+		}
+	}
+	return worst, n
+}
+
+func landingSummary(providers, downProviders, uncheckedProviders, targets, ready int) string {
+	if providers == 0 {
+		return ""
+	}
+	s := fmt.Sprintf("%d provider%s, %d of %d targets ready", providers, plural(providers), ready, targets)
+	if down := targets - ready; down > 0 {
+		s += fmt.Sprintf("; %d target%s down in %d provider%s", down, plural(down), downProviders, plural(downProviders))
+	}
+	if uncheckedProviders > 0 {
+		s += fmt.Sprintf("; %d provider%s not checked yet", uncheckedProviders, plural(uncheckedProviders))
+	}
+	return s + "."
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 // roundDuration keeps three significant places or so: 1.234s, not 1.234567891s; 42µs, not 0s.

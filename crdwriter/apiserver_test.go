@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -876,13 +877,18 @@ func testLeaderCrash(t *testing.T, f *kubeFixture) {
 	}
 }
 
-// testRBAC applies deploy/rbac/ and runs the writer as its ServiceAccount (a token user of the
-// same name): every operation works and nothing is forbidden. Then, for each verb of each
-// rule, the same run with that verb removed gets a 403: no verb is granted without a use.
+// testRBAC applies deploy/rbac/ and runs the writer as the ServiceAccount the Deployment of
+// deploy/ runs as (a token user of the same name), with the Lease name the Deployment's flags
+// give: every operation works and nothing is forbidden. Then, for each verb of each rule, the
+// same run with that verb removed gets a 403: no verb is granted without a use.
 func testRBAC(t *testing.T, f *kubeFixture) {
 	rbacDir := filepath.Join(f.root, "deploy", "rbac")
-	const sa = "system:serviceaccount:" + exporterNamespace + ":provider-health-exporter"
-	cfg := f.userConfig(sa, "system:serviceaccounts", "system:serviceaccounts:"+exporterNamespace)
+	namespace, account := deploymentIdentity(t, f.root)
+	if namespace != exporterNamespace {
+		t.Fatalf("deploy/deployment.yaml runs in namespace %q, deploy/rbac/ grants the Lease in %q", namespace, exporterNamespace)
+	}
+	sa := "system:serviceaccount:" + namespace + ":" + account
+	cfg := f.userConfig(sa, "system:serviceaccounts", "system:serviceaccounts:"+namespace)
 	forbidden := func() int {
 		return f.requests(t, sa, func(e kube.AuditEvent) bool { return e.Code == http.StatusForbidden })
 	}
@@ -955,6 +961,29 @@ func testRBAC(t *testing.T, f *kubeFixture) {
 			}
 		})
 	}
+}
+
+// deploymentIdentity reads deploy/deployment.yaml: the namespace and ServiceAccount its pods
+// run as. Its flags must leave the Lease name at the default the scenario uses.
+func deploymentIdentity(t *testing.T, root string) (namespace, serviceAccount string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(root, "deploy", "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dep appsv1.Deployment
+	if err := yaml.UnmarshalStrict(raw, &dep); err != nil {
+		t.Fatalf("deploy/deployment.yaml: %v", err)
+	}
+	if dep.Spec.Template.Spec.ServiceAccountName == "" || len(dep.Spec.Template.Spec.Containers) == 0 {
+		t.Fatal("deploy/deployment.yaml names no ServiceAccount or container")
+	}
+	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--crd.lease-name") || strings.HasPrefix(a, "--crd.lease-namespace") {
+			t.Fatalf("deploy/deployment.yaml sets %s: run the RBAC scenario with that Lease", a)
+		}
+	}
+	return dep.Namespace, dep.Spec.Template.Spec.ServiceAccountName
 }
 
 // rbacScenario exercises every kind of request the writer makes: list and delete (garbage),

@@ -21,6 +21,7 @@ PACKAGES=(
 	# promtool on PATH, for collector's `promtool check metrics` test only: Prometheus 3,
 	# promtool and Alertmanager themselves are built from the module proxy (make prom-binaries).
 	prometheus
+	chromium # headless, renders the status page in landing_test.go
 )
 
 # Pid files of the services these packages ship, to catch one started despite policy-rc.d.

@@ -1,0 +1,687 @@
+// Package deploy holds the kustomize manifests of the exporter; its tests render them with the
+// machine's kubectl and check them, statically and against the test environment's real API
+// server (internal/testenv/kube) with the Prometheus Operator's CRDs installed.
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+)
+
+func repoRoot(t testing.TB) string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("cannot locate the test file")
+	}
+	return filepath.Dir(filepath.Dir(file))
+}
+
+func kubectlPath(t testing.TB) string {
+	t.Helper()
+	path, err := exec.LookPath("kubectl")
+	if err != nil {
+		testenv.Unavailable(t, "kubectl is not on PATH: install it (e.g. the kubectl package) to render deploy/ with its kustomize")
+	}
+	return path
+}
+
+// runKubectl runs kubectl with args for at most two minutes and returns its combined output.
+func runKubectl(t testing.TB, stdin []byte, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kubectlPath(t), args...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// render is `kubectl kustomize deploy/`, the way the docs tell users to install it.
+func render(t testing.TB) []byte {
+	t.Helper()
+	out, err := runKubectl(t, nil, "kustomize", filepath.Join(repoRoot(t), "deploy"))
+	if err != nil {
+		t.Fatalf("kubectl kustomize deploy/: %v\n%s", err, out)
+	}
+	return []byte(out)
+}
+
+func decodeObjects(t testing.TB, manifest []byte) []*unstructured.Unstructured {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs
+			}
+			t.Fatalf("decode the rendered manifests: %v", err)
+		}
+		if m != nil {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+}
+
+// rendered is the output of kustomize, by kind.
+type rendered struct {
+	objs []*unstructured.Unstructured
+}
+
+func (r rendered) all(kind string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range r.objs {
+		if o.GetKind() == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// one decodes the only object of kind (named name, when not empty) into into.
+func (r rendered) one(t *testing.T, kind, name string, into any) {
+	t.Helper()
+	var found []*unstructured.Unstructured
+	for _, o := range r.all(kind) {
+		if name == "" || o.GetName() == name {
+			found = append(found, o)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("want exactly one %s %q in the rendered manifests, found %d", kind, name, len(found))
+	}
+	b, err := found[0].MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(b, into); err != nil {
+		t.Fatalf("%s %s: %v", kind, found[0].GetName(), err)
+	}
+}
+
+// TestRenderedManifests checks what the issue asks of the rendered objects: every kind is
+// there, the Deployment runs two replicas with leader election under a locked-down security
+// context, its probes, ports, ServiceAccount, ConfigMap and Secrets fit the other objects and
+// the example providers file (which the exporter's own parser accepts).
+func TestRenderedManifests(t *testing.T) {
+	r := rendered{decodeObjects(t, render(t))}
+
+	var kinds []string
+	for _, o := range r.objs {
+		kinds = append(kinds, o.GetKind())
+	}
+	for _, want := range []string{"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
+		"ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service",
+		"PodDisruptionBudget", "ServiceMonitor", "PrometheusRule"} {
+		if !slices.Contains(kinds, want) {
+			t.Errorf("the rendered manifests hold no %s (kinds: %v)", want, kinds)
+		}
+	}
+	var crd unstructured.Unstructured
+	r.one(t, "CustomResourceDefinition", "providerhealths.providerhealth.io", &crd.Object)
+
+	var ns corev1.Namespace
+	r.one(t, "Namespace", "", &ns)
+	var dep appsv1.Deployment
+	r.one(t, "Deployment", "provider-health-exporter", &dep)
+	if dep.Namespace != ns.Name {
+		t.Errorf("the Deployment is in namespace %q, want %q", dep.Namespace, ns.Name)
+	}
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 2 {
+		t.Errorf("replicas: %v, want 2", dep.Spec.Replicas)
+	}
+	pod := dep.Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	for _, flag := range []string{"--crd.enabled", "--crd.leader-elect"} {
+		if !slices.Contains(c.Args, flag) {
+			t.Errorf("the exporter's args %v lack %s", c.Args, flag)
+		}
+	}
+	arg := func(name string) string {
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, name+"="); ok {
+				return v
+			}
+		}
+		return ""
+	}
+
+	// Pod security: non-root, read-only root filesystem, no privilege escalation, no
+	// capabilities, seccomp RuntimeDefault.
+	psc, csc := pod.SecurityContext, c.SecurityContext
+	if psc == nil || csc == nil {
+		t.Fatal("the pod or its container has no securityContext")
+	}
+	if psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
+		t.Errorf("pod securityContext: runAsNonRoot %v, runAsUser %v; want true and a non-zero uid", psc.RunAsNonRoot, psc.RunAsUser)
+	}
+	if csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem {
+		t.Error("the container's root filesystem is not read-only")
+	}
+	if csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation {
+		t.Error("the container may escalate privileges")
+	}
+	if csc.Privileged != nil && *csc.Privileged {
+		t.Error("the container is privileged")
+	}
+	if csc.Capabilities == nil || !slices.Equal(csc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(csc.Capabilities.Add) != 0 {
+		t.Errorf("capabilities %+v, want drop [ALL] and nothing added", csc.Capabilities)
+	}
+	if psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod seccompProfile %+v, want RuntimeDefault", psc.SeccompProfile)
+	}
+	if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("the namespace does not enforce the restricted Pod Security level: %v", ns.Labels)
+	}
+
+	// Port, probes, Service, ServiceMonitor.
+	listen := arg("--web.listen-address")
+	_, portText, _ := strings.Cut(listen, ":")
+	port, err := strconv.Atoi(portText)
+	if err != nil || len(c.Ports) != 1 || c.Ports[0].ContainerPort != int32(port) {
+		t.Fatalf("--web.listen-address=%q and container ports %+v disagree", listen, c.Ports)
+	}
+	portName := c.Ports[0].Name
+	for _, p := range []struct {
+		probe *corev1.Probe
+		path  string
+	}{{c.ReadinessProbe, "/-/ready"}, {c.LivenessProbe, "/-/healthy"}} {
+		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port.String() != portName {
+			t.Errorf("want an HTTP probe of %s on port %s, have %+v", p.path, portName, p.probe)
+		}
+	}
+	var svc corev1.Service
+	r.one(t, "Service", "", &svc)
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.String() != portName || svc.Spec.Ports[0].Port != int32(port) {
+		t.Errorf("Service ports %+v, want %d targeting %s", svc.Spec.Ports, port, portName)
+	}
+	podLabels := labels.Set(dep.Spec.Template.Labels)
+	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) {
+		t.Errorf("the Service's selector %v does not select the pods (%v)", svc.Spec.Selector, podLabels)
+	}
+	var sm struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+		Spec     struct {
+			Selector  metav1.LabelSelector `json:"selector"`
+			Endpoints []map[string]any     `json:"endpoints"`
+		} `json:"spec"`
+	}
+	sms := r.all("ServiceMonitor")
+	if len(sms) != 1 {
+		t.Fatalf("%d ServiceMonitors, want 1", len(sms))
+	}
+	b, _ := sms[0].MarshalJSON()
+	if err := yaml.Unmarshal(b, &sm); err != nil {
+		t.Fatal(err)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
+	if err != nil || !sel.Matches(labels.Set(svc.Labels)) || sm.Metadata.Namespace != svc.Namespace {
+		t.Errorf("the ServiceMonitor (selector %v, namespace %s) does not select the Service (labels %v, namespace %s)",
+			sm.Spec.Selector, sm.Metadata.Namespace, svc.Labels, svc.Namespace)
+	}
+	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0]["port"] != svc.Spec.Ports[0].Name || sm.Spec.Endpoints[0]["path"] != "/metrics" {
+		t.Errorf("ServiceMonitor endpoints %v, want /metrics on port %s", sm.Spec.Endpoints, svc.Spec.Ports[0].Name)
+	}
+
+	// PodDisruptionBudget: keeps one replica, selects the pods.
+	var pdb policyv1.PodDisruptionBudget
+	r.one(t, "PodDisruptionBudget", "", &pdb)
+	pdbSel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil || !pdbSel.Matches(podLabels) {
+		t.Errorf("the PodDisruptionBudget's selector %v does not select the pods", pdb.Spec.Selector)
+	}
+	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() < 1 || pdb.Spec.MinAvailable.IntValue() >= int(*dep.Spec.Replicas) {
+		t.Errorf("PodDisruptionBudget minAvailable %v: want at least 1 and fewer than the %d replicas", pdb.Spec.MinAvailable, *dep.Spec.Replicas)
+	}
+
+	// Resources: requests and limits for CPU and memory, each request within its limit.
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, okReq := c.Resources.Requests[name]
+		lim, okLim := c.Resources.Limits[name]
+		if !okReq || !okLim || req.Cmp(lim) > 0 {
+			t.Errorf("%s: request %v, limit %v; want both, the request within the limit", name, req.String(), lim.String())
+		}
+	}
+	// The memory request covers the largest resident memory measured in docs/benchmarks.md.
+	if peak := measuredPeakRSS(t); c.Resources.Requests.Memory().Cmp(peak) < 0 {
+		t.Errorf("memory request %s is below the exporter's measured resident memory %s (docs/benchmarks.md)", c.Resources.Requests.Memory(), peak.String())
+	}
+
+	// ServiceAccount: the one deploy/rbac/ binds.
+	var sa corev1.ServiceAccount
+	r.one(t, "ServiceAccount", "", &sa)
+	if pod.ServiceAccountName != sa.Name || sa.Namespace != dep.Namespace {
+		t.Errorf("the pods run as %s/%s; the ServiceAccount is %s/%s", dep.Namespace, pod.ServiceAccountName, sa.Namespace, sa.Name)
+	}
+	for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
+		for _, o := range r.all(kind) {
+			var rb rbacv1.RoleBinding // same shape for both kinds
+			b, _ := o.MarshalJSON()
+			if err := yaml.Unmarshal(b, &rb); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range rb.Subjects {
+				if s.Kind != "ServiceAccount" || s.Name != sa.Name || s.Namespace != sa.Namespace {
+					t.Errorf("%s %s binds %+v, not the exporter's ServiceAccount", kind, rb.Name, s)
+				}
+			}
+		}
+	}
+
+	// Viewer role: read-only on providerhealths, aggregated into "view".
+	var viewer rbacv1.ClusterRole
+	r.one(t, "ClusterRole", "provider-health-exporter-viewer", &viewer)
+	if viewer.Labels["rbac.authorization.k8s.io/aggregate-to-view"] != "true" {
+		t.Errorf("the viewer role is not labelled for aggregation into view: %v", viewer.Labels)
+	}
+	if len(viewer.Rules) != 1 || !slices.Equal(viewer.Rules[0].Verbs, []string{"get", "list", "watch"}) ||
+		!slices.Equal(viewer.Rules[0].Resources, []string{"providerhealths"}) || !slices.Equal(viewer.Rules[0].APIGroups, []string{"providerhealth.io"}) {
+		t.Errorf("viewer rules %+v, want get, list, watch on providerhealth.io providerhealths", viewer.Rules)
+	}
+
+	// The image: what `make docker` tags, at the version of VERSION.
+	version, err := os.ReadFile(filepath.Join(repoRoot(t), "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "provider-health-exporter:v" + strings.TrimSpace(string(version)); c.Image != want {
+		t.Errorf("image %q, want %q (VERSION)", c.Image, want)
+	}
+
+	checkProvidersFile(t, r, pod, c, arg("--config.file"))
+}
+
+// checkProvidersFile: the ConfigMap the Deployment mounts holds the file --config.file names,
+// the exporter's parser accepts it, and every credential file it names is in a mounted Secret.
+func checkProvidersFile(t *testing.T, r rendered, pod corev1.PodSpec, c corev1.Container, configFile string) {
+	t.Helper()
+	mounts := map[string]corev1.Volume{} // by mount path
+	for _, m := range c.VolumeMounts {
+		i := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
+		if i < 0 {
+			t.Fatalf("volume mount %s names no volume", m.Name)
+		}
+		if !m.ReadOnly {
+			t.Errorf("volume %s is mounted writable", m.Name)
+		}
+		mounts[m.MountPath] = pod.Volumes[i]
+	}
+	vol, ok := mounts[filepath.Dir(configFile)]
+	if !ok || vol.ConfigMap == nil {
+		t.Fatalf("--config.file=%s is not in a mounted ConfigMap (mounts %v)", configFile, mounts)
+	}
+	var cm corev1.ConfigMap
+	r.one(t, "ConfigMap", vol.ConfigMap.Name, &cm)
+	data, ok := cm.Data[filepath.Base(configFile)]
+	if !ok {
+		t.Fatalf("ConfigMap %s has no key %s", cm.Name, filepath.Base(configFile))
+	}
+	cfg, err := config.Parse(configFile, []byte(data))
+	if err != nil {
+		t.Fatalf("the example providers file: %v", err)
+	}
+	types := map[checks.ProviderType]bool{}
+	var files []string
+	for _, p := range cfg.Providers {
+		types[p.Type] = true
+		switch {
+		case p.Kubernetes != nil:
+			files = append(files, p.Kubernetes.Kubeconfig)
+		case p.GCP != nil:
+			files = append(files, p.GCP.CredentialsFile)
+		case p.KVM != nil:
+			files = append(files, p.KVM.PrivateKeyFile, p.KVM.KnownHostsFile, p.KVM.PassphraseFile)
+		}
+	}
+	if len(types) != 3 {
+		t.Errorf("the example providers file covers the types %v, want all three", types)
+	}
+	secrets := map[string]bool{}
+	for _, f := range files {
+		if f == "" {
+			continue
+		}
+		v, ok := mounts[filepath.Dir(f)]
+		if !ok || v.Secret == nil {
+			t.Errorf("the providers file names %s, which is in no mounted Secret", f)
+			continue
+		}
+		secrets[v.Secret.SecretName] = true
+		if v.Secret.DefaultMode == nil || *v.Secret.DefaultMode&0o007 != 0 {
+			t.Errorf("Secret volume %s is readable by others (defaultMode %v)", v.Name, v.Secret.DefaultMode)
+		}
+	}
+	if len(secrets) != 3 {
+		t.Errorf("credentials come from Secrets %v, want the ssh, gcp and kubeconfigs Secrets", secrets)
+	}
+}
+
+// measuredPeakRSS reads the largest resident memory of the real exporter at 10,000 targets from
+// docs/benchmarks.md (the ExporterRSS10000Targets row, "now").
+func measuredPeakRSS(t *testing.T) resource.Quantity {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "benchmarks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\| \| handler \(now\) \| [0-9.]+ \| [0-9.]+ \| ([0-9.]+) \|`).FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/benchmarks.md has no ExporterRSS10000Targets row for the handler: update this test with the figure the Deployment is sized from")
+	}
+	mib, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *resource.NewQuantity(int64(mib*(1<<20)), resource.BinarySI)
+}
+
+// operatorCRDs returns the Prometheus Operator's CRDs, generated by controller-gen (tools
+// module) from the monitoring/v1 types at the version tools/go.mod pins, cached under bin/.
+func operatorCRDs(t *testing.T) []byte {
+	t.Helper()
+	root := repoRoot(t)
+	gomod, err := os.ReadFile(filepath.Join(root, "tools", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const module = "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring"
+	m := regexp.MustCompile(`(?m)^(?:require)?\s*` + regexp.QuoteMeta(module) + `\s+(v\S+)`).FindSubmatch(gomod)
+	if m == nil {
+		t.Fatalf("tools/go.mod does not require %s", module)
+	}
+	dir := filepath.Join(root, "bin", "monitoring-crds-"+string(m[1]))
+	if _, err := os.Stat(filepath.Join(dir, "done")); err != nil {
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			testenv.Unavailable(t, "no go command to run controller-gen: %v", err)
+		}
+		if err := os.MkdirAll(filepath.Join(root, "bin"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		tmp, err := os.MkdirTemp(filepath.Join(root, "bin"), ".monitoring-crds-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(tmp)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, goTool, "tool", "controller-gen", "crd:crdVersions=v1",
+			"paths="+module+"/v1", "output:crd:dir="+tmp)
+		cmd.Dir = filepath.Join(root, "tools")
+		t.Logf("generating the Prometheus Operator CRDs %s with controller-gen (the first time takes a minute or two)", m[1])
+		if out, err := cmd.CombinedOutput(); err != nil {
+			if strings.Contains(string(out), "dial tcp") || strings.Contains(string(out), "proxy") {
+				testenv.Unavailable(t, "controller-gen or the operator types cannot be downloaded here: %v\n%s", err, out)
+			}
+			t.Fatalf("controller-gen: %v\n%s", err, out)
+		}
+		if err := os.WriteFile(filepath.Join(tmp, "done"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, dir); err != nil && !errors.Is(err, os.ErrExist) {
+			if _, statErr := os.Stat(filepath.Join(dir, "done")); statErr != nil { // not another run's
+				t.Fatal(err)
+			}
+		}
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "monitoring.coreos.com_*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no CRDs in %s: %v", dir, err)
+	}
+	var all bytes.Buffer
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.WriteString("---\n")
+		all.Write(b)
+	}
+	return all.Bytes()
+}
+
+// TestManifestsAgainstAPIServer installs the Prometheus Operator's CRDs into a real API server,
+// then `kubectl apply --dry-run=server --validate=strict` must accept every rendered object (and
+// refuses a field that does not exist, so the validation is real). Applied for real, the viewer
+// role gives read access and nothing more, and the built-in view role aggregates it.
+func TestManifestsAgainstAPIServer(t *testing.T) {
+	manifest := render(t)
+	objs := decodeObjects(t, manifest)
+	crds := operatorCRDs(t)
+	env := kube.Start(t)
+	applied := env.ApplyCRD(t, crds)
+	var names []string
+	for _, c := range applied {
+		names = append(names, c.Name)
+	}
+	for _, want := range []string{"servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com"} {
+		if !slices.Contains(names, want) {
+			t.Fatalf("the generated operator CRDs lack %s (have %v)", want, names)
+		}
+	}
+	cache := filepath.Join(t.TempDir(), "cache")
+	kubectl := func(stdin []byte, args ...string) (string, error) {
+		return runKubectl(t, stdin, append([]string{"--kubeconfig", env.Kubeconfig, "--cache-dir", cache}, args...)...)
+	}
+
+	// The namespace must exist for a dry run of the objects in it.
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" {
+			b, _ := o.MarshalJSON()
+			if out, err := kubectl(b, "create", "-f", "-"); err != nil {
+				t.Fatalf("create the namespace: %v\n%s", err, out)
+			}
+		}
+	}
+	out, err := kubectl(manifest, "apply", "--dry-run=server", "--validate=strict", "-f", "-")
+	if err != nil {
+		t.Fatalf("kubectl apply --dry-run=server --validate=strict refused the manifests: %v\n%s", err, out)
+	}
+	for _, o := range objs {
+		gk := schema.FromAPIVersionAndKind(o.GetAPIVersion(), o.GetKind()).GroupKind()
+		line := fmt.Sprintf("%s/%s", strings.ToLower(gk.String()), o.GetName())
+		if !strings.Contains(out, line) {
+			t.Errorf("the dry run did not report %s:\n%s", line, out)
+		}
+	}
+	if n := strings.Count(out, "(server dry run)"); n != len(objs) {
+		t.Errorf("the dry run reported %d objects, the manifests hold %d:\n%s", n, len(objs), out)
+	}
+
+	// A misspelt field is refused: strict validation is on and reaches the server.
+	bad := bytes.Replace(manifest, []byte("readOnlyRootFilesystem: true"), []byte("readOnlyRootFileSystem: true"), 1)
+	if bytes.Equal(bad, manifest) {
+		t.Fatal("no readOnlyRootFilesystem in the manifests to misspell")
+	}
+	if out, err := kubectl(bad, "apply", "--dry-run=server", "--validate=strict", "-f", "-"); err == nil || !strings.Contains(out, "readOnlyRootFileSystem") {
+		t.Errorf("a misspelt field was not refused (err %v):\n%s", err, out)
+	}
+
+	// Applied for real (server-side: the CRD is applied as a whole), then the viewer role.
+	if out, err := kubectl(manifest, "apply", "--server-side", "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply: %v\n%s", err, out)
+	}
+	env.AddUser("oncall")
+	if out, err := kubectl(nil, "create", "clusterrolebinding", "oncall-viewer", "--clusterrole=provider-health-exporter-viewer", "--user=oncall"); err != nil {
+		t.Fatalf("bind the viewer role: %v\n%s", err, out)
+	}
+	asOncall := func(args ...string) (string, error) {
+		return runKubectl(t, nil, append([]string{"--kubeconfig", env.KubeconfigFor("oncall"), "--cache-dir", cache}, args...)...)
+	}
+	// canI answers kubectl auth can-i as oncall: its last line (kubectl may warn before it).
+	canI := func(args ...string) string {
+		out, _ := asOncall(append([]string{"auth", "can-i"}, args...)...)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		return strings.TrimSpace(lines[len(lines)-1])
+	}
+	for verb, want := range map[string]string{"get": "yes", "list": "yes", "watch": "yes", "create": "no", "delete": "no", "update": "no", "patch": "no"} {
+		if got := canI(verb, "providerhealths.providerhealth.io"); got != want {
+			t.Errorf("viewer: can-i %s providerhealths = %q, want %q", verb, got, want)
+		}
+	}
+	if got := canI("update", "providerhealths.providerhealth.io", "--subresource=status"); got != "no" {
+		t.Errorf("viewer: can-i update providerhealths/status = %q, want no", got)
+	}
+	if out, err := asOncall("get", "ph"); err != nil || !strings.Contains(out, "No resources found") {
+		t.Errorf("viewer: kubectl get ph: %v\n%s", err, out)
+	}
+	// Aggregation is done by kube-controller-manager, which the test environment does not run:
+	// check that the server's own "view" role selects the viewer role's labels.
+	out, err = kubectl(nil, "get", "clusterrole", "view", "-o", "json")
+	if err != nil {
+		t.Fatalf("get clusterrole view: %v\n%s", err, out)
+	}
+	var view rbacv1.ClusterRole
+	if err := yaml.Unmarshal([]byte(out), &view); err != nil {
+		t.Fatal(err)
+	}
+	var viewerLabels map[string]string
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRole" && o.GetName() == "provider-health-exporter-viewer" {
+			viewerLabels = o.GetLabels()
+		}
+	}
+	aggregated := false
+	if view.AggregationRule != nil {
+		for _, s := range view.AggregationRule.ClusterRoleSelectors {
+			if sel, err := metav1.LabelSelectorAsSelector(&s); err == nil && sel.Matches(labels.Set(viewerLabels)) {
+				aggregated = true
+			}
+		}
+	}
+	if !aggregated {
+		t.Errorf("the API server's view role (aggregation rule %+v) does not select the viewer role's labels %v", view.AggregationRule, viewerLabels)
+	}
+}
+
+// TestSystemdUnit: the example unit of docs/deploy.md loads without a warning in the machine's
+// systemd (systemd-analyze verify, the binary path swapped for one that exists here), and its
+// sandboxing keeps systemd's exposure score low (systemd-analyze security, offline).
+func TestSystemdUnit(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		testenv.Unavailable(t, "no systemd-analyze on PATH: install Debian's systemd package")
+	}
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "systemd", "provider-health-exporter.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const binary = "/usr/local/bin/provider_health_exporter"
+	if !bytes.Contains(raw, []byte("ExecStart="+binary+" ")) {
+		t.Fatalf("the unit does not start %s", binary)
+	}
+	unit := filepath.Join(t.TempDir(), "provider-health-exporter.service")
+	if err := os.WriteFile(unit, bytes.ReplaceAll(raw, []byte(binary), []byte("/bin/true")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(analyze, "verify", unit).CombinedOutput()
+	if err != nil || strings.Contains(string(out), unit) {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	out, err = exec.Command(analyze, "security", "--offline=yes", "--threshold=20", "--no-pager", unit).CombinedOutput()
+	m := regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`).FindSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("systemd-analyze security: %v\n%s", err, out)
+	}
+	if score, _ := strconv.ParseFloat(string(m[1]), 64); score > 2 {
+		t.Errorf("exposure level %.1f, want at most 2 (of 10):\n%s", score, out)
+	}
+}
+
+// TestPrometheusRuleFromMixin: deploy/prometheusrule.yaml is what `make deploy-rules` generates
+// from the mixin's jsonnet now (no drift), and holds exactly the groups of the mixin's own
+// generated rule files, mixin/prometheus_rules.yaml and mixin/prometheus_alerts.yaml.
+func TestPrometheusRuleFromMixin(t *testing.T) {
+	root := repoRoot(t)
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		testenv.Unavailable(t, "no go command to run jsonnet from the tools module: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	// The command of `make deploy-rules`.
+	cmd := exec.CommandContext(ctx, goTool, "tool", "-modfile=tools/go.mod", "jsonnet", "-J", "mixin", "-S", "deploy/prometheusrule.jsonnet")
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	generated, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("jsonnet deploy/prometheusrule.jsonnet: %v\n%s", err, stderr.String())
+	}
+	committed, err := os.ReadFile(filepath.Join(root, "deploy", "prometheusrule.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(generated, committed) {
+		t.Errorf("deploy/prometheusrule.yaml differs from what the mixin generates: run make deploy-rules\n--- generated:\n%.3000s", generated)
+	}
+
+	var rule struct {
+		Kind     string            `json:"kind"`
+		Metadata metav1.ObjectMeta `json:"metadata"`
+		Spec     struct {
+			Groups []any `json:"groups"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(committed, &rule); err != nil {
+		t.Fatal(err)
+	}
+	var want []any
+	for _, f := range []string{"prometheus_rules.yaml", "prometheus_alerts.yaml"} {
+		var doc struct {
+			Groups []any `json:"groups"`
+		}
+		raw, err := os.ReadFile(filepath.Join(root, "mixin", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(raw, &doc); err != nil {
+			t.Fatalf("mixin/%s: %v", f, err)
+		}
+		want = append(want, doc.Groups...)
+	}
+	got, _ := yaml.Marshal(rule.Spec.Groups)
+	wantYAML, _ := yaml.Marshal(want)
+	if rule.Kind != "PrometheusRule" || rule.Metadata.Namespace != "provider-health-exporter" || len(want) == 0 || !bytes.Equal(got, wantYAML) {
+		t.Errorf("the PrometheusRule (%s in %q) does not hold the groups of mixin/prometheus_rules.yaml and mixin/prometheus_alerts.yaml:\n%s\nwant:\n%s", rule.Kind, rule.Metadata.Namespace, got, wantYAML)
+	}
+	if !bytes.Contains(committed, []byte("alert: \"ProviderHealthTargetDown\"")) {
+		t.Error("the PrometheusRule has no ProviderHealthTargetDown alert")
+	}
+}

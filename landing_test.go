@@ -1,0 +1,335 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image/png"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+)
+
+// fleet is a snapshot of 1,000 targets, shaped like a large installation: a KVM provider of 600
+// hosts with 27 down for three reasons, a healthy one of 398, a GCP project down, a healthy
+// cluster, and a provider just added by a reload and not checked yet.
+type fleet struct {
+	snap *checks.Snapshot
+	now  time.Time
+	// down lists the down targets' names; upEast a few ready kvm-east hosts.
+	down   []string
+	upEast []string
+}
+
+func newFleet() fleet {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	f := fleet{now: now}
+	checked := now.Add(-20 * time.Second)
+	ready := func(name string, since time.Time) checks.TargetState {
+		return checks.TargetState{TargetResult: checks.TargetResult{Target: name, Up: true, Reason: checks.ReasonReady,
+			Message: "pool default running", Duration: 3 * time.Millisecond, CheckedAt: checked}, Since: since}
+	}
+	downT := func(name string, r checks.Reason, msg string, since time.Time) checks.TargetState {
+		f.down = append(f.down, name)
+		return checks.TargetState{TargetResult: checks.TargetResult{Target: name, Reason: r, Message: msg,
+			Duration: 2 * time.Second, CheckedAt: checked}, Since: since}
+	}
+	var east, west []checks.TargetState
+	for i := range 600 {
+		name := fmt.Sprintf("hv-east-%03d", i)
+		switch {
+		case i == 577: // down longest: the provider's since
+			east = append(east, downT(name, checks.ReasonTCPUnreachable, "dial tcp 198.18.2.65:22: connect: connection refused", now.Add(-3*time.Hour)))
+		case i%30 == 7:
+			east = append(east, downT(name, checks.ReasonTCPUnreachable, fmt.Sprintf("dial tcp 198.18.%d.%d:22: i/o timeout", i/250, i%250), now.Add(-10*time.Minute)))
+		case i%120 == 11:
+			east = append(east, downT(name, checks.ReasonSSHAuthFailed, "ssh: unable to authenticate, attempted methods [none publickey]", now.Add(-40*time.Minute)))
+		case i == 200 || i == 201:
+			east = append(east, downT(name, checks.ReasonPoolInactive, "storage pool default is inactive <b>boom</b>", now.Add(-15*time.Minute)))
+		default:
+			if len(f.upEast) < 3 {
+				f.upEast = append(f.upEast, name)
+			}
+			east = append(east, ready(name, now.Add(-48*time.Hour)))
+		}
+	}
+	for i := range 398 {
+		since := now.Add(-72 * time.Hour)
+		if i == 250 {
+			since = now.Add(-5 * time.Minute) // came back last: the provider's since
+		}
+		west = append(west, ready(fmt.Sprintf("hv-west-%03d", i), since))
+	}
+	west[10].CheckedAt = now.Add(-3 * time.Second) // the provider's last check
+	f.snap = &checks.Snapshot{
+		Round: 42, RoundStarted: now.Add(-25 * time.Second), RoundDuration: 2100 * time.Millisecond,
+		Providers: []checks.ProviderState{
+			{Name: "cluster-main", Type: checks.TypeKubernetes, Targets: []checks.TargetState{ready("cluster-main", now.Add(-24*time.Hour))}},
+			{Name: "kvm-east", Type: checks.TypeKVM, Targets: east},
+			{Name: "gcp-prod", Type: checks.TypeGCP, Targets: []checks.TargetState{
+				downT("my-project-123456", checks.ReasonForbidden, "permission compute.instances.list denied", now.Add(-2*time.Minute))}},
+			{Name: "kvm-west", Type: checks.TypeKVM, Targets: west},
+			{Name: "kvm-new", Type: checks.TypeKVM},
+		},
+	}
+	return f
+}
+
+func landingExporter() *exporter {
+	return &exporter{logger: slog.New(slog.DiscardHandler), interval: time.Minute, timeout: 15 * time.Second}
+}
+
+// TestLandingData: the page's model of the fleet: providers with down targets first, then the
+// one not checked yet, then the healthy ones; ready/total, the worst reason, the provider's
+// since (first down / last back) and last check; down targets listed, ready ones folded; the
+// filters by provider and state.
+func TestLandingData(t *testing.T) {
+	f := newFleet()
+	e := landingExporter()
+	d := e.landingData(f.snap, landingFilter{}, f.now)
+	var order []string
+	for _, p := range d.Providers {
+		order = append(order, p.Name)
+	}
+	if got, want := strings.Join(order, " "), "kvm-east gcp-prod kvm-new cluster-main kvm-west"; got != want {
+		t.Errorf("provider order %q, want %q", got, want)
+	}
+	if want := "5 providers, 972 of 1000 targets ready; 28 targets down in 2 providers; 1 provider not checked yet."; d.Summary != want {
+		t.Errorf("summary %q, want %q", d.Summary, want)
+	}
+	east := d.Providers[0]
+	if east.Ready != 573 || east.Total != 600 || east.DownTotal != 27 || len(east.Down) != 27 || len(east.Up) != 573 || !east.FoldUp {
+		t.Errorf("kvm-east: %d/%d ready, %d down (%d listed), %d up (folded %v)", east.Ready, east.Total, east.DownTotal, len(east.Down), len(east.Up), east.FoldUp)
+	}
+	if east.WorstReason != checks.ReasonTCPUnreachable || east.WorstCount != 20 || east.OtherReasons != 2 {
+		t.Errorf("kvm-east worst reason %s ×%d and %d others, want TCPUnreachable ×20 and 2 others", east.WorstReason, east.WorstCount, east.OtherReasons)
+	}
+	if want := formatTime(f.now.Add(-3 * time.Hour)); east.Since != want || east.SinceFor != "3h" {
+		t.Errorf("kvm-east since %s (for %s), want the earliest down target's, %s (3h)", east.Since, east.SinceFor, want)
+	}
+	west := d.Providers[4]
+	if want := formatTime(f.now.Add(-5 * time.Minute)); west.Since != want {
+		t.Errorf("kvm-west since %s, want the last target back, %s", west.Since, want)
+	}
+	if west.LastCheckedAgo != "3s" {
+		t.Errorf("kvm-west last checked %s ago, want the newest check, 3s", west.LastCheckedAgo)
+	}
+	if d.Providers[2].Checked || d.Providers[2].Total != 0 {
+		t.Errorf("kvm-new is shown as checked")
+	}
+
+	down := e.landingData(f.snap, landingFilter{State: "down"}, f.now)
+	if len(down.Providers) != 2 || len(down.Providers[0].Up) != 0 || !strings.Contains(down.Providers[0].Hidden, "573 ready targets not shown") {
+		t.Errorf("state=down: %d providers, first with %d ready listed and note %q", len(down.Providers), len(down.Providers[0].Up), down.Providers[0].Hidden)
+	}
+	up := e.landingData(f.snap, landingFilter{Provider: "kvm-east", State: "up"}, f.now)
+	if len(up.Providers) != 1 || len(up.Providers[0].Down) != 0 || len(up.Providers[0].Up) != 573 || up.Providers[0].FoldUp {
+		t.Errorf("provider=kvm-east&state=up: %d providers, %d down listed, %d up (folded %v)", len(up.Providers), len(up.Providers[0].Down), len(up.Providers[0].Up), up.Providers[0].FoldUp)
+	}
+	none := e.landingData(f.snap, landingFilter{Provider: "nope"}, f.now)
+	if len(none.Providers) != 0 || none.NoMatch != `No provider is named "nope".` || len(none.AllProviders) != 5 {
+		t.Errorf("provider=nope: %d providers, note %q", len(none.Providers), none.NoMatch)
+	}
+
+	rec := httptest.NewRecorder()
+	e.renderLanding(rec, httptest.NewRequest("GET", "/?state=sideways", nil), f.snap, f.now)
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "unknown state") {
+		t.Errorf("state=sideways: %d %q, want 400 naming the state", rec.Code, rec.Body.String())
+	}
+}
+
+func TestWorstReasonTies(t *testing.T) {
+	// Two reasons with two targets each: the earlier dial stage (catalogue order) wins.
+	r, n := worstReason(checks.TypeKVM, map[checks.Reason]int{checks.ReasonPoolInactive: 2, checks.ReasonSSHAuthFailed: 2, checks.ReasonTimeout: 1})
+	if r != checks.ReasonSSHAuthFailed || n != 2 {
+		t.Errorf("worst %s ×%d, want SSHAuthFailed ×2", r, n)
+	}
+	r, n = worstReason(checks.TypeGCP, map[checks.Reason]int{checks.ReasonAPIError: 1, checks.ReasonRateLimited: 3})
+	if r != checks.ReasonRateLimited || n != 3 {
+		t.Errorf("worst %s ×%d, want RateLimited ×3", r, n)
+	}
+}
+
+// chromium runs Debian's headless Chromium with args and returns its standard output. The
+// browser and its helpers run in a process group of their own, killed if it overstays.
+func chromium(t *testing.T, args ...string) []byte {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		testenv.Unavailable(t, "no chromium on PATH: install Debian's chromium package (scripts/install-test-deps.sh installs it)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	all := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+		"--no-first-run", "--user-data-dir=" + t.TempDir()}, args...)
+	cmd := exec.CommandContext(ctx, path, all...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromium %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+var renderedText = regexp.MustCompile(`(?s)RENDERED-TEXT-BEGIN\n(.*)\nRENDERED-TEXT-END`)
+
+// TestLandingPageInChromium renders the status page of a 1,000-target snapshot in real headless
+// Chromium and checks the text a person sees: the summary, providers with down targets first,
+// every down target listed under its provider, the ready ones folded (not displayed), the
+// filters; and keeps a screenshot (go test -artifacts keeps it under -outputdir).
+func TestLandingPageInChromium(t *testing.T) {
+	f := newFleet()
+	e := landingExporter()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { e.renderLanding(w, r, f.snap, f.now) })
+	// The page has no script; this test harness frames it and copies the frame's innerText,
+	// which leaves out what is not displayed (a closed <details>), for --dump-dom to print.
+	mux.HandleFunc("GET /text", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!DOCTYPE html><html><body><iframe id="f" src="/?%s" style="width:1400px;height:900px"></iframe><pre id="out"></pre>
+<script>window.addEventListener('load', function () {
+  document.getElementById('out').textContent = 'RENDERED-TEXT-BEGIN\n' + document.getElementById('f').contentDocument.body.innerText + '\nRENDERED-TEXT-END';
+});</script></body></html>`, attrEscape(r.URL.RawQuery))
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	text := func(t *testing.T, query string) string {
+		t.Helper()
+		dom := chromium(t, "--virtual-time-budget=10000", "--dump-dom", srv.URL+"/text?"+query)
+		m := renderedText.FindSubmatch(dom)
+		if m == nil {
+			t.Fatalf("no rendered text in Chromium's DOM:\n%.2000s", dom)
+		}
+		return unescapeDOM(string(m[1]))
+	}
+	// at returns the position of s in page, failing when it is missing.
+	at := func(t *testing.T, page, s string) int {
+		t.Helper()
+		i := strings.Index(page, s)
+		if i < 0 {
+			t.Errorf("the rendered page lacks %q", s)
+		}
+		return i
+	}
+
+	t.Run("all", func(t *testing.T) {
+		page := text(t, "")
+		at(t, page, "5 providers, 972 of 1000 targets ready; 28 targets down in 2 providers; 1 provider not checked yet.")
+		east := at(t, page, "kvm-east (kvm) — 573/600 ready — worst reason: TCPUnreachable (20 of 27 down; 2 other reasons) — down since 2026-11-30 09:00:00 UTC for 3h — last checked 2026-11-30 11:59:40 UTC 20s ago")
+		gcp := at(t, page, "gcp-prod (gcp) — 0/1 ready — worst reason: Forbidden (1 of 1 down)")
+		fresh := at(t, page, "kvm-new (kvm) — not checked yet")
+		cluster := at(t, page, "cluster-main (kubernetes) — 1/1 ready — ready since")
+		west := at(t, page, "kvm-west (kvm) — 398/398 ready — ready since 2026-11-30 11:55:00 UTC for 5m — last checked 2026-11-30 11:59:57 UTC 3s ago")
+		if !(east < gcp && gcp < fresh && fresh < cluster && cluster < west) {
+			t.Errorf("provider rows out of order (down, not checked, healthy): kvm-east %d, gcp-prod %d, kvm-new %d, cluster-main %d, kvm-west %d", east, gcp, fresh, cluster, west)
+		}
+		fold := at(t, page, "573 ready targets")
+		for _, name := range f.down {
+			if i := at(t, page, name+"\tdown\t"); name[:3] == "hv-" && (i < east || i > fold) {
+				t.Errorf("down target %s is not listed under kvm-east before its folded ready targets", name)
+			}
+		}
+		at(t, page, "398 ready targets")
+		at(t, page, "storage pool default is inactive <b>boom</b>") // escaped: shown as text
+		for _, hidden := range append(f.upEast, "hv-west-000", "hv-west-397") {
+			if strings.Contains(page, hidden) {
+				t.Errorf("ready target %s is displayed, want it folded", hidden)
+			}
+		}
+		if t.Failed() {
+			t.Logf("rendered text:\n%.6000s", page)
+		}
+	})
+
+	t.Run("down only, one provider", func(t *testing.T) {
+		page := text(t, "provider=kvm-east&state=down")
+		at(t, page, "kvm-east (kvm) — 573/600 ready")
+		at(t, page, "573 ready targets not shown (state filter: down only).")
+		at(t, page, "hv-east-577\tdown\tTCPUnreachable")
+		for _, absent := range []string{"gcp-prod (gcp)", "kvm-west (kvm)", "573 ready targets\n", f.upEast[0]} {
+			if strings.Contains(page, absent) {
+				t.Errorf("the filtered page displays %q", absent)
+			}
+		}
+	})
+
+	t.Run("ready only", func(t *testing.T) {
+		page := text(t, "provider=kvm-west&state=up")
+		at(t, page, "hv-west-000\tup\tReady") // unfolded
+		at(t, page, "hv-west-397\tup\tReady")
+		if strings.Contains(page, "kvm-east (kvm)") {
+			t.Error("provider=kvm-west displays kvm-east")
+		}
+	})
+
+	t.Run("screenshot", func(t *testing.T) {
+		shot := filepath.Join(t.ArtifactDir(), "status-page-1000-targets.png")
+		chromium(t, "--window-size=1400,2400", "--hide-scrollbars", "--screenshot="+shot, srv.URL+"/")
+		file, err := os.Open(shot)
+		if err != nil {
+			t.Fatalf("no screenshot: %v", err)
+		}
+		defer file.Close()
+		cfg, err := png.DecodeConfig(file)
+		if err != nil {
+			t.Fatalf("the screenshot is not a PNG: %v", err)
+		}
+		if cfg.Width != 1400 || cfg.Height != 2400 {
+			t.Errorf("screenshot %dx%d, want 1400x2400", cfg.Width, cfg.Height)
+		}
+		t.Logf("screenshot: %s", shot)
+	})
+}
+
+// attrEscape keeps the query a literal attribute value in the harness page.
+func attrEscape(q string) string {
+	return strings.NewReplacer(`&`, `&amp;`, `"`, `&quot;`, `<`, `&lt;`).Replace(q)
+}
+
+// unescapeDOM turns the serialized <pre> text back into the text Chromium rendered.
+func unescapeDOM(s string) string {
+	return strings.NewReplacer("&lt;", "<", "&gt;", ">", "&amp;", "&", "&nbsp;", "\u00a0").Replace(s)
+}
+
+// BenchmarkLanding1000Targets renders the status page of the 1,000-target fleet.
+func BenchmarkLanding1000Targets(b *testing.B) {
+	f := newFleet()
+	e := landingExporter()
+	req := httptest.NewRequest("GET", "/", nil)
+	for b.Loop() {
+		rec := &discardWriter{header: http.Header{}}
+		e.renderLanding(rec, req, f.snap, f.now)
+		if rec.code != 0 && rec.code != http.StatusOK {
+			b.Fatalf("status %d", rec.code)
+		}
+		b.SetBytes(int64(rec.n))
+	}
+}
+
+type discardWriter struct {
+	header http.Header
+	code   int
+	n      int
+}
+
+func (d *discardWriter) Header() http.Header  { return d.header }
+func (d *discardWriter) WriteHeader(code int) { d.code = code }
+func (d *discardWriter) Write(p []byte) (int, error) {
+	d.n += len(p)
+	return io.Discard.Write(p)
+}
