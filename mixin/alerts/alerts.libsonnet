@@ -28,12 +28,12 @@ local promql = import '../lib/promql.libsonnet';
     // The instances where metric matches cond, as a template query.
     local instances(metric, cond) =
       '{{ range $i, $r := query ' + exporterQuery(metric, ' ' + cond)
-      + ' }}{{ if $i }}, {{ end }}{{ $r.Labels.instance }}{{ end }}',
+      + ' | sortByLabel "instance" }}{{ if $i }}, {{ end }}{{ $r.Labels.instance }}{{ end }}',
     // The current reason(s) of the alert's target, as the exporter's replicas report it.
     local reason =
       '{{ range $i, $r := query (printf `max by (reason) (proxy_operator_provider_target_reason{'
       + matchers(['provider', 'target']) + '} == 1)` ' + args(['provider', 'target'])
-      + ') }}{{ if $i }}, {{ end }}{{ $r.Labels.reason }}{{ else }}unknown{{ end }}',
+      + ') | sortByLabel "reason" }}{{ if $i }}, {{ end }}{{ $r.Labels.reason }}{{ else }}unknown{{ end }}',
 
     local alert(name, severityKey, expr, forWindow, summary, description) = {
       alert: name,
@@ -78,7 +78,7 @@ local promql = import '../lib/promql.libsonnet';
             + ') }}{{ . | first | value }}{{ end }} targets of provider {{ $labels.provider }} have been down for more than '
             + c.providerDownFor + '; reasons: {{ range $i, $r := query (printf `count by (reason) (max by (target, reason) (proxy_operator_provider_target_reason{'
             + matchers(['provider']) + '} == 1))` ' + args(['provider'])
-            + ') }}{{ if $i }}, {{ end }}{{ $r.Labels.reason }} ({{ $r.Value }}){{ end }}.',
+            + ') | sortByLabel "reason" }}{{ if $i }}, {{ end }}{{ $r.Labels.reason }} ({{ $r.Value }}){{ end }}.',
           ),
           alert(
             'ProviderHealthTargetFlapping',
