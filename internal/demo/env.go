@@ -11,10 +11,12 @@ package demo
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
@@ -133,4 +135,22 @@ func (e *Env) RepairCommand(i int) string { return e.firewall(i, "-D") }
 func (e *Env) firewall(i int, op string) string {
 	return strings.Join(e.Fleet.Hosts[i].NetNSCommand(
 		"iptables", "-w", op, "INPUT", "-p", "tcp", "--dport", "22", "-j", "REJECT", "--reject-with", "tcp-reset"), " ")
+}
+
+// BuildExporter builds the exporter binary from the repository at root (the directory of
+// go.mod) into a temporary directory of tb, as a user would run it, and returns its path. A
+// machine without Go ends tb through testenv.Unavailable.
+func BuildExporter(tb testing.TB, root string) string {
+	tb.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		testenv.Unavailable(tb, "building the exporter binary needs Go on PATH: %v", err)
+	}
+	bin := filepath.Join(tb.TempDir(), "provider_health_exporter")
+	cmd := exec.Command(goBin, "build", "-o", bin, ".")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("demo: go build the exporter: %v\n%s", err, out)
+	}
+	return bin
 }

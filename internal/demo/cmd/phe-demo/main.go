@@ -42,8 +42,8 @@ type options struct {
 	interval         time.Duration
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
-	var o options
+// flags defines the launcher's flags into o.
+func flags(o *options, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("phe-demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.exporter, "exporter", "./provider_health_exporter", "the exporter binary to run")
@@ -54,6 +54,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.rules, "rules", "", "comma-separated Prometheus rule files to load (the mixin's, with demo-sized windows)")
 	fs.IntVar(&o.kvmHosts, "kvm-hosts", 3, "how many KVM hosts to start")
 	fs.DurationVar(&o.interval, "provider-check-interval", 10*time.Second, "the exporter's --provider-check-interval")
+	return fs
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	var o options
+	fs := flags(&o, stderr)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -64,10 +70,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// preflight finds what would make the start fail half way, before anything starts.
+// preflight finds what would make the start fail half way, before anything starts: a port in
+// use first, the most likely on a machine that runs other things.
 func preflight(o options) error {
-	if os.Geteuid() != 0 {
-		return errors.New("run the demo as root: its KVM hosts are network namespaces with their own sshd and libvirtd")
+	for _, p := range []struct{ what, addr string }{
+		{"the exporter", o.exporterAddr}, {"Prometheus", o.prometheusAddr}, {"Alertmanager", o.alertmanagerAddr},
+	} {
+		l, err := net.Listen("tcp", p.addr)
+		if err != nil {
+			_, port, _ := net.SplitHostPort(p.addr)
+			return fmt.Errorf("%s cannot listen on %s: %w. Stop what uses port %s (find it with: ss -ltnp 'sport = :%s'), or pick another address (-help)",
+				p.what, p.addr, err, port, port)
+		}
+		_ = l.Close()
 	}
 	if _, err := os.Stat(o.exporter); err != nil {
 		return fmt.Errorf("the exporter binary: %w (make demo builds it; or run make build)", err)
@@ -80,16 +95,8 @@ func preflight(o options) error {
 			return fmt.Errorf("rule file: %w", err)
 		}
 	}
-	for _, p := range []struct{ what, addr string }{
-		{"the exporter", o.exporterAddr}, {"Prometheus", o.prometheusAddr}, {"Alertmanager", o.alertmanagerAddr},
-	} {
-		l, err := net.Listen("tcp", p.addr)
-		if err != nil {
-			_, port, _ := net.SplitHostPort(p.addr)
-			return fmt.Errorf("%s cannot listen on %s: %w. Stop what uses port %s (find it with: ss -ltnp 'sport = :%s'), or pick another address (-help)",
-				p.what, p.addr, err, port, port)
-		}
-		_ = l.Close()
+	if os.Geteuid() != 0 {
+		return errors.New("run the demo as root: its KVM hosts are network namespaces with their own sshd and libvirtd")
 	}
 	return nil
 }
