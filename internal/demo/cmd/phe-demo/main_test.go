@@ -56,12 +56,11 @@ func (s *syncBuffer) String() string {
 
 // launcher is a running demo launcher.
 type launcher struct {
-	cmd    *exec.Cmd
-	out    *syncBuffer
-	tmp    string
-	done   chan struct{}
-	err    error
-	exited bool
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	tmp  string
+	done chan struct{}
+	err  error
 }
 
 func startLauncher(t *testing.T, args ...string) *launcher {
