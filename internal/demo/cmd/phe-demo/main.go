@@ -266,7 +266,7 @@ demo: ready. Every target is up: %d targets of 3 providers (%s, %s, %s).
 
   Status page         http://%s/
   Metrics             http://%s/metrics
-  Prometheus alerts   %s/alerts
+  Prometheus alerts   %s/api/v1/alerts  (the API: this build of Prometheus serves no web UI)
   Alertmanager        %s/#/alerts
   ProviderHealth      kubectl --kubeconfig %s get ph
 
