@@ -7,7 +7,7 @@ GOTOOL   := $(GO) tool -modfile=tools/go.mod
 BINARY   := provider_health_exporter
 PKGS     := ./...
 
-.PHONY: all build generate test test-deps kube-binaries bench fuzz lint vet fmt-check staticcheck fmt clean demo
+.PHONY: all build generate test test-deps kube-binaries prom-binaries bench fuzz lint vet fmt-check staticcheck fmt clean demo
 
 all: lint test build
 
@@ -18,9 +18,10 @@ build:
 ## test: every test with the race detector; parts of the test environment that are missing
 ## skip, or fail under REQUIRE_INTEGRATION=1.
 ## The integration tests start real systems; a whole run takes several minutes, and the first
-## one also builds etcd and kube-apiserver (kube-binaries), so the per-binary timeout is raised.
+## one also builds etcd and kube-apiserver (kube-binaries) and Prometheus 3 and Alertmanager
+## (prom-binaries), so the per-binary timeout is raised.
 ## -count=1: Go's test cache cannot see the systems the tests start, so results are never reused.
-test: test-deps kube-binaries
+test: test-deps kube-binaries prom-binaries
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 ## test-deps: install the Debian packages the integration tests need (as root, when missing).
@@ -32,10 +33,17 @@ test-deps:
 kube-binaries:
 	sh scripts/build-kube.sh
 
+## prom-binaries: build Prometheus 3 and promtool (tools/prometheus, -tags remove_all_sd, version
+## stamped) and Alertmanager and amtool (tools/alertmanager) from the Go module proxy into
+## bin/prometheus-<version>/ and bin/alertmanager-<version>/ (once; the first Prometheus build
+## takes several minutes on two cores, later runs a fraction of a second).
+prom-binaries:
+	$(GO) run ./internal/testenv/promstack/cmd/build-promstack >/dev/null
+
 ## demo: as root, a local environment with the exporter in the foreground at fixed addresses
 ## (exporter 127.0.0.1:9847, Prometheus :9090, Alertmanager :9093; see docs/demo.md). It builds
 ## what is missing first; Ctrl-C stops everything it started.
-demo: test-deps build kube-binaries
+demo: test-deps build kube-binaries prom-binaries
 	@echo "demo: building the demo launcher" >&2
 	$(GO) build -o .build/phe-demo ./internal/demo/cmd/phe-demo
 	.build/phe-demo -exporter ./$(BINARY)

@@ -35,6 +35,11 @@ type exporter struct {
 
 	reloadSuccess   prometheus.Gauge
 	reloadTimestamp prometheus.Gauge
+	// checkInterval and checkTimeout export the effective interval and timeout, so that rules
+	// can judge staleness and slowness against what this exporter was told (the mixin's
+	// ProviderHealthChecksStale and ProviderHealthChecksSlow).
+	checkInterval prometheus.Gauge
+	checkTimeout  prometheus.Gauge
 
 	// mu serializes reloads (SIGHUP and POST /-/reload may race) and the final close.
 	mu      sync.Mutex
@@ -62,7 +67,19 @@ func newExporter(configFile string, interval, timeout time.Duration, logger *slo
 			Name:      "config_last_reload_success_timestamp_seconds",
 			Help:      "When the providers file was last loaded successfully, in seconds since the Unix epoch.",
 		}),
+		checkInterval: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: collector.Namespace,
+			Name:      "provider_check_interval_seconds",
+			Help:      "The interval between two rounds of checks (--provider-check-interval); 0 when checks are off.",
+		}),
+		checkTimeout: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: collector.Namespace,
+			Name:      "provider_check_timeout_seconds",
+			Help:      "The deadline of one round of checks in effect (--provider-check-timeout, or the value derived from the interval); 0 when checks are off.",
+		}),
 	}
+	e.checkInterval.Set(interval.Seconds())
+	e.checkTimeout.Set(timeout.Seconds())
 	set, err := e.load()
 	if err != nil {
 		return nil, err
@@ -82,6 +99,8 @@ func newExporter(configFile string, interval, timeout time.Duration, logger *slo
 		versioncollector.NewCollector(collector.Namespace),
 		e.reloadSuccess,
 		e.reloadTimestamp,
+		e.checkInterval,
+		e.checkTimeout,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		hostpool.Collector(),

@@ -107,6 +107,11 @@ func TestChecksOff(t *testing.T) {
 	if v, ok := metric(t, metrics, "proxy_operator_build_info"); !ok || v != 1 {
 		t.Errorf("no proxy_operator_build_info")
 	}
+	for _, name := range []string{"proxy_operator_provider_check_interval_seconds", "proxy_operator_provider_check_timeout_seconds"} {
+		if v, ok := metric(t, metrics, name); !ok || v != 0 {
+			t.Errorf("checks are off: %s = %v (present %v), want 0", name, v, ok)
+		}
+	}
 	if _, ok := metric(t, metrics, "go_goroutines"); !ok {
 		t.Errorf("no go collector metrics")
 	}
@@ -131,6 +136,12 @@ func TestReload(t *testing.T) {
 	_, metrics := x.get("/metrics")
 	if v, ok := metric(t, metrics, "proxy_operator_config_last_reload_successful"); !ok || v != 1 {
 		t.Fatalf("reload success gauge at start %v (present %v), want 1", v, ok)
+	}
+	// --provider-check-timeout=0 derives min(15s, interval): 10s here.
+	for name, want := range map[string]float64{"proxy_operator_provider_check_interval_seconds": 10, "proxy_operator_provider_check_timeout_seconds": 10} {
+		if v, ok := metric(t, metrics, name); !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
+		}
 	}
 	firstTS, ok := metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds")
 	if !ok || firstTS < float64(time.Now().Add(-time.Minute).Unix()) {

@@ -177,9 +177,19 @@ func TestMetricsDocumented(t *testing.T) {
 			t.Errorf("docs/metrics.md documents %s, which the exporter neither serves nor registers", name)
 		}
 	}
+	// The effective check timing, as newExporter was given it.
+	for name, want := range map[string]float64{
+		"proxy_operator_provider_check_interval_seconds": 60,
+		"proxy_operator_provider_check_timeout_seconds":  15,
+	} {
+		if mf := mfs[name]; mf == nil || len(mf.GetMetric()) != 1 || mf.GetMetric()[0].GetGauge().GetValue() != want {
+			t.Errorf("%s = %v, want one series of %v", name, mf, want)
+		}
+	}
 	// The checks above could pass on an empty scrape: make sure the round's families are there.
 	for _, name := range []string{"proxy_operator_provider_target_up", "proxy_operator_provider_info",
-		"proxy_operator_provider_check_rounds_total", "proxy_operator_build_info", "proxy_operator_crd_writer_leader"} {
+		"proxy_operator_provider_check_rounds_total", "proxy_operator_build_info", "proxy_operator_crd_writer_leader",
+		"proxy_operator_provider_check_interval_seconds", "proxy_operator_provider_check_timeout_seconds"} {
 		if !served[name] {
 			t.Errorf("%s is not served after the first round", name)
 		}

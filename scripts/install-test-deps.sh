@@ -18,9 +18,9 @@ PACKAGES=(
 	iproute2
 	iptables
 	procps
+	# promtool on PATH, for collector's `promtool check metrics` test only: Prometheus 3,
+	# promtool and Alertmanager themselves are built from the module proxy (make prom-binaries).
 	prometheus
-	prometheus-alertmanager
-	jsonnet
 )
 
 # Pid files of the services these packages ship, to catch one started despite policy-rc.d.
@@ -30,7 +30,6 @@ SERVICE_PIDFILES=(
 	/run/virtlogd.pid
 	/run/virtlockd.pid
 	/run/prometheus/prometheus.pid
-	/run/prometheus/prometheus-alertmanager.pid
 )
 
 POLICY_RC=/usr/sbin/policy-rc.d

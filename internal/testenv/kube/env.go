@@ -13,7 +13,6 @@
 package kube
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -34,6 +33,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/toolbuild"
 )
 
 // AdminUser is the name of the identity behind AdminConfig and Kubeconfig.
@@ -142,7 +142,7 @@ func Start(t testing.TB, opts ...Option) *Env {
 // short by the test's timeout included.
 func requireBinaries(t testing.TB, logf func(format string, args ...any)) (apiserver, etcd string) {
 	t.Helper()
-	buildCtx, cancel := buildContext(t)
+	buildCtx, cancel := toolbuild.BuildContext(t)
 	defer cancel()
 	apiserver, etcd, err := EnsureBinaries(buildCtx, logf)
 	switch {
@@ -155,16 +155,6 @@ func requireBinaries(t testing.TB, logf func(format string, args ...any)) (apise
 			"on two cores: give it a longer -timeout (e.g. -timeout 30m) or run scripts/build-kube.sh first", err)
 	}
 	return apiserver, etcd
-}
-
-// buildContext bounds a possible build by the test's deadline, leaving time to report.
-func buildContext(t testing.TB) (context.Context, context.CancelFunc) {
-	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
-		if deadline, ok := d.Deadline(); ok {
-			return context.WithDeadline(context.Background(), deadline.Add(-30*time.Second))
-		}
-	}
-	return context.WithTimeout(context.Background(), time.Hour)
 }
 
 func (e *Env) start(t testing.TB, etcdPath string, o options) error {

@@ -1,4 +1,6 @@
-// Package promstack starts Debian's Prometheus and Alertmanager for a test: Prometheus scrapes
+// Package promstack starts Prometheus 3 and Alertmanager for a test, both built from the module
+// proxy by the tools modules tools/prometheus and tools/alertmanager into bin/ (once, see
+// EnsureBinaries; promtool comes with Prometheus): Prometheus scrapes
 // the exporter addresses the test gives, evaluates its rule files and sends alerts to the
 // Alertmanager, which routes every alert to a webhook receiver inside the test process. Helpers
 // query Prometheus's HTTP API and wait for targets, series, alerts and notifications.
@@ -11,13 +13,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 )
 
 // JobName is the scrape job that holds Options.ScrapeTargets, so tests and rules can select
@@ -26,9 +25,6 @@ const JobName = "provider-health-exporter"
 
 // ReceiverName is the Alertmanager receiver every alert is routed to (the in-process webhook).
 const ReceiverName = "test-webhook"
-
-// installHint says how to get the daemons on a Debian machine.
-const installHint = "apt-get install prometheus prometheus-alertmanager (or run scripts/install-test-deps.sh as root)"
 
 // Options configure the stack. The zero value is a Prometheus without scrape targets or rules.
 type Options struct {
@@ -122,8 +118,9 @@ type Stack struct {
 	webhookErrs   []error
 }
 
-// Start starts Alertmanager, then Prometheus, and waits until both are ready. When a binary is
-// missing it calls testenv.Unavailable; any other failure fails the test. Both processes are
+// Start starts Alertmanager, then Prometheus, and waits until both are ready, building them
+// first when bin/ has no current build (see EnsureBinaries). When this machine cannot build them
+// it calls testenv.Unavailable; any other failure fails the test. Both processes are
 // killed and reaped in tb's cleanup, and their logs are written to the test log if tb failed.
 //
 // Both are ready in well under a second, but Prometheus's service discovery hands targets to
@@ -132,8 +129,8 @@ type Stack struct {
 func Start(tb testing.TB, opts Options) *Stack {
 	tb.Helper()
 	opts = opts.withDefaults()
-	promBin := lookBinary(tb, "PROMETHEUS_BIN", "prometheus")
-	amBin := lookBinary(tb, "ALERTMANAGER_BIN", "prometheus-alertmanager", "alertmanager")
+	bins := RequireBinaries(tb)
+	promBin, amBin := bins.Prometheus, bins.Alertmanager
 
 	// TempDir first: cleanups run last-in first-out, so the directory is removed only after
 	// the daemons writing into it are gone and their logs have been dumped.
@@ -164,32 +161,6 @@ func Start(tb testing.TB, opts Options) *Stack {
 		tb.Fatalf("start prometheus: %v", err)
 	}
 	return s
-}
-
-// lookBinary finds the first of names on PATH (or in /usr/bin), or the path in env when set.
-func lookBinary(tb testing.TB, env string, names ...string) string {
-	tb.Helper()
-	if p := os.Getenv(env); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			testenv.Unavailable(tb, "%s=%s: %v; %s", env, p, err, installHint)
-		}
-		return p
-	}
-	for _, n := range names {
-		if p, err := exec.LookPath(n); err == nil {
-			return p
-		}
-		if p := filepath.Join("/usr/bin", n); isExecutable(p) {
-			return p
-		}
-	}
-	testenv.Unavailable(tb, "%s not found on PATH: %s", names[0], installHint)
-	return ""
-}
-
-func isExecutable(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
 }
 
 // maxPortAttempts bounds retries when a picked port is taken before the daemon binds it.

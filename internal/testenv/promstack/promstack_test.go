@@ -419,3 +419,26 @@ func alive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
 }
+
+// TestBinariesAreCurrentReleases runs each built binary's --version: Prometheus and promtool
+// are 3.x with the version stamped (an unstamped build prints an empty version), Alertmanager
+// and amtool are 0.31.
+func TestBinariesAreCurrentReleases(t *testing.T) {
+	t.Parallel()
+	b := promstack.RequireBinaries(t)
+	for _, c := range []struct{ path, prefix string }{
+		{b.Prometheus, "prometheus, version 3."},
+		{b.Promtool, "promtool, version 3."},
+		{b.Alertmanager, "alertmanager, version 0.31."},
+		{b.Amtool, "amtool, version 0.31."},
+	} {
+		out, err := exec.Command(c.path, "--version").CombinedOutput()
+		if err != nil {
+			t.Errorf("%s --version: %v\n%s", c.path, err, out)
+			continue
+		}
+		if !strings.HasPrefix(string(out), c.prefix) {
+			t.Errorf("%s --version printed %q, want it to start with %q", c.path, out, c.prefix)
+		}
+	}
+}

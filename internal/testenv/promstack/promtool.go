@@ -9,11 +9,12 @@ import (
 	"testing"
 )
 
-// Promtool returns the path of promtool (PROMTOOL_BIN, or promtool on PATH), or ends the test
-// with testenv.Unavailable when there is none.
+// Promtool returns the path of the Prometheus 3 promtool (PROMTOOL_BIN when set, otherwise the
+// one built into bin/, building it if needed), or ends the test with testenv.Unavailable when
+// this machine cannot build it.
 func Promtool(tb testing.TB) string {
 	tb.Helper()
-	return lookBinary(tb, "PROMTOOL_BIN", "promtool")
+	return RequireBinaries(tb).Promtool
 }
 
 // RunPromtool runs promtool with args and returns its combined output; a non-zero exit is an

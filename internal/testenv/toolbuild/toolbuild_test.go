@@ -1,4 +1,4 @@
-package kube
+package toolbuild
 
 import (
 	"context"
@@ -10,6 +10,17 @@ import (
 	"testing"
 	"time"
 )
+
+// testSpec is shaped like the real ones: the version of one module names the cache directory.
+var testSpec = Spec{
+	Name:          "kube",
+	ToolsDir:      "tools/kube",
+	VersionModule: "k8s.io/kubernetes",
+	Targets:       []Target{{Pkg: "k8s.io/kubernetes/cmd/kube-apiserver", File: "kube-apiserver"}, {Pkg: "go.etcd.io/etcd/server/v3", File: "etcd"}},
+	BuildHint:     "scripts/build-kube.sh",
+}
+
+const toolsDir = "tools/kube"
 
 func fakeRepo(t *testing.T, gomod string) string {
 	t.Helper()
@@ -28,7 +39,7 @@ const fakeGoMod = "module example.com/tools\n\ngo 1.26\n\nrequire (\n\tk8s.io/ku
 // A cache whose stamp matches the tools module is used as is: no build, no lock wait.
 func TestEnsureBinariesUsesCache(t *testing.T) {
 	root := fakeRepo(t, fakeGoMod)
-	version, stamp, err := toolsIdentity(filepath.Join(root, toolsDir))
+	version, stamp, err := identity(filepath.Join(root, toolsDir), testSpec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,12 +60,12 @@ func TestEnsureBinariesUsesCache(t *testing.T) {
 	}
 	var logged []string
 	logf := func(format string, args ...any) { logged = append(logged, format) }
-	apiserver, etcd, err := ensureBinaries(context.Background(), root, logf)
+	paths, err := ensure(context.Background(), root, testSpec, logf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if apiserver != filepath.Join(dir, "kube-apiserver") || etcd != filepath.Join(dir, "etcd") {
-		t.Errorf("paths = %s, %s; want them in %s", apiserver, etcd, dir)
+	if len(paths) != 2 || paths[0] != filepath.Join(dir, "kube-apiserver") || paths[1] != filepath.Join(dir, "etcd") {
+		t.Errorf("paths = %v; want kube-apiserver and etcd in %s", paths, dir)
 	}
 	if len(logged) != 0 {
 		t.Errorf("a cached build logged %q", logged)
@@ -64,33 +75,55 @@ func TestEnsureBinariesUsesCache(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, toolsDir, "go.mod"), []byte(fakeGoMod+"\n// changed\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, stamp2, err := toolsIdentity(filepath.Join(root, toolsDir))
+	_, stamp2, err := identity(filepath.Join(root, toolsDir), testSpec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stamp2 == stamp || upToDate(dir, stamp2) {
+	if stamp2 == stamp || upToDate(dir, stamp2, testSpec) {
 		t.Errorf("a changed go.mod still matches the cache")
 	}
 }
 
-func TestToolsIdentityNeedsKubernetes(t *testing.T) {
+func TestIdentityNeedsVersionModule(t *testing.T) {
 	root := fakeRepo(t, "module example.com/tools\n")
-	if _, _, err := toolsIdentity(filepath.Join(root, toolsDir)); err == nil || !strings.Contains(err.Error(), "k8s.io/kubernetes") {
+	if _, _, err := identity(filepath.Join(root, toolsDir), testSpec); err == nil || !strings.Contains(err.Error(), "k8s.io/kubernetes") {
 		t.Errorf("err = %v, want one naming k8s.io/kubernetes", err)
+	}
+}
+
+// Build tags are part of the stamp (a binary built without them is another binary); a spec
+// without tags keeps the stamp caches built before tags existed carry.
+func TestIdentityStampsTags(t *testing.T) {
+	root := fakeRepo(t, "module example.com/tools\n\ngo 1.26\n\nrequire github.com/prometheus/prometheus v0.316.0 // indirect\n")
+	spec := Spec{Name: "prometheus", VersionModule: "github.com/prometheus/prometheus"}
+	version, plain, err := identity(filepath.Join(root, toolsDir), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if version != "v0.316.0" {
+		t.Errorf("version = %q, want v0.316.0 (from an indirect requirement)", version)
+	}
+	spec.Tags = []string{"remove_all_sd"}
+	_, tagged, err := identity(filepath.Join(root, toolsDir), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tagged == plain {
+		t.Error("adding a build tag left the stamp unchanged")
 	}
 }
 
 // Two builders never run at once: the second waits on the lock and gives up with its context.
 func TestBuildLockExcludes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "lock")
-	unlock, err := lockFile(context.Background(), path, t.Logf)
+	unlock, err := lockFile(context.Background(), path, testSpec, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()
 	var waited []string
-	_, err = lockFile(ctx, path, func(format string, args ...any) { waited = append(waited, format) })
+	_, err = lockFile(ctx, path, testSpec, func(format string, args ...any) { waited = append(waited, format) })
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("second lock while held: err = %v, want deadline exceeded", err)
 	}
@@ -98,7 +131,7 @@ func TestBuildLockExcludes(t *testing.T) {
 		t.Errorf("the waiting builder logged %d lines, want 1 saying it waits", len(waited))
 	}
 	unlock()
-	unlock2, err := lockFile(context.Background(), path, t.Logf)
+	unlock2, err := lockFile(context.Background(), path, testSpec, t.Logf)
 	if err != nil {
 		t.Fatalf("lock after release: %v", err)
 	}
@@ -109,7 +142,7 @@ func TestBuildLockExcludes(t *testing.T) {
 // error does not: both outputs come from the real go command, on a module made here, the
 // module proxy pointed at a closed loopback port.
 func TestDownloadFailedClassifiesGoOutput(t *testing.T) {
-	goBin, err := goTool()
+	goBin, err := GoTool()
 	if err != nil {
 		t.Fatalf("the go command running this test is not found: %v", err)
 	}
