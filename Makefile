@@ -7,7 +7,7 @@ GOTOOL   := $(GO) tool -modfile=tools/go.mod
 BINARY   := provider_health_exporter
 PKGS     := ./...
 
-.PHONY: all build generate test test-deps kube-binaries prom-binaries bench fuzz lint vet fmt-check staticcheck fmt clean demo
+.PHONY: all build generate test test-mixin test-deps kube-binaries prom-binaries mixin bench fuzz lint vet fmt-check staticcheck fmt clean demo
 
 all: lint test build
 
@@ -21,8 +21,29 @@ build:
 ## one also builds etcd and kube-apiserver (kube-binaries) and Prometheus 3 and Alertmanager
 ## (prom-binaries), so the per-binary timeout is raised.
 ## -count=1: Go's test cache cannot see the systems the tests start, so results are never reused.
-test: test-deps kube-binaries prom-binaries
+test: test-deps kube-binaries prom-binaries test-mixin
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+## test-mixin: the monitoring mixin's tests (their own Go module, mixin/go.mod): the generated
+## files match the sources, which are jsonnetfmt-formatted and jsonnet-lint clean; mixtool's
+## lint rules; promtool check and unit tests of the rules on Prometheus 3; the dashboard.
+test-mixin: prom-binaries
+	cd mixin && $(GO) test -race -count=1 -timeout 10m ./...
+
+# The mixin's jsonnet sources and generated files (see docs/mixin.md).
+MIXIN_SOURCES := $(shell find mixin -name '*.jsonnet' -o -name '*.libsonnet')
+JSONNETFMT    := $(GOTOOL) jsonnetfmt -n 2 --max-blank-lines 2 --string-style s --comment-style s
+
+## mixin: format the mixin's jsonnet sources and regenerate mixin/prometheus_alerts.yaml,
+## mixin/prometheus_rules.yaml and mixin/dashboards_out/ from them (commit the result:
+## make test fails when they drift).
+mixin:
+	$(JSONNETFMT) -i $(MIXIN_SOURCES)
+	$(GOTOOL) jsonnet-lint -J mixin $(MIXIN_SOURCES)
+	$(GOTOOL) jsonnet -J mixin -S mixin/alerts.jsonnet > mixin/prometheus_alerts.yaml
+	$(GOTOOL) jsonnet -J mixin -S mixin/rules.jsonnet > mixin/prometheus_rules.yaml
+	rm -rf mixin/dashboards_out && mkdir -p mixin/dashboards_out
+	$(GOTOOL) jsonnet -J mixin -m mixin/dashboards_out mixin/dashboards.jsonnet >/dev/null
 
 ## test-deps: install the Debian packages the integration tests need (as root, when missing).
 test-deps:

@@ -3,6 +3,9 @@ module github.com/provider-health-exporter/provider-health-exporter/tools
 go 1.26.8
 
 tool (
+	github.com/google/go-jsonnet/cmd/jsonnet
+	github.com/google/go-jsonnet/cmd/jsonnet-lint
+	github.com/google/go-jsonnet/cmd/jsonnetfmt
 	github.com/prometheus/promu
 	honnef.co/go/tools/cmd/staticcheck
 	sigs.k8s.io/controller-tools/cmd/controller-gen
@@ -34,6 +37,7 @@ require (
 	github.com/gobuffalo/flect v1.0.3 // indirect
 	github.com/google/gnostic-models v0.7.1 // indirect
 	github.com/google/go-github/v25 v25.1.3 // indirect
+	github.com/google/go-jsonnet v0.22.0 // indirect
 	github.com/google/go-querystring v1.0.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
@@ -50,6 +54,7 @@ require (
 	go.uber.org/atomic v1.11.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/exp/typeparams v0.0.0-20231108232855-2478ac86f678 // indirect
 	golang.org/x/mod v0.41.0 // indirect
 	golang.org/x/net v0.59.0 // indirect

@@ -1,0 +1,166 @@
+// The alerts. Every one aggregates over the exporter's replicas (two replicas checking the same
+// target give one alert) and keeps only provider, target or pool, severity and, in
+// multi-cluster mode, the cluster label. The current reason is never a label: it is read in the
+// description by a template query, so a reason that changes while a target stays down neither
+// restarts the alert's `for:` timer nor fires a second alert.
+local promql = import '../lib/promql.libsonnet';
+
+{
+  prometheusAlerts+:: {
+    local c = $._config,
+    local by = function(labels) promql.by(c, labels),
+    local sel = function(metric, extra=[]) promql.sel(c, metric, extra),
+    local on = promql.on(c),
+
+    // The label matchers of one alert's own series, for template queries: cluster (when on),
+    // provider, target.
+    local matchers(labels) = std.join(', ', [c.jobSelector] + [
+      l + '=%q'
+      for l in promql.groupLabels(c, labels)
+    ]),
+    local args(labels) = std.join(' ', ['$labels.' + l for l in promql.groupLabels(c, labels)]),
+    // The current reason(s) of the alert's target, as the exporter's replicas report it.
+    local reason =
+      '{{ range $i, $r := query (printf `max by (reason) (proxy_operator_provider_target_reason{'
+      + matchers(['provider', 'target']) + '} == 1)` ' + args(['provider', 'target'])
+      + ') }}{{ if $i }}, {{ end }}{{ $r.Labels.reason }}{{ else }}unknown{{ end }}',
+
+    local alert(name, severityKey, expr, forWindow, summary, description) = {
+      alert: name,
+      expr: expr,
+      [if forWindow != null then 'for']: forWindow,
+      labels: { severity: c.severities[severityKey] },
+      annotations: {
+        summary: summary,
+        description: description,
+        runbook_url: c.runbookURLPattern % std.asciiLower(name),
+      },
+    },
+
+    local freePercent = '(max %(by)s (%(avail)s) / max %(by)s (%(cap)s) * 100)' % {
+      by: by(['provider', 'target', 'pool']),
+      avail: sel('proxy_operator_kvm_storage_pool_available_bytes'),
+      cap: sel('proxy_operator_kvm_storage_pool_capacity_bytes'),
+    },
+
+    groups+: [
+      {
+        name: 'provider-health-exporter',
+        rules: [
+          alert(
+            'ProviderHealthTargetDown',
+            'targetDown',
+            'max %s (%s) == 0' % [by(['provider', 'target']), sel('proxy_operator_provider_target_up')],
+            c.targetDownFor,
+            'A provider target has been down.',
+            'Target {{ $labels.target }} of provider {{ $labels.provider }} has been down for more than '
+            + c.targetDownFor + ' on every exporter replica; reason: ' + reason + '.',
+          ),
+          alert(
+            'ProviderHealthProviderDown',
+            'providerDown',
+            'max %s (%s) == 0' % [by(['provider']), sel('provider:proxy_operator_provider_targets_ready:sum')],
+            c.providerDownFor,
+            'Every target of a provider has been down.',
+            'All {{ with query (printf `max by (provider) (provider:proxy_operator_provider_targets:count{'
+            + matchers(['provider']) + '})` ' + args(['provider'])
+            + ') }}{{ . | first | value }}{{ end }} targets of provider {{ $labels.provider }} have been down for more than '
+            + c.providerDownFor + '; reasons: {{ range $i, $r := query (printf `count by (reason) (max by (target, reason) (proxy_operator_provider_target_reason{'
+            + matchers(['provider']) + '} == 1))` ' + args(['provider'])
+            + ') }}{{ if $i }}, {{ end }}{{ $r.Labels.reason }} ({{ $r.Value }}){{ end }}.',
+          ),
+          alert(
+            'ProviderHealthTargetFlapping',
+            'targetFlapping',
+            'max %s (changes(%s[%s])) > %d' % [by(['provider', 'target']), sel('proxy_operator_provider_target_up'), c.flappingWindow, c.flappingThreshold],
+            null,
+            'A provider target keeps changing between up and down.',
+            'Target {{ $labels.target }} of provider {{ $labels.provider }} changed between up and down {{ $value }} times in the last '
+            + c.flappingWindow + '; current reason: ' + reason + '.',
+          ),
+          alert(
+            'ProviderHealthChecksStale',
+            'checksStale',
+            'min %s ((time() - %s) / %s group_left () (%s > 0)) > %s' % [
+              by(['provider', 'target']),
+              sel('proxy_operator_provider_check_timestamp_seconds'),
+              on,
+              sel('proxy_operator_provider_check_interval_seconds'),
+              c.staleIntervals,
+            ],
+            c.checksStaleFor,
+            'The checks of a provider target have stopped.',
+            'The last check of target {{ $labels.target }} of provider {{ $labels.provider }} is {{ $value | printf "%.1f" }} check intervals old on every exporter replica (more than '
+            + c.staleIntervals + '); its verdict (' + reason + ') is no longer current.',
+          ),
+          alert(
+            'ProviderHealthChecksSlow',
+            'checksSlow',
+            'max %s (%s / %s group_left () (%s > 0)) > %s' % [
+              by(['provider']),
+              sel('proxy_operator_provider_check_duration_seconds'),
+              on,
+              sel('proxy_operator_provider_check_timeout_seconds'),
+              c.checksSlowRatio,
+            ],
+            c.checksSlowFor,
+            'The checks of a provider take most of the check timeout.',
+            'The slowest check of provider {{ $labels.provider }} takes {{ $value | humanizePercentage }} of the check timeout (threshold '
+            + std.toString(c.checksSlowRatio * 100) + '%); a little slower and its targets read Timeout.',
+          ),
+          alert(
+            'ProviderHealthStoragePoolFillingUp',
+            'poolFillingUp',
+            '%s < %s\nand\nmax %s (predict_linear(%s[%s], %s)) < 0' % [
+              freePercent,
+              c.poolFillingFreePercent,
+              by(['provider', 'target', 'pool']),
+              sel('proxy_operator_kvm_storage_pool_available_bytes'),
+              c.poolFillingLookback,
+              promql.seconds(c.poolFillingHorizon),
+            ],
+            c.poolFillingFor,
+            'A KVM storage pool is predicted to fill up soon.',
+            'Storage pool {{ $labels.pool }} on host {{ $labels.target }} (provider {{ $labels.provider }}) has {{ $value | printf "%.1f" }}% free and, at the rate of the last '
+            + c.poolFillingLookback + ', is full within ' + c.poolFillingHorizon + '.',
+          ),
+          alert(
+            'ProviderHealthStoragePoolAlmostFull',
+            'poolAlmostFull',
+            '%s < %s' % [freePercent, c.poolAlmostFullFreePercent],
+            c.poolAlmostFullFor,
+            'A KVM storage pool is almost full.',
+            'Storage pool {{ $labels.pool }} on host {{ $labels.target }} (provider {{ $labels.provider }}) has only {{ $value | printf "%.1f" }}% free (threshold '
+            + c.poolAlmostFullFreePercent + '%).',
+          ),
+          alert(
+            'ProviderHealthHostKeyMismatch',
+            'hostKeyMismatch',
+            'max %s (%s) == 1' % [by(['provider', 'target']), sel('proxy_operator_provider_target_reason', ['reason="HostKeyMismatch"'])],
+            c.hostKeyMismatchFor,
+            'A KVM host presents a host key that does not match known_hosts.',
+            'Host {{ $labels.target }} of provider {{ $labels.provider }} presents an SSH host key that does not match its known_hosts entry: either the host was reinstalled or its key rotated, or someone is in the middle of the connection. The exporter does not connect to it.',
+          ),
+          alert(
+            'ProviderHealthConfigReloadFailed',
+            'configReloadFailed',
+            'min %s (%s) == 0' % [by([]), sel('proxy_operator_config_last_reload_successful')],
+            c.configReloadFailedFor,
+            'The exporter could not load its providers file.',
+            'The last load of the providers file failed on {{ range $i, $r := query `' + sel('proxy_operator_config_last_reload_successful') + ' == 0` }}{{ if $i }}, {{ end }}{{ $r.Labels.instance }}{{ end }} (for more than '
+            + c.configReloadFailedFor + '); the exporter keeps checking with the last good file.',
+          ),
+          alert(
+            'ProviderHealthExporterDown',
+            'exporterDown',
+            'min %s (%s) == 0\nor\nsum %s (absent(%s))' % [by([]), sel('up'), by([]), sel('up')],
+            c.exporterDownFor,
+            'The provider health exporter is down or not scraped.',
+            '{{ if eq $value 0.0 }}Prometheus cannot scrape the provider health exporter at {{ range $i, $r := query `' + sel('up') + ' == 0` }}{{ if $i }}, {{ end }}{{ $r.Labels.instance }}{{ end }}{{ else }}Prometheus has no scrape target matching '
+            + std.strReplace(c.jobSelector, '"', "'") + '{{ end }} (for more than ' + c.exporterDownFor + '): no verdict is current and no provider alert can fire.',
+          ),
+        ],
+      },
+    ],
+  },
+}

@@ -1,0 +1,68 @@
+// Everything a user may want to change: selectors, windows, thresholds, severities, runbook
+// links and the dashboard's identity. Override with
+//   (import 'mixin.libsonnet') + { _config+:: { jobSelector: 'job="phe"' } }
+{
+  _config+:: {
+    // Selects the exporter's series (every rule and dashboard query uses it).
+    jobSelector: 'job="provider-health-exporter"',
+
+    // Multi-cluster: when showMultiCluster is true, every aggregation keeps clusterLabel, so an
+    // alert and a dashboard row are per cluster, and the dashboard shows a cluster variable.
+    clusterLabel: 'cluster',
+    showMultiCluster: false,
+
+    // ProviderHealthTargetDown: a target's verdict has been down for this long.
+    targetDownFor: '5m',
+    // ProviderHealthProviderDown: every target of a provider has been down for this long.
+    providerDownFor: '5m',
+    // ProviderHealthTargetFlapping: more than flappingThreshold up/down changes in flappingWindow.
+    flappingWindow: '30m',
+    flappingThreshold: 4,
+    // ProviderHealthChecksStale: the last check is older than staleIntervals check intervals.
+    staleIntervals: 3,
+    checksStaleFor: '5m',
+    // ProviderHealthChecksSlow: checks take more than checksSlowRatio of the timeout.
+    checksSlowRatio: 0.8,
+    checksSlowFor: '15m',
+    // ProviderHealthStoragePoolFillingUp: predict_linear over poolFillingLookback says the pool
+    // is full within poolFillingHorizon, and less than poolFillingFreePercent is free.
+    poolFillingLookback: '6h',
+    poolFillingHorizon: '24h',
+    poolFillingFreePercent: 20,
+    poolFillingFor: '1h',
+    // ProviderHealthStoragePoolAlmostFull: less than poolAlmostFullFreePercent is free.
+    poolAlmostFullFreePercent: 5,
+    poolAlmostFullFor: '5m',
+    // ProviderHealthHostKeyMismatch.
+    hostKeyMismatchFor: '1m',
+    // ProviderHealthConfigReloadFailed.
+    configReloadFailedFor: '10m',
+    // ProviderHealthExporterDown.
+    exporterDownFor: '5m',
+
+    severities: {
+      targetDown: 'warning',
+      providerDown: 'critical',
+      targetFlapping: 'warning',
+      checksStale: 'warning',
+      checksSlow: 'warning',
+      poolFillingUp: 'warning',
+      poolAlmostFull: 'critical',
+      hostKeyMismatch: 'critical',
+      configReloadFailed: 'warning',
+      exporterDown: 'critical',
+    },
+
+    // The runbook of an alert: this pattern with %s replaced by the alert's name in lower case
+    // (the anchor of its section in docs/runbooks.md).
+    runbookURLPattern: 'https://github.com/provider-health-exporter/provider-health-exporter/blob/main/docs/runbooks.md#%s',
+
+    // The dashboard.
+    dashboardUID: 'provider-health',
+    dashboardTitle: 'Provider health',
+    dashboardTags: ['provider-health-exporter'],
+    dashboardRefresh: '1m',
+    dashboardTimezone: 'utc',
+    dashboardPeriod: '6h',
+  },
+}

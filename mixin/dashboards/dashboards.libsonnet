@@ -1,0 +1,5 @@
+{
+  grafanaDashboards+:: {
+    'provider-health.json': (import 'provider-health.libsonnet')($._config),
+  },
+}

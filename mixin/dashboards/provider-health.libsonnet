@@ -1,0 +1,171 @@
+// The Provider health dashboard: current verdicts, their history, ready/total per provider,
+// check timing, KVM storage pools and the exporter's own health.
+local g = import '../lib/dashboard.libsonnet';
+local promql = import '../lib/promql.libsonnet';
+
+function(c)
+  local multi = c.showMultiCluster;
+  local cluster = if multi then [c.clusterLabel + '=~"$cluster"'] else [];
+  // Series of the selected exporters, and of the selected providers and targets.
+  local exp = std.join(', ', cluster + ['job=~"$job"']);
+  local f = std.join(', ', cluster + ['job=~"$job"', 'provider=~"$provider"', 'target=~"$target"']);
+  local fp = std.join(', ', cluster + ['job=~"$job"', 'provider=~"$provider"']);
+  local by(labels) = promql.by(c, labels);
+  local pt = by(['provider', 'target']);
+  local ptp = by(['provider', 'target', 'pool']);
+
+  g.dashboard(c.dashboardTitle,
+              c.dashboardUID,
+              c.dashboardTags,
+              c.dashboardRefresh,
+              c.dashboardTimezone,
+              c.dashboardPeriod,
+              'Verdicts of provider-health-exporter: which providers and targets are up, why not, since when, and whether the checks themselves are healthy.')
+  .addVariables([
+    g.datasourceVariable(),
+    g.queryVariable('cluster', 'Cluster', 'label_values(proxy_operator_provider_info{%s}, %s)' % [c.jobSelector, c.clusterLabel], hide=if multi then 0 else 2),
+    g.queryVariable('job', 'Job', 'label_values(proxy_operator_provider_info{%s}, job)' % std.join(', ', cluster + [c.jobSelector])),
+    g.queryVariable('provider', 'Provider', 'label_values(proxy_operator_provider_info{%s}, provider)' % exp),
+    g.queryVariable('target', 'Target', 'label_values(proxy_operator_provider_target_up{%s}, target)' % fp),
+  ])
+  .addPanels(g.grid([
+    g.row('Verdicts'),
+    g.table(
+      'Current verdicts',
+      'One row per target: its verdict, the reason of the last check, how long ago the verdict last flipped between up and down (empty: not within the time range), and the age of the last check.',
+      [
+        g.target('max %s (proxy_operator_provider_target_up{%s})' % [pt, f]),
+        g.target('max %s (proxy_operator_provider_target_reason{%s} == 1)' % [by(['provider', 'target', 'reason']), f]),
+        g.target('time() - max %s (max_over_time((timestamp(changes(proxy_operator_provider_target_up{%s}[1m]) > 0))[$__range:1m]))' % [pt, f]),
+        g.target('time() - max %s (proxy_operator_provider_check_timestamp_seconds{%s})' % [pt, f]),
+      ],
+      columns={
+        provider: 'Provider',
+        target: 'Target',
+        'Value #A': 'Up',
+        reason: 'Reason',
+        'Value #C': 'Since',
+        'Value #D': 'Last check age',
+      },
+      overrides=[
+        { matcher: { id: 'byName', options: 'Up' }, properties: [
+          { id: 'mappings', value: g.upMappings },
+          { id: 'custom.cellOptions', value: { type: 'color-background' } },
+        ] },
+        { matcher: { id: 'byName', options: 'Since' }, properties: [{ id: 'unit', value: 's' }] },
+        { matcher: { id: 'byName', options: 'Last check age' }, properties: [{ id: 'unit', value: 's' }] },
+      ],
+      sortBy=[{ displayName: 'Up', desc: false }],
+    ) + { w: 24, h: 10 },
+    g.stateTimeline(
+      'Up over time',
+      'Each target’s verdict over time (any exporter replica seeing it up counts as up).',
+      [g.target('max %s (proxy_operator_provider_target_up{%s})' % [pt, f], '{{provider}} / {{target}}')],
+    ) + { w: 24, h: 10 },
+    g.timeseries(
+      'Ready targets per provider',
+      'Targets up and targets checked, per provider (recording rules of the mixin).',
+      [
+        g.target('max %s (provider:proxy_operator_provider_targets_ready:sum{%s})' % [by(['provider']), fp], '{{provider}} ready'),
+        g.target('max %s (provider:proxy_operator_provider_targets:count{%s})' % [by(['provider']), fp], '{{provider}} total'),
+      ],
+      min=0,
+    ),
+    g.row('Checks'),
+    g.timeseries(
+      'Check duration against the timeout',
+      'How long the last check of each target took, and the round timeout: a check that reaches it is abandoned and reads Timeout.',
+      [
+        g.target('max %s (proxy_operator_provider_check_duration_seconds{%s})' % [pt, f], '{{provider}} / {{target}}'),
+        g.target('max %s (proxy_operator_provider_check_timeout_seconds{%s})' % [by(['job']), exp], 'timeout ({{job}})'),
+      ],
+      unit='s',
+      min=0,
+    ),
+    g.timeseries(
+      'Last check age',
+      'Seconds since the last check of each target completed, and the staleness threshold of ProviderHealthChecksStale (%d check intervals).' % c.staleIntervals,
+      [
+        g.target('time() - max %s (proxy_operator_provider_check_timestamp_seconds{%s})' % [pt, f], '{{provider}} / {{target}}'),
+        g.target('%d * max %s (proxy_operator_provider_check_interval_seconds{%s})' % [c.staleIntervals, by(['job']), exp], 'stale after ({{job}})'),
+      ],
+      unit='s',
+      min=0,
+    ),
+    g.row('KVM storage pools'),
+    g.timeseries(
+      'Pool capacity and allocation',
+      'Capacity and allocated bytes of each KVM host’s storage pool, as read by the last successful check.',
+      [
+        g.target('max %s (proxy_operator_kvm_storage_pool_capacity_bytes{%s})' % [ptp, f], '{{target}} {{pool}} capacity'),
+        g.target('max %s (proxy_operator_kvm_storage_pool_allocation_bytes{%s})' % [ptp, f], '{{target}} {{pool}} allocated'),
+      ],
+      unit='bytes',
+      min=0,
+    ),
+    g.timeseries(
+      'Pool free space',
+      'Share of each pool still available; ProviderHealthStoragePoolAlmostFull fires below %d%%.' % c.poolAlmostFullFreePercent,
+      [
+        g.target('max %s (proxy_operator_kvm_storage_pool_available_bytes{%s}) / max %s (proxy_operator_kvm_storage_pool_capacity_bytes{%s})' % [ptp, f, ptp, f], '{{target}} {{pool}}'),
+      ],
+      unit='percentunit',
+      min=0,
+      max=1,
+    ),
+    g.row('Exporter'),
+    g.timeseries(
+      'Scrape target up',
+      'Whether Prometheus scrapes each exporter replica.',
+      [g.target('up{%s}' % exp, '{{instance}}')],
+      min=0,
+      max=1,
+    ) + { w: 8 },
+    g.timeseries(
+      'Rounds and abandoned checkers',
+      'Rounds of checks completed, and checkers abandoned at a round’s deadline, per minute.',
+      [
+        g.target('60 * rate(proxy_operator_provider_check_rounds_total{%s}[$__rate_interval])' % exp, '{{instance}} rounds'),
+        g.target('60 * rate(proxy_operator_provider_checkers_abandoned_total{%s}[$__rate_interval])' % exp, '{{instance}} abandoned'),
+      ],
+      unit='short',
+      min=0,
+    ) + { w: 8 },
+    g.timeseries(
+      'Round duration',
+      'How long the last round took; at most the timeout plus a short grace.',
+      [
+        g.target('proxy_operator_provider_check_round_duration_seconds{%s}' % exp, '{{instance}}'),
+      ],
+      unit='s',
+      min=0,
+    ) + { w: 8 },
+    g.timeseries(
+      'Providers file reloads',
+      'Whether the last load of the providers file succeeded (1) on each replica, and how long ago the last good load was.',
+      [
+        g.target('proxy_operator_config_last_reload_successful{%s}' % exp, '{{instance}} last reload successful'),
+      ],
+      min=0,
+      max=1,
+    ) + { w: 8 },
+    g.timeseries(
+      'KVM connection pool',
+      'SSH connections open to KVM hosts, dials by result per minute, and probes abandoned on a hung libvirtd.',
+      [
+        g.target('sum %s (proxy_operator_kvm_pool_connections{%s})' % [by(['provider']), fp], '{{provider}} connections'),
+        g.target('60 * sum %s (rate(proxy_operator_kvm_pool_dials_total{%s}[$__rate_interval]))' % [by(['provider', 'result']), fp], '{{provider}} dials {{result}}'),
+        g.target('sum %s (proxy_operator_kvm_pool_abandoned_probes{%s})' % [by(['provider']), fp], '{{provider}} abandoned probes'),
+      ],
+      min=0,
+    ) + { w: 8 },
+    g.timeseries(
+      'ProviderHealth writer',
+      'Writes to the Kubernetes API by kind and result per minute, and which replica holds the lease.',
+      [
+        g.target('60 * sum %s (rate(proxy_operator_crd_writer_writes_total{%s}[$__rate_interval]))' % [by(['instance', 'kind', 'result']), exp], '{{instance}} {{kind}} {{result}}'),
+        g.target('proxy_operator_crd_writer_leader{%s}' % exp, '{{instance}} leader'),
+      ],
+      min=0,
+    ) + { w: 8 },
+  ]))
