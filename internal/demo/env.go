@@ -154,3 +154,38 @@ func BuildExporter(tb testing.TB, root string) string {
 	}
 	return bin
 }
+
+// DemoWindows are the mixin's _config overrides of the demo: an alert fires about half a minute
+// after a host breaks, instead of the production windows of several minutes.
+const DemoWindows = `{targetDownFor: "30s", providerDownFor: "30s"}`
+
+// MixinRules renders the mixin's alerts and recording rules from its jsonnet sources in
+// root/mixin, with config (a jsonnet object of _config overrides, e.g. DemoWindows) as the
+// top-level argument, into tb's temporary directory, and returns the two files' paths. It runs
+// go-jsonnet from the tools module, as make mixin does.
+func MixinRules(tb testing.TB, root, config string) []string {
+	tb.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		testenv.Unavailable(tb, "rendering the mixin needs Go on PATH: %v", err)
+	}
+	dir := tb.TempDir()
+	var files []string
+	for _, name := range []string{"alerts", "rules"} {
+		cmd := exec.Command(goBin, "tool", "-modfile=tools/go.mod", "jsonnet", "-J", "mixin", "-S",
+			"--tla-code", "config="+config, filepath.Join("mixin", name+".jsonnet"))
+		cmd.Dir = root
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			tb.Fatalf("demo: render the mixin's %s: %v\n%s", name, err, stderr.String())
+		}
+		path := filepath.Join(dir, "prometheus_"+name+".yaml")
+		if err := os.WriteFile(path, out, 0o644); err != nil {
+			tb.Fatalf("demo: %v", err)
+		}
+		files = append(files, path)
+	}
+	return files
+}

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -36,8 +37,8 @@ type options struct {
 	exporterAddr     string
 	prometheusAddr   string
 	alertmanagerAddr string
-	crdFile          string
-	rules            string
+	repo             string
+	mixinConfig      string
 	kvmHosts         int
 	interval         time.Duration
 }
@@ -50,8 +51,8 @@ func flags(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.exporterAddr, "exporter.listen-address", "127.0.0.1:9847", "where the exporter listens")
 	fs.StringVar(&o.prometheusAddr, "prometheus.listen-address", "127.0.0.1:9090", "where Prometheus listens")
 	fs.StringVar(&o.alertmanagerAddr, "alertmanager.listen-address", "127.0.0.1:9093", "where Alertmanager listens")
-	fs.StringVar(&o.crdFile, "crd", "deploy/crd/providerhealth.io_providerhealths.yaml", "the ProviderHealth CRD manifest")
-	fs.StringVar(&o.rules, "rules", "", "comma-separated Prometheus rule files to load (the mixin's, with demo-sized windows)")
+	fs.StringVar(&o.repo, "repo", ".", "the repository's top directory: the CRD (deploy/crd/) and the mixin (mixin/) are read from it")
+	fs.StringVar(&o.mixinConfig, "mixin.config", demo.DemoWindows, "the mixin's _config overrides (jsonnet) for the rules Prometheus loads")
 	fs.IntVar(&o.kvmHosts, "kvm-hosts", 3, "how many KVM hosts to start")
 	fs.DurationVar(&o.interval, "provider-check-interval", 10*time.Second, "the exporter's --provider-check-interval")
 	return fs
@@ -87,12 +88,9 @@ func preflight(o options) error {
 	if _, err := os.Stat(o.exporter); err != nil {
 		return fmt.Errorf("the exporter binary: %w (make demo builds it; or run make build)", err)
 	}
-	if _, err := os.Stat(o.crdFile); err != nil {
-		return fmt.Errorf("the ProviderHealth CRD: %w (run the demo from the repository's top directory)", err)
-	}
-	for _, f := range rulesFiles(o.rules) {
+	for _, f := range []string{o.crdFile(), filepath.Join(o.repo, "mixin", "alerts.jsonnet")} {
 		if _, err := os.Stat(f); err != nil {
-			return fmt.Errorf("rule file: %w", err)
+			return fmt.Errorf("%w (run the demo from the repository's top directory, or give -repo)", err)
 		}
 	}
 	if os.Geteuid() != 0 {
@@ -101,14 +99,8 @@ func preflight(o options) error {
 	return nil
 }
 
-func rulesFiles(s string) []string {
-	var files []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			files = append(files, f)
-		}
-	}
-	return files
+func (o options) crdFile() string {
+	return filepath.Join(o.repo, "deploy", "crd", "providerhealth.io_providerhealths.yaml")
 }
 
 func launch(o options, stdout, stderr io.Writer) (err error) {
@@ -135,9 +127,14 @@ func launch(o options, stdout, stderr io.Writer) (err error) {
 	var env *demo.Env
 	var exporter *testenv.Daemon
 	var stack *promstack.Stack
+	var rules []string
 	steps := []func(){
 		func() {
-			env = demo.Start(s, demo.Options{CRDFile: o.crdFile, KVMHosts: o.kvmHosts, Logf: progress})
+			progress("rendering the mixin's alerts and rules with %s", o.mixinConfig)
+			rules = demo.MixinRules(s, o.repo, o.mixinConfig)
+		},
+		func() {
+			env = demo.Start(s, demo.Options{CRDFile: o.crdFile(), KVMHosts: o.kvmHosts, Logf: progress})
 		},
 		func() {
 			exporter = startExporter(s, o, env)
@@ -147,13 +144,13 @@ func launch(o options, stdout, stderr io.Writer) (err error) {
 			stack = promstack.Start(s, promstack.Options{
 				ScrapeTargets:    []string{o.exporterAddr},
 				ScrapeInterval:   5 * time.Second,
-				RuleFiles:        rulesFiles(o.rules),
+				RuleFiles:        rules,
 				PrometheusAddr:   o.prometheusAddr,
 				AlertmanagerAddr: o.alertmanagerAddr,
 				GroupWait:        5 * time.Second,
 				GroupInterval:    10 * time.Second,
 			})
-			progress("Prometheus ready at %s (%d rule files), Alertmanager at %s", stack.PrometheusURL, len(rulesFiles(o.rules)), stack.AlertmanagerURL)
+			progress("Prometheus ready at %s with the mixin's rules, Alertmanager at %s", stack.PrometheusURL, stack.AlertmanagerURL)
 		},
 		func() {
 			progress("waiting for Prometheus to scrape the exporter and for every target to be up")

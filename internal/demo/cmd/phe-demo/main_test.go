@@ -164,7 +164,7 @@ func TestPortInUse(t *testing.T) {
 	defer busy.Close()
 	addr := busy.Addr().String()
 	_, port, _ := net.SplitHostPort(addr)
-	l := startLauncher(t, "-exporter", os.Args[0], "-crd", filepath.Join(repoRoot, "deploy", "crd", "providerhealth.io_providerhealths.yaml"),
+	l := startLauncher(t, "-exporter", os.Args[0], "-repo", repoRoot,
 		"-exporter.listen-address", freeAddr(t), "-prometheus.listen-address", addr, "-alertmanager.listen-address", freeAddr(t))
 	if code := l.wait(t, time.Minute); code != 1 {
 		t.Errorf("exit code %d, want 1", code)
@@ -195,7 +195,7 @@ func TestDemo(t *testing.T) {
 	}
 	exporter := demo.BuildExporter(t, repoRoot)
 	exporterAddr := freeAddr(t)
-	args := []string{"-exporter", exporter, "-crd", filepath.Join(repoRoot, "deploy", "crd", "providerhealth.io_providerhealths.yaml"),
+	args := []string{"-exporter", exporter, "-repo", repoRoot,
 		"-exporter.listen-address", exporterAddr, "-prometheus.listen-address", freeAddr(t), "-alertmanager.listen-address", freeAddr(t)}
 	l := startLauncher(t, args...)
 	// The first run may build etcd and kube-apiserver (make test builds them beforehand).
@@ -269,8 +269,18 @@ func TestDemo(t *testing.T) {
 	series := fmt.Sprintf(`proxy_operator_provider_target_reason{provider=%q,reason="%%s",target=%q} 1`, demo.KVMProvider, host)
 	shell(t, breakCmd)
 	waitMetrics(t, client, exporterAddr, fmt.Sprintf(series, "TCPUnreachable"), 2*time.Minute)
+	// The mixin's alert, with the demo's window, reaches Alertmanager, which the launcher prints.
+	alert := func(status string) *regexp.Regexp {
+		return regexp.MustCompile(fmt.Sprintf(`(?m)^demo: alert %s ProviderHealthTargetDown \{provider=%s, severity=\S+, target=%s\}: (.*)$`,
+			status, demo.KVMProvider, regexp.QuoteMeta(host)))
+	}
+	fired := l.waitOutput(t, alert("firing"), 3*time.Minute)
+	if !strings.Contains(fired[1], "TCPUnreachable") {
+		t.Errorf("the alert's description does not give the reason TCPUnreachable: %s", fired[0])
+	}
 	shell(t, repairCmd)
 	waitMetrics(t, client, exporterAddr, fmt.Sprintf(series, "Ready"), 2*time.Minute)
+	l.waitOutput(t, alert("resolved"), 3*time.Minute)
 
 	// Ctrl-C: everything stops, nothing is left.
 	if err := l.cmd.Process.Signal(syscall.SIGINT); err != nil {
