@@ -1,10 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -103,7 +105,9 @@ func TestEndToEndReplicas(t *testing.T) {
 		"--crd.enabled", "--crd.leader-elect", "--crd.kubeconfig=" + env.Kube.Kubeconfig, "--crd.lease-namespace=default"}
 	replicas := []*replica{startReplica(t, "replica-a", bin, args...), startReplica(t, "replica-b", bin, args...)}
 
-	stack := promstack.Start(t, promstack.Options{ScrapeTargets: []string{replicas[0].addr, replicas[1].addr}})
+	// The mixin's rules with test-sized windows, set through its _config.
+	rules := demo.MixinRules(t, ".", `{targetDownFor: "10s", providerDownFor: "10s"}`)
+	stack := promstack.Start(t, promstack.Options{ScrapeTargets: []string{replicas[0].addr, replicas[1].addr}, RuleFiles: rules})
 	for _, r := range replicas {
 		stack.WaitTargetUp(t, r.addr, 60*time.Second)
 	}
@@ -177,8 +181,64 @@ func TestEndToEndReplicas(t *testing.T) {
 		demo.GCPProvider: allReady[demo.GCPProvider], demo.KVMProvider: kvmDown})
 	stack.WaitForQuery(t, fmt.Sprintf(`proxy_operator_provider_target_reason{provider=%q,target=%q,reason="TCPUnreachable"} == 1`, demo.KVMProvider, down.Name),
 		func(s []promstack.Sample) bool { return len(s) == 2 }, 60*time.Second)
+	// Exactly one alert reaches Alertmanager's receiver, not one per replica, naming the provider
+	// and the target, with the reason in its description.
+	isTargetDown := func(a promstack.NotifiedAlert) bool {
+		return a.Labels["alertname"] == "ProviderHealthTargetDown" && a.Labels["provider"] == demo.KVMProvider && a.Labels["target"] == down.Name
+	}
+	firing := stack.WaitForNotification(t, func(n promstack.Notification) bool {
+		for _, a := range n.Alerts {
+			if isTargetDown(a) && a.Status == "firing" {
+				return true
+			}
+		}
+		return false
+	}, 2*time.Minute)
+	var alerts []promstack.NotifiedAlert
+	for _, a := range firing.Alerts {
+		if a.Labels["alertname"] == "ProviderHealthTargetDown" {
+			alerts = append(alerts, a)
+		}
+	}
+	if len(alerts) != 1 || !isTargetDown(alerts[0]) {
+		t.Errorf("the notification holds %d ProviderHealthTargetDown alerts, want exactly one for %s/%s: %+v", len(alerts), demo.KVMProvider, down.Name, alerts)
+	}
+	for _, a := range alerts {
+		if !strings.Contains(a.Annotations["description"], "TCPUnreachable") {
+			t.Errorf("the alert's description does not give the reason TCPUnreachable: %q", a.Annotations["description"])
+		}
+		if want := []string{"alertname", "provider", "severity", "target"}; !sameKeys(a.Labels, want) {
+			t.Errorf("the alert's labels are %v, want only %v", a.Labels, want)
+		}
+	}
+	held, err := stack.Alerts(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, a := range held {
+		if a.Name() == "ProviderHealthTargetDown" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("Alertmanager holds %d ProviderHealthTargetDown alerts, want 1 (two replicas check the same host)", n)
+	}
+
 	down.StartSSHD()
 	waitPH("the host's sshd restarted", allReady)
+	stack.WaitForNotification(t, func(n promstack.Notification) bool {
+		for _, a := range n.Alerts {
+			if isTargetDown(a) && a.Status == "resolved" {
+				return true
+			}
+		}
+		return false
+	}, 2*time.Minute)
+
+	// Every query of the dashboard, its variables substituted, returns data (now that a target
+	// has changed state, the "since" column has something to show too).
+	checkDashboardQueries(t, stack)
 
 	// The leader dies without handing the lease back; the other replica takes over the writes.
 	var follower *replica
@@ -202,4 +262,101 @@ func TestEndToEndReplicas(t *testing.T) {
 	waitFor(t, 60*time.Second, "the new leader to write the new fault", func() bool {
 		return strings.HasPrefix(ph()[demo.KVMProvider], "False Libvirt")
 	})
+}
+
+func sameKeys(m map[string]string, keys []string) bool {
+	if len(m) != len(keys) {
+		return false
+	}
+	for _, k := range keys {
+		if _, ok := m[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// checkDashboardQueries runs every query of the mixin's dashboards against Prometheus with the
+// dashboard's variables substituted as Grafana would with "All" selected, and fails the test for
+// each that returns nothing.
+func checkDashboardQueries(t *testing.T, stack *promstack.Stack) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("mixin", "dashboards_out", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no dashboards in mixin/dashboards_out (%v)", err)
+	}
+	type panel struct {
+		Title   string `json:"title"`
+		Targets []struct {
+			Expr string `json:"expr"`
+		} `json:"targets"`
+		Panels []json.RawMessage `json:"panels"`
+	}
+	// What Grafana substitutes: each query variable's "All" value (its allValue, a regex), and
+	// the built-in intervals.
+	substitute := strings.NewReplacer("$__rate_interval", "1m", "$__interval", "15s", "$__range", "10m")
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d struct {
+			Title      string            `json:"title"`
+			Panels     []json.RawMessage `json:"panels"`
+			Templating struct {
+				List []struct {
+					Name     string `json:"name"`
+					Type     string `json:"type"`
+					AllValue string `json:"allValue"`
+				} `json:"list"`
+			} `json:"templating"`
+		}
+		if err := json.Unmarshal(b, &d); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		var vars []string
+		for _, v := range d.Templating.List {
+			if v.Type == "query" {
+				all := v.AllValue
+				if all == "" {
+					all = ".*"
+				}
+				vars = append(vars, "${"+v.Name+"}", all, "$"+v.Name, all)
+			}
+		}
+		vars = append(vars, "${datasource}", "", "$datasource", "")
+		variables := strings.NewReplacer(vars...)
+		var exprs []string
+		var walk func([]json.RawMessage)
+		walk = func(raw []json.RawMessage) {
+			for _, r := range raw {
+				var p panel
+				if err := json.Unmarshal(r, &p); err != nil {
+					t.Fatalf("%s: %v", file, err)
+				}
+				for _, tg := range p.Targets {
+					if tg.Expr != "" {
+						exprs = append(exprs, p.Title+"\x00"+tg.Expr)
+					}
+				}
+				walk(p.Panels)
+			}
+		}
+		walk(d.Panels)
+		if len(exprs) < 10 {
+			t.Errorf("%s: only %d queries found", file, len(exprs))
+		}
+		for _, e := range exprs {
+			title, expr, _ := strings.Cut(e, "\x00")
+			q := variables.Replace(substitute.Replace(expr))
+			res, err := stack.Query(t.Context(), q)
+			if err != nil {
+				t.Errorf("%s, panel %q: %s: %v", d.Title, title, q, err)
+				continue
+			}
+			if len(res) == 0 {
+				t.Errorf("%s, panel %q: no data for %s", d.Title, title, q)
+			}
+		}
+	}
 }
