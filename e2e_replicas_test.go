@@ -346,16 +346,26 @@ func checkDashboardQueries(t *testing.T, stack *promstack.Stack) {
 		if len(exprs) < 10 {
 			t.Errorf("%s: only %d queries found", file, len(exprs))
 		}
+		// A query over a subquery with a one-minute step (the "since" column) sees a state
+		// change only from the next minute boundary on: give every query up to 90s.
+		deadline := time.Now().Add(90 * time.Second)
 		for _, e := range exprs {
 			title, expr, _ := strings.Cut(e, "\x00")
 			q := variables.Replace(substitute.Replace(expr))
-			res, err := stack.Query(t.Context(), q)
-			if err != nil {
-				t.Errorf("%s, panel %q: %s: %v", d.Title, title, q, err)
-				continue
-			}
-			if len(res) == 0 {
-				t.Errorf("%s, panel %q: no data for %s", d.Title, title, q)
+			for {
+				res, err := stack.Query(t.Context(), q)
+				if err != nil {
+					t.Errorf("%s, panel %q: %s: %v", d.Title, title, q, err)
+					break
+				}
+				if len(res) > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("%s, panel %q: no data for %s", d.Title, title, q)
+					break
+				}
+				time.Sleep(time.Second)
 			}
 		}
 	}
