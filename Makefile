@@ -87,6 +87,7 @@ lint: vet fmt-check staticcheck
 
 vet:
 	$(GO) vet $(PKGS)
+	cd mixin && $(GO) vet ./...
 
 fmt-check:
 	@unformatted="$$(gofmt -l .)"; \
@@ -96,6 +97,7 @@ fmt-check:
 
 staticcheck:
 	$(GOTOOL) staticcheck $(PKGS)
+	cd mixin && $(GO) tool -modfile=../tools/go.mod staticcheck ./...
 
 ## fmt: format every Go file.
 fmt:

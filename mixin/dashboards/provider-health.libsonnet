@@ -24,7 +24,8 @@ function(c)
   .addVariables([
     g.datasourceVariable(),
     g.queryVariable('cluster', 'Cluster', 'label_values(proxy_operator_provider_info{%s}, %s)' % [c.jobSelector, c.clusterLabel], hide=if multi then 0 else 2),
-    g.queryVariable('job', 'Job', 'label_values(proxy_operator_provider_info{%s}, job)' % std.join(', ', cluster + [c.jobSelector])),
+    // All means every job the job selector matches, not every job Prometheus has.
+    g.queryVariable('job', 'Job', 'label_values(proxy_operator_provider_info{%s}, job)' % std.join(', ', cluster + [c.jobSelector]), allValue=null),
     g.queryVariable('provider', 'Provider', 'label_values(proxy_operator_provider_info{%s}, provider)' % exp),
     g.queryVariable('target', 'Target', 'label_values(proxy_operator_provider_target_up{%s}, target)' % fp),
   ])
@@ -39,14 +40,14 @@ function(c)
         g.target('time() - max %s (max_over_time((timestamp(changes(proxy_operator_provider_target_up{%s}[1m]) > 0))[$__range:1m]))' % [pt, f]),
         g.target('time() - max %s (proxy_operator_provider_check_timestamp_seconds{%s})' % [pt, f]),
       ],
-      columns={
-        provider: 'Provider',
-        target: 'Target',
-        'Value #A': 'Up',
-        reason: 'Reason',
-        'Value #C': 'Since',
-        'Value #D': 'Last check age',
-      },
+      columns=[
+        ['provider', 'Provider'],
+        ['target', 'Target'],
+        ['Value #A', 'Up'],
+        ['reason', 'Reason'],
+        ['Value #C', 'Since'],
+        ['Value #D', 'Last check age'],
+      ],
       overrides=[
         { matcher: { id: 'byName', options: 'Up' }, properties: [
           { id: 'mappings', value: g.upMappings },
@@ -70,7 +71,7 @@ function(c)
         g.target('max %s (provider:proxy_operator_provider_targets:count{%s})' % [by(['provider']), fp], '{{provider}} total'),
       ],
       min=0,
-    ),
+    ) + { w: 24 },
     g.row('Checks'),
     g.timeseries(
       'Check duration against the timeout',
@@ -142,7 +143,7 @@ function(c)
     ) + { w: 8 },
     g.timeseries(
       'Providers file reloads',
-      'Whether the last load of the providers file succeeded (1) on each replica, and how long ago the last good load was.',
+      'Whether the last load of the providers file succeeded (1) or failed (0) on each replica; after a failure the exporter keeps checking with the last good file.',
       [
         g.target('proxy_operator_config_last_reload_successful{%s}' % exp, '{{instance}} last reload successful'),
       ],

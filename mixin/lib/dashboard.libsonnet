@@ -32,26 +32,27 @@
     label: label,
     type: 'datasource',
     query: 'prometheus',
-    current: {},
+    current: { selected: false, text: 'default', value: 'default' },
     hide: 0,
     refresh: 1,
     regex: '',
     options: [],
   },
 
-  // A variable whose values a label_values() query lists; hide: 0 shown, 2 hidden.
-  queryVariable(name, label, query, multi=true, includeAll=true, hide=0):: {
+  // A variable whose values a label_values() query lists; hide: 0 shown, 2 hidden. allValue
+  // is the regex "All" stands for; null: the values listed, so All stays within the query.
+  queryVariable(name, label, query, multi=true, includeAll=true, hide=0, allValue='.+'):: {
     name: name,
     label: label,
     type: 'query',
     datasource: datasource,
     query: { query: query, refId: name },
     definition: query,
-    current: {},
+    current: if includeAll then { selected: true, text: 'All', value: '$__all' } else { selected: false, text: '', value: '' },
     hide: hide,
     multi: multi,
     includeAll: includeAll,
-    allValue: '.+',
+    [if allValue != null then 'allValue']: allValue,
     refresh: 2,  // on time range change
     regex: '',
     sort: 1,
@@ -137,28 +138,29 @@
     },
   },
 
-  // A table of instant queries merged on their common labels. columns maps a field name
-  // ('Value #A', a label) to its header; fields not named are hidden. overrides: per column.
+  // A table of instant queries merged on their common labels. columns lists the fields to
+  // show, in order, as [field, header] pairs (a field is a label or 'Value #A' for query A's
+  // value); other fields are hidden. overrides: per column header.
   table(title, description, targets, columns, overrides=[], sortBy=[]):: panel('table', title, description, [t { instant: true, range: false, format: 'table' } for t in targets], 'short') {
     fieldConfig+: { overrides: overrides },
     options: {
       showHeader: true,
       cellHeight: 'sm',
+      frameIndex: 0,
       footer: { show: false, reducer: ['sum'], countRows: false, fields: '' },
       sortBy: sortBy,
     },
     transformations: [
       { id: 'merge', options: {} },
+      { id: 'filterFieldsByName', options: { include: { names: [c[0] for c in columns] } } },
       {
         id: 'organize',
         options: {
-          // Only the named columns, in the order given.
-          excludeByName: { Time: true },
-          indexByName: { [std.objectFields(columns)[i]]: i for i in std.range(0, std.length(columns) - 1) },
-          renameByName: columns,
+          excludeByName: {},
+          indexByName: { [columns[i][0]]: i for i in std.range(0, std.length(columns) - 1) },
+          renameByName: { [c[0]]: c[1] for c in columns },
         },
       },
-      { id: 'filterFieldsByName', options: { include: { names: std.objectFields(columns) } } },
     ],
   },
 
