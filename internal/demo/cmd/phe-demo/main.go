@@ -121,7 +121,7 @@ func launch(o options, stdout, stderr io.Writer) (err error) {
 			err = errors.Join(err, fmt.Errorf("stop: %w", cerr))
 			return
 		}
-		progress("stopped: no process, network namespace or temporary directory of the demo is left")
+		progress("stopped: every process it started is reaped, its temporary directories removed")
 	}()
 
 	var env *demo.Env

@@ -289,7 +289,7 @@ func TestDemo(t *testing.T) {
 	if code := l.wait(t, 2*time.Minute); code != 0 {
 		t.Errorf("exit code %d after SIGINT, want 0; output:\n%s", code, l.out.String())
 	}
-	if !strings.Contains(l.out.String(), "demo: stopped: no process") {
+	if !strings.Contains(l.out.String(), "demo: stopped: every process it started is reaped") {
 		t.Errorf("the launcher does not say it stopped cleanly:\n%s", l.out.String())
 	}
 	deadline := time.Now().Add(30 * time.Second)
