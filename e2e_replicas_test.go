@@ -181,6 +181,7 @@ func TestEndToEndReplicas(t *testing.T) {
 		demo.GCPProvider: allReady[demo.GCPProvider], demo.KVMProvider: kvmDown})
 	stack.WaitForQuery(t, fmt.Sprintf(`proxy_operator_provider_target_reason{provider=%q,target=%q,reason="TCPUnreachable"} == 1`, demo.KVMProvider, down.Name),
 		func(s []promstack.Sample) bool { return len(s) == 2 }, 60*time.Second)
+	downSince := time.Now()
 	// Exactly one alert reaches Alertmanager's receiver, not one per replica, naming the provider
 	// and the target, with the reason in its description.
 	isTargetDown := func(a promstack.NotifiedAlert) bool {
@@ -225,6 +226,10 @@ func TestEndToEndReplicas(t *testing.T) {
 		t.Errorf("Alertmanager holds %d ProviderHealthTargetDown alerts, want 1 (two replicas check the same host)", n)
 	}
 
+	// The outage lasts more than a minute in Prometheus, as a real one would: the dashboard's
+	// "since" column compares verdicts one minute apart at one-minute steps, so a shorter
+	// outage between two steps may not show there at all.
+	time.Sleep(time.Until(downSince.Add(70 * time.Second)))
 	down.StartSSHD()
 	waitPH("the host's sshd restarted", allReady)
 	stack.WaitForNotification(t, func(n promstack.Notification) bool {
@@ -346,7 +351,7 @@ func checkDashboardQueries(t *testing.T, stack *promstack.Stack) {
 		if len(exprs) < 10 {
 			t.Errorf("%s: only %d queries found", file, len(exprs))
 		}
-		// A query over a subquery with a one-minute step (the "since" column) sees a state
+		// A query over a subquery with one-minute steps (the "since" column) sees a state
 		// change only from the next minute boundary on: give every query up to 90s.
 		deadline := time.Now().Add(90 * time.Second)
 		for _, e := range exprs {
