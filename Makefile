@@ -7,7 +7,7 @@ GOTOOL   := $(GO) tool -modfile=tools/go.mod
 BINARY   := provider_health_exporter
 PKGS     := ./...
 
-.PHONY: all build generate test test-mixin test-deps kube-binaries prom-binaries mixin bench fuzz lint vet fmt-check staticcheck fmt clean
+.PHONY: all build generate test test-mixin test-deps kube-binaries prom-binaries mixin bench fuzz lint vet fmt-check staticcheck fmt clean demo
 .PHONY: docker docker-binary deploy-rules
 
 all: lint test build
@@ -76,6 +76,14 @@ kube-binaries:
 ## takes several minutes on two cores, later runs a fraction of a second).
 prom-binaries:
 	$(GO) run ./internal/testenv/promstack/cmd/build-promstack >/dev/null
+
+## demo: as root, a local environment with the exporter in the foreground at fixed addresses
+## (exporter 127.0.0.1:9847, Prometheus :9090, Alertmanager :9093; see docs/demo.md). It builds
+## what is missing first; Ctrl-C stops everything it started.
+demo: test-deps build kube-binaries prom-binaries
+	@echo "demo: building the demo launcher" >&2
+	$(GO) build -o .build/phe-demo ./internal/demo/cmd/phe-demo
+	.build/phe-demo -exporter ./$(BINARY)
 
 ## fuzz: search for inputs that crash the providers-file parser (make test runs the seed corpus).
 fuzz:

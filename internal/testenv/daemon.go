@@ -32,6 +32,30 @@ func StartDaemon(name, path string, args []string, logPath string) (*Daemon, err
 	if err != nil {
 		return nil, fmt.Errorf("open %s log: %w", name, err)
 	}
+	return startDaemon(name, path, args, logFile, logPath)
+}
+
+// StartDaemonTo is StartDaemon with the output going to out (e.g. os.Stdout, for a daemon run
+// in the foreground); out is not closed. LogTail has no log to read.
+func StartDaemonTo(name, path string, args []string, out *os.File) (*Daemon, error) {
+	dup, err := dupFile(out)
+	if err != nil {
+		return nil, fmt.Errorf("%s output: %w", name, err)
+	}
+	return startDaemon(name, path, args, dup, "")
+}
+
+// dupFile returns a copy of f that can be closed without closing f.
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := syscall.Dup(int(f.Fd()))
+	if err != nil {
+		return nil, err
+	}
+	syscall.CloseOnExec(fd)
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+func startDaemon(name, path string, args []string, logFile *os.File, logPath string) (*Daemon, error) {
 	d := &Daemon{Name: name, LogPath: logPath, done: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {

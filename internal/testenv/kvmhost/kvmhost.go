@@ -447,6 +447,12 @@ func (h *Host) nsenterArgs(all bool, argv ...string) []string {
 	return append(append(args, "--"), argv...)
 }
 
+// NetNSCommand returns a command line (nsenter and its arguments) that runs argv inside the
+// host's network namespace, e.g. to add a firewall rule by hand. It is valid while the host runs.
+func (h *Host) NetNSCommand(argv ...string) []string {
+	return append([]string{"nsenter"}, h.nsenterArgs(false, argv...)...)
+}
+
 // boot brings up the host's network and daemons and defines its pool; sshd starts once keys
 // has written the host keys.
 func (h *Host) boot(ctx context.Context, keys *keyJob) error {

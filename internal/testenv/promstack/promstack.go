@@ -59,6 +59,12 @@ type Options struct {
 	RepeatInterval time.Duration
 	// StartTimeout bounds the wait for both daemons to be ready; it defaults to 30s.
 	StartTimeout time.Duration
+
+	// PrometheusAddr and AlertmanagerAddr, when set (host:port), are where the daemons listen
+	// instead of free loopback ports (the demo's fixed addresses). Start fails, naming the
+	// address, when one is taken.
+	PrometheusAddr   string
+	AlertmanagerAddr string
 }
 
 func (o Options) withDefaults() Options {
@@ -172,7 +178,7 @@ func (s *Stack) startAlertmanager(ctx context.Context, tb testing.TB, bin string
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return fmt.Errorf("create alertmanager storage: %w", err)
 	}
-	d, addr, err := startWithFreePort(ctx, tb, "alertmanager", bin, filepath.Join(s.Dir, "alertmanager.log"), func(addr string) []string {
+	d, addr, err := startWithFreePort(ctx, tb, "alertmanager", bin, opts.AlertmanagerAddr, filepath.Join(s.Dir, "alertmanager.log"), func(addr string) []string {
 		return []string{
 			"--config.file=" + s.AlertmanagerConfigFile,
 			"--storage.path=" + data,
@@ -197,7 +203,7 @@ func (s *Stack) startPrometheus(ctx context.Context, tb testing.TB, bin string, 
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return fmt.Errorf("create prometheus storage: %w", err)
 	}
-	d, addr, err := startWithFreePort(ctx, tb, "prometheus", bin, filepath.Join(s.Dir, "prometheus.log"), func(addr string) []string {
+	d, addr, err := startWithFreePort(ctx, tb, "prometheus", bin, opts.PrometheusAddr, filepath.Join(s.Dir, "prometheus.log"), func(addr string) []string {
 		return []string{
 			"--config.file=" + s.PrometheusConfigFile,
 			"--storage.tsdb.path=" + data,
@@ -214,14 +220,17 @@ func (s *Stack) startPrometheus(ctx context.Context, tb testing.TB, bin string, 
 }
 
 // startWithFreePort starts a daemon on a free loopback port and waits until it is ready,
-// retrying with another port when the first was taken in between. The daemon is registered for
-// cleanup as soon as it runs.
-func startWithFreePort(ctx context.Context, tb testing.TB, name, bin, logPath string, args func(addr string) []string) (*daemon, string, error) {
+// retrying with another port when the first was taken in between. With a fixed address it makes
+// one attempt, at that address. The daemon is registered for cleanup as soon as it runs.
+func startWithFreePort(ctx context.Context, tb testing.TB, name, bin, fixed, logPath string, args func(addr string) []string) (*daemon, string, error) {
 	var lastErr error
 	for range maxPortAttempts {
-		addr, err := freeLoopbackAddr()
-		if err != nil {
-			return nil, "", err
+		addr := fixed
+		if addr == "" {
+			var err error
+			if addr, err = freeLoopbackAddr(); err != nil {
+				return nil, "", err
+			}
 		}
 		d, err := startDaemon(name, bin, args(addr), logPath)
 		if err != nil {
@@ -238,7 +247,10 @@ func startWithFreePort(ctx context.Context, tb testing.TB, name, bin, logPath st
 		}
 		_ = d.Kill(killTimeout)
 		lastErr = err
-		if !errors.Is(err, errAddrInUse) {
+		if fixed != "" && errors.Is(err, errAddrInUse) {
+			return nil, "", fmt.Errorf("%s: address %s is already in use", name, fixed)
+		}
+		if fixed != "" || !errors.Is(err, errAddrInUse) {
 			break
 		}
 	}
