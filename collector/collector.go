@@ -43,6 +43,8 @@ var (
 		"How long the last check of the target took.")
 	checkTimestamp = gaugeFamily("provider", "check_timestamp_seconds",
 		"When the last check of the target completed (pass or fail), in seconds since the Unix epoch.")
+	lastTransition = gaugeFamily("provider", "target_last_transition_timestamp_seconds",
+		"When the verdict on the target last flipped between up and down (a new reason while down is no flip), in seconds since the Unix epoch; before the first flip this process saw, its first check of the target.")
 	targetReason = gaugeFamily("provider", "target_reason",
 		"1 for the reason of the last verdict on the target (Ready when up); other reasons have no series.")
 	providerInfo = gaugeFamily("provider", "info",
@@ -136,6 +138,7 @@ func families(s *checks.Snapshot) []*dto.MetricFamily {
 	up := newFamily(targetUp, len(refs))
 	duration := newFamily(checkDuration, len(refs))
 	timestamp := newFamily(checkTimestamp, len(refs))
+	transition := newFamily(lastTransition, len(refs))
 	reason := newFamily(targetReason, len(refs))
 	capacity := newFamily(poolCapacity, len(refs))
 	allocation := newFamily(poolAllocation, len(refs))
@@ -148,6 +151,7 @@ func families(s *checks.Snapshot) []*dto.MetricFamily {
 		up.Metric = append(up.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(v)})
 		duration.Metric = append(duration.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(r.t.Duration.Seconds())})
 		timestamp.Metric = append(timestamp.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(float64(r.t.CheckedAt.UnixNano()) / 1e9)})
+		transition.Metric = append(transition.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(float64(r.t.Since.UnixNano()) / 1e9)})
 		reason.Metric = append(reason.Metric, &dto.Metric{
 			Label: []*dto.LabelPair{r.labels[0], labelPair(lReason, string(r.t.Reason)), r.labels[1]}, Gauge: gauge(1)})
 		if p := r.t.Pool; p != nil {
@@ -167,7 +171,7 @@ func families(s *checks.Snapshot) []*dto.MetricFamily {
 		rd.Metric = append(rd.Metric, &dto.Metric{Gauge: gauge(s.RoundDuration.Seconds())})
 		mfs = append(mfs, rd)
 	}
-	for _, f := range []*dto.MetricFamily{info, up, duration, timestamp, reason, capacity, allocation, available} {
+	for _, f := range []*dto.MetricFamily{info, up, duration, timestamp, transition, reason, capacity, allocation, available} {
 		if len(f.Metric) > 0 {
 			slices.SortStableFunc(f.Metric, byLabelValues)
 			mfs = append(mfs, f)

@@ -49,7 +49,7 @@ func fullSnapshot() *checks.Snapshot {
 				{Since: t0, TargetResult: checks.TargetResult{Target: "hv2", Up: true, Reason: checks.ReasonReady,
 					Duration: 12 * time.Millisecond, CheckedAt: t0.Add(500 * time.Millisecond),
 					Pool: &checks.StoragePool{Name: "default", State: "running", CapacityBytes: 1000, AllocationBytes: 400, AvailableBytes: 600}}},
-				{Since: t0, TargetResult: checks.TargetResult{Target: "hv1", Up: false, Reason: checks.ReasonTCPUnreachable,
+				{Since: t0.Add(-90 * time.Second), ReasonSince: t0.Add(-30 * time.Second), TargetResult: checks.TargetResult{Target: "hv1", Up: false, Reason: checks.ReasonTCPUnreachable,
 					Message: "dial tcp 198.18.0.1:22: connection refused", Duration: 3 * time.Millisecond, CheckedAt: t0.Add(time.Second)}},
 			}},
 			{Name: "gcp-prod", Type: checks.TypeGCP, Targets: []checks.TargetState{
@@ -95,6 +95,11 @@ proxy_operator_provider_checkers_abandoned_total 2
 proxy_operator_provider_info{provider="cluster-new",type="kubernetes"} 1
 proxy_operator_provider_info{provider="gcp-prod",type="gcp"} 1
 proxy_operator_provider_info{provider="kvm-lab",type="kvm"} 1
+# HELP proxy_operator_provider_target_last_transition_timestamp_seconds When the verdict on the target last flipped between up and down (a new reason while down is no flip), in seconds since the Unix epoch; before the first flip this process saw, its first check of the target.
+# TYPE proxy_operator_provider_target_last_transition_timestamp_seconds gauge
+proxy_operator_provider_target_last_transition_timestamp_seconds{provider="gcp-prod",target="my-project"} 1.8e+09
+proxy_operator_provider_target_last_transition_timestamp_seconds{provider="kvm-lab",target="hv1"} 1.79999991e+09
+proxy_operator_provider_target_last_transition_timestamp_seconds{provider="kvm-lab",target="hv2"} 1.8e+09
 # HELP proxy_operator_provider_target_reason 1 for the reason of the last verdict on the target (Ready when up); other reasons have no series.
 # TYPE proxy_operator_provider_target_reason gauge
 proxy_operator_provider_target_reason{provider="gcp-prod",reason="Ready",target="my-project"} 1
@@ -415,7 +420,7 @@ func labelNames(m *dto.Metric) string {
 // person may ask for, each body decoding to the snapshot's series and the registry's.
 func TestFormatsAndCompressions(t *testing.T) {
 	h := handler(fullSnapshot())
-	const series = 22 // fullExposition's 21 and the registry's gauge
+	const series = 25 // fullExposition's 24 and the registry's gauge
 	for _, accept := range []string{"", "*/*", "text/plain; version=0.0.4", "text/plain;version=1.0.0;escaping=allow-utf-8",
 		"application/openmetrics-text; version=1.0.0", acceptPrometheus,
 		"application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"} {

@@ -25,8 +25,8 @@ import (
 // BenchmarkExporterRSS10000Targets runs the real exporter binary with 10,000 KVM targets (10
 // providers of 1,000 hosts) and reports its resident memory (VmRSS) once the first round is
 // done and Prometheus-style scrapes (OpenMetrics, gzip) have been served. The hosts are
-// loopback addresses on a closed port, so every check fails at once (TCPUnreachable): 4 series
-// per target, 40,000 in all. The binary is built from this module, or is $EXPORTER_BINARY
+// loopback addresses on a closed port, so every check fails at once (TCPUnreachable): 5 series
+// per target, 50,000 in all. The binary is built from this module, or is $EXPORTER_BINARY
 // when set (to measure another build the same way).
 func BenchmarkExporterRSS10000Targets(b *testing.B) {
 	dir := b.TempDir()

@@ -9,7 +9,7 @@ import (
 
 // bigSnapshot builds a snapshot of n targets shaped like a large fleet: KVM providers of up to
 // 1,000 hosts each (every tenth host down, the others with their storage pool), which is the
-// exporter's most expensive case per target (seven series each).
+// exporter's most expensive case per target (eight series each).
 func bigSnapshot(n int) *checks.Snapshot {
 	now := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	s := &checks.Snapshot{Round: 42, RoundStarted: now, RoundDuration: 1500 * time.Millisecond, AbandonedTotal: 3}

@@ -11,41 +11,104 @@ import (
 )
 
 // sinceTest runs the "Since" column's query of the committed dashboard on Prometheus 3's rule
-// engine (promtool test rules, promql_expr_test), over two exporter replicas:
-//   - hv1 goes down on replica a only (10m to 20m) while b sees it up: the verdict the table
-//     shows (the max over replicas) never flipped, so no Since;
-//   - hv2 goes down on both at 11m (a) and 12m (b), the verdict flipping at 12m: 13m ago at 25m;
-//   - hv3 is down at 11m only, so its verdict last flipped (back up) at 12m: 13m ago at 25m;
-//   - hv4 never flips: no Since.
+// engine (promtool test rules, promql_expr_test), over two exporter replicas a and b, each
+// exporting target_up and target_last_transition_timestamp_seconds (which the exporter keeps at
+// the check that saw the last flip, or at its own first check of the target) every minute; the
+// query is evaluated at 25m (1500 s):
+//   - hv1: a went down at 10m, b (started at 1m) has seen it up since: the verdict shown is up,
+//     and has been since b's 60 s, not a's flip: 1440 s;
+//   - hv2: both up since 0; a restarted at 20m and counts from its first check at 21m: one
+//     replica's restart does not move the verdict's time: 1500 s;
+//   - hv3: down at 11m on a and 12m on b: the verdict flipped when the last one went down,
+//     12m: 780 s;
+//   - hv4: both down at 10m, back up on a at 15m: up since 15m (b's down time is not the
+//     up verdict's): 600 s;
+//   - hv5: up on a since 5m and on b since 14m: up since the earlier, 5m: 1200 s;
+//   - hv6: a (a newer exporter) down since 10m, b (an older one without the transition gauge)
+//     up: the verdict is up and nothing tells since when, so no value rather than a's down time;
+//   - hv7: checked by a only, down since 17m: 480 s.
 const sinceTest = `rule_files: []
 evaluation_interval: 1m
 tests:
   - interval: 1m
     input_series:
       - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv1"}'
-        values: '1x10 0x10 1x10'
+        values: '1x9 0x20'
+      - series: 'proxy_operator_provider_target_last_transition_timestamp_seconds{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv1"}'
+        values: '0x9 600x20'
       - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="b:9847", provider="kvm-lab", target="hv1"}'
-        values: '1x30'
+        values: '_ 1x29'
+      - series: 'proxy_operator_provider_target_last_transition_timestamp_seconds{job="provider-health-exporter", instance="b:9847", provider="kvm-lab", target="hv1"}'
+        values: '_ 60x29'
+
       - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv2"}'
-        values: '1x10 0x20'
+        values: '1x19 _ 1x9'
+      - series: 'proxy_operator_provider_target_last_transition_timestamp_seconds{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv2"}'
+        values: '0x19 _ 1260x9'
       - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="b:9847", provider="kvm-lab", target="hv2"}'
-        values: '1x11 0x19'
-      - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv3"}'
-        values: '1x10 0 1x19'
-      - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv4"}'
+        values: '1x30'
+      - series: 'proxy_operator_provider_target_last_transition_timestamp_seconds{job="provider-health-exporter", instance="b:9847", provider="kvm-lab", target="hv2"}'
         values: '0x30'
+
+      - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv3"}'
+        values: '1x10 0x19'
+      - series: 'proxy_operator_provider_target_last_transition_timestamp_seconds{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv3"}'
+        values: '0x10 660x19'
+      - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="b:9847", provider="kvm-lab", target="hv3"}'
+        values: '1x11 0x18'
+      - series: 'proxy_operator_provider_target_last_transition_timestamp_seconds{job="provider-health-exporter", instance="b:9847", provider="kvm-lab", target="hv3"}'
+        values: '0x11 720x18'
+
+      - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv4"}'
+        values: '1x9 0x4 1x15'
+      - series: 'proxy_operator_provider_target_last_transition_timestamp_seconds{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv4"}'
+        values: '0x9 600x4 900x15'
+      - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="b:9847", provider="kvm-lab", target="hv4"}'
+        values: '1x9 0x20'
+      - series: 'proxy_operator_provider_target_last_transition_timestamp_seconds{job="provider-health-exporter", instance="b:9847", provider="kvm-lab", target="hv4"}'
+        values: '0x9 600x20'
+
+      - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv5"}'
+        values: '0x4 1x25'
+      - series: 'proxy_operator_provider_target_last_transition_timestamp_seconds{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv5"}'
+        values: '0x4 300x25'
+      - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="b:9847", provider="kvm-lab", target="hv5"}'
+        values: '0x13 1x16'
+      - series: 'proxy_operator_provider_target_last_transition_timestamp_seconds{job="provider-health-exporter", instance="b:9847", provider="kvm-lab", target="hv5"}'
+        values: '0x13 840x16'
+
+      - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv6"}'
+        values: '1x9 0x20'
+      - series: 'proxy_operator_provider_target_last_transition_timestamp_seconds{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv6"}'
+        values: '0x9 600x20'
+      - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="b:9847", provider="kvm-lab", target="hv6"}'
+        values: '1x30'
+
+      - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv7"}'
+        values: '1x16 0x13'
+      - series: 'proxy_operator_provider_target_last_transition_timestamp_seconds{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv7"}'
+        values: '0x16 1020x13'
     promql_expr_test:
       - expr: '%s'
         eval_time: 25m
         exp_samples:
+          - labels: '{provider="kvm-lab", target="hv1"}'
+            value: 1440
           - labels: '{provider="kvm-lab", target="hv2"}'
-            value: 780
+            value: 1500
           - labels: '{provider="kvm-lab", target="hv3"}'
             value: 780
+          - labels: '{provider="kvm-lab", target="hv4"}'
+            value: 600
+          - labels: '{provider="kvm-lab", target="hv5"}'
+            value: 1200
+          - labels: '{provider="kvm-lab", target="hv7"}'
+            value: 480
 `
 
-// TestSinceColumn: the verdict table's Since column tells when the verdict it shows last
-// flipped, not when one replica's did.
+// TestSinceColumn: the verdict table's Since column tells since when the verdict it shows (the
+// max over replicas) holds, from the exporters' own transition times: not one replica's flip
+// the verdict does not show, nor one replica's restart.
 func TestSinceColumn(t *testing.T) {
 	t.Parallel()
 	pt := promtool(t)

@@ -33,14 +33,16 @@ function(c)
     g.row('Verdicts'),
     g.table(
       'Current verdicts',
-      'One row per target: its verdict (up when any exporter replica sees it up), the reason of the last check, how long ago that verdict last flipped between up and down (to the minute; empty when it did not flip within the time range), and the age of the last check.',
+      'One row per target: its verdict (up when any exporter replica sees it up), the reason of the last check, how long that verdict has held (since the replicas showing it last saw up/down flip, or first checked the target), and the age of the last check.',
       [
         g.target('max %s (proxy_operator_provider_target_up{%s})' % [pt, f]),
         g.target('max %s (proxy_operator_provider_target_reason{%s} == 1)' % [by(['provider', 'target', 'reason']), f]),
-        // Since: the last minute at which the Up column's value (the max over replicas) differs
-        // from a minute before. Flips seen by one replica only, while another sees the target
-        // up, are not flips of that verdict.
-        g.target('time() - max_over_time(timestamp(max %(pt)s (proxy_operator_provider_target_up{%(f)s}) != max %(pt)s (proxy_operator_provider_target_up{%(f)s} offset 1m))[$__range:1m])' % { pt: pt, f: f }),
+        // Since, from the exporters' own last-transition times (docs/mixin.md). Shown up: the
+        // earliest flip to up among the replicas that see it up, each of which has seen it up
+        // ever since (so one replica's restart or late flip does not move it). Shown down: the
+        // latest flip to down among the replicas, all of which see it down, the moment the
+        // last one went down.
+        g.target('time() - (min %(pt)s (proxy_operator_provider_target_last_transition_timestamp_seconds{%(f)s} and proxy_operator_provider_target_up{%(f)s} == 1) or (max %(pt)s (proxy_operator_provider_target_last_transition_timestamp_seconds{%(f)s}) unless max %(pt)s (proxy_operator_provider_target_up{%(f)s}) == 1))' % { pt: pt, f: f }),
         g.target('time() - max %s (proxy_operator_provider_check_timestamp_seconds{%s})' % [pt, f]),
       ],
       columns=[
