@@ -213,26 +213,78 @@ func TestReadErrorWithDataClosesDone(t *testing.T) {
 	}
 }
 
-// TestProbeRacesClose: probes started while the pool closes either run or get ErrClosed; the
-// race detector checks the probe count against Close's wait.
+// TestProbeRacesClose, on the scale stand-in (in-process SSH + libvirt RPC servers): probes
+// that reach their RPCs keep starting while the pool closes. Each either runs and is waited for
+// by Close, or gets ErrClosed: once Close has returned, no probe's function is still running
+// (Close's wait for probes never misses one counted late), and the race detector checks the
+// count against that wait.
 func TestProbeRacesClose(t *testing.T) {
-	dir := t.TempDir()
-	keyPath, pub := clientKey(t, dir, "")
-	srv := startServer(t, pub)
-	p := New(Options{User: "root", PrivateKeyFile: keyPath,
-		KnownHostsFile: writeKnownHosts(t, dir, srv.Addr, srv.HostKeys[0].PublicKey()), KeepaliveInterval: time.Hour})
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 8})
+	p := New(Options{User: kvmstandin.User, PrivateKeyFile: f.ClientKeyPath, KnownHostsFile: f.KnownHostsPath,
+		Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour, DisconnectTimeout: 5 * time.Second})
+	var running, calls atomic.Int64
+	probe := func(l *libvirt.Libvirt) error {
+		running.Add(1)
+		defer running.Add(-1)
+		calls.Add(1)
+		_, err := l.ConnectGetLibVersion()
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Warm links, so that the probes below reach their RPCs at once.
+	for _, h := range f.Hosts {
+		if err := p.Probe(ctx, h.Addr, probe); err != nil {
+			t.Fatalf("warm-up probe of %s: %v", h.Addr, err)
+		}
+	}
 	var wg sync.WaitGroup
-	for range 8 {
+	for _, h := range f.Hosts {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			p.Probe(ctx, srv.Addr, nil)
+			// Probe the host again and again until the pool says it is closed.
+			for ctx.Err() == nil {
+				if err := p.Probe(ctx, h.Addr, probe); errors.Is(err, ErrClosed) {
+					return
+				}
+			}
 		})
 	}
-	p.Close()
+	warm := calls.Load()
+	waitFor(t, 10*time.Second, "the probes to run", func() bool { return calls.Load() >= warm+64 })
+	if err := p.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if n := running.Load(); n != 0 {
+		t.Errorf("%d probe functions still running after Close returned, want 0", n)
+	}
 	wg.Wait()
-	if err := p.Probe(context.Background(), srv.Addr, nil); !errors.Is(err, ErrClosed) {
-		t.Errorf("probe after Close: %v, want ErrClosed", err)
+	if ctx.Err() != nil {
+		t.Fatal("the probes never got ErrClosed after Close")
+	}
+	if n := running.Load(); n != 0 {
+		t.Errorf("%d probe functions running after every prober saw ErrClosed, want 0", n)
+	}
+}
+
+// TestProbeAcquiredThenClosed, on the scale stand-in: a probe that acquired its connection
+// just before Close started, and counts itself only after Close has returned, gets ErrClosed
+// and never runs its function on the closed pool (a count Close's wait could not see).
+func TestProbeAcquiredThenClosed(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 1})
+	p := New(Options{User: kvmstandin.User, PrivateKeyFile: f.ClientKeyPath, KnownHostsFile: f.KnownHostsPath,
+		Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour})
+	testHookAcquired = func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	}
+	t.Cleanup(func() { testHookAcquired = nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ran := false
+	err := p.Probe(ctx, f.Hosts[0].Addr, func(*libvirt.Libvirt) error { ran = true; return nil })
+	if !errors.Is(err, ErrClosed) || ran {
+		t.Errorf("probe acquired before Close and counted after it: %v (function ran: %v), want ErrClosed without running", err, ran)
 	}
 }
 

@@ -614,6 +614,9 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 		<-h.probe
 		return err
 	}
+	if testHookAcquired != nil {
+		testHookAcquired()
+	}
 	// Counted under mu, where Close marks the pool closed before it waits for probes: an Add
 	// never races that Wait.
 	p.mu.Lock()
@@ -673,6 +676,10 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 
 // testHookAbandoned, when set by a test, runs in Probe between abandoning a probe and counting it.
 var testHookAbandoned func()
+
+// testHookAcquired, when set by a test, runs in Probe between acquiring the connection and
+// counting the probe.
+var testHookAcquired func()
 
 // Stats is a snapshot of a pool's counters.
 type Stats struct {
