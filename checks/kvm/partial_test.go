@@ -189,14 +189,16 @@ func TestFailingHostsDoNotStarveHealthyOnesRealHosts(t *testing.T) {
 func TestLateHostsReadTimeout(t *testing.T) {
 	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 300})
 	// Every dial outlasts the round, in one of two stages: on half the hosts sshd starts the
-	// handshake 1s late (cut in the ssh handshake), on the other half libvirt answers each call
-	// 400ms late (cut in libvirt's connect, after its auth list). The default stage bounds are
-	// longer still, so only the round's deadline cuts them.
+	// handshake 3s late (cut in the ssh handshake), on the other half libvirt answers each call
+	// 1.5s late (cut in libvirt's connect, after its auth list). The default stage bounds end
+	// later than the round, so only the round's deadline cuts them. The round is long enough
+	// for the SSH handshakes of the first slots to finish on a loaded machine, so that some
+	// dials reach libvirt's connect.
 	for i, h := range f.Hosts {
 		if i%2 == 0 {
-			h.SetSSHDelay(time.Second)
+			h.SetSSHDelay(3 * time.Second)
 		} else {
-			h.SetRPCDelay(400 * time.Millisecond)
+			h.SetRPCDelay(1500 * time.Millisecond)
 		}
 	}
 	k := f.KVMConfig()
@@ -205,7 +207,7 @@ func TestLateHostsReadTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	reasons := map[checks.Reason]int{}
 	cutInStage := 0
