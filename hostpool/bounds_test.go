@@ -406,3 +406,36 @@ func TestPassphraseRotation(t *testing.T) {
 		t.Errorf("%d logins, want 2 (before and after the rotation)", n)
 	}
 }
+
+// TestAuthenticationHasItsOwnBound, on the scale stand-in: the SSH handshake and the
+// authentication each get SSHTimeout. A host slow at both, each within the bound but together
+// beyond it, is dialled (it used to read SSHAuthFailed, blamed for the handshake's time); a host
+// whose authentication alone outlasts the bound fails at the authentication stage, its own
+// bound expired.
+func TestAuthenticationHasItsOwnBound(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 2})
+	slowBoth, slowAuth := f.Hosts[0], f.Hosts[1]
+	const bound = 2 * time.Second
+	slowBoth.SetSSHDelay(1400 * time.Millisecond)
+	slowBoth.SetAuthDelay(1400 * time.Millisecond)
+	slowAuth.SetAuthDelay(bound + time.Second)
+	p := New(Options{User: kvmstandin.User, PrivateKeyFile: f.ClientKeyPath, KnownHostsFile: f.KnownHostsPath,
+		Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour, SSHTimeout: bound, RedialBackoff: time.Hour})
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	_, release, err := p.Acquire(ctx, slowBoth.Addr)
+	if err != nil {
+		t.Fatalf("host slow at the handshake and at authentication, each within %v: %v, want a connection", bound, err)
+	}
+	release()
+	if n := slowBoth.Authentications(); n != 1 {
+		t.Errorf("%d logins on the slow host, want 1", n)
+	}
+
+	_, _, err = p.Acquire(ctx, slowAuth.Addr)
+	if de := stageOf(t, err); de.Stage != StageSSHAuth || !de.BoundExpired() {
+		t.Errorf("host whose authentication outlasts its bound: %v (aborted %v), want the ssh_auth stage's bound expired", err, de.Aborted)
+	}
+}

@@ -114,7 +114,7 @@ type Options struct {
 	// DisconnectTimeout bounds the polite libvirt disconnect at Close, and how long Close waits
 	// for abandoned probes to return once the links are closed.
 	DisconnectTimeout time.Duration
-	// TCPTimeout bounds the TCP connect of a dial; SSHTimeout the SSH handshake, host key
+	// TCPTimeout bounds the TCP connect of a dial; SSHTimeout the SSH handshake with host key
 	// verification and authentication together; LibvirtTimeout each of opening the channel to
 	// the libvirt socket and libvirt's connect handshake. A dial also ends with the caller's
 	// context; a stage cut by it reports Aborted, never the stage's failure.
