@@ -373,7 +373,7 @@ type BackoffError struct {
 }
 
 func (e *BackoffError) Error() string {
-	return fmt.Sprintf("%v (not dialled again until %s)", e.Last, e.RetryAt.UTC().Format(time.TimeOnly))
+	return fmt.Sprintf("%v (not dialled again before %s UTC)", e.Last, e.RetryAt.UTC().Format(time.TimeOnly))
 }
 
 func (e *BackoffError) Unwrap() error { return e.Last }
