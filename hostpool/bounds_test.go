@@ -1,6 +1,7 @@
 package hostpool
 
 import (
+	"bytes"
 	"context"
 	"encoding/pem"
 	"errors"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
 )
@@ -437,5 +439,47 @@ func TestAuthenticationHasItsOwnBound(t *testing.T) {
 	_, _, err = p.Acquire(ctx, slowAuth.Addr)
 	if de := stageOf(t, err); de.Stage != StageSSHAuth || !de.BoundExpired() {
 		t.Errorf("host whose authentication outlasts its bound: %v (aborted %v), want the ssh_auth stage's bound expired", err, de.Aborted)
+	}
+}
+
+// TestHostKeyProbeOncePerHost, on the scale stand-in: the host key callback is shown the probe
+// key (to learn which key types known_hosts holds for the host) once per host, not at every
+// dial; each dial still verifies the key the host presents.
+func TestHostKeyProbeOncePerHost(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 1})
+	h := f.Hosts[0]
+	kh, err := knownhosts.New(f.KnownHostsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var probes, verified atomic.Int64
+	cb := func(hostname string, remote net.Addr, key ssh.PublicKey) error {
+		if bytes.Equal(key.Marshal(), probeKey().Marshal()) {
+			probes.Add(1)
+		} else {
+			verified.Add(1)
+		}
+		return kh(hostname, remote, key)
+	}
+	p := New(Options{User: kvmstandin.User, PrivateKeyFile: f.ClientKeyPath, HostKeyCallback: cb,
+		Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour})
+	defer p.Close()
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, release, err := p.Acquire(ctx, h.Addr)
+		cancel()
+		if err != nil {
+			t.Fatalf("dial %d: %v", i+1, err)
+		}
+		release()
+		h.CloseConnections()
+		waitFor(t, 10*time.Second, "the link to close", func() bool { return p.Stats().Links == 0 })
+	}
+	if n := h.Authentications(); n != 3 {
+		t.Fatalf("%d logins, want 3 dials", n)
+	}
+	if probes.Load() != 1 || verified.Load() != 3 {
+		t.Errorf("over 3 dials: the callback saw the probe key %d times and the host's key %d times; want 1 and 3",
+			probes.Load(), verified.Load())
 	}
 }
