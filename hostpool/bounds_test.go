@@ -483,3 +483,43 @@ func TestHostKeyProbeOncePerHost(t *testing.T) {
 			probes.Load(), verified.Load())
 	}
 }
+
+// TestForgetClosesOnlyThatHost, on the scale stand-in: Forget closes the forgotten host's link
+// and drops what the pool cached for it; the other hosts keep their links (no new login), and
+// the forgotten host is dialled anew when it is used again.
+func TestForgetClosesOnlyThatHost(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 2})
+	gone, kept := f.Hosts[0], f.Hosts[1]
+	p := New(Options{User: kvmstandin.User, PrivateKeyFile: f.ClientKeyPath, KnownHostsFile: f.KnownHostsPath,
+		Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour})
+	defer p.Close()
+	acquire := func(addr string) uint64 {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, release, err := p.Acquire(ctx, addr)
+		if err != nil {
+			t.Fatalf("acquire %s: %v", addr, err)
+		}
+		release()
+		return c.LinkID()
+	}
+	acquire(gone.Addr)
+	keptLink := acquire(kept.Addr)
+
+	p.Forget(gone.Addr)
+	waitFor(t, 10*time.Second, "the forgotten host's link to close", func() bool { return p.Stats().Links == 1 })
+	p.creds.mu.Lock()
+	_, cached := p.creds.algos[gone.Addr]
+	p.creds.mu.Unlock()
+	if cached {
+		t.Error("the forgotten host's host key algorithms are still cached")
+	}
+	if id := acquire(kept.Addr); id != keptLink || kept.Authentications() != 1 {
+		t.Errorf("the other host: link %d (was %d), %d logins; want its link kept, 1 login", id, keptLink, kept.Authentications())
+	}
+	acquire(gone.Addr)
+	if n := gone.Authentications(); n != 2 {
+		t.Errorf("the forgotten host used again: %d logins, want 2 (dialled anew)", n)
+	}
+}

@@ -507,6 +507,7 @@ func (p *Pool) Forget(addr string) {
 		return
 	}
 	delete(p.hosts, addr)
+	p.creds.forget(addr)
 	// Counted under mu before Close can start waiting for bg, so the two never race.
 	p.bg.Add(1)
 	defer p.bg.Done()
