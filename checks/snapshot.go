@@ -36,10 +36,6 @@ type TargetState struct {
 	// reason while the target stays down does not move it. The status page, the logs and the
 	// ProviderHealth objects all read this one time.
 	Since time.Time
-	// ReasonSince is when the reason last changed (a flip, or a new reason while down): the
-	// CheckedAt of the check that observed the change. It equals Since unless the reason changed
-	// while the target stayed down.
-	ReasonSince time.Time
 }
 
 // Provider returns the state of the named provider, or nil when it is not configured.

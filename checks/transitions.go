@@ -15,11 +15,11 @@ import (
 //     it had meanwhile).
 //
 // A message that changes while the reason stays the same is not a transition. Since moves only
-// when Up flips; ReasonSince also moves when the reason changes while down.
+// when Up flips.
 func (pm *providerMemory) apply(logger *slog.Logger, provider string, verdicts []TargetResult) {
 	for _, v := range verdicts {
 		prev := pm.targets[v.Target]
-		st := &TargetState{TargetResult: v, Since: v.CheckedAt, ReasonSince: v.CheckedAt}
+		st := &TargetState{TargetResult: v, Since: v.CheckedAt}
 		switch {
 		case prev == nil:
 			if v.Up {
@@ -41,7 +41,7 @@ func (pm *providerMemory) apply(logger *slog.Logger, provider string, verdicts [
 				"down_for", v.CheckedAt.Sub(prev.Since).Round(time.Millisecond))
 			st.Since = prev.Since
 		default:
-			st.Since, st.ReasonSince = prev.Since, prev.ReasonSince
+			st.Since = prev.Since
 		}
 		pm.targets[v.Target] = st
 	}

@@ -1,6 +1,7 @@
 package hostpool
 
 import (
+	"bytes"
 	"context"
 	"encoding/pem"
 	"errors"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
 )
@@ -213,26 +215,78 @@ func TestReadErrorWithDataClosesDone(t *testing.T) {
 	}
 }
 
-// TestProbeRacesClose: probes started while the pool closes either run or get ErrClosed; the
-// race detector checks the probe count against Close's wait.
+// TestProbeRacesClose, on the scale stand-in (in-process SSH + libvirt RPC servers): probes
+// that reach their RPCs keep starting while the pool closes. Each either runs and is waited for
+// by Close, or gets ErrClosed: once Close has returned, no probe's function is still running
+// (Close's wait for probes never misses one counted late), and the race detector checks the
+// count against that wait.
 func TestProbeRacesClose(t *testing.T) {
-	dir := t.TempDir()
-	keyPath, pub := clientKey(t, dir, "")
-	srv := startServer(t, pub)
-	p := New(Options{User: "root", PrivateKeyFile: keyPath,
-		KnownHostsFile: writeKnownHosts(t, dir, srv.Addr, srv.HostKeys[0].PublicKey()), KeepaliveInterval: time.Hour})
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 8})
+	p := New(Options{User: kvmstandin.User, PrivateKeyFile: f.ClientKeyPath, KnownHostsFile: f.KnownHostsPath,
+		Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour, DisconnectTimeout: 5 * time.Second})
+	var running, calls atomic.Int64
+	probe := func(l *libvirt.Libvirt) error {
+		running.Add(1)
+		defer running.Add(-1)
+		calls.Add(1)
+		_, err := l.ConnectGetLibVersion()
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Warm links, so that the probes below reach their RPCs at once.
+	for _, h := range f.Hosts {
+		if err := p.Probe(ctx, h.Addr, probe); err != nil {
+			t.Fatalf("warm-up probe of %s: %v", h.Addr, err)
+		}
+	}
 	var wg sync.WaitGroup
-	for range 8 {
+	for _, h := range f.Hosts {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			p.Probe(ctx, srv.Addr, nil)
+			// Probe the host again and again until the pool says it is closed.
+			for ctx.Err() == nil {
+				if err := p.Probe(ctx, h.Addr, probe); errors.Is(err, ErrClosed) {
+					return
+				}
+			}
 		})
 	}
-	p.Close()
+	warm := calls.Load()
+	waitFor(t, 10*time.Second, "the probes to run", func() bool { return calls.Load() >= warm+64 })
+	if err := p.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if n := running.Load(); n != 0 {
+		t.Errorf("%d probe functions still running after Close returned, want 0", n)
+	}
 	wg.Wait()
-	if err := p.Probe(context.Background(), srv.Addr, nil); !errors.Is(err, ErrClosed) {
-		t.Errorf("probe after Close: %v, want ErrClosed", err)
+	if ctx.Err() != nil {
+		t.Fatal("the probes never got ErrClosed after Close")
+	}
+	if n := running.Load(); n != 0 {
+		t.Errorf("%d probe functions running after every prober saw ErrClosed, want 0", n)
+	}
+}
+
+// TestProbeAcquiredThenClosed, on the scale stand-in: a probe that acquired its connection
+// just before Close started, and counts itself only after Close has returned, gets ErrClosed
+// and never runs its function on the closed pool (a count Close's wait could not see).
+func TestProbeAcquiredThenClosed(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 1})
+	p := New(Options{User: kvmstandin.User, PrivateKeyFile: f.ClientKeyPath, KnownHostsFile: f.KnownHostsPath,
+		Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour})
+	testHookAcquired = func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	}
+	t.Cleanup(func() { testHookAcquired = nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ran := false
+	err := p.Probe(ctx, f.Hosts[0].Addr, func(*libvirt.Libvirt) error { ran = true; return nil })
+	if !errors.Is(err, ErrClosed) || ran {
+		t.Errorf("probe acquired before Close and counted after it: %v (function ran: %v), want ErrClosed without running", err, ran)
 	}
 }
 
@@ -352,5 +406,120 @@ func TestPassphraseRotation(t *testing.T) {
 	}
 	if n := h.Authentications(); n != 2 {
 		t.Errorf("%d logins, want 2 (before and after the rotation)", n)
+	}
+}
+
+// TestAuthenticationHasItsOwnBound, on the scale stand-in: the SSH handshake and the
+// authentication each get SSHTimeout. A host slow at both, each within the bound but together
+// beyond it, is dialled (it used to read SSHAuthFailed, blamed for the handshake's time); a host
+// whose authentication alone outlasts the bound fails at the authentication stage, its own
+// bound expired.
+func TestAuthenticationHasItsOwnBound(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 2})
+	slowBoth, slowAuth := f.Hosts[0], f.Hosts[1]
+	const bound = 2 * time.Second
+	slowBoth.SetSSHDelay(1400 * time.Millisecond)
+	slowBoth.SetAuthDelay(1400 * time.Millisecond)
+	slowAuth.SetAuthDelay(bound + time.Second)
+	p := New(Options{User: kvmstandin.User, PrivateKeyFile: f.ClientKeyPath, KnownHostsFile: f.KnownHostsPath,
+		Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour, SSHTimeout: bound, RedialBackoff: time.Hour})
+	defer p.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	_, release, err := p.Acquire(ctx, slowBoth.Addr)
+	if err != nil {
+		t.Fatalf("host slow at the handshake and at authentication, each within %v: %v, want a connection", bound, err)
+	}
+	release()
+	if n := slowBoth.Authentications(); n != 1 {
+		t.Errorf("%d logins on the slow host, want 1", n)
+	}
+
+	_, _, err = p.Acquire(ctx, slowAuth.Addr)
+	if de := stageOf(t, err); de.Stage != StageSSHAuth || !de.BoundExpired() {
+		t.Errorf("host whose authentication outlasts its bound: %v (aborted %v), want the ssh_auth stage's bound expired", err, de.Aborted)
+	}
+}
+
+// TestHostKeyProbeOncePerHost, on the scale stand-in: the host key callback is shown the probe
+// key (to learn which key types known_hosts holds for the host) once per host, not at every
+// dial; each dial still verifies the key the host presents.
+func TestHostKeyProbeOncePerHost(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 1})
+	h := f.Hosts[0]
+	kh, err := knownhosts.New(f.KnownHostsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var probes, verified atomic.Int64
+	cb := func(hostname string, remote net.Addr, key ssh.PublicKey) error {
+		if bytes.Equal(key.Marshal(), probeKey().Marshal()) {
+			probes.Add(1)
+		} else {
+			verified.Add(1)
+		}
+		return kh(hostname, remote, key)
+	}
+	p := New(Options{User: kvmstandin.User, PrivateKeyFile: f.ClientKeyPath, HostKeyCallback: cb,
+		Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour})
+	defer p.Close()
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, release, err := p.Acquire(ctx, h.Addr)
+		cancel()
+		if err != nil {
+			t.Fatalf("dial %d: %v", i+1, err)
+		}
+		release()
+		h.CloseConnections()
+		waitFor(t, 10*time.Second, "the link to close", func() bool { return p.Stats().Links == 0 })
+	}
+	if n := h.Authentications(); n != 3 {
+		t.Fatalf("%d logins, want 3 dials", n)
+	}
+	if probes.Load() != 1 || verified.Load() != 3 {
+		t.Errorf("over 3 dials: the callback saw the probe key %d times and the host's key %d times; want 1 and 3",
+			probes.Load(), verified.Load())
+	}
+}
+
+// TestForgetClosesOnlyThatHost, on the scale stand-in: Forget closes the forgotten host's link
+// and drops what the pool cached for it; the other hosts keep their links (no new login), and
+// the forgotten host is dialled anew when it is used again.
+func TestForgetClosesOnlyThatHost(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 2})
+	gone, kept := f.Hosts[0], f.Hosts[1]
+	p := New(Options{User: kvmstandin.User, PrivateKeyFile: f.ClientKeyPath, KnownHostsFile: f.KnownHostsPath,
+		Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour})
+	defer p.Close()
+	acquire := func(addr string) uint64 {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, release, err := p.Acquire(ctx, addr)
+		if err != nil {
+			t.Fatalf("acquire %s: %v", addr, err)
+		}
+		release()
+		return c.LinkID()
+	}
+	acquire(gone.Addr)
+	keptLink := acquire(kept.Addr)
+
+	p.Forget(gone.Addr)
+	waitFor(t, 10*time.Second, "the forgotten host's link to close", func() bool { return p.Stats().Links == 1 })
+	p.creds.mu.Lock()
+	_, cached := p.creds.algos[gone.Addr]
+	p.creds.mu.Unlock()
+	if cached {
+		t.Error("the forgotten host's host key algorithms are still cached")
+	}
+	if id := acquire(kept.Addr); id != keptLink || kept.Authentications() != 1 {
+		t.Errorf("the other host: link %d (was %d), %d logins; want its link kept, 1 login", id, keptLink, kept.Authentications())
+	}
+	acquire(gone.Addr)
+	if n := gone.Authentications(); n != 2 {
+		t.Errorf("the forgotten host used again: %d logins, want 2 (dialled anew)", n)
 	}
 }

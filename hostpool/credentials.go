@@ -144,6 +144,13 @@ func (p *Pool) algorithms(cb ssh.HostKeyCallback, addr string, remote net.Addr) 
 	return a
 }
 
+// forget drops what is cached for addr (a host removed from the pool).
+func (c *credentials) forget(addr string) {
+	c.mu.Lock()
+	delete(c.algos, addr)
+	c.mu.Unlock()
+}
+
 // probeKey is a public key no host has: hostKeyAlgorithms shows it to the callback to learn
 // which keys known_hosts wants. Made once per process, not per dial.
 var probeKey = sync.OnceValue(func() ssh.PublicKey {

@@ -235,9 +235,10 @@ func (s *stage) fail(addr string, err error) *DialError {
 	return de
 }
 
-// dialLink opens an SSH connection to addr: TCP (bounded by TCPTimeout), then handshake, host
-// key verification and authentication (together bounded by SSHTimeout), each also bounded by
-// ctx (x/crypto's own timeout covers only the TCP connect).
+// dialLink opens an SSH connection to addr: TCP (bounded by TCPTimeout), then handshake with
+// host key verification (bounded by SSHTimeout), then authentication (bounded by SSHTimeout
+// again, from its start), each also bounded by ctx (x/crypto's own timeout covers only the TCP
+// connect).
 func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
 	signer, err := p.signer()
 	if err != nil {
@@ -253,10 +254,24 @@ func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
 	// authentication started is authentication's.
 	var hostKeyErr atomic.Pointer[error]
 	var authStarted atomic.Bool
+	// st is the stage in progress and stop disarms the closing of tcp when st ends. Both are
+	// replaced when authentication starts, in the goroutine running ssh.NewClientConn (x/crypto
+	// calls the auth callbacks there), and read there after it returned.
+	var st *stage
+	var stop func() bool
+	var tcp net.Conn
 	cfg := &ssh.ClientConfig{
 		User: p.opts.User,
 		Auth: []ssh.AuthMethod{ssh.PublicKeysCallback(func() ([]ssh.Signer, error) {
-			authStarted.Store(true)
+			if !authStarted.Load() && stop() {
+				// The handshake and the host key are done: authentication gets a bound of
+				// its own, so that a slow handshake never gets authentication blamed. (When
+				// the handshake's bound already ended it, the failure stays the handshake's.)
+				authStarted.Store(true)
+				st.cancel()
+				st = newStage(ctx, StageSSHAuth, p.opts.SSHTimeout)
+				stop = context.AfterFunc(st.ctx, func() { tcp.Close() })
+			}
 			return []ssh.Signer{signer}, nil
 		})},
 		HostKeyCallback: func(hostname string, remote net.Addr, key ssh.PublicKey) error {
@@ -269,9 +284,9 @@ func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
 		ClientVersion: "SSH-2.0-provider-health-exporter",
 	}
 
-	st := newStage(ctx, StageTCP, p.opts.TCPTimeout)
+	st = newStage(ctx, StageTCP, p.opts.TCPTimeout)
 	var d net.Dialer
-	tcp, err := d.DialContext(st.ctx, "tcp", addr)
+	tcp, err = d.DialContext(st.ctx, "tcp", addr)
 	st.cancel()
 	if err != nil {
 		return nil, st.fail(addr, err)
@@ -281,9 +296,9 @@ func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
 		cfg.HostKeyAlgorithms = p.algorithms(cb, addr, tcp.RemoteAddr())
 	}
 	st = newStage(ctx, StageSSHHandshake, p.opts.SSHTimeout)
-	defer st.cancel()
+	defer func() { st.cancel() }()
 	// The handshake has no context of its own: closing the connection is what ends it.
-	stop := context.AfterFunc(st.ctx, func() { tcp.Close() })
+	stop = context.AfterFunc(st.ctx, func() { tcp.Close() })
 	conn, chans, reqs, err := ssh.NewClientConn(tcp, addr, cfg)
 	if !stop() && err == nil {
 		// ctx ended just as the handshake completed: the connection is already closed.
@@ -294,8 +309,6 @@ func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
 		tcp.Close()
 		if hk := hostKeyErr.Load(); hk != nil {
 			st.name, err = StageHostKey, *hk
-		} else if authStarted.Load() {
-			st.name = StageSSHAuth
 		}
 		return nil, st.fail(addr, err)
 	}

@@ -114,7 +114,7 @@ type Options struct {
 	// DisconnectTimeout bounds the polite libvirt disconnect at Close, and how long Close waits
 	// for abandoned probes to return once the links are closed.
 	DisconnectTimeout time.Duration
-	// TCPTimeout bounds the TCP connect of a dial; SSHTimeout the SSH handshake, host key
+	// TCPTimeout bounds the TCP connect of a dial; SSHTimeout the SSH handshake with host key
 	// verification and authentication together; LibvirtTimeout each of opening the channel to
 	// the libvirt socket and libvirt's connect handshake. A dial also ends with the caller's
 	// context; a stage cut by it reports Aborted, never the stage's failure.
@@ -373,7 +373,7 @@ type BackoffError struct {
 }
 
 func (e *BackoffError) Error() string {
-	return fmt.Sprintf("%v (not dialled again until %s)", e.Last, e.RetryAt.UTC().Format(time.TimeOnly))
+	return fmt.Sprintf("%v (not dialled again before %s UTC)", e.Last, e.RetryAt.UTC().Format(time.TimeOnly))
 }
 
 func (e *BackoffError) Unwrap() error { return e.Last }
@@ -507,6 +507,7 @@ func (p *Pool) Forget(addr string) {
 		return
 	}
 	delete(p.hosts, addr)
+	p.creds.forget(addr)
 	// Counted under mu before Close can start waiting for bg, so the two never race.
 	p.bg.Add(1)
 	defer p.bg.Done()
@@ -614,6 +615,9 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 		<-h.probe
 		return err
 	}
+	if testHookAcquired != nil {
+		testHookAcquired()
+	}
 	// Counted under mu, where Close marks the pool closed before it waits for probes: an Add
 	// never races that Wait.
 	p.mu.Lock()
@@ -673,6 +677,10 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 
 // testHookAbandoned, when set by a test, runs in Probe between abandoning a probe and counting it.
 var testHookAbandoned func()
+
+// testHookAcquired, when set by a test, runs in Probe between acquiring the connection and
+// counting the probe.
+var testHookAcquired func()
 
 // Stats is a snapshot of a pool's counters.
 type Stats struct {

@@ -436,7 +436,8 @@ func classify(err error, step string) (checks.Reason, string) {
 		return checks.ReasonTimeout, fmt.Sprintf("no reply to %s before the deadline; the call is left to finish on the shared connection", step)
 	case errors.As(err, &be):
 		reason, msg := classifyDial(be.Last)
-		return reason, fmt.Sprintf("%s; not dialled again until %s", msg, be.RetryAt.UTC().Format(time.TimeOnly))
+		// The host is dialled again by the first check after RetryAt, not at RetryAt itself.
+		return reason, fmt.Sprintf("%s; dialled again at the first check after %s UTC", msg, be.RetryAt.UTC().Format(time.TimeOnly))
 	case errors.As(err, &de):
 		return classifyDial(de)
 	case errors.Is(err, hostpool.ErrClosed):

@@ -457,7 +457,7 @@ func TestClassify(t *testing.T) {
 		t.Errorf("a cut dial's message %q does not name the stage it reached", msg)
 	}
 	retry := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	if _, msg := classify(&hostpool.BackoffError{Last: &hostpool.DialError{Stage: hostpool.StageTCP, Err: context.DeadlineExceeded}, RetryAt: retry}, ""); !strings.Contains(msg, "not dialled again until 03:04:05") {
+	if _, msg := classify(&hostpool.BackoffError{Last: &hostpool.DialError{Stage: hostpool.StageTCP, Err: context.DeadlineExceeded}, RetryAt: retry}, ""); !strings.Contains(msg, "dialled again at the first check after 03:04:05 UTC") {
 		t.Errorf("a backed-off host's message %q does not say when it is dialled next", msg)
 	}
 	if _, msg := classify(wrap(hostpool.ErrProbeRunning), ""); strings.Contains(msg, "hung") {

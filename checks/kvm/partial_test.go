@@ -189,14 +189,16 @@ func TestFailingHostsDoNotStarveHealthyOnesRealHosts(t *testing.T) {
 func TestLateHostsReadTimeout(t *testing.T) {
 	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 300})
 	// Every dial outlasts the round, in one of two stages: on half the hosts sshd starts the
-	// handshake 1s late (cut in the ssh handshake), on the other half libvirt answers each call
-	// 400ms late (cut in libvirt's connect, after its auth list). The default stage bounds are
-	// longer still, so only the round's deadline cuts them.
+	// handshake 3s late (cut in the ssh handshake), on the other half libvirt answers each call
+	// 1.5s late (cut in libvirt's connect, after its auth list). The default stage bounds end
+	// later than the round, so only the round's deadline cuts them. The round is long enough
+	// for the SSH handshakes of the first slots to finish on a loaded machine, so that some
+	// dials reach libvirt's connect.
 	for i, h := range f.Hosts {
 		if i%2 == 0 {
-			h.SetSSHDelay(time.Second)
+			h.SetSSHDelay(3 * time.Second)
 		} else {
-			h.SetRPCDelay(400 * time.Millisecond)
+			h.SetRPCDelay(1500 * time.Millisecond)
 		}
 	}
 	k := f.KVMConfig()
@@ -205,7 +207,7 @@ func TestLateHostsReadTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	reasons := map[checks.Reason]int{}
 	cutInStage := 0
@@ -227,5 +229,62 @@ func TestLateHostsReadTimeout(t *testing.T) {
 	t.Logf("verdicts: %v; %d cut during a dial stage: %v", reasons, cutInStage, stages)
 	if stages[string(hostpool.StageSSHHandshake)] == 0 || stages[string(hostpool.StageLibvirtConnect)] == 0 {
 		t.Errorf("dials cut by stage: %v, want some in ssh_handshake and in libvirt_connect: the property was not exercised", stages)
+	}
+}
+
+// TestBackoffMessageTellsTheNextDial, on the scale stand-in (a host that accepts TCP and never
+// speaks SSH): once the handshake's bound expired, the next rounds read the same reason at once,
+// without a new connection, and the message names when the backoff ends: the first failure's
+// time plus the backoff, not earlier, not later. The first round after that dials again.
+func TestBackoffMessageTellsTheNextDial(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Silent: 1})
+	h := f.Hosts[0]
+	k := f.KVMConfig()
+	k.SSHTimeout = 200 * time.Millisecond
+	const backoff = 3 * time.Second
+	c, err := NewTuned(config.Provider{Name: "kvm-backoff", Type: config.TypeKVM, KVM: &k}, nil, Tuning{
+		RedialBackoff: backoff, MaxRedialBackoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	check := func() checks.TargetResult {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return c.Check(ctx)[0]
+	}
+	before := time.Now()
+	r := check()
+	after := time.Now()
+	if r.Reason != checks.ReasonSSHHandshakeFailed || h.Accepted() != 1 {
+		t.Fatalf("first round: %s (%q), %d connections; want SSHHandshakeFailed after 1", r.Reason, r.Message, h.Accepted())
+	}
+	r = check()
+	if r.Reason != checks.ReasonSSHHandshakeFailed || h.Accepted() != 1 {
+		t.Fatalf("second round: %s (%q), %d connections; want SSHHandshakeFailed again without a new connection", r.Reason, r.Message, h.Accepted())
+	}
+	_, at, ok := strings.Cut(r.Message, "dialled again at the first check after ")
+	if !ok {
+		t.Fatalf("second round's message %q does not say when the host is dialled next", r.Message)
+	}
+	retry, err := time.Parse(time.TimeOnly+" MST", at)
+	if err != nil {
+		t.Fatalf("the next dial's time in %q: %v", r.Message, err)
+	}
+	// The failure came during the first round: the backoff ends between its start and its
+	// end plus the backoff (the message shows whole seconds).
+	earliest, latest := before.Add(backoff).UTC().Truncate(time.Second), after.Add(backoff).UTC()
+	announced := time.Date(earliest.Year(), earliest.Month(), earliest.Day(), retry.Hour(), retry.Minute(), retry.Second(), 0, time.UTC)
+	if announced.Before(earliest.Add(-12 * time.Hour)) {
+		announced = announced.AddDate(0, 0, 1) // past midnight
+	}
+	if announced.Before(earliest) || announced.After(latest) {
+		t.Errorf("next dial announced at %s, want between %s and %s (the failure plus the %v backoff)",
+			at, earliest.Format(time.TimeOnly), latest.Format(time.TimeOnly), backoff)
+	}
+	time.Sleep(time.Until(latest.Add(100 * time.Millisecond)))
+	if r := check(); r.Reason != checks.ReasonSSHHandshakeFailed || h.Accepted() != 2 {
+		t.Errorf("round after the backoff: %s (%q), %d connections; want a new dial (2)", r.Reason, r.Message, h.Accepted())
 	}
 }

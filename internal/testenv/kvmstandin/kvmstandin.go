@@ -12,8 +12,9 @@
 //     client's SSH handshake waits for a version string that never comes.
 //   - Dropping: the listening socket's accept queue is kept full, so the kernel drops every
 //     SYN: the client's TCP connect hangs, as with a host behind a DROP rule.
-//   - Slow: every RPC is answered after a delay (SetRPCDelay), or the SSH handshake of a new
-//     connection starts late (SetSSHDelay).
+//   - Slow: every RPC is answered after a delay (SetRPCDelay), the SSH handshake of a new
+//     connection starts late (SetSSHDelay), or a key offered for authentication is answered
+//     late (SetAuthDelay).
 //   - ReplaceHostKey: new connections see a new host key (known_hosts then mismatches).
 package kvmstandin
 
@@ -92,11 +93,12 @@ type Host struct {
 	Mode Mode
 	Pool string
 
-	fleet    *Fleet
-	poolUUID [16]byte
-	hostKey  atomic.Pointer[ssh.Signer]
-	rpcDelay atomic.Int64
-	sshDelay atomic.Int64
+	fleet     *Fleet
+	poolUUID  [16]byte
+	hostKey   atomic.Pointer[ssh.Signer]
+	rpcDelay  atomic.Int64
+	sshDelay  atomic.Int64
+	authDelay atomic.Int64
 
 	ln      net.Listener // healthy, silent
 	dropFD  int          // dropping: the listening socket, never accepted from
@@ -297,6 +299,10 @@ func (h *Host) SetRPCDelay(d time.Duration) { h.rpcDelay.Store(int64(d)) }
 // it (0: at once), as an overloaded sshd does.
 func (h *Host) SetSSHDelay(d time.Duration) { h.sshDelay.Store(int64(d)) }
 
+// SetAuthDelay makes the host answer each public key offered for authentication d late (0: at
+// once), as an sshd waiting on a slow user database or home directory does.
+func (h *Host) SetAuthDelay(d time.Duration) { h.authDelay.Store(int64(d)) }
+
 // Authentications counts the SSH logins the host accepted.
 func (h *Host) Authentications() int64 { return h.auths.Load() }
 
@@ -360,6 +366,9 @@ func (h *Host) acceptLoop() {
 func (h *Host) serveSSH(c net.Conn) {
 	cfg := &ssh.ServerConfig{
 		PublicKeyCallback: func(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
+			if d := time.Duration(h.authDelay.Load()); d > 0 {
+				time.Sleep(d)
+			}
 			want := h.fleet.clientPub.Load()
 			if meta.User() == User && want != nil && string(key.Marshal()) == string((*want).Marshal()) {
 				return nil, nil
