@@ -49,7 +49,7 @@ func fullSnapshot() *checks.Snapshot {
 				{Since: t0, TargetResult: checks.TargetResult{Target: "hv2", Up: true, Reason: checks.ReasonReady,
 					Duration: 12 * time.Millisecond, CheckedAt: t0.Add(500 * time.Millisecond),
 					Pool: &checks.StoragePool{Name: "default", State: "running", CapacityBytes: 1000, AllocationBytes: 400, AvailableBytes: 600}}},
-				{Since: t0.Add(-90 * time.Second), ReasonSince: t0.Add(-30 * time.Second), TargetResult: checks.TargetResult{Target: "hv1", Up: false, Reason: checks.ReasonTCPUnreachable,
+				{Since: t0.Add(-90 * time.Second), TargetResult: checks.TargetResult{Target: "hv1", Up: false, Reason: checks.ReasonTCPUnreachable,
 					Message: "dial tcp 198.18.0.1:22: connection refused", Duration: 3 * time.Millisecond, CheckedAt: t0.Add(time.Second)}},
 			}},
 			{Name: "gcp-prod", Type: checks.TypeGCP, Targets: []checks.TargetState{

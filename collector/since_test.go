@@ -102,21 +102,21 @@ func TestLastTransitionFollowsTheRunner(t *testing.T) {
 	other, transition, up, reason := until("hv1 down with SSHHandshakeFailed", func(st checks.TargetState) bool {
 		return st.Reason == checks.ReasonSSHHandshakeFailed
 	})
-	if !other.ReasonSince.After(since) {
-		t.Fatalf("the runner did not see the reason change after the target went down: ReasonSince %s, Since %s", other.ReasonSince, since)
+	if !other.CheckedAt.After(since) {
+		t.Fatalf("the check with the new reason (%s) is not after the target went down (%s)", other.CheckedAt, since)
 	}
 	if up != 0 || reason != "SSHHandshakeFailed" || !equal(transition, since) || !equal(transition, other.Since) {
 		t.Errorf("new reason while down: up %v reason %q last transition %v; want 0, SSHHandshakeFailed and the unchanged %s", up, reason, transition, since)
 	}
-	if equal(transition, other.ReasonSince) {
-		t.Errorf("the last transition followed the reason's change time %s", other.ReasonSince)
+	if equal(transition, other.CheckedAt) {
+		t.Errorf("the last transition followed the reason's change, checked at %s", other.CheckedAt)
 	}
 
 	// Back up: a transition.
 	c.reason.Store(checks.ReasonReady)
 	back, transition, up, reason := until("hv1 up", func(st checks.TargetState) bool { return st.Up })
-	if up != 1 || reason != "Ready" || !equal(transition, back.Since) || !back.Since.After(other.ReasonSince) {
-		t.Errorf("back up: up %v reason %q last transition %v; want 1, Ready and the snapshot's new Since %s (after %s)", up, reason, transition, back.Since, other.ReasonSince)
+	if up != 1 || reason != "Ready" || !equal(transition, back.Since) || !back.Since.After(other.CheckedAt) {
+		t.Errorf("back up: up %v reason %q last transition %v; want 1, Ready and the snapshot's new Since %s (after %s)", up, reason, transition, back.Since, other.CheckedAt)
 	}
 
 	// Rounds go on, the target stays up: the gauge stays where it is.
