@@ -185,7 +185,8 @@ func TestSinceAgreesOnPageAndObject(t *testing.T) {
 		}
 		return tm["reason"].(string), formatTime(ts)
 	}
-	rowRE := regexp.MustCompile(`<td>since</td><td>kubernetes</td><td>api</td>\s*<td class="down">down</td>\s*<td>(\w+)</td><td>[^<]*</td>\s*<td>([^<]+)<br>`)
+	// The target's row under the provider "since" (status page markup in landing.go).
+	rowRE := regexp.MustCompile(`(?s)<tbody id="provider-since">.*?<tr class="target"><td>api</td>\s*<td class="down">down</td>\s*<td>(\w+)</td><td>[^<]*</td>\s*<td class="time">([^<]+)<br>`)
 	page := func() (reason, since string) {
 		_, body := x.get("/")
 		m := rowRE.FindStringSubmatch(body)
