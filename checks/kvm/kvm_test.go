@@ -43,12 +43,12 @@ func provider(name string, f *kvmhost.Fleet, hosts []*kvmhost.Host) config.Provi
 	for _, h := range hosts {
 		k.Hosts = append(k.Hosts, config.KVMHost{Address: h.Addr, Name: h.Name})
 	}
-	return config.Provider{Name: name, Type: config.TypeKVM, KVM: k}
+	return config.Provider{Name: name, Type: checks.TypeKVM, KVM: k}
 }
 
 func newChecker(t *testing.T, p config.Provider) *Checker {
 	t.Helper()
-	c, err := NewTuned(p, nil, Tuning{
+	c, err := newTuned(p, nil, tuning{
 		KeepaliveInterval: 200 * time.Millisecond,
 		KeepaliveTimeout:  time.Second,
 		DisconnectTimeout: time.Second,
@@ -119,7 +119,7 @@ func expectReady(t *testing.T, h *kvmhost.Host, got checks.TargetResult) {
 func TestKVM(t *testing.T) {
 	f := kvmhost.Start(t, 3)
 	c := newChecker(t, provider("kvm-test", f, f.Hosts))
-	stats := func() hostpool.Stats { return c.Pool().Stats() }
+	stats := func() hostpool.Stats { return c.pool.Stats() }
 
 	t.Run("ready", func(t *testing.T) {
 		rs := round(t, c)
@@ -476,10 +476,10 @@ func TestClassify(t *testing.T) {
 
 // TestNew rejects providers it cannot check and exposes what the runner needs.
 func TestNew(t *testing.T) {
-	if _, err := New(config.Provider{Name: "x", Type: config.TypeKVM}, nil); err == nil {
+	if _, err := New(config.Provider{Name: "x", Type: checks.TypeKVM}, nil); err == nil {
 		t.Error("a provider without a kvm block was accepted")
 	}
-	p := config.Provider{Name: "lab", Type: config.TypeKVM, KVM: &config.KVMConfig{
+	p := config.Provider{Name: "lab", Type: checks.TypeKVM, KVM: &config.KVMConfig{
 		User: "root", PrivateKeyFile: "/nonexistent", KnownHostsFile: "/nonexistent", StoragePool: "default",
 		Hosts: []config.KVMHost{{Address: "198.18.0.2", Name: "hv1"}, {Address: "198.18.0.6:2222", Name: "hv2"}},
 	}}
@@ -521,7 +521,7 @@ func TestHungLibvirtdAtFirstDial(t *testing.T) {
 	}()
 	r := round(t, c)[h.Name]
 	expect(t, r, checks.ReasonTimeout, "did not answer the connect handshake")
-	st := c.Pool().Stats()
+	st := c.pool.Stats()
 	if st.Dials["libvirt_connect"] != 1 || st.Links != 1 {
 		t.Errorf("stats %+v, want one libvirt connect cut short over a kept link", st)
 	}
@@ -531,7 +531,7 @@ func TestHungLibvirtdAtFirstDial(t *testing.T) {
 	h.ResumeLibvirtd()
 	paused = false
 	expectReady(t, h, round(t, c)[h.Name])
-	if after := c.Pool().Stats(); after.Handshakes != st.Handshakes {
+	if after := c.pool.Stats(); after.Handshakes != st.Handshakes {
 		t.Errorf("SSH redialled after libvirtd resumed: %d -> %d handshakes", st.Handshakes, after.Handshakes)
 	}
 }

@@ -64,8 +64,8 @@ func BenchmarkScaleStandIn(b *testing.B) {
 		for _, conc := range []int{16, config.DefaultKVMConcurrency, 64} {
 			k := k
 			k.Concurrency = conc
-			p := config.Provider{Name: fmt.Sprintf("scale-%d-%d", n, conc), Type: config.TypeKVM, KVM: &k}
-			tuning := Tuning{RedialBackoff: time.Millisecond, MaxRedialBackoff: time.Millisecond}
+			p := config.Provider{Name: fmt.Sprintf("scale-%d-%d", n, conc), Type: checks.TypeKVM, KVM: &k}
+			tuning := tuning{RedialBackoff: time.Millisecond, MaxRedialBackoff: time.Millisecond}
 			report := func(b *testing.B, rounds int, last time.Duration, notReady int, hs uint64) {
 				b.ReportMetric(last.Seconds()/float64(rounds), "healthy-ready-s")
 				b.ReportMetric(float64(notReady)/float64(rounds), "healthy-not-ready")
@@ -76,12 +76,12 @@ func BenchmarkScaleStandIn(b *testing.B) {
 				var notReady int
 				var hs uint64
 				for b.Loop() {
-					c, err := NewTuned(p, nil, tuning)
+					c, err := newTuned(p, nil, tuning)
 					if err != nil {
 						b.Fatal(err)
 					}
 					l, nr, _ := scaleRound(c, healthy)
-					last, notReady, hs = last+l, notReady+nr, hs+c.Pool().Stats().Handshakes
+					last, notReady, hs = last+l, notReady+nr, hs+c.pool.Stats().Handshakes
 					b.StopTimer()
 					c.Close()
 					b.StartTimer()
@@ -89,13 +89,13 @@ func BenchmarkScaleStandIn(b *testing.B) {
 				report(b, b.N, last, notReady, hs)
 			})
 			b.Run(fmt.Sprintf("hosts=%d/concurrency=%d/warm", n, conc), func(b *testing.B) {
-				c, err := NewTuned(p, nil, tuning)
+				c, err := newTuned(p, nil, tuning)
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer c.Close()
 				scaleRound(c, healthy)
-				hs0 := c.Pool().Stats().Handshakes
+				hs0 := c.pool.Stats().Handshakes
 				var last time.Duration
 				var notReady int
 				b.ResetTimer()
@@ -103,7 +103,7 @@ func BenchmarkScaleStandIn(b *testing.B) {
 					l, nr, _ := scaleRound(c, healthy)
 					last, notReady = last+l, notReady+nr
 				}
-				report(b, b.N, last, notReady, c.Pool().Stats().Handshakes-hs0)
+				report(b, b.N, last, notReady, c.pool.Stats().Handshakes-hs0)
 			})
 		}
 	}
@@ -134,7 +134,7 @@ func BenchmarkPooledHostCost(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		g0, fd0 := runtime.NumGoroutine(), openFDs(b)
 		b.StartTimer()
-		c, err := NewTuned(p, nil, Tuning{})
+		c, err := newTuned(p, nil, tuning{})
 		if err != nil {
 			b.Fatal(err)
 		}
