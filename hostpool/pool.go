@@ -215,17 +215,6 @@ type Conn struct {
 // accept that they end only with the reply or the link.
 func (c *Conn) Libvirt() *libvirt.Libvirt { return c.lv }
 
-// Addr is the host's address (host:port).
-func (c *Conn) Addr() string { return c.addr }
-
-// LinkID identifies the SSH connection underneath: two Conns with the same LinkID share one
-// TCP connection.
-func (c *Conn) LinkID() uint64 { return c.link.id }
-
-// Done is closed when this libvirt connection has ended (the link died, libvirtd went away, or
-// the pool closed); the next Acquire then returns a new one.
-func (c *Conn) Done() <-chan struct{} { return c.ch.done }
-
 func (c *Conn) alive() bool {
 	select {
 	case <-c.ch.done:
