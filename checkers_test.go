@@ -12,6 +12,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 func gcpProvider(name, project, filter string) config.Provider {
@@ -244,7 +245,7 @@ func TestReloadKeepsUnchangedHostsLinks(t *testing.T) {
 	if n := h2.Logins(); n != 1 {
 		t.Errorf("added host %s: %d logins, want 1", h2.Name, n)
 	}
-	waitFor(t, 10*time.Second, "the removed host's link to close", func() bool { return h0.TCPConnections() == 0 })
+	testutil.Eventually(t, 10*time.Second, "the removed host's link to close", func() bool { return h0.TCPConnections() == 0 })
 	if n := h1.TCPConnections(); n != 1 {
 		t.Errorf("kept host %s: %d TCP connections, want its 1 link", h1.Name, n)
 	}

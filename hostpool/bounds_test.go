@@ -16,6 +16,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // silentListener accepts TCP connections and never says a word, as a host whose sshd hangs.
@@ -273,7 +274,7 @@ func TestProbeBusyTellsRunningFromAbandoned(t *testing.T) {
 		t.Errorf("while an abandoned probe has not returned: %v, want ErrProbeBusy", err)
 	}
 	close(hold)
-	waitFor(t, 10*time.Second, "the abandoned probe to return", func() bool { return p.Stats().AbandonedProbes == 0 })
+	testutil.Eventually(t, 10*time.Second, "the abandoned probe to return", func() bool { return p.Stats().AbandonedProbes == 0 })
 	if err := p.Probe(ctx, h.Addr, func(l *libvirt.Libvirt) error { _, err := l.ConnectGetHostname(); return err }); err != nil {
 		t.Errorf("after the abandoned probe returned: %v", err)
 	}
@@ -334,7 +335,7 @@ func TestPassphraseRotation(t *testing.T) {
 	}
 	cut := func() {
 		h.CloseConnections()
-		waitFor(t, 10*time.Second, "the link to close", func() bool { return p.Stats().Links == 0 })
+		testutil.Eventually(t, 10*time.Second, "the link to close", func() bool { return p.Stats().Links == 0 })
 	}
 	if err := acquire(); err != nil {
 		t.Fatalf("first dial: %v", err)

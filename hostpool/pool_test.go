@@ -17,6 +17,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // acquireErr dials addr with a fresh pool and returns the dial error (the in-process server has
@@ -352,24 +354,13 @@ func TestKeepaliveClosesDeadLink(t *testing.T) {
 		t.Fatalf("a link whose keepalives are answered was closed: %+v", st)
 	}
 	srv.silentKeepalives.Store(true)
-	waitFor(t, 10*time.Second, "the dead link to be closed", func() bool { return p.Stats().Links == 0 })
+	testutil.Eventually(t, 10*time.Second, "the dead link to be closed", func() bool { return p.Stats().Links == 0 })
 	srv.silentKeepalives.Store(false)
 	if _, _, err := p.Acquire(ctx, srv.Addr); stageOf(t, err).Stage != StageLibvirtSocket {
 		t.Fatalf("got %v", err)
 	}
 	if st := p.Stats(); st.Handshakes != 2 || st.Links != 1 {
 		t.Errorf("after the redial: %+v, want a second handshake and one link", st)
-	}
-}
-
-func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // roundTimeout is the deadline of one round in these tests: short, as the machine is shared.
@@ -163,7 +164,7 @@ func TestKVM(t *testing.T) {
 		fault(0, func(h *kvmhost.Host) {
 			h.StopSSHD()
 			h.KillSSHConnections() // stopping sshd leaves established links; a redial meets no listener
-			waitFor(t, "the link to close", func() bool { return stats().Links == 2 })
+			testutil.Eventually(t, 15*time.Second, "the link to close", func() bool { return stats().Links == 2 })
 		}, checks.ReasonTCPUnreachable, "connection refused", (*kvmhost.Host).StartSSHD)
 	})
 	t.Run("libvirtd stopped", func(t *testing.T) {
@@ -185,7 +186,7 @@ func TestKVM(t *testing.T) {
 		fault(1, func(h *kvmhost.Host) {
 			h.ReplaceHostKey()
 			h.KillSSHConnections()
-			waitFor(t, "the link to close", func() bool { return stats().Links == 2 })
+			testutil.Eventually(t, 15*time.Second, "the link to close", func() bool { return stats().Links == 2 })
 		}, checks.ReasonHostKeyMismatch, "key mismatch", func(h *kvmhost.Host) {
 			// The operator verifies the new keys and updates known_hosts: no reload needed.
 			replaceKnownHosts(t, f, h)
@@ -195,14 +196,14 @@ func TestKVM(t *testing.T) {
 		fault(2, func(h *kvmhost.Host) {
 			h.MakeUnreachable()
 			// The established link goes silent: the keepalive closes it, then the redial hangs.
-			waitFor(t, "the keepalive to close the silent link", func() bool { return stats().Links == 2 })
+			testutil.Eventually(t, 15*time.Second, "the keepalive to close the silent link", func() bool { return stats().Links == 2 })
 		}, checks.ReasonTCPUnreachable, "no answer within the stage's bound of 1s", (*kvmhost.Host).MakeReachable)
 	})
 	t.Run("ssh link killed", func(t *testing.T) {
 		h := f.Hosts[0]
 		before := stats()
 		h.KillSSHConnections()
-		waitFor(t, "the pool to notice the dead link", func() bool { return stats().Links == 2 })
+		testutil.Eventually(t, 15*time.Second, "the pool to notice the dead link", func() bool { return stats().Links == 2 })
 		expectReady(t, h, round(t, c)[h.Name])
 		if after := stats(); after.Handshakes != before.Handshakes+1 {
 			t.Errorf("handshakes %d -> %d, want one redial", before.Handshakes, after.Handshakes)
@@ -246,7 +247,7 @@ func TestKVM(t *testing.T) {
 		}
 		h.ResumeLibvirtd()
 		paused = false
-		waitFor(t, "the abandoned probe to return", func() bool { return stats().AbandonedProbes == 0 })
+		testutil.Eventually(t, 15*time.Second, "the abandoned probe to return", func() bool { return stats().AbandonedProbes == 0 })
 		expectReady(t, h, round(t, c)[h.Name])
 		after := stats()
 		if after.Handshakes != before.Handshakes || after.Dials["ok"] != before.Dials["ok"] {
@@ -261,7 +262,7 @@ func TestKVM(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, h := range f.Hosts {
-			waitFor(t, h.Name+" to see its connection closed", func() bool { return h.TCPConnections() == 0 })
+			testutil.Eventually(t, 15*time.Second, h.Name+" to see its connection closed", func() bool { return h.TCPConnections() == 0 })
 		}
 		if s := stats(); s.Links != 0 || s.AbandonedProbes != 0 || s.InUse != 0 {
 			t.Errorf("after close: %+v", s)
@@ -272,17 +273,6 @@ func TestKVM(t *testing.T) {
 			expect(t, r, checks.ReasonTimeout, "closed")
 		}
 	})
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // replaceKnownHosts rewrites the fleet's known_hosts with h's current keys.
