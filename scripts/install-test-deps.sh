@@ -18,9 +18,6 @@ PACKAGES=(
 	iproute2
 	iptables
 	procps
-	# promtool on PATH, for collector's `promtool check metrics` test only: Prometheus 3,
-	# promtool and Alertmanager themselves are built from the module proxy (make prom-binaries).
-	prometheus
 )
 
 # Pid files of the services these packages ship, to catch one started despite policy-rc.d.
@@ -29,7 +26,6 @@ SERVICE_PIDFILES=(
 	/run/libvirtd.pid
 	/run/virtlogd.pid
 	/run/virtlockd.pid
-	/run/prometheus/prometheus.pid
 )
 
 POLICY_RC=/usr/sbin/policy-rc.d
