@@ -663,32 +663,6 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 // testHookAbandoned, when set by a test, runs in Probe between abandoning a probe and counting it.
 var testHookAbandoned func()
 
-// Stats is a snapshot of a pool's counters.
-type Stats struct {
-	// Links is the number of open SSH connections.
-	Links int
-	// Handshakes counts SSH connections established since New.
-	Handshakes uint64
-	// Dials counts connection attempts by result: "ok" or the Stage that failed.
-	Dials map[string]uint64
-	// AbandonedProbes is the number of probes abandoned at their deadline that have not returned.
-	AbandonedProbes int
-	// InUse is the number of Acquires not yet released.
-	InUse int
-}
-
-// Stats returns the pool's counters.
-func (p *Pool) Stats() Stats {
-	s := Stats{
-		Links:           int(p.local.links.Load()),
-		Handshakes:      p.local.handshakes.Load(),
-		Dials:           p.local.dialCounts(),
-		AbandonedProbes: int(p.local.abandoned.Load()),
-		InUse:           int(p.local.inUse.Load()),
-	}
-	return s
-}
-
 // Close closes every connection: in-flight dials give up, each live libvirt connection is
 // closed politely (bounded by DisconnectTimeout: a hung libvirtd does not hold Close), then every
 // SSH link is closed, which ends pending RPCs with libvirt.ErrInterrupted. It waits for every

@@ -120,7 +120,7 @@ func expectReady(t *testing.T, h *kvmhost.Host, got checks.TargetResult) {
 func TestKVM(t *testing.T) {
 	f := kvmhost.Start(t, 3)
 	c := newChecker(t, provider("kvm-test", f, f.Hosts))
-	stats := func() hostpool.Stats { return c.pool.Stats() }
+	stats := func() poolView { return viewPool(t, "kvm-test", f.Hosts) }
 
 	t.Run("ready", func(t *testing.T) {
 		rs := round(t, c)
@@ -264,8 +264,8 @@ func TestKVM(t *testing.T) {
 		for _, h := range f.Hosts {
 			testutil.Eventually(t, 15*time.Second, h.Name+" to see its connection closed", func() bool { return h.TCPConnections() == 0 })
 		}
-		if s := stats(); s.Links != 0 || s.AbandonedProbes != 0 || s.InUse != 0 {
-			t.Errorf("after close: %+v", s)
+		if s := stats(); s.Present {
+			t.Errorf("after close the pool's series remain: %+v", s)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), roundTimeout)
 		defer cancel()
@@ -511,7 +511,7 @@ func TestHungLibvirtdAtFirstDial(t *testing.T) {
 	}()
 	r := round(t, c)[h.Name]
 	expect(t, r, checks.ReasonTimeout, "did not answer the connect handshake")
-	st := c.pool.Stats()
+	st := viewPool(t, "kvm-hung-first", f.Hosts)
 	if st.Dials["libvirt_connect"] != 1 || st.Links != 1 {
 		t.Errorf("stats %+v, want one libvirt connect cut short over a kept link", st)
 	}
@@ -521,7 +521,7 @@ func TestHungLibvirtdAtFirstDial(t *testing.T) {
 	h.ResumeLibvirtd()
 	paused = false
 	expectReady(t, h, round(t, c)[h.Name])
-	if after := c.pool.Stats(); after.Handshakes != st.Handshakes {
+	if after := viewPool(t, "kvm-hung-first", f.Hosts); after.Handshakes != st.Handshakes {
 		t.Errorf("SSH redialled after libvirtd resumed: %d -> %d handshakes", st.Handshakes, after.Handshakes)
 	}
 }
