@@ -12,10 +12,11 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 func gcpProvider(name, project, filter string) config.Provider {
-	return config.Provider{Name: name, Type: config.TypeGCP, GCP: &config.GCPConfig{Project: project, Filter: filter}}
+	return config.Provider{Name: name, Type: checks.TypeGCP, GCP: &config.GCPConfig{Project: project, Filter: filter}}
 }
 
 // TestBuildCheckers: a reload keeps the checker of an unchanged provider, builds changed and
@@ -96,7 +97,7 @@ func TestBuildCheckersFailure(t *testing.T) {
 	_, err = buildCheckers(&config.Config{Providers: []config.Provider{
 		gcpProvider("fresh", "fresh-project", "f1"),
 		gcpProvider("broken", "fail-to-build", "b1"),
-		{Name: "lab", Type: config.TypeKVM, KVM: &config.KVMConfig{User: "root"}},
+		{Name: "lab", Type: checks.TypeKVM, KVM: &config.KVMConfig{User: "root"}},
 	}}, old.entries, logger)
 	want := "provider broken: cannot build this one\nprovider lab: checks of type kvm are not available in this build"
 	if err == nil || err.Error() != want {
@@ -117,7 +118,7 @@ func TestBuildCheckersRebuildsStale(t *testing.T) {
 	logger := slog.New(slog.DiscardHandler)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	cfg := &config.Config{Providers: []config.Provider{{
-		Name: "cluster", Type: config.TypeKubernetes,
+		Name: "cluster", Type: checks.TypeKubernetes,
 		Kubernetes: &config.KubernetesConfig{Kubeconfig: kubeconfig, Version: "v1", Resource: "pods"},
 	}}}
 
@@ -186,7 +187,7 @@ func TestReloadKeepsUnchangedHostsLinks(t *testing.T) {
 		for _, h := range hosts {
 			k.Hosts = append(k.Hosts, config.KVMHost{Address: h.Addr, Name: h.Name})
 		}
-		return config.Provider{Name: "kvm-lab", Type: config.TypeKVM, KVM: &k}
+		return config.Provider{Name: "kvm-lab", Type: checks.TypeKVM, KVM: &k}
 	}
 	check := func(c checks.Checker) map[string]checks.TargetResult {
 		t.Helper()
@@ -244,7 +245,7 @@ func TestReloadKeepsUnchangedHostsLinks(t *testing.T) {
 	if n := h2.Logins(); n != 1 {
 		t.Errorf("added host %s: %d logins, want 1", h2.Name, n)
 	}
-	waitFor(t, 10*time.Second, "the removed host's link to close", func() bool { return h0.TCPConnections() == 0 })
+	testutil.Eventually(t, 10*time.Second, "the removed host's link to close", func() bool { return h0.TCPConnections() == 0 })
 	if n := h1.TCPConnections(); n != 1 {
 		t.Errorf("kept host %s: %d TCP connections, want its 1 link", h1.Name, n)
 	}

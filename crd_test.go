@@ -65,15 +65,15 @@ func TestCRDWriterFencedAfterFreeze(t *testing.T) {
 		// it wakes.
 		"--crd.heartbeat-interval=1s"}
 	a, procA := startSubprocessExporter(t, append(common, "--crd.kubeconfig="+env.KubeconfigFor(userA))...)
-	waitFor(t, 30*time.Second, "replica a to lead", a.leads)
+	testutil.Eventually(t, 30*time.Second, "replica a to lead", a.leads)
 	dyn := dynamic.NewForConfigOrDie(env.AdminConfig)
 	exists := func(name string) bool {
 		_, err := dyn.Resource(phResource).Get(context.Background(), name, metav1.GetOptions{})
 		return err == nil
 	}
-	waitFor(t, 30*time.Second, "a to write alpha", func() bool { return exists("alpha") })
+	testutil.Eventually(t, 30*time.Second, "a to write alpha", func() bool { return exists("alpha") })
 	b, procB := startSubprocessExporter(t, append(common, "--crd.kubeconfig="+env.KubeconfigFor(userB))...)
-	waitFor(t, 30*time.Second, "replica b to serve", func() bool { code, _ := b.get("/-/ready"); return code == http.StatusOK })
+	testutil.Eventually(t, 30*time.Second, "replica b to serve", func() bool { code, _ := b.get("/-/ready"); return code == http.StatusOK })
 	if b.leads() {
 		t.Fatal("both replicas lead")
 	}
@@ -95,8 +95,8 @@ func TestCRDWriterFencedAfterFreeze(t *testing.T) {
 		}
 	}
 	// Past the lease (15s) b takes over and writes, beta included.
-	waitFor(t, 40*time.Second, "b to take over", b.leads)
-	waitFor(t, 30*time.Second, "b to write beta", func() bool { return exists("beta") })
+	testutil.Eventually(t, 40*time.Second, "b to take over", b.leads)
+	testutil.Eventually(t, 30*time.Second, "b to write beta", func() bool { return exists("beta") })
 	writesOfA := func() int {
 		return env.CountRequests(t, func(e kube.AuditEvent) bool {
 			if e.User != userA {
@@ -117,8 +117,8 @@ func TestCRDWriterFencedAfterFreeze(t *testing.T) {
 		t.Fatal(err)
 	}
 	frozen = false
-	waitFor(t, 20*time.Second, "a to reload after waking", func() bool { return a.logs.find("providers file reloaded") != nil })
-	waitFor(t, 20*time.Second, "a to follow", func() bool {
+	testutil.Eventually(t, 20*time.Second, "a to reload after waking", func() bool { return a.logs.find("providers file reloaded") != nil })
+	testutil.Eventually(t, 20*time.Second, "a to follow", func() bool {
 		code, _ := a.get("/-/ready")
 		return code == http.StatusOK && !a.leads()
 	})
@@ -195,11 +195,11 @@ func TestSinceAgreesOnPageAndObject(t *testing.T) {
 		}
 		return m[1], m[2]
 	}
-	waitFor(t, 30*time.Second, "the object to show APIError", func() bool { r, _ := object(); return r == "APIError" })
+	testutil.Eventually(t, 30*time.Second, "the object to show APIError", func() bool { r, _ := object(); return r == "APIError" })
 	_, downSince := object()
 
 	reason.Store(checks.ReasonAPIUnreachable)
-	waitFor(t, 30*time.Second, "the object to show APIUnreachable", func() bool { r, _ := object(); return r == "APIUnreachable" })
+	testutil.Eventually(t, 30*time.Second, "the object to show APIUnreachable", func() bool { r, _ := object(); return r == "APIUnreachable" })
 	objReason, objSince := object()
 	pageReason, pageSince := page()
 	if pageReason != objReason || pageSince != objSince {
@@ -241,12 +241,12 @@ func TestTwoInstancesKeepToTheirOwn(t *testing.T) {
 		}
 	}
 	_, procA := exporter("team-a", filesA, "10s")
-	waitFor(t, 30*time.Second, "team-a's objects", func() bool {
+	testutil.Eventually(t, 30*time.Second, "team-a's objects", func() bool {
 		return labels("a-only")["providerhealth.io/instance"] == "team-a" && labels("shared")["providerhealth.io/instance"] == "team-a"
 	})
 	b, procB := exporter("team-b", filesB, "10s")
-	waitFor(t, 30*time.Second, "team-b's object", func() bool { return labels("b-only")["providerhealth.io/instance"] == "team-b" })
-	waitFor(t, 30*time.Second, "team-b to report the clash", func() bool {
+	testutil.Eventually(t, 30*time.Second, "team-b's object", func() bool { return labels("b-only")["providerhealth.io/instance"] == "team-b" })
+	testutil.Eventually(t, 30*time.Second, "team-b to report the clash", func() bool {
 		_, body := b.get("/metrics")
 		v, ok := metric(t, body, "proxy_operator_crd_writer_name_clashes")
 		return ok && v == 1
@@ -268,14 +268,14 @@ func TestTwoInstancesKeepToTheirOwn(t *testing.T) {
 	stop(procB)
 	writeProviders(t, filesB)
 	_, procB = exporter("team-b", filesB, "10s")
-	waitFor(t, 30*time.Second, "team-b's restart to collect b-only", func() bool { return labels("b-only") == nil })
+	testutil.Eventually(t, 30*time.Second, "team-b's restart to collect b-only", func() bool { return labels("b-only") == nil })
 	stop(procB)
 	writeProviders(t, filesB, provider{"b-only", "b-project", "b1"})
 	_, procB = exporter("team-b", filesB, "10s")
-	waitFor(t, 30*time.Second, "team-b to write b-only again", func() bool { return labels("b-only") != nil })
+	testutil.Eventually(t, 30*time.Second, "team-b to write b-only again", func() bool { return labels("b-only") != nil })
 	stop(procB)
 	_, procB = exporter("team-b", filesB, "0")
-	waitFor(t, 30*time.Second, "team-b's checks-off run to delete b-only", func() bool { return labels("b-only") == nil })
+	testutil.Eventually(t, 30*time.Second, "team-b's checks-off run to delete b-only", func() bool { return labels("b-only") == nil })
 	stop(procB)
 	after, err := dyn.Resource(phResource).Get(context.Background(), "shared", metav1.GetOptions{})
 	if err != nil || after.GetUID() != shared.GetUID() || labels("a-only") == nil {

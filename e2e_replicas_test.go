@@ -16,6 +16,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/internal/demo"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // failoverBound is how long after the leader is killed the other replica must have taken over
@@ -74,7 +75,7 @@ func startReplica(t *testing.T, name, bin string, args ...string) *replica {
 			t.Errorf("%s: %v", name, err)
 		}
 	})
-	waitFor(t, 60*time.Second, name+" to be ready", func() bool {
+	testutil.Eventually(t, 60*time.Second, name+" to be ready", func() bool {
 		if d.Exited() {
 			t.Fatalf("%s exited at start (%v):\n%s", name, d.WaitErr(), d.LogTail(40))
 		}
@@ -256,7 +257,7 @@ func TestEndToEndReplicas(t *testing.T) {
 	if err := leader.d.Kill(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*failoverBound, "the other replica to take over", func() bool { return follower.leader(t) })
+	testutil.Eventually(t, 2*failoverBound, "the other replica to take over", func() bool { return follower.leader(t) })
 	took := time.Since(killed)
 	t.Logf("the other replica took over %s after the leader was killed", took.Round(100*time.Millisecond))
 	if took > failoverBound {
@@ -264,7 +265,7 @@ func TestEndToEndReplicas(t *testing.T) {
 	}
 	// It writes: a new fault reaches the object.
 	env.Fleet.Hosts[0].StopLibvirtd()
-	waitFor(t, 60*time.Second, "the new leader to write the new fault", func() bool {
+	testutil.Eventually(t, 60*time.Second, "the new leader to write the new fault", func() bool {
 		return strings.HasPrefix(ph()[demo.KVMProvider], "False Libvirt")
 	})
 }

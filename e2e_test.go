@@ -15,6 +15,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // TestEndToEnd runs the exporter as a user would, against the real systems of the test
@@ -78,7 +79,7 @@ func TestEndToEnd(t *testing.T) {
 
 	x := startExporter(t, "http", "--config.file="+providers, "--provider-check-interval=10s",
 		"--crd.enabled", "--crd.kubeconfig="+env.Kubeconfig, "--crd.heartbeat-interval=1m")
-	waitFor(t, 30*time.Second, "/-/ready", func() bool { code, _ := x.get("/-/ready"); return code == http.StatusOK })
+	testutil.Eventually(t, 30*time.Second, "/-/ready", func() bool { code, _ := x.get("/-/ready"); return code == http.StatusOK })
 
 	// The verdicts in /metrics: every target up.
 	_, body := x.get("/metrics")
@@ -119,7 +120,7 @@ func TestEndToEnd(t *testing.T) {
 	want := map[string]string{"cluster": "True AllTargetsReady 1/1", "gce": "True AllTargetsReady 1/1",
 		"gce-untrusted": "False CredentialsError 0/1", "hypervisors": "True AllTargetsReady 2/2"}
 	var rows map[string][]string
-	waitFor(t, 30*time.Second, "kubectl get ph to show every provider ready", func() bool {
+	testutil.Eventually(t, 30*time.Second, "kubectl get ph to show every provider ready", func() bool {
 		rows = getPH()
 		for name, w := range want {
 			if strings.Join(rows[name], " ") != w {
@@ -134,7 +135,7 @@ func TestEndToEnd(t *testing.T) {
 	fleet.Hosts[1].StopLibvirtd()
 	reasonPrefix := `proxy_operator_provider_target_reason{provider="hypervisors",reason="`
 	var reason string
-	waitFor(t, 30*time.Second, "the stopped libvirtd to show in /metrics", func() bool {
+	testutil.Eventually(t, 30*time.Second, "the stopped libvirtd to show in /metrics", func() bool {
 		_, body := x.get("/metrics")
 		for _, line := range strings.Split(body, "\n") {
 			if strings.HasPrefix(line, reasonPrefix) && strings.Contains(line, `target="`+kvm.Hosts[1].Name+`"`) {
@@ -146,7 +147,7 @@ func TestEndToEnd(t *testing.T) {
 	if reason != "LibvirtSocketUnreachable" && reason != "LibvirtConnectFailed" {
 		t.Errorf("a stopped libvirtd reads %s, want LibvirtSocketUnreachable or LibvirtConnectFailed", reason)
 	}
-	waitFor(t, 30*time.Second, "kubectl get ph to show the fault", func() bool {
+	testutil.Eventually(t, 30*time.Second, "kubectl get ph to show the fault", func() bool {
 		rows = getPH()
 		return strings.Join(rows["hypervisors"], " ") == "False "+reason+" 1/2"
 	})
@@ -182,12 +183,12 @@ func TestEndToEnd(t *testing.T) {
 	if code, body := x.do(http.MethodPost, "/-/reload"); code != http.StatusOK {
 		t.Fatalf("POST /-/reload: %d %s", code, body)
 	}
-	waitFor(t, 30*time.Second, "the removed providers' objects to be deleted", func() bool {
+	testutil.Eventually(t, 30*time.Second, "the removed providers' objects to be deleted", func() bool {
 		rows = getPH()
 		_, kept := rows["cluster"]
 		return kept && len(rows) == 1
 	})
-	waitFor(t, 30*time.Second, "the removed KVM provider's connections to close", func() bool {
+	testutil.Eventually(t, 30*time.Second, "the removed KVM provider's connections to close", func() bool {
 		return fleet.Hosts[0].TCPConnections() == 0 && fleet.Hosts[1].TCPConnections() == 0
 	})
 	// Let a round pass after the reload: the times must still be those from before it.
@@ -197,7 +198,7 @@ func TestEndToEnd(t *testing.T) {
 		return v
 	}
 	r0 := round()
-	waitFor(t, 30*time.Second, "a round after the reload", func() bool { return round() > r0 })
+	testutil.Eventually(t, 30*time.Second, "a round after the reload", func() bool { return round() > r0 })
 	if after := times(); after != before {
 		t.Errorf("transition times of the kept provider moved across the reload: %q -> %q", before, after)
 	}
@@ -284,7 +285,7 @@ metadata:
 	f.use(t)
 	x := startExporter(t, "http", "--config.file="+providers, "--provider-check-interval=0",
 		"--crd.enabled", "--crd.kubeconfig="+env.Kubeconfig)
-	waitFor(t, 30*time.Second, "the exporter's objects to be deleted", func() bool {
+	testutil.Eventually(t, 30*time.Second, "the exporter's objects to be deleted", func() bool {
 		return names() == "providerhealth.providerhealth.io/someone-elses"
 	})
 	if code, _ := x.get("/-/ready"); code != http.StatusOK {

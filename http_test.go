@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // TestReadyFlipsAfterFirstRound: /-/ready answers 503 while the first round runs and 200 once
@@ -34,7 +36,7 @@ func TestReadyFlipsAfterFirstRound(t *testing.T) {
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=1m")
 
 	// The first round has started (the checker was called) and is held at the gate.
-	waitFor(t, 20*time.Second, "the first check", func() bool { return f.count(f.checks, "alpha") > 0 })
+	testutil.Eventually(t, 20*time.Second, "the first check", func() bool { return f.count(f.checks, "alpha") > 0 })
 	if code, body := x.get("/-/ready"); code != http.StatusServiceUnavailable {
 		t.Fatalf("/-/ready during the first round: %d %q, want 503", code, body)
 	}
@@ -42,7 +44,7 @@ func TestReadyFlipsAfterFirstRound(t *testing.T) {
 		t.Fatalf("/-/healthy: %d %q, want 200 Healthy", code, body)
 	}
 	release()
-	waitFor(t, 20*time.Second, "/-/ready to answer 200", func() bool {
+	testutil.Eventually(t, 20*time.Second, "/-/ready to answer 200", func() bool {
 		code, _ := x.get("/-/ready")
 		return code == http.StatusOK
 	})
@@ -55,7 +57,7 @@ func TestLandingPage(t *testing.T) {
 	f.use(t)
 	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1,down-a2"})
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s")
-	waitFor(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
+	testutil.Eventually(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
 
 	code, body := x.get("/")
 	if code != http.StatusOK {
@@ -141,7 +143,7 @@ func TestReload(t *testing.T) {
 	f.use(t)
 	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s")
-	waitFor(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
+	testutil.Eventually(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
 	_, metrics := x.get("/metrics")
 	if v, ok := metric(t, metrics, "proxy_operator_config_last_reload_successful"); !ok || v != 1 {
 		t.Fatalf("reload success gauge at start %v (present %v), want 1", v, ok)
@@ -185,7 +187,7 @@ func TestReload(t *testing.T) {
 		t.Errorf("gamma (added) built %d times, want 1", n)
 	}
 	// The next round checks gamma.
-	waitFor(t, 30*time.Second, "gamma's first verdict", func() bool {
+	testutil.Eventually(t, 30*time.Second, "gamma's first verdict", func() bool {
 		_, page := x.get("/")
 		return strings.Contains(page, `<tbody id="provider-gamma">`) && strings.Contains(page, `<tr class="target"><td>g1</td>`)
 	})
@@ -233,7 +235,7 @@ func TestReload(t *testing.T) {
 	// SIGHUP with the file fixed again.
 	writeProviders(t, path, provider{"alpha", "alpha-project", "a1"})
 	x.signals <- syscall.SIGHUP
-	waitFor(t, 20*time.Second, "the SIGHUP reload", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the SIGHUP reload", func() bool {
 		_, metrics := x.get("/metrics")
 		v, _ := metric(t, metrics, "proxy_operator_config_last_reload_successful")
 		return v == 1
@@ -252,7 +254,7 @@ func TestShutdownClosesCheckers(t *testing.T) {
 	f.use(t)
 	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s")
-	waitFor(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
+	testutil.Eventually(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
 	x.signals <- syscall.SIGTERM
 	select {
 	case code := <-x.done:

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -196,17 +195,11 @@ func (b *syncBuffer) find(msg string) map[string]any {
 	return nil
 }
 
-// waitFor polls cond until it holds, failing the test after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	testutil.Eventually(t, timeout, what, cond)
-}
-
 // listenAddress waits for exporter-toolkit's "Listening on" log record and returns its address.
 func listenAddress(t *testing.T, logs *syncBuffer, exited func() bool) string {
 	t.Helper()
 	var addr string
-	waitFor(t, 20*time.Second, "the exporter to listen", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the exporter to listen", func() bool {
 		if r := logs.find("Listening on"); r != nil {
 			addr, _ = r["address"].(string)
 			return true
@@ -551,52 +544,16 @@ func TestSignalsSubprocess(t *testing.T) {
 		"--log.format=json", "--provider-check-interval=10s")
 	cmd.Env = append(os.Environ(), envRunMain+"=1")
 	cmd.Stdout, cmd.Stderr = logs, logs
-	// Pdeathsig kills the child when the thread that started it ends: start and wait from one
-	// goroutine locked to its thread, so the thread lives exactly as long as the child.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	started := make(chan error, 1)
-	waited := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		waited <- cmd.Wait()
-	}()
-	if err := <-started; err != nil {
-		t.Fatalf("starting the exporter: %v", err)
-	}
-	var waitErr error
-	exited := false
-	t.Cleanup(func() {
-		if !exited {
-			_ = cmd.Process.Kill()
-			<-waited
-		}
-	})
-	hasExited := func() bool {
-		if exited {
-			return true
-		}
-		select {
-		case waitErr = <-waited:
-			exited = true
-		default:
-		}
-		return exited
-	}
+	p := testutil.StartProcess(t, cmd)
 	x := &testExporter{t: t, logs: logs, client: &http.Client{Timeout: 10 * time.Second}}
-	x.base = "http://" + listenAddress(t, logs, hasExited)
-	waitFor(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
+	x.base = "http://" + listenAddress(t, logs, p.Exited)
+	testutil.Eventually(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
 
 	writeProviders(t, path, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the reload log record", func() bool { return logs.find("providers file reloaded") != nil })
+	testutil.Eventually(t, 20*time.Second, "the reload log record", func() bool { return logs.find("providers file reloaded") != nil })
 	r := logs.find("providers file reloaded")
 	if r["added"] != float64(1) || r["kept"] != float64(1) || r["providers"] != float64(2) {
 		t.Fatalf("reload record %v, want added 1, kept 1, providers 2", r)
@@ -609,9 +566,9 @@ func TestSignalsSubprocess(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the exporter to exit", hasExited)
-	if waitErr != nil {
-		t.Fatalf("exit: %v; logs:\n%s", waitErr, logs.String())
+	testutil.Eventually(t, 20*time.Second, "the exporter to exit", p.Exited)
+	if err := p.Wait(); err != nil {
+		t.Fatalf("exit: %v; logs:\n%s", err, logs.String())
 	}
 	if logs.find("stopped") == nil {
 		t.Fatalf("no \"stopped\" record; logs:\n%s", logs.String())

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // TestScrapeDuringStuckRound: while the first round is held inside a provider's Check, /metrics
@@ -22,7 +24,7 @@ func TestScrapeDuringStuckRound(t *testing.T) {
 	// A long interval gives a long round deadline (15s): the round cannot end by itself while
 	// the test scrapes.
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=1m")
-	waitFor(t, 20*time.Second, "the first check", func() bool { return f.count(f.checks, "alpha") > 0 })
+	testutil.Eventually(t, 20*time.Second, "the first check", func() bool { return f.count(f.checks, "alpha") > 0 })
 
 	// A scrape that waited for the round would take 15s: the client gives up after 5s.
 	client := &http.Client{Timeout: 5 * time.Second}
@@ -80,7 +82,7 @@ func TestScrapeDuringStuckRound(t *testing.T) {
 	}
 
 	release()
-	waitFor(t, 20*time.Second, "the first round's verdicts on /metrics", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the first round's verdicts on /metrics", func() bool {
 		_, body := x.get("/metrics")
 		v, ok := metric(t, body, `proxy_operator_provider_target_up{provider="alpha",target="a1"}`)
 		return ok && v == 1

@@ -27,7 +27,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
 )
 
 var t0 = time.Unix(1_800_000_000, 0)
@@ -316,10 +316,7 @@ func textOutput(t *testing.T, s *checks.Snapshot) []byte {
 }
 
 func TestPromtoolCheckMetrics(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		testenv.Unavailable(t, "promtool not found (Debian package prometheus): %v", err)
-	}
+	promtool := promstack.Promtool(t)
 	for name, s := range map[string]*checks.Snapshot{"full": fullSnapshot(), "fleet": bigSnapshot(50)} {
 		cmd := exec.Command(promtool, "check", "metrics")
 		cmd.Stdin = bytes.NewReader(textOutput(t, s))

@@ -13,13 +13,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // BenchmarkExporterRSS10000Targets runs the real exporter binary with 10,000 KVM targets (10
@@ -90,26 +90,10 @@ func measureExporter(b *testing.B, bin, config string) (rss uint64, body int) {
 	cmd := exec.Command(bin, "--config.file="+config, "--web.listen-address="+addr,
 		"--provider-check-interval=1h", "--log.level=error")
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	// Pdeathsig kills the child when the thread that started it ends: start and wait from one
-	// goroutine locked to its thread, so the thread lives exactly as long as the child.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	started, waited := make(chan error, 1), make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		waited <- cmd.Wait()
-	}()
-	if err := <-started; err != nil {
-		b.Fatalf("start the exporter: %v", err)
-	}
+	p := itestutil.StartProcess(b, cmd)
 	defer func() {
 		_ = cmd.Process.Kill()
-		<-waited
+		_ = p.Wait()
 	}()
 
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableCompression: true}}
@@ -123,11 +107,8 @@ func measureExporter(b *testing.B, bin, config string) (rss uint64, body int) {
 				break
 			}
 		}
-		select {
-		case err := <-waited:
-			waited <- err
-			b.Fatalf("the exporter exited: %v", err)
-		default:
+		if p.Exited() {
+			b.Fatalf("the exporter exited: %v", p.Wait())
 		}
 		if time.Now().After(deadline) {
 			b.Fatal("the exporter's first round did not finish within 2 minutes")

@@ -44,8 +44,8 @@ func TestLastTransitionFollowsTheRunner(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := served.Load().Provider("kvm-lab")
-		if p == nil || p.Target("hv1") == nil {
+		cur := hv1(served.Load())
+		if cur == nil {
 			t.Fatal("hv1 is not in the snapshot served")
 		}
 		transition, up = math.NaN(), math.NaN()
@@ -65,14 +65,14 @@ func TestLastTransitionFollowsTheRunner(t *testing.T) {
 				}
 			}
 		}
-		return *p.Target("hv1"), transition, up, reason
+		return *cur, transition, up, reason
 	}
 	// until waits for rounds until cond holds of the snapshot served.
 	until := func(what string, cond func(st checks.TargetState) bool) (checks.TargetState, float64, float64, string) {
 		t.Helper()
 		timeout := time.After(30 * time.Second)
 		for {
-			if p := r.Current().Provider("kvm-lab"); p != nil && p.Target("hv1") != nil {
+			if hv1(r.Current()) != nil {
 				if st, transition, up, reason := scrape(); cond(st) {
 					return st, transition, up, reason
 				}
@@ -127,4 +127,18 @@ func TestLastTransitionFollowsTheRunner(t *testing.T) {
 			t.Errorf("steady up after %s: last transition %v, want %s", round.CheckedAt, transition, back.Since)
 		}
 	}
+}
+
+// hv1 returns the state of kvm-lab's target hv1 in s, or nil when s does not hold it.
+func hv1(s *checks.Snapshot) *checks.TargetState {
+	for i := range s.Providers {
+		if p := &s.Providers[i]; p.Name == "kvm-lab" {
+			for j := range p.Targets {
+				if p.Targets[j].Target == "hv1" {
+					return &p.Targets[j]
+				}
+			}
+		}
+	}
+	return nil
 }

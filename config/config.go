@@ -181,11 +181,11 @@ func (d *decoder) provider(n *yaml.Node, path string, i int, names map[string]na
 	blockPath := join(path, typ)
 	var blockOK bool
 	switch checks.ProviderType(typ) {
-	case TypeKubernetes:
+	case checks.TypeKubernetes:
 		p.Kubernetes, blockOK = d.kubernetes(e, blockPath)
-	case TypeGCP:
+	case checks.TypeGCP:
 		p.GCP, blockOK = d.gcp(e, blockPath)
-	case TypeKVM:
+	case checks.TypeKVM:
 		p.KVM, blockOK = d.kvm(e, blockPath)
 	}
 	return p, ok && blockOK

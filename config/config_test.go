@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
 )
 
 var update = flag.Bool("update", false, "rewrite the testdata/invalid-*.yml.err golden files")
@@ -171,18 +173,18 @@ func TestExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Config{Providers: []Provider{
-		{Name: "cluster-main", Type: TypeKubernetes, Kubernetes: &KubernetesConfig{
+		{Name: "cluster-main", Type: checks.TypeKubernetes, Kubernetes: &KubernetesConfig{
 			Kubeconfig: "/etc/phe/kubeconfig", Version: "v1", Resource: "pods",
 			LabelSelector: DefaultLabelSelector,
 		}},
-		{Name: "cluster-edge", Type: TypeKubernetes, Kubernetes: &KubernetesConfig{
+		{Name: "cluster-edge", Type: checks.TypeKubernetes, Kubernetes: &KubernetesConfig{
 			Kubeconfig: filepath.Join(dir, "secrets/edge.kubeconfig"), Context: "edge-admin",
 			Group: "apps", Version: "v1", Resource: "deployments", Namespace: "ingress", LabelSelector: "",
 		}},
-		{Name: "gcp-prod", Type: TypeGCP, GCP: &GCPConfig{
+		{Name: "gcp-prod", Type: checks.TypeGCP, GCP: &GCPConfig{
 			Project: "my-project-123456", CredentialsFile: "/etc/phe/gcp-key.json", Filter: DefaultGCPFilter,
 		}},
-		{Name: "kvm-lab", Type: TypeKVM, KVM: &KVMConfig{
+		{Name: "kvm-lab", Type: checks.TypeKVM, KVM: &KVMConfig{
 			User: "root", PrivateKeyFile: "/etc/phe/ssh/id_ed25519", KnownHostsFile: "/etc/phe/ssh/known_hosts",
 			Port: DefaultKVMPort, Socket: DefaultLibvirtSocket, StoragePool: "default", Concurrency: DefaultKVMConcurrency,
 			TCPTimeout: DefaultKVMTCPTimeout, SSHTimeout: DefaultKVMSSHTimeout, LibvirtTimeout: DefaultKVMLibvirtTimeout,

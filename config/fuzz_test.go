@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
 )
 
 // FuzzParse feeds the parser arbitrary bytes, seeded with every file of testdata/*.yml. Whatever
@@ -69,7 +71,7 @@ func checkInvariants(t *testing.T, cfg *Config) {
 			t.Fatalf("%s: %d blocks", p.Name, blocks)
 		}
 		switch p.Type {
-		case TypeKubernetes:
+		case checks.TypeKubernetes:
 			k := p.Kubernetes
 			if k == nil || k.Version == "" || k.Resource == "" {
 				t.Fatalf("%s: kubernetes defaults missing: %+v", p.Name, k)
@@ -77,11 +79,11 @@ func checkInvariants(t *testing.T, cfg *Config) {
 			if k.Kubeconfig != "" && !filepath.IsAbs(k.Kubeconfig) {
 				t.Fatalf("%s: relative kubeconfig %q", p.Name, k.Kubeconfig)
 			}
-		case TypeGCP:
+		case checks.TypeGCP:
 			if p.GCP == nil || !gcpProjectID.MatchString(p.GCP.Project) {
 				t.Fatalf("%s: bad gcp block %+v", p.Name, p.GCP)
 			}
-		case TypeKVM:
+		case checks.TypeKVM:
 			k := p.KVM
 			if k == nil || k.User == "" || !filepath.IsAbs(k.PrivateKeyFile) || k.StoragePool == "" ||
 				k.Port < 1 || k.Port > 65535 || k.Concurrency < 1 || k.Concurrency > MaxKVMConcurrency ||

@@ -6,15 +6,6 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 )
 
-// The provider types, the values of a provider's `type` field, are checks' (checks.Types); each
-// names the block the provider carries (`type: kvm` takes a `kvm:` block). These are the same
-// constants, for callers that build a Provider.
-const (
-	TypeKubernetes = checks.TypeKubernetes
-	TypeGCP        = checks.TypeGCP
-	TypeKVM        = checks.TypeKVM
-)
-
 // Defaults the loader applies. They are the one source of truth: the docs and tests are checked
 // against them, and code that needs a default reads it here.
 const (

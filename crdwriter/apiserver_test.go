@@ -125,7 +125,7 @@ func (f *kubeFixture) reset(t *testing.T) {
 			t.Fatalf("delete %s: %v", o.Name, err)
 		}
 	}
-	err = f.coord.Leases(exporterNamespace).Delete(ctx, DefaultLeaseName, metav1.DeleteOptions{})
+	err = f.coord.Leases(exporterNamespace).Delete(ctx, DefaultInstance, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatalf("delete lease: %v", err)
 	}
@@ -769,7 +769,7 @@ func testLeaderElection(t *testing.T, f *kubeFixture) {
 		}
 		return false
 	})
-	lease, err := f.coord.Leases(exporterNamespace).Get(context.Background(), DefaultLeaseName, metav1.GetOptions{})
+	lease, err := f.coord.Leases(exporterNamespace).Get(context.Background(), DefaultInstance, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -838,7 +838,7 @@ func testLeaderCrash(t *testing.T, f *kubeFixture) {
 	// the lease.
 	dead.Store(true)
 	a.stop()
-	lease, err := f.coord.Leases(exporterNamespace).Get(context.Background(), DefaultLeaseName, metav1.GetOptions{})
+	lease, err := f.coord.Leases(exporterNamespace).Get(context.Background(), DefaultInstance, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1038,13 +1038,13 @@ func (f *kubeFixture) rbacScenario(t *testing.T, cfg *rest.Config, stop func() b
 	}) {
 		return false
 	}
-	lease, err := f.coord.Leases(exporterNamespace).Get(context.Background(), DefaultLeaseName, metav1.GetOptions{})
+	lease, err := f.coord.Leases(exporterNamespace).Get(context.Background(), DefaultInstance, metav1.GetOptions{})
 	if err != nil {
 		return false
 	}
 	first := lease.Spec.RenewTime.Time
 	return wait(func() bool {
-		l, err := f.coord.Leases(exporterNamespace).Get(context.Background(), DefaultLeaseName, metav1.GetOptions{})
+		l, err := f.coord.Leases(exporterNamespace).Get(context.Background(), DefaultInstance, metav1.GetOptions{})
 		return err == nil && l.Spec.RenewTime.After(first)
 	}) && f.get(t, "foreign").Labels[ManagedByLabel] == ""
 }

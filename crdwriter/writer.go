@@ -67,10 +67,7 @@ const (
 	DefaultHeartbeatInterval = 5 * time.Minute
 	// DefaultStaleIntervals is how many check intervals without a completed check make a
 	// provider's results stale (Ready turns Unknown) when Options.StaleAfter is zero.
-	DefaultStaleIntervals = 3
-	// DefaultLeaseName is the Lease of the default instance; another instance's Lease is named
-	// after the instance.
-	DefaultLeaseName       = DefaultInstance
+	DefaultStaleIntervals  = 3
 	DefaultLeaseDuration   = 15 * time.Second
 	DefaultRenewDeadline   = 10 * time.Second
 	DefaultRetryPeriod     = 2 * time.Second

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // silentListener accepts TCP connections and never says a word, as a host whose sshd hangs.
@@ -252,7 +253,7 @@ func TestProbeRacesClose(t *testing.T) {
 		})
 	}
 	warm := calls.Load()
-	waitFor(t, 10*time.Second, "the probes to run", func() bool { return calls.Load() >= warm+64 })
+	testutil.Eventually(t, 10*time.Second, "the probes to run", func() bool { return calls.Load() >= warm+64 })
 	if err := p.Close(); err != nil {
 		t.Errorf("close: %v", err)
 	}
@@ -327,7 +328,7 @@ func TestProbeBusyTellsRunningFromAbandoned(t *testing.T) {
 		t.Errorf("while an abandoned probe has not returned: %v, want ErrProbeBusy", err)
 	}
 	close(hold)
-	waitFor(t, 10*time.Second, "the abandoned probe to return", func() bool { return p.Stats().AbandonedProbes == 0 })
+	testutil.Eventually(t, 10*time.Second, "the abandoned probe to return", func() bool { return p.Stats().AbandonedProbes == 0 })
 	if err := p.Probe(ctx, h.Addr, func(l *libvirt.Libvirt) error { _, err := l.ConnectGetHostname(); return err }); err != nil {
 		t.Errorf("after the abandoned probe returned: %v", err)
 	}
@@ -388,7 +389,7 @@ func TestPassphraseRotation(t *testing.T) {
 	}
 	cut := func() {
 		h.CloseConnections()
-		waitFor(t, 10*time.Second, "the link to close", func() bool { return p.Stats().Links == 0 })
+		testutil.Eventually(t, 10*time.Second, "the link to close", func() bool { return p.Stats().Links == 0 })
 	}
 	if err := acquire(); err != nil {
 		t.Fatalf("first dial: %v", err)
@@ -473,7 +474,7 @@ func TestHostKeyProbeOncePerHost(t *testing.T) {
 		}
 		release()
 		h.CloseConnections()
-		waitFor(t, 10*time.Second, "the link to close", func() bool { return p.Stats().Links == 0 })
+		testutil.Eventually(t, 10*time.Second, "the link to close", func() bool { return p.Stats().Links == 0 })
 	}
 	if n := h.Authentications(); n != 3 {
 		t.Fatalf("%d logins, want 3 dials", n)
@@ -508,7 +509,7 @@ func TestForgetClosesOnlyThatHost(t *testing.T) {
 	keptLink := acquire(kept.Addr)
 
 	p.Forget(gone.Addr)
-	waitFor(t, 10*time.Second, "the forgotten host's link to close", func() bool { return p.Stats().Links == 1 })
+	testutil.Eventually(t, 10*time.Second, "the forgotten host's link to close", func() bool { return p.Stats().Links == 1 })
 	p.creds.mu.Lock()
 	_, cached := p.creds.algos[gone.Addr]
 	p.creds.mu.Unlock()

@@ -107,12 +107,6 @@ func (e *DialError) HostKeyUnknown() bool {
 	return e.Stage == StageHostKey && errors.As(e.Err, &ke) && len(ke.Want) == 0
 }
 
-// HostKeyMismatch reports whether the host presented a key that known_hosts does not list for
-// it (or one it lists as revoked): a reinstalled host, rotated keys, or an attack.
-func (e *DialError) HostKeyMismatch() bool {
-	return e.Stage == StageHostKey && !e.HostKeyUnknown()
-}
-
 // keepaliveRequest is OpenSSH's keepalive global request. Any reply (OpenSSH answers it with
 // failure) proves the peer is alive.
 const keepaliveRequest = "keepalive@openssh.com"

@@ -16,6 +16,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // The tests in this file run against real hosts (sshd + libvirtd in network namespaces).
@@ -165,7 +166,7 @@ func TestSharedLinkSurvivesAbandonedProbe(t *testing.T) {
 	if !bytes.Equal(got, data) {
 		t.Errorf("uploaded volume differs from the data sent (%d bytes, want %d)", len(got), len(data))
 	}
-	waitFor(t, 30*time.Second, "the abandoned probe to return", func() bool { return p.Stats().AbandonedProbes == 0 })
+	testutil.Eventually(t, 30*time.Second, "the abandoned probe to return", func() bool { return p.Stats().AbandonedProbes == 0 })
 	if err := probe(p, h.Addr, 5*time.Second, hostCheck(h.Pool)); err != nil {
 		t.Fatalf("probe after resume: %v", err)
 	}
@@ -220,7 +221,7 @@ func TestCloseReleasesHosts(t *testing.T) {
 		t.Fatalf("close: %v", err)
 	}
 	for _, h := range f.Hosts {
-		waitFor(t, 10*time.Second, h.Name+" to see no connection", func() bool { return h.TCPConnections() == 0 })
+		testutil.Eventually(t, 10*time.Second, h.Name+" to see no connection", func() bool { return h.TCPConnections() == 0 })
 	}
 	if st := p.Stats(); st.Links != 0 || st.AbandonedProbes != 0 {
 		t.Errorf("after close: %+v", st)
@@ -377,7 +378,7 @@ func TestAbandonedCountNeverNegative(t *testing.T) {
 	if low < 0 {
 		t.Errorf("the abandoned-probes count read %d", low)
 	}
-	waitFor(t, 10*time.Second, "no abandoned probe", func() bool {
+	testutil.Eventually(t, 10*time.Second, "no abandoned probe", func() bool {
 		return p.Stats().AbandonedProbes == 0 && p.stats.abandoned.Load() == 0
 	})
 	if err := probe(p, h.Addr, 10*time.Second, hostCheck(h.Pool)); err != nil {

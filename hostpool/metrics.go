@@ -10,7 +10,8 @@ import (
 	metricprefix "github.com/provider-health-exporter/provider-health-exporter/collector"
 )
 
-// counters are one pool's own numbers (Stats).
+// counters are a pool's numbers: each pool keeps its own (its tests read them), and the pools of
+// one name share another set, which the metrics read.
 type counters struct {
 	links, abandoned, inUse atomic.Int64
 	handshakes              atomic.Uint64

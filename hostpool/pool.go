@@ -215,17 +215,6 @@ type Conn struct {
 // accept that they end only with the reply or the link.
 func (c *Conn) Libvirt() *libvirt.Libvirt { return c.lv }
 
-// Addr is the host's address (host:port).
-func (c *Conn) Addr() string { return c.addr }
-
-// LinkID identifies the SSH connection underneath: two Conns with the same LinkID share one
-// TCP connection.
-func (c *Conn) LinkID() uint64 { return c.link.id }
-
-// Done is closed when this libvirt connection has ended (the link died, libvirtd went away, or
-// the pool closed); the next Acquire then returns a new one.
-func (c *Conn) Done() <-chan struct{} { return c.ch.done }
-
 func (c *Conn) alive() bool {
 	select {
 	case <-c.ch.done:
@@ -681,32 +670,6 @@ var testHookAbandoned func()
 // testHookAcquired, when set by a test, runs in Probe between acquiring the connection and
 // counting the probe.
 var testHookAcquired func()
-
-// Stats is a snapshot of a pool's counters.
-type Stats struct {
-	// Links is the number of open SSH connections.
-	Links int
-	// Handshakes counts SSH connections established since New.
-	Handshakes uint64
-	// Dials counts connection attempts by result: "ok" or the Stage that failed.
-	Dials map[string]uint64
-	// AbandonedProbes is the number of probes abandoned at their deadline that have not returned.
-	AbandonedProbes int
-	// InUse is the number of Acquires not yet released.
-	InUse int
-}
-
-// Stats returns the pool's counters.
-func (p *Pool) Stats() Stats {
-	s := Stats{
-		Links:           int(p.local.links.Load()),
-		Handshakes:      p.local.handshakes.Load(),
-		Dials:           p.local.dialCounts(),
-		AbandonedProbes: int(p.local.abandoned.Load()),
-		InUse:           int(p.local.inUse.Load()),
-	}
-	return s
-}
 
 // Close closes every connection: in-flight dials give up, each live libvirt connection is
 // closed politely (bounded by DisconnectTimeout: a hung libvirtd does not hold Close), then every

@@ -14,9 +14,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // acquireErr dials addr with a fresh pool and returns the dial error (the in-process server has
@@ -352,24 +353,13 @@ func TestKeepaliveClosesDeadLink(t *testing.T) {
 		t.Fatalf("a link whose keepalives are answered was closed: %+v", st)
 	}
 	srv.silentKeepalives.Store(true)
-	waitFor(t, 10*time.Second, "the dead link to be closed", func() bool { return p.Stats().Links == 0 })
+	testutil.Eventually(t, 10*time.Second, "the dead link to be closed", func() bool { return p.Stats().Links == 0 })
 	srv.silentKeepalives.Store(false)
 	if _, _, err := p.Acquire(ctx, srv.Addr); stageOf(t, err).Stage != StageLibvirtSocket {
 		t.Fatalf("got %v", err)
 	}
 	if st := p.Stats(); st.Handshakes != 2 || st.Links != 1 {
 		t.Errorf("after the redial: %+v, want a second handshake and one link", st)
-	}
-}
-
-func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -436,39 +426,6 @@ func TestCloseLeavesNothing(t *testing.T) {
 	settleGoroutines(t, before)
 }
 
-func gatherPool(t *testing.T, g prometheus.Gatherer, provider string) map[string]float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["provider"] != provider {
-				continue
-			}
-			key := mf.GetName()
-			if r, ok := labels["result"]; ok {
-				key += "{" + r + "}"
-			}
-			out[key] = value(m)
-		}
-	}
-	return out
-}
-
-func value(m *dto.Metric) float64 {
-	if m.GetGauge() != nil {
-		return m.GetGauge().GetValue()
-	}
-	return m.GetCounter().GetValue()
-}
-
 // TestMetrics: pools of several providers register into one registry without collision, a
 // rebuilt pool of the same provider (a reload) neither panics nor resets the counters while
 // the old one is open, and a provider's series go with its last pool.
@@ -491,7 +448,7 @@ func TestMetrics(t *testing.T) {
 	if _, _, err := b.Acquire(context.Background(), "127.0.0.1:1"); err == nil {
 		t.Fatal("acquire succeeded")
 	}
-	got := gatherPool(t, reg, "metrics-b")
+	got := testutil.Series(t, reg, "provider", "metrics-b")
 	want := map[string]float64{
 		"proxy_operator_kvm_pool_connections":                  1,
 		"proxy_operator_kvm_pool_abandoned_probes":             0,
@@ -519,15 +476,15 @@ func TestMetrics(t *testing.T) {
 		t.Fatal("acquire succeeded")
 	}
 	b.Close()
-	got = gatherPool(t, reg, "metrics-b")
+	got = testutil.Series(t, reg, "provider", "metrics-b")
 	if got["proxy_operator_kvm_pool_dials_total{tcp}"] != 2 || got["proxy_operator_kvm_pool_connections"] != 0 {
 		t.Errorf("after the rebuild: %v, want 2 tcp failures counted and no connection", got)
 	}
 	b2.Close()
-	if got := gatherPool(t, reg, "metrics-b"); len(got) != 0 {
+	if got := testutil.Series(t, reg, "provider", "metrics-b"); len(got) != 0 {
 		t.Errorf("series of a provider without pools: %v", got)
 	}
-	if got := gatherPool(t, reg, "metrics-a"); got["proxy_operator_kvm_pool_connections"] != 1 {
+	if got := testutil.Series(t, reg, "provider", "metrics-a"); got["proxy_operator_kvm_pool_connections"] != 1 {
 		t.Errorf("metrics-a: %v", got)
 	}
 	a.Close()

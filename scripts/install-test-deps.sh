@@ -18,9 +18,6 @@ PACKAGES=(
 	iproute2
 	iptables
 	procps
-	# promtool on PATH, for collector's `promtool check metrics` test only: Prometheus 3,
-	# promtool and Alertmanager themselves are built from the module proxy (make prom-binaries).
-	prometheus
 	chromium # headless, renders the status page in landing_test.go
 )
 
@@ -30,7 +27,6 @@ SERVICE_PIDFILES=(
 	/run/libvirtd.pid
 	/run/virtlogd.pid
 	/run/virtlockd.pid
-	/run/prometheus/prometheus.pid
 )
 
 POLICY_RC=/usr/sbin/policy-rc.d

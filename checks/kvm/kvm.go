@@ -30,9 +30,9 @@ const (
 	rpcPoolGetInfo = "StoragePoolGetInfo"
 )
 
-// Tuning adjusts the timing of the checker's connection pool; zero fields keep hostpool's
+// tuning adjusts the timing of the checker's connection pool; zero fields keep hostpool's
 // defaults. The exporter uses the defaults; tests shorten them.
-type Tuning struct {
+type tuning struct {
 	KeepaliveInterval time.Duration
 	KeepaliveTimeout  time.Duration
 	DisconnectTimeout time.Duration
@@ -52,7 +52,7 @@ type Checker struct {
 	shared      *sharedPool
 	closed      atomic.Bool
 	provider    config.Provider
-	tuning      Tuning
+	tuning      tuning
 	logger      *slog.Logger
 }
 
@@ -74,11 +74,11 @@ var (
 // New builds the checker of a kvm provider. It reads the private key (a problem with it becomes
 // a KeyMaterialError verdict on every host, never an error here) and opens no connection.
 func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
-	return NewTuned(p, logger, Tuning{})
+	return newTuned(p, logger, tuning{})
 }
 
-// NewTuned is New with the pool's timing adjusted.
-func NewTuned(p config.Provider, logger *slog.Logger, t Tuning) (*Checker, error) {
+// newTuned is New with the pool's timing adjusted.
+func newTuned(p config.Provider, logger *slog.Logger, t tuning) (*Checker, error) {
 	k := p.KVM
 	if k == nil {
 		return nil, fmt.Errorf("provider %s: no kvm block", p.Name)
@@ -149,7 +149,7 @@ func (c *Checker) Retarget(p config.Provider, logger *slog.Logger) (checks.Check
 }
 
 // build fills a checker's fields from p (validated by the caller), without a pool.
-func build(p config.Provider, logger *slog.Logger, t Tuning) *Checker {
+func build(p config.Provider, logger *slog.Logger, t tuning) *Checker {
 	k := p.KVM
 	port := k.Port
 	if port == 0 {
@@ -197,9 +197,6 @@ func (c *Checker) Type() checks.ProviderType { return checks.TypeKVM }
 
 // Targets are the hosts' names, in the providers file's order.
 func (c *Checker) Targets() []string { return append([]string(nil), c.targets...) }
-
-// Pool is the checker's connection pool, for other work on the same hosts to share.
-func (c *Checker) Pool() *hostpool.Pool { return c.pool }
 
 // Close closes the pool's connections; when a checker Retarget built still shares the pool,
 // only the links of the hosts that checker does not have.

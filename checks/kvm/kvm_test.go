@@ -21,6 +21,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // roundTimeout is the deadline of one round in these tests: short, as the machine is shared.
@@ -43,12 +44,12 @@ func provider(name string, f *kvmhost.Fleet, hosts []*kvmhost.Host) config.Provi
 	for _, h := range hosts {
 		k.Hosts = append(k.Hosts, config.KVMHost{Address: h.Addr, Name: h.Name})
 	}
-	return config.Provider{Name: name, Type: config.TypeKVM, KVM: k}
+	return config.Provider{Name: name, Type: checks.TypeKVM, KVM: k}
 }
 
 func newChecker(t *testing.T, p config.Provider) *Checker {
 	t.Helper()
-	c, err := NewTuned(p, nil, Tuning{
+	c, err := newTuned(p, nil, tuning{
 		KeepaliveInterval: 200 * time.Millisecond,
 		KeepaliveTimeout:  time.Second,
 		DisconnectTimeout: time.Second,
@@ -119,7 +120,7 @@ func expectReady(t *testing.T, h *kvmhost.Host, got checks.TargetResult) {
 func TestKVM(t *testing.T) {
 	f := kvmhost.Start(t, 3)
 	c := newChecker(t, provider("kvm-test", f, f.Hosts))
-	stats := func() hostpool.Stats { return c.Pool().Stats() }
+	stats := func() poolView { return viewPool(t, "kvm-test", f.Hosts) }
 
 	t.Run("ready", func(t *testing.T) {
 		rs := round(t, c)
@@ -163,7 +164,7 @@ func TestKVM(t *testing.T) {
 		fault(0, func(h *kvmhost.Host) {
 			h.StopSSHD()
 			h.KillSSHConnections() // stopping sshd leaves established links; a redial meets no listener
-			waitFor(t, "the link to close", func() bool { return stats().Links == 2 })
+			testutil.Eventually(t, 15*time.Second, "the link to close", func() bool { return stats().Links == 2 })
 		}, checks.ReasonTCPUnreachable, "connection refused", (*kvmhost.Host).StartSSHD)
 	})
 	t.Run("libvirtd stopped", func(t *testing.T) {
@@ -185,7 +186,7 @@ func TestKVM(t *testing.T) {
 		fault(1, func(h *kvmhost.Host) {
 			h.ReplaceHostKey()
 			h.KillSSHConnections()
-			waitFor(t, "the link to close", func() bool { return stats().Links == 2 })
+			testutil.Eventually(t, 15*time.Second, "the link to close", func() bool { return stats().Links == 2 })
 		}, checks.ReasonHostKeyMismatch, "key mismatch", func(h *kvmhost.Host) {
 			// The operator verifies the new keys and updates known_hosts: no reload needed.
 			replaceKnownHosts(t, f, h)
@@ -195,14 +196,14 @@ func TestKVM(t *testing.T) {
 		fault(2, func(h *kvmhost.Host) {
 			h.MakeUnreachable()
 			// The established link goes silent: the keepalive closes it, then the redial hangs.
-			waitFor(t, "the keepalive to close the silent link", func() bool { return stats().Links == 2 })
+			testutil.Eventually(t, 15*time.Second, "the keepalive to close the silent link", func() bool { return stats().Links == 2 })
 		}, checks.ReasonTCPUnreachable, "no answer within the stage's bound of 1s", (*kvmhost.Host).MakeReachable)
 	})
 	t.Run("ssh link killed", func(t *testing.T) {
 		h := f.Hosts[0]
 		before := stats()
 		h.KillSSHConnections()
-		waitFor(t, "the pool to notice the dead link", func() bool { return stats().Links == 2 })
+		testutil.Eventually(t, 15*time.Second, "the pool to notice the dead link", func() bool { return stats().Links == 2 })
 		expectReady(t, h, round(t, c)[h.Name])
 		if after := stats(); after.Handshakes != before.Handshakes+1 {
 			t.Errorf("handshakes %d -> %d, want one redial", before.Handshakes, after.Handshakes)
@@ -246,7 +247,7 @@ func TestKVM(t *testing.T) {
 		}
 		h.ResumeLibvirtd()
 		paused = false
-		waitFor(t, "the abandoned probe to return", func() bool { return stats().AbandonedProbes == 0 })
+		testutil.Eventually(t, 15*time.Second, "the abandoned probe to return", func() bool { return stats().AbandonedProbes == 0 })
 		expectReady(t, h, round(t, c)[h.Name])
 		after := stats()
 		if after.Handshakes != before.Handshakes || after.Dials["ok"] != before.Dials["ok"] {
@@ -261,10 +262,10 @@ func TestKVM(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, h := range f.Hosts {
-			waitFor(t, h.Name+" to see its connection closed", func() bool { return h.TCPConnections() == 0 })
+			testutil.Eventually(t, 15*time.Second, h.Name+" to see its connection closed", func() bool { return h.TCPConnections() == 0 })
 		}
-		if s := stats(); s.Links != 0 || s.AbandonedProbes != 0 || s.InUse != 0 {
-			t.Errorf("after close: %+v", s)
+		if s := stats(); s.Present {
+			t.Errorf("after close the pool's series remain: %+v", s)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), roundTimeout)
 		defer cancel()
@@ -272,17 +273,6 @@ func TestKVM(t *testing.T) {
 			expect(t, r, checks.ReasonTimeout, "closed")
 		}
 	})
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // replaceKnownHosts rewrites the fleet's known_hosts with h's current keys.
@@ -476,10 +466,10 @@ func TestClassify(t *testing.T) {
 
 // TestNew rejects providers it cannot check and exposes what the runner needs.
 func TestNew(t *testing.T) {
-	if _, err := New(config.Provider{Name: "x", Type: config.TypeKVM}, nil); err == nil {
+	if _, err := New(config.Provider{Name: "x", Type: checks.TypeKVM}, nil); err == nil {
 		t.Error("a provider without a kvm block was accepted")
 	}
-	p := config.Provider{Name: "lab", Type: config.TypeKVM, KVM: &config.KVMConfig{
+	p := config.Provider{Name: "lab", Type: checks.TypeKVM, KVM: &config.KVMConfig{
 		User: "root", PrivateKeyFile: "/nonexistent", KnownHostsFile: "/nonexistent", StoragePool: "default",
 		Hosts: []config.KVMHost{{Address: "198.18.0.2", Name: "hv1"}, {Address: "198.18.0.6:2222", Name: "hv2"}},
 	}}
@@ -521,7 +511,7 @@ func TestHungLibvirtdAtFirstDial(t *testing.T) {
 	}()
 	r := round(t, c)[h.Name]
 	expect(t, r, checks.ReasonTimeout, "did not answer the connect handshake")
-	st := c.Pool().Stats()
+	st := viewPool(t, "kvm-hung-first", f.Hosts)
 	if st.Dials["libvirt_connect"] != 1 || st.Links != 1 {
 		t.Errorf("stats %+v, want one libvirt connect cut short over a kept link", st)
 	}
@@ -531,7 +521,7 @@ func TestHungLibvirtdAtFirstDial(t *testing.T) {
 	h.ResumeLibvirtd()
 	paused = false
 	expectReady(t, h, round(t, c)[h.Name])
-	if after := c.Pool().Stats(); after.Handshakes != st.Handshakes {
+	if after := viewPool(t, "kvm-hung-first", f.Hosts); after.Handshakes != st.Handshakes {
 		t.Errorf("SSH redialled after libvirtd resumed: %d -> %d handshakes", st.Handshakes, after.Handshakes)
 	}
 }

@@ -32,7 +32,7 @@ func TestFailingHostsDoNotStarveHealthyOnes(t *testing.T) {
 	k.TCPTimeout, k.SSHTimeout, k.LibvirtTimeout = 250*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
 	// Dead and healthy hosts interleaved, as a rack outage leaves them in a real host list.
 	rand.New(rand.NewPCG(12, 12)).Shuffle(len(k.Hosts), func(i, j int) { k.Hosts[i], k.Hosts[j] = k.Hosts[j], k.Hosts[i] })
-	c, err := NewTuned(config.Provider{Name: "kvm-partial", Type: config.TypeKVM, KVM: &k}, nil, Tuning{
+	c, err := newTuned(config.Provider{Name: "kvm-partial", Type: checks.TypeKVM, KVM: &k}, nil, tuning{
 		// Short enough that every dead host is due for a redial again in every round here: the
 		// healthy ones must stay Ready even then.
 		RedialBackoff:    time.Second,
@@ -140,7 +140,7 @@ func TestFailingHostsDoNotStarveHealthyOnesRealHosts(t *testing.T) {
 	}
 	// Interleaved, dead hosts first: the worst order for a first-come scheduler.
 	slices.Reverse(k.Hosts)
-	c, err := NewTuned(p, nil, Tuning{RedialBackoff: time.Millisecond, MaxRedialBackoff: time.Millisecond})
+	c, err := newTuned(p, nil, tuning{RedialBackoff: time.Millisecond, MaxRedialBackoff: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestLateHostsReadTimeout(t *testing.T) {
 		}
 	}
 	k := f.KVMConfig()
-	c, err := NewTuned(config.Provider{Name: "kvm-late", Type: config.TypeKVM, KVM: &k}, nil, Tuning{})
+	c, err := newTuned(config.Provider{Name: "kvm-late", Type: checks.TypeKVM, KVM: &k}, nil, tuning{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestBackoffMessageTellsTheNextDial(t *testing.T) {
 	k := f.KVMConfig()
 	k.SSHTimeout = 200 * time.Millisecond
 	const backoff = 3 * time.Second
-	c, err := NewTuned(config.Provider{Name: "kvm-backoff", Type: config.TypeKVM, KVM: &k}, nil, Tuning{
+	c, err := newTuned(config.Provider{Name: "kvm-backoff", Type: checks.TypeKVM, KVM: &k}, nil, tuning{
 		RedialBackoff: backoff, MaxRedialBackoff: time.Hour})
 	if err != nil {
 		t.Fatal(err)

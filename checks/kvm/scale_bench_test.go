@@ -64,9 +64,9 @@ func BenchmarkScaleStandIn(b *testing.B) {
 		for _, conc := range []int{16, config.DefaultKVMConcurrency, 64} {
 			k := k
 			k.Concurrency = conc
-			p := config.Provider{Name: fmt.Sprintf("scale-%d-%d", n, conc), Type: config.TypeKVM, KVM: &k}
-			tuning := Tuning{RedialBackoff: time.Millisecond, MaxRedialBackoff: time.Millisecond}
-			report := func(b *testing.B, rounds int, last time.Duration, notReady int, hs uint64) {
+			p := config.Provider{Name: fmt.Sprintf("scale-%d-%d", n, conc), Type: checks.TypeKVM, KVM: &k}
+			tuning := tuning{RedialBackoff: time.Millisecond, MaxRedialBackoff: time.Millisecond}
+			report := func(b *testing.B, rounds int, last time.Duration, notReady int, hs int64) {
 				b.ReportMetric(last.Seconds()/float64(rounds), "healthy-ready-s")
 				b.ReportMetric(float64(notReady)/float64(rounds), "healthy-not-ready")
 				b.ReportMetric(float64(hs)/float64(rounds), "handshakes/op")
@@ -74,28 +74,28 @@ func BenchmarkScaleStandIn(b *testing.B) {
 			b.Run(fmt.Sprintf("hosts=%d/concurrency=%d/cold", n, conc), func(b *testing.B) {
 				var last time.Duration
 				var notReady int
-				var hs uint64
+				hs := f.Authentications()
 				for b.Loop() {
-					c, err := NewTuned(p, nil, tuning)
+					c, err := newTuned(p, nil, tuning)
 					if err != nil {
 						b.Fatal(err)
 					}
 					l, nr, _ := scaleRound(c, healthy)
-					last, notReady, hs = last+l, notReady+nr, hs+c.Pool().Stats().Handshakes
+					last, notReady = last+l, notReady+nr
 					b.StopTimer()
 					c.Close()
 					b.StartTimer()
 				}
-				report(b, b.N, last, notReady, hs)
+				report(b, b.N, last, notReady, f.Authentications()-hs)
 			})
 			b.Run(fmt.Sprintf("hosts=%d/concurrency=%d/warm", n, conc), func(b *testing.B) {
-				c, err := NewTuned(p, nil, tuning)
+				c, err := newTuned(p, nil, tuning)
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer c.Close()
 				scaleRound(c, healthy)
-				hs0 := c.Pool().Stats().Handshakes
+				hs0 := f.Authentications()
 				var last time.Duration
 				var notReady int
 				b.ResetTimer()
@@ -103,7 +103,7 @@ func BenchmarkScaleStandIn(b *testing.B) {
 					l, nr, _ := scaleRound(c, healthy)
 					last, notReady = last+l, notReady+nr
 				}
-				report(b, b.N, last, notReady, c.Pool().Stats().Handshakes-hs0)
+				report(b, b.N, last, notReady, f.Authentications()-hs0)
 			})
 		}
 	}
@@ -134,7 +134,7 @@ func BenchmarkPooledHostCost(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		g0, fd0 := runtime.NumGoroutine(), openFDs(b)
 		b.StartTimer()
-		c, err := NewTuned(p, nil, Tuning{})
+		c, err := newTuned(p, nil, tuning{})
 		if err != nil {
 			b.Fatal(err)
 		}

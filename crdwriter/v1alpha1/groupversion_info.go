@@ -16,12 +16,8 @@ import (
 // GroupName is the API group of the ProviderHealth resource.
 const GroupName = "providerhealth.io"
 
-// Names of the resource, as the API server and kubectl know them.
-const (
-	Kind      = "ProviderHealth"
-	Resource  = "providerhealths"
-	ShortName = "ph"
-)
+// Resource is the resource's plural name, as the API server knows it.
+const Resource = "providerhealths"
 
 var (
 	// SchemeGroupVersion is the group and version of these types.

@@ -1,16 +1,19 @@
 // Package testutil holds the small helpers the tests of several packages share: a buffer that
-// log handlers and subprocesses may write to concurrently, a wait for a condition, and a child
-// process that dies with the test.
+// log handlers and subprocesses may write to concurrently, a wait for a condition, a child
+// process that dies with the test, and the series a gatherer holds for one label value.
 package testutil
 
 import (
 	"bytes"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // SyncBuffer is a bytes.Buffer safe for concurrent use.
@@ -112,4 +115,45 @@ func (p *Process) Wait() error {
 		p.exited = true
 	}
 	return p.err
+}
+
+// Series gathers g and returns the value of every series labelled label=value, keyed by its
+// family's name, followed by the values of its other labels in braces when it has any (in label
+// name order, comma-separated): "x_dials_total{ok}".
+func Series(tb testing.TB, g prometheus.Gatherer, label, value string) map[string]float64 {
+	tb.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range families {
+		for _, m := range mf.GetMetric() {
+			var match bool
+			var others []string
+			for _, l := range m.GetLabel() { // sorted by name
+				if l.GetName() == label {
+					match = l.GetValue() == value
+				} else {
+					others = append(others, l.GetValue())
+				}
+			}
+			if !match {
+				continue
+			}
+			key := mf.GetName()
+			if len(others) > 0 {
+				key += "{" + strings.Join(others, ",") + "}"
+			}
+			switch {
+			case m.GetGauge() != nil:
+				out[key] = m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				out[key] = m.GetCounter().GetValue()
+			case m.GetUntyped() != nil:
+				out[key] = m.GetUntyped().GetValue()
+			}
+		}
+	}
+	return out
 }

@@ -2,9 +2,12 @@ package testutil
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestSyncBufferConcurrentWrites(t *testing.T) {
@@ -24,5 +27,24 @@ func TestEventuallyReturnsOnceTheConditionHolds(t *testing.T) {
 	Eventually(t, time.Minute, "three polls", func() bool { n++; return n == 3 })
 	if n != 3 {
 		t.Errorf("polled %d times, want 3", n)
+	}
+}
+
+func TestSeriesSelectsOneLabelValue(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	up := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "up"}, []string{"provider"})
+	dials := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dials_total"}, []string{"provider", "result"})
+	reg.MustRegister(up, dials)
+	up.WithLabelValues("a").Set(1)
+	up.WithLabelValues("b").Set(0)
+	dials.WithLabelValues("a", "ok").Add(2)
+	dials.WithLabelValues("a", "tcp").Add(3)
+	dials.WithLabelValues("b", "ok").Add(5)
+	want := map[string]float64{"up": 1, "dials_total{ok}": 2, "dials_total{tcp}": 3}
+	if got := Series(t, reg, "provider", "a"); !reflect.DeepEqual(got, want) {
+		t.Errorf("Series = %v, want %v", got, want)
+	}
+	if got := Series(t, reg, "provider", "c"); len(got) != 0 {
+		t.Errorf("Series of a value nobody has = %v, want none", got)
 	}
 }

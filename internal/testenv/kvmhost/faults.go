@@ -38,7 +38,7 @@ func (h *Host) do(op func(ctx context.Context) error) {
 func (h *Host) StopSSHD() {
 	h.tb.Helper()
 	h.do(func(context.Context) error {
-		h.sshd.stop(syscall.SIGTERM, stopGrace)
+		h.sshd.Stop(syscall.SIGTERM, stopGrace)
 		return nil
 	})
 }
@@ -47,7 +47,7 @@ func (h *Host) StopSSHD() {
 func (h *Host) StartSSHD() {
 	h.tb.Helper()
 	h.do(func(context.Context) error {
-		if !h.sshd.exited() {
+		if !h.sshd.Exited() {
 			return nil
 		}
 		return h.startSSHD()
@@ -59,7 +59,7 @@ func (h *Host) StartSSHD() {
 func (h *Host) StopLibvirtd() {
 	h.tb.Helper()
 	h.do(func(context.Context) error {
-		h.libvirtd.stop(syscall.SIGTERM, stopGrace)
+		h.libvirtd.Stop(syscall.SIGTERM, stopGrace)
 		return nil
 	})
 }
@@ -69,7 +69,7 @@ func (h *Host) StopLibvirtd() {
 func (h *Host) StartLibvirtd() {
 	h.tb.Helper()
 	h.do(func(ctx context.Context) error {
-		if !h.libvirtd.exited() {
+		if !h.libvirtd.Exited() {
 			return nil
 		}
 		if err := h.startLibvirtd(); err != nil {
@@ -84,13 +84,13 @@ func (h *Host) StartLibvirtd() {
 // PauseLibvirtd freezes the host's libvirtd (SIGSTOP): connections stay open, calls hang.
 func (h *Host) PauseLibvirtd() {
 	h.tb.Helper()
-	h.do(func(context.Context) error { return h.libvirtd.signal(syscall.SIGSTOP) })
+	h.do(func(context.Context) error { return h.libvirtd.Signal(syscall.SIGSTOP) })
 }
 
 // ResumeLibvirtd lets a paused libvirtd run again (SIGCONT); calls made meanwhile complete.
 func (h *Host) ResumeLibvirtd() {
 	h.tb.Helper()
-	h.do(func(context.Context) error { return h.libvirtd.signal(syscall.SIGCONT) })
+	h.do(func(context.Context) error { return h.libvirtd.Signal(syscall.SIGCONT) })
 }
 
 // DestroyPool stops the host's pool (virsh pool-destroy): it stays defined, inactive.
@@ -146,7 +146,7 @@ func (h *Host) ReplaceHostKey() {
 			return err
 		}
 		h.HostKeys = keys
-		h.sshd.stop(syscall.SIGTERM, stopGrace)
+		h.sshd.Stop(syscall.SIGTERM, stopGrace)
 		return h.startSSHD()
 	})
 }
@@ -223,7 +223,7 @@ func (h *Host) KillSSHConnections() {
 // them.
 func (h *Host) TCPConnections() int {
 	h.tb.Helper()
-	n, err := countTCP(h.holder.pid(), tcpEstablished, 22)
+	n, err := countTCP(h.holder.PID(), tcpEstablished, 22)
 	if err != nil {
 		h.fatal(err)
 	}

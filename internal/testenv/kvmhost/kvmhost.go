@@ -133,12 +133,12 @@ type Host struct {
 	sshdPath string
 
 	mu          sync.Mutex
-	holder      *daemon  // unshare, parent of PID 1 of the host's PID namespace
-	holderIn    *os.File // the holder's stdin: closing it ends the host
-	pidNS       string   // the host's PID namespace, as /proc/PID/ns/pid reads
-	nsInit      int      // PID 1 of the host's PID namespace, as this namespace numbers it
-	sshd        *daemon
-	libvirtd    *daemon
+	holder      *testenv.Daemon // unshare, parent of PID 1 of the host's PID namespace
+	holderIn    *os.File        // the holder's stdin: closing it ends the host
+	pidNS       string          // the host's PID namespace, as /proc/PID/ns/pid reads
+	nsInit      int             // PID 1 of the host's PID namespace, as this namespace numbers it
+	sshd        *testenv.Daemon
+	libvirtd    *testenv.Daemon
 	unreachable bool
 }
 
@@ -388,7 +388,7 @@ func (h *Host) startHolder(ctx context.Context) error {
 	cmd.Stdin = stdinR
 	cmd.Stdout = readyW
 	cmd.Dir = h.Dir
-	d, err := startDaemon("namespace holder", cmd, filepath.Join(h.Dir, "holder.log"))
+	d, err := testenv.StartCommand("namespace holder", cmd, filepath.Join(h.Dir, "holder.log"))
 	stdinR.Close()
 	readyW.Close()
 	if err != nil {
@@ -410,13 +410,13 @@ func (h *Host) startHolder(ctx context.Context) error {
 	select {
 	case err := <-ready:
 		if err != nil {
-			<-d.done
-			return d.errorWithLog(fmt.Errorf("create namespaces: %w (exit: %v)", err, d.err))
+			<-d.Done()
+			return withLog(d, fmt.Errorf("create namespaces: %w (exit: %v)", err, d.WaitErr()))
 		}
 	case <-ctx.Done():
-		return d.errorWithLog(fmt.Errorf("create namespaces: %w", ctx.Err()))
+		return withLog(d, fmt.Errorf("create namespaces: %w", ctx.Err()))
 	}
-	ns, err := os.Readlink("/proc/" + strconv.Itoa(d.pid()) + "/ns/pid_for_children")
+	ns, err := os.Readlink("/proc/" + strconv.Itoa(d.PID()) + "/ns/pid_for_children")
 	if err != nil {
 		return fmt.Errorf("read host PID namespace: %w", err)
 	}
@@ -426,7 +426,7 @@ func (h *Host) startHolder(ctx context.Context) error {
 		return err
 	}
 	for _, p := range procs {
-		if p.ppid == d.pid() {
+		if p.ppid == d.PID() {
 			h.nsInit = p.pid
 		}
 	}
@@ -439,7 +439,7 @@ func (h *Host) startHolder(ctx context.Context) error {
 // nsenterArgs builds an nsenter command line that runs argv in the host's network (and, with
 // all, mount and UTS) namespaces.
 func (h *Host) nsenterArgs(all bool, argv ...string) []string {
-	pid := strconv.Itoa(h.holder.pid())
+	pid := strconv.Itoa(h.holder.PID())
 	args := []string{"-t", pid, "-n"}
 	if all {
 		args = append(args, "-m", "-u")
@@ -576,12 +576,12 @@ func (h *Host) writeSSHDConfig(ctx context.Context) error {
 // per-connection processes into the host's PID namespace (nsenter -p without forking sets the
 // namespace for children only), which dies with the host.
 func (h *Host) startSSHD() error {
-	pid := h.holder.pid()
+	pid := h.holder.PID()
 	cmd := exec.Command("nsenter", "-t", strconv.Itoa(pid), "-n", "-m", "-u",
 		"--pid=/proc/"+strconv.Itoa(pid)+"/ns/pid_for_children", "-F", "--",
 		h.sshdPath, "-D", "-e", "-f", filepath.Join(h.Dir, "sshd_config"))
 	cmd.Dir = h.Dir
-	d, err := startDaemon("sshd", cmd, filepath.Join(h.Dir, "sshd.log"))
+	d, err := testenv.StartCommand("sshd", cmd, filepath.Join(h.Dir, "sshd.log"))
 	if err != nil {
 		return err
 	}
@@ -603,7 +603,7 @@ func (h *Host) startLibvirtd() error {
 	}
 	cmd := exec.Command("nsenter", append(h.nsenterArgs(true), "libvirtd", "--pid-file", filepath.Join(h.Dir, "libvirtd.pid"))...)
 	cmd.Dir = h.Dir
-	d, err := startDaemon("libvirtd", cmd, filepath.Join(h.Dir, "libvirtd.log"))
+	d, err := testenv.StartCommand("libvirtd", cmd, filepath.Join(h.Dir, "libvirtd.log"))
 	if err != nil {
 		return err
 	}
@@ -658,7 +658,7 @@ func (f *Fleet) stopHosts() {
 			for _, log := range []string{"sshd.log", "libvirtd.log", "holder.log"} {
 				p := filepath.Join(h.Dir, log)
 				if _, err := os.Stat(p); err == nil {
-					f.tb.Logf("kvmhost: %s %s: %s", h.Name, log, logTail(p, 20))
+					f.tb.Logf("kvmhost: %s %s: %s", h.Name, log, strings.ReplaceAll(testenv.LogTail(p, 20), "\n", " | "))
 				}
 			}
 		}
@@ -674,9 +674,9 @@ func (f *Fleet) stopHosts() {
 func (h *Host) shutdown(keepVeth bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, d := range []*daemon{h.sshd, h.libvirtd} {
+	for _, d := range []*testenv.Daemon{h.sshd, h.libvirtd} {
 		if d != nil {
-			d.stop(syscall.SIGKILL, stopGrace)
+			d.Stop(syscall.SIGKILL, stopGrace)
 		}
 	}
 	if h.holder != nil {
@@ -684,11 +684,11 @@ func (h *Host) shutdown(keepVeth bool) {
 		// left in the namespace, and unshare exits after reaping it.
 		h.holderIn.Close()
 		select {
-		case <-h.holder.done:
+		case <-h.holder.Done():
 		case <-time.After(stopGrace):
 			// Killed, unshare no longer waits for PID 1, which --kill-child kills; PID 1 turns
 			// into a zombie only after the kernel has emptied its namespace.
-			h.holder.stop(syscall.SIGKILL, stopGrace)
+			h.holder.Stop(syscall.SIGKILL, stopGrace)
 			if h.nsInit != 0 {
 				if err := waitExited(h.nsInit, stopGrace); err != nil {
 					h.tb.Errorf("kvmhost: %s: %v", h.Name, err)

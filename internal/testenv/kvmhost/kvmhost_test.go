@@ -26,6 +26,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // hostKeyAlgorithms lists the host key algorithms known_hosts can verify for addr, so the
@@ -538,7 +539,7 @@ func TestCleanup(t *testing.T) {
 	mustLibvirt(t, f, h)
 	h.PauseLibvirtd()
 	h.MakeUnreachable()
-	pids := []int{h.holder.pid(), h.nsInit, h.sshd.pid(), h.libvirtd.pid(), f.Hosts[1].sshd.pid()}
+	pids := []int{h.holder.PID(), h.nsInit, h.sshd.PID(), h.libvirtd.PID(), f.Hosts[1].sshd.PID()}
 	conns, err := procsInPIDNamespace(h.pidNS)
 	if err != nil {
 		t.Fatal(err)
@@ -607,10 +608,7 @@ func TestLeftoversAfterPanic(t *testing.T) {
 			var out strings.Builder
 			cmd.Stdout = &out
 			cmd.Stderr = &out
-			if err := startCmd(cmd); err != nil {
-				t.Fatal(err)
-			}
-			err = cmd.Wait()
+			err = testutil.StartProcess(t, cmd).Wait()
 			if err == nil {
 				t.Fatalf("child passed, want a panic:\n%s", out.String())
 			}

@@ -128,7 +128,7 @@ func setupLinks(ctx context.Context, hosts []*Host) error {
 	for i, h := range hosts {
 		outside, inside := hostAddrs(k, i)
 		h.outside, h.inside = outside, inside
-		fmt.Fprintf(&batch, "link add %s type veth peer name %s netns %d\n", h.veth, hostIfName, h.holder.pid())
+		fmt.Fprintf(&batch, "link add %s type veth peer name %s netns %d\n", h.veth, hostIfName, h.holder.PID())
 		fmt.Fprintf(&batch, "addr add %s/30 dev %s\n", outside, h.veth)
 		fmt.Fprintf(&batch, "link set %s up\n", h.veth)
 	}

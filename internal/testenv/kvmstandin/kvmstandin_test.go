@@ -110,7 +110,7 @@ func TestStandIn(t *testing.T) {
 		t.Fatalf("with the rotated key: %v", err)
 	}
 	release()
-	if c.Addr() != slow.Addr || slow.Authentications() != logins+1 {
+	if c.Libvirt() == nil || slow.Authentications() != logins+1 {
 		t.Errorf("rotated key: %d logins, want %d", slow.Authentications(), logins+1)
 	}
 }

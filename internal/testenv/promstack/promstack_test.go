@@ -22,6 +22,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // wait bounds every wait of these tests; on this machine each takes a few seconds at most.
@@ -306,34 +307,19 @@ func TestNoProcessOutlivesKilledTest(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestNoProcessOutlivesKilledTest$", "-test.v")
 	cmd.Env = testenv.ChildEnv(childTmp, childPIDFileEnv+"="+pidFile)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	childDone := make(chan error, 1)
-	go func() { childDone <- cmd.Wait() }()
-	var childErr error
-	childExited := false
-	t.Cleanup(func() {
-		if !childExited {
-			_ = cmd.Process.Kill()
-			<-childDone
-		}
-	})
+	child := testutil.StartProcess(t, cmd)
 
 	var pids []int
 	deadline := time.Now().Add(wait)
 	for len(pids) == 0 {
-		select {
-		case childErr = <-childDone:
-			childExited = true
+		if child.Exited() {
 			if strings.Contains(childLog(), "--- SKIP: TestNoProcessOutlivesKilledTest") {
 				// Start skips only through testenv.Unavailable: a missing part.
 				testenv.Unavailable(t, "the child test could not start the stack:\n%s", childLog())
 			}
-			t.Fatalf("child test exited before starting the stack (%v):\n%s", childErr, childLog())
-		case <-time.After(100 * time.Millisecond):
+			t.Fatalf("child test exited before starting the stack (%v):\n%s", child.Wait(), childLog())
 		}
+		time.Sleep(100 * time.Millisecond)
 		if time.Now().After(deadline) {
 			t.Fatalf("child test did not start a stack within %v:\n%s", wait, childLog())
 		}
@@ -351,9 +337,7 @@ func TestNoProcessOutlivesKilledTest(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	childErr = <-childDone
-	childExited = true
-	if childErr == nil {
+	if child.Wait() == nil {
 		t.Fatal("child test ended cleanly; want it killed")
 	}
 	deadline = time.Now().Add(10 * time.Second)

@@ -5,8 +5,9 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"syscall"
 	"testing"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 )
 
 // Promtool returns the path of the Prometheus 3 promtool (PROMTOOL_BIN when set, otherwise the
@@ -21,13 +22,15 @@ func Promtool(tb testing.TB) string {
 // error that carries the output.
 func RunPromtool(ctx context.Context, promtool string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, promtool, args...)
-	// promtool is short-lived and waited for here; Pdeathsig (tied to the forking thread) only
-	// guards the rare case of the test process dying while it runs.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
-	if err := cmd.Run(); err != nil {
+	d, err := testenv.StartCommand("promtool", cmd, "")
+	if err != nil {
+		return "", err
+	}
+	<-d.Done()
+	if err := d.WaitErr(); err != nil {
 		return out.String(), fmt.Errorf("promtool %v: %w\n%s", args, err, out.String())
 	}
 	return out.String(), nil

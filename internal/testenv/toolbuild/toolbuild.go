@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 )
 
 // Target is one main package a Spec builds, and the file name it gets in the cache directory.
@@ -291,9 +293,6 @@ func build(ctx context.Context, modDir, binRoot, dir, version, stamp string, spe
 		"GOWORK=off",
 	)
 	cmd.WaitDelay = 10 * time.Second
-	// A build must not outlive the test that started it: Pdeathsig is tied to the thread that
-	// forked, so that thread is locked below and never reused.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out strings.Builder
 	cmd.Stdout = &out
 	cmd.Stderr = &out
@@ -315,12 +314,13 @@ func build(ctx context.Context, modDir, binRoot, dir, version, stamp string, spe
 			}
 		}
 	}()
-	runErr := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-		runErr <- cmd.Run()
-	}()
-	err = <-runErr
+	// A build must not outlive the test that started it: testenv.StartCommand ties it to the
+	// test process.
+	var d *testenv.Daemon
+	if d, err = testenv.StartCommand("go build", cmd, ""); err == nil {
+		<-d.Done()
+		err = d.WaitErr()
+	}
 	close(done)
 	<-progressDone // logf may belong to a test that ends soon after: never call it late
 	if err != nil {
