@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -14,7 +13,7 @@ func (e *exporter) handler() http.Handler {
 	mux := http.NewServeMux()
 	// The registry's families and the snapshot's; promhttp negotiates, encodes and compresses.
 	mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(e.registry,
-		promhttp.HandlerFor(prometheus.Gatherers{e.registry, e.providerMetrics}, promhttp.HandlerOpts{
+		promhttp.HandlerFor(e.providerMetrics.With(e.registry), promhttp.HandlerOpts{
 			ErrorLog:          promhttpLogger{e},
 			EnableOpenMetrics: true,
 			// A scrape reads only the last snapshot, so it is quick; bound the concurrency

@@ -67,7 +67,7 @@ func BenchmarkScrape(b *testing.B) {
 }
 
 func serve(reg *prometheus.Registry, snapshot func() *checks.Snapshot) http.Handler {
-	return promhttp.HandlerFor(prometheus.Gatherers{reg, NewGatherer(snapshot)}, promhttp.HandlerOpts{EnableOpenMetrics: true})
+	return promhttp.HandlerFor(NewGatherer(snapshot).With(reg), promhttp.HandlerOpts{EnableOpenMetrics: true})
 }
 
 func benchmarkScrape(b *testing.B, accept, acceptEncoding, mode string, n int) {

@@ -299,7 +299,7 @@ func handler(s *checks.Snapshot) http.Handler {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "proxy_operator_config_last_reload_successful",
 		Help: "A family of the registry, before the snapshot's."}))
-	return promhttp.HandlerFor(prometheus.Gatherers{reg, NewGatherer(fixed(s))}, promhttp.HandlerOpts{EnableOpenMetrics: true})
+	return promhttp.HandlerFor(NewGatherer(fixed(s)).With(reg), promhttp.HandlerOpts{EnableOpenMetrics: true})
 }
 
 // textOutput is what /metrics serves for s in the text format.
@@ -481,6 +481,27 @@ func TestDuplicateSeriesFailTheScrape(t *testing.T) {
 	handler(s).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), "collected before with the same name and label values") {
 		t.Errorf("status %d: %s", rec.Code, rec.Body)
+	}
+}
+
+// TestSnapshotFamiliesPassTheRegistryChecks: the scrape does not check the snapshot's series
+// (Gatherer.With), so they must pass every check prometheus.Gatherers runs.
+func TestSnapshotFamiliesPassTheRegistryChecks(t *testing.T) {
+	s := fullSnapshot()
+	s.Providers[0].Targets[0].Target = "hv\xff1" // repaired, not failed
+	if _, err := (prometheus.Gatherers{NewGatherer(fixed(s))}).Gather(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestFamilyInRegistryAndSnapshotFailsTheScrape: a registry family named like a snapshot family
+// would be served twice; the scrape fails instead, as prometheus.Gatherers would.
+func TestFamilyInRegistryAndSnapshotFailsTheScrape(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: targetUp.name, Help: "A clash."}))
+	_, err := NewGatherer(fixed(fullSnapshot())).With(reg).Gather()
+	if err == nil || !strings.Contains(err.Error(), targetUp.name) {
+		t.Errorf("gather: %v; want an error naming %s", err, targetUp.name)
 	}
 }
 
