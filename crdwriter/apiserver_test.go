@@ -416,7 +416,7 @@ func testPruning(t *testing.T, f *kubeFixture) {
 	if sent == nil {
 		t.Fatal("no status write recorded")
 	}
-	raw, err := f.admin.rc.Get().Resource(v1alpha1.Resource).Name("kvm-big").DoRaw(context.Background())
+	raw, err := f.admin.c.GetClient().Get().Resource(v1alpha1.Resource).Name("kvm-big").DoRaw(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
