@@ -54,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		syncedRound: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "synced_round",
-			Help: "The round of the newest snapshot the ProviderHealth writer has fully mirrored into the Kubernetes API (compare with proxy_operator_provider_check_rounds_total: a gap means the writer lags).",
+			Help: "The round of the newest snapshot the ProviderHealth writer has fully mirrored into the Kubernetes API (compare with " + prometheus.BuildFQName(collector.Namespace, "provider", "check_rounds_total") + ": a gap means the writer lags).",
 		}),
 	}
 	for _, kind := range []string{writeCreate, writeStatus, writeDelete, writeEvent} {
