@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/promslog"
 	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/common/version"
@@ -108,7 +109,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code in
 	app.Flag("crd.enabled", "Mirror the verdicts into cluster-scoped ProviderHealth objects (kubectl get ph).").BoolVar(&opts.crd.enabled)
 	app.Flag("crd.kubeconfig", "Kubeconfig of the cluster that holds the ProviderHealth objects; empty: in-cluster config.").StringVar(&opts.crd.kubeconfig)
 	app.Flag("crd.instance", "This deployment's identity among the exporters writing to the cluster: its ProviderHealth objects carry it in the label "+crdwriter.InstanceLabel+", and it never writes, takes over or deletes another instance's objects.").Default(crdwriter.DefaultInstance).StringVar(&opts.crd.instance)
-	app.Flag("crd.heartbeat-interval", "Most time between two status writes of an unchanged ProviderHealth (its lastHeartbeatTime).").Default("5m").SetValue(durationValue{"crd.heartbeat-interval", &opts.crd.heartbeatInterval})
+	app.Flag("crd.heartbeat-interval", "Most time between two status writes of an unchanged ProviderHealth (its lastHeartbeatTime).").Default(model.Duration(crdwriter.DefaultHeartbeatInterval).String()).SetValue(durationValue{"crd.heartbeat-interval", &opts.crd.heartbeatInterval})
 	app.Flag("crd.leader-elect", "Write only while holding a coordination.k8s.io Lease, so that one of several replicas writes.").BoolVar(&opts.crd.leaderElect)
 	app.Flag("crd.lease-namespace", "Namespace of the Lease; empty: the pod's namespace in a cluster, else default.").StringVar(&opts.crd.leaseNamespace)
 	app.Flag("crd.lease-name", "Name of the Lease; empty: the instance (--crd.instance).").StringVar(&opts.crd.leaseName)

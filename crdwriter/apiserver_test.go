@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -417,7 +416,7 @@ func testPruning(t *testing.T, f *kubeFixture) {
 	if sent == nil {
 		t.Fatal("no status write recorded")
 	}
-	raw, err := f.admin.rc.Get().Resource(v1alpha1.Resource).Name("kvm-big").DoRaw(context.Background())
+	raw, err := f.admin.c.GetClient().Get().Resource(v1alpha1.Resource).Name("kvm-big").DoRaw(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -729,7 +728,7 @@ func testLeaderElection(t *testing.T, f *kubeFixture) {
 	a := f.harness(t, f.userConfig("writer-a", "system:masters"), srcA, le("a"))
 	b := f.harness(t, f.userConfig("writer-b", "system:masters"), srcB, le("b"))
 	a.start()
-	eventually(t, "a leads", func() bool { return testutil.ToFloat64(a.w.metrics.leader) == 1 })
+	eventually(t, "a leads", func() bool { return a.metric("crd_writer_leader") == 1 })
 	b.start()
 	publish := func(ps checks.ProviderState) {
 		srcA.publish(ps)
@@ -743,14 +742,14 @@ func testLeaderElection(t *testing.T, f *kubeFixture) {
 	if n := f.requests(t, "writer-b", func(e kube.AuditEvent) bool { return e.Resource == v1alpha1.Resource || e.Resource == "events" }); n != 0 {
 		t.Errorf("the follower made %d requests about ProviderHealth objects or Events", n)
 	}
-	if testutil.ToFloat64(b.w.metrics.leader) != 0 {
+	if b.metric("crd_writer_leader") != 0 {
 		t.Error("the follower says it leads")
 	}
 
 	// Stop the leader: the follower takes over within the lease duration.
 	stopped := time.Now()
 	a.stop()
-	eventually(t, "b leads", func() bool { return testutil.ToFloat64(b.w.metrics.leader) == 1 })
+	eventually(t, "b leads", func() bool { return b.metric("crd_writer_leader") == 1 })
 	if took := time.Since(stopped); took > leaseDuration {
 		t.Errorf("the follower took over after %s, more than the lease duration %s", took, leaseDuration)
 	}
@@ -779,7 +778,7 @@ func testLeaderElection(t *testing.T, f *kubeFixture) {
 	if _, err := f.coord.Leases(exporterNamespace).Update(context.Background(), lease, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b's elector observes the thief and b stops leading", func() bool { return testutil.ToFloat64(b.w.metrics.leader) == 0 })
+	eventually(t, "b's elector observes the thief and b stops leading", func() bool { return b.metric("crd_writer_leader") == 0 })
 	writesBefore := f.requests(t, "writer-b", isWrite)
 	// A change that a leader would write at once, as a status and an Event.
 	srcB.publish(p(checks.ReasonTimeout))
@@ -787,7 +786,7 @@ func testLeaderElection(t *testing.T, f *kubeFixture) {
 	if n := f.requests(t, "writer-b", isWrite) - writesBefore; n != 0 {
 		t.Errorf("b made %d writes after it had observed another holder of the lease", n)
 	}
-	eventually(t, "b leads again once the thief's lease expired", func() bool { return testutil.ToFloat64(b.w.metrics.leader) == 1 })
+	eventually(t, "b leads again once the thief's lease expired", func() bool { return b.metric("crd_writer_leader") == 1 })
 	eventually(t, "b writes again", func() bool { return readyOf(f.get(t, "cluster-main")).Reason == "Timeout" })
 	if !strings.Contains(b.logs.String(), "lost the lease") {
 		t.Error("losing the lease was not logged")
@@ -823,7 +822,7 @@ func testLeaderCrash(t *testing.T, f *kubeFixture) {
 	a := f.harness(t, cfgA, srcA, le("crash-a"))
 	c := f.harness(t, f.userConfig("writer-crash-c", "system:masters"), srcC, le("crash-c"))
 	a.start()
-	eventually(t, "a leads", func() bool { return testutil.ToFloat64(a.w.metrics.leader) == 1 })
+	eventually(t, "a leads", func() bool { return a.metric("crd_writer_leader") == 1 })
 	c.start()
 	publish := func(ps checks.ProviderState) {
 		srcA.publish(ps)
@@ -851,7 +850,7 @@ func testLeaderCrash(t *testing.T, f *kubeFixture) {
 	var ledAt time.Time
 	eventually(t, "c leads", func() bool {
 		ledAt = time.Now()
-		return testutil.ToFloat64(c.w.metrics.leader) == 1
+		return c.metric("crd_writer_leader") == 1
 	})
 	eventually(t, "c writes the change", func() bool { return readyOf(f.get(t, "cluster-main")).Reason == "Forbidden" })
 	wroteAt := time.Now()
@@ -1112,11 +1111,11 @@ func testInstances(t *testing.T, f *kubeFixture) {
 	a2 := f.harness(t, f.userConfig("writer-team-a-2", "system:masters"), srcA2, inst("team-a", "a2"))
 	b := f.harness(t, f.userConfig("writer-team-b", "system:masters"), srcB, inst("team-b", "b"))
 	a1.start()
-	eventually(t, "a1 leads team-a", func() bool { return testutil.ToFloat64(a1.w.metrics.leader) == 1 })
+	eventually(t, "a1 leads team-a", func() bool { return a1.metric("crd_writer_leader") == 1 })
 	a2.start()
 	b.start()
-	eventually(t, "b leads team-b (its own Lease)", func() bool { return testutil.ToFloat64(b.w.metrics.leader) == 1 })
-	if testutil.ToFloat64(a2.w.metrics.leader) != 0 {
+	eventually(t, "b leads team-b (its own Lease)", func() bool { return b.metric("crd_writer_leader") == 1 })
+	if a2.metric("crd_writer_leader") != 0 {
 		t.Error("both replicas of team-a lead")
 	}
 	aProviders := []checks.ProviderState{ph("a-only", checks.ReasonReady), ph("shared", checks.ReasonReady)}
@@ -1134,7 +1133,7 @@ func testInstances(t *testing.T, f *kubeFixture) {
 	if o := f.get(t, "b-only"); o == nil || o.Labels[InstanceLabel] != "team-b" || readyOf(o).Reason != "Forbidden" {
 		t.Errorf("team-b's object: %+v", o)
 	}
-	eventually(t, "team-b reports the clash", func() bool { return testutil.ToFloat64(b.w.metrics.nameClashes) == 1 })
+	eventually(t, "team-b reports the clash", func() bool { return b.metric("crd_writer_name_clashes") == 1 })
 	eventually(t, "the NameClash Event", func() bool {
 		for _, e := range f.events(t, string(sharedBefore.UID)) {
 			if e.Reason == ReasonNameClash && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, `belongs to exporter instance "team-a"`) {
@@ -1176,13 +1175,13 @@ func testInstances(t *testing.T, f *kubeFixture) {
 	// team-a's leader goes: its other replica takes over the same objects (no new object, no
 	// clash), and writes them.
 	a1.stop()
-	eventually(t, "a2 leads team-a", func() bool { return testutil.ToFloat64(a2.w.metrics.leader) == 1 })
+	eventually(t, "a2 leads team-a", func() bool { return a2.metric("crd_writer_leader") == 1 })
 	srcA2.publish(ph("a-only", checks.ReasonForbidden), ph("shared", checks.ReasonReady))
 	eventually(t, "a2 writes team-a's object", func() bool { return readyOf(f.get(t, "a-only")).Reason == "Forbidden" })
 	if o := f.get(t, "shared"); o.UID != sharedBefore.UID {
 		t.Error("team-a's object was replaced after the change of leader")
 	}
-	if testutil.ToFloat64(a2.w.metrics.nameClashes) != 0 {
+	if a2.metric("crd_writer_name_clashes") != 0 {
 		t.Error("a replica of team-a sees a clash with its own instance's objects")
 	}
 	// team-a with checks off deletes its own, and not an object of another instance.

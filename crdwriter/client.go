@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/gentype"
 	"k8s.io/client-go/rest"
 
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
@@ -43,8 +44,10 @@ var scheme = func() *runtime.Scheme {
 // answer delays the writer, never blocks it.
 const requestTimeout = 15 * time.Second
 
+// restObjects is client-go's generic typed client of ProviderHealth objects, each call bounded
+// by requestTimeout.
 type restObjects struct {
-	rc *rest.RESTClient
+	c *gentype.ClientWithList[*v1alpha1.ProviderHealth, *v1alpha1.ProviderHealthList]
 }
 
 func newRESTObjects(cfg *rest.Config, httpClient *http.Client) (*restObjects, error) {
@@ -58,51 +61,38 @@ func newRESTObjects(cfg *rest.Config, httpClient *http.Client) (*restObjects, er
 	if err != nil {
 		return nil, fmt.Errorf("building the ProviderHealth client: %w", err)
 	}
-	return &restObjects{rc: rc}, nil
+	return &restObjects{c: gentype.NewClientWithList(v1alpha1.Resource, rc, metav1.ParameterCodec, "",
+		func() *v1alpha1.ProviderHealth { return &v1alpha1.ProviderHealth{} },
+		func() *v1alpha1.ProviderHealthList { return &v1alpha1.ProviderHealthList{} })}, nil
 }
 
 func (r *restObjects) List(ctx context.Context, selector string) ([]v1alpha1.ProviderHealth, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	var list v1alpha1.ProviderHealthList
-	err := r.rc.Get().Resource(v1alpha1.Resource).
-		VersionedParams(&metav1.ListOptions{LabelSelector: selector}, metav1.ParameterCodec).
-		Do(ctx).Into(&list)
+	list, err := r.c.List(ctx, metav1.ListOptions{LabelSelector: selector})
 	return list.Items, err
 }
 
 func (r *restObjects) Get(ctx context.Context, name string) (*v1alpha1.ProviderHealth, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	var obj v1alpha1.ProviderHealth
-	err := r.rc.Get().Resource(v1alpha1.Resource).Name(name).Do(ctx).Into(&obj)
-	return &obj, err
+	return r.c.Get(ctx, name, metav1.GetOptions{})
 }
 
 func (r *restObjects) Create(ctx context.Context, obj *v1alpha1.ProviderHealth) (*v1alpha1.ProviderHealth, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	var out v1alpha1.ProviderHealth
-	err := r.rc.Post().Resource(v1alpha1.Resource).
-		VersionedParams(&metav1.CreateOptions{FieldManager: FieldManager}, metav1.ParameterCodec).
-		Body(obj).Do(ctx).Into(&out)
-	return &out, err
+	return r.c.Create(ctx, obj, metav1.CreateOptions{FieldManager: FieldManager})
 }
 
 func (r *restObjects) UpdateStatus(ctx context.Context, obj *v1alpha1.ProviderHealth) (*v1alpha1.ProviderHealth, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	var out v1alpha1.ProviderHealth
-	err := r.rc.Put().Resource(v1alpha1.Resource).Name(obj.Name).SubResource("status").
-		VersionedParams(&metav1.UpdateOptions{FieldManager: FieldManager}, metav1.ParameterCodec).
-		Body(obj).Do(ctx).Into(&out)
-	return &out, err
+	return r.c.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: FieldManager})
 }
 
 func (r *restObjects) Delete(ctx context.Context, name string, uid types.UID) error {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	return r.rc.Delete().Resource(v1alpha1.Resource).Name(name).
-		Body(&metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}).
-		Do(ctx).Error()
+	return r.c.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 }

@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/collector"
 	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
@@ -89,11 +89,50 @@ func (h *harness) round(providers ...checks.ProviderState) {
 	h.t.Helper()
 	h.src.publish(providers...)
 	want := float64(h.src.Current().Round)
-	eventually(h.t, "the writer synced the new round", func() bool { return testutil.ToFloat64(h.w.metrics.syncedRound) >= want })
+	eventually(h.t, "the writer synced the new round", func() bool { return h.metric("crd_writer_synced_round") >= want })
 }
 
+// writes is the writer's writes counter of that kind and result.
 func (h *harness) writes(kind, result string) float64 {
-	return testutil.ToFloat64(h.w.metrics.writes.WithLabelValues(kind, result))
+	return h.metric("crd_writer_writes_total", "kind", kind, "result", result)
+}
+
+// metric reads what an operator scrapes: the value of the series of the family
+// collector.Namespace_name with exactly these label pairs (name, value, ...), gathered from the
+// registry the writer registered its metrics into. A missing series fails the test.
+func (h *harness) metric(name string, labels ...string) float64 {
+	h.t.Helper()
+	name = prometheus.BuildFQName(collector.Namespace, "", name)
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	want := map[string]string{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		want[labels[i]] = labels[i+1]
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) != len(want) {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if v, ok := want[l.GetName()]; !ok || v != l.GetValue() {
+					continue series
+				}
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	h.t.Fatalf("no series %s%v in the writer's registry", name, labels)
+	return 0
 }
 
 // testWriter sends the writer's logs to the test log (shown when a test fails or with -v).

@@ -37,24 +37,24 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: collector.Namespace + "_crd_writer_writes_total",
+			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "writes_total",
 			Help: "Writes of the ProviderHealth writer to the Kubernetes API, by kind (create, status, delete, event) and result (success, conflict, error).",
 		}, []string{"kind", "result"}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: collector.Namespace + "_crd_writer_last_success_timestamp_seconds",
+			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "last_success_timestamp_seconds",
 			Help: "When the ProviderHealth writer last wrote to the Kubernetes API successfully, in seconds since the epoch.",
 		}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: collector.Namespace + "_crd_writer_leader",
+			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "leader",
 			Help: "1 when this replica's ProviderHealth writer is writing (holds the lease, or runs without leader election), else 0.",
 		}),
 		nameClashes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: collector.Namespace + "_crd_writer_name_clashes",
+			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "name_clashes",
 			Help: "Configured providers whose ProviderHealth object name is held by an object of another exporter instance (or not managed by the exporter); those objects are left alone.",
 		}),
 		syncedRound: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: collector.Namespace + "_crd_writer_synced_round",
-			Help: "The round of the newest snapshot the ProviderHealth writer has fully mirrored into the Kubernetes API (compare with proxy_operator_provider_check_rounds_total: a gap means the writer lags).",
+			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "synced_round",
+			Help: "The round of the newest snapshot the ProviderHealth writer has fully mirrored into the Kubernetes API (compare with " + prometheus.BuildFQName(collector.Namespace, "provider", "check_rounds_total") + ": a gap means the writer lags).",
 		}),
 	}
 	for _, kind := range []string{writeCreate, writeStatus, writeDelete, writeEvent} {

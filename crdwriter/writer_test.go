@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -88,11 +87,11 @@ func TestWriterSteadyStateAndFlip(t *testing.T) {
 	if h.writes(writeStatus, resultSuccess)-metricBefore != 1 || h.writes(writeCreate, resultSuccess) != 1 {
 		t.Errorf("writes metric: status +%v create %v, want +1 and 1", h.writes(writeStatus, resultSuccess)-metricBefore, h.writes(writeCreate, resultSuccess))
 	}
-	if testutil.ToFloat64(h.w.metrics.leader) != 1 {
+	if h.metric("crd_writer_leader") != 1 {
 		t.Error("leader metric is not 1 while writing without leader election")
 	}
 	h.stop()
-	if testutil.ToFloat64(h.w.metrics.leader) != 0 {
+	if h.metric("crd_writer_leader") != 0 {
 		t.Error("leader metric is not 0 after Run returned")
 	}
 }
@@ -144,7 +143,7 @@ func TestWriterConflictDeletionAndForeignObjects(t *testing.T) {
 	if !strings.Contains(h.logs.String(), "belongs to someone else") {
 		t.Errorf("no warning about the foreign object in the logs:\n%s", h.logs.String())
 	}
-	if got := testutil.ToFloat64(h.w.metrics.nameClashes); got != 1 {
+	if got := h.metric("crd_writer_name_clashes"); got != 1 {
 		t.Errorf("name clashes metric = %v, want 1", got)
 	}
 	if ev := drainEvents(h.rec); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning NameClash exporter instance \"provider-health-exporter\" also has a provider named theirs") {
@@ -485,7 +484,7 @@ func TestWriterInstancesKeepToTheirOwn(t *testing.T) {
 	if o := objs.get("a-new"); o == nil || o.Labels[InstanceLabel] != "team-a" || o.Labels[ManagedByLabel] != ManagedByValue {
 		t.Errorf("team-a's new object lacks its labels: %+v", o)
 	}
-	if got := testutil.ToFloat64(h.w.metrics.nameClashes); got != 1 {
+	if got := h.metric("crd_writer_name_clashes"); got != 1 {
 		t.Errorf("name clashes = %v, want 1 (shared)", got)
 	}
 	ev := drainEvents(h.rec)

@@ -158,7 +158,12 @@ func LogTail(path string, lines int) string {
 	if err != nil {
 		return fmt.Sprintf("(no log %s: %v)", path, err)
 	}
-	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return Tail(string(b), lines)
+}
+
+// Tail returns the last lines of s (a child's output, a log), for error messages.
+func Tail(s string, lines int) string {
+	all := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(all) > lines {
 		all = all[len(all)-lines:]
 	}

@@ -46,15 +46,15 @@ func TestNothingLeftAfterFailure(t *testing.T) {
 			cmd.Stdout, cmd.Stderr = &out, &out
 			err := cmd.Run()
 			if strings.Contains(out.String(), "skipped:") || strings.Contains(out.String(), "REQUIRE_INTEGRATION=1 and a part") {
-				testenv.Unavailable(t, "the child could not start the environment:\n%s", tail(out.String(), 40))
+				testenv.Unavailable(t, "the child could not start the environment:\n%s", testenv.Tail(out.String(), 40))
 			}
 			if err == nil {
-				t.Fatalf("the child was meant to fail and did not:\n%s", tail(out.String(), 40))
+				t.Fatalf("the child was meant to fail and did not:\n%s", testenv.Tail(out.String(), 40))
 			}
 			started := parseStarted(t, out.String())
 			if len(started) < 6 {
 				t.Fatalf("the child reported %d daemons, want at least etcd, kube-apiserver, prometheus, alertmanager and the hosts' sshd and libvirtd:\n%s",
-					len(started), tail(out.String(), 40))
+					len(started), testenv.Tail(out.String(), 40))
 			}
 			names := make([]string, len(started))
 			for i, p := range started {
@@ -210,12 +210,4 @@ func parseStarted(t *testing.T, out string) []proc {
 		}
 	}
 	return ps
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -329,9 +329,9 @@ func build(ctx context.Context, modDir, binRoot, dir, version, stamp string, spe
 				what(spec), time.Since(start).Round(time.Second), spec.BuildHint, ctx.Err())
 		}
 		if downloadFailed(out.String()) {
-			return fmt.Errorf("go build in %s: %w: %w\n%s", modDir, ErrNoModuleProxy, err, tail(out.String(), 40))
+			return fmt.Errorf("go build in %s: %w: %w\n%s", modDir, ErrNoModuleProxy, err, testenv.Tail(out.String(), 40))
 		}
-		return fmt.Errorf("go build in %s: %w\n%s", modDir, err, tail(out.String(), 40))
+		return fmt.Errorf("go build in %s: %w\n%s", modDir, err, testenv.Tail(out.String(), 40))
 	}
 	// go build names a main package after its import path's last element, skipping a
 	// major-version suffix ("v3"): rename whatever it produced to the name asked for.
@@ -407,12 +407,4 @@ func BuildContext(tb testing.TB) (context.Context, context.CancelFunc) {
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
-}
-
-func tail(s string, lines int) string {
-	all := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
 }

@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/internal/demo"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // launcherEnv makes this test binary run the launcher instead of the tests (see TestMain), so
@@ -36,28 +36,10 @@ func TestMain(m *testing.M) {
 // repoRoot is the directory of go.mod, seen from this package's directory.
 var repoRoot = filepath.Join("..", "..", "..", "..")
 
-// syncBuffer collects a child's output while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // launcher is a running demo launcher.
 type launcher struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testutil.SyncBuffer // the child's output, read while it runs
 	tmp  string
 	done chan struct{}
 	err  error
@@ -65,16 +47,15 @@ type launcher struct {
 
 func startLauncher(t *testing.T, args ...string) *launcher {
 	t.Helper()
-	l := &launcher{out: &syncBuffer{}, tmp: t.TempDir(), done: make(chan struct{})}
+	l := &launcher{out: &testutil.SyncBuffer{}, tmp: t.TempDir(), done: make(chan struct{})}
 	l.cmd = exec.Command(os.Args[0], args...)
 	l.cmd.Env = testenv.ChildEnv(l.tmp, launcherEnv+"=1")
 	l.cmd.Stdout, l.cmd.Stderr = l.out, l.out
 	// Killed with the test process if that dies first; the launcher's own children die with it.
-	l.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := l.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { l.err = l.cmd.Wait(); close(l.done) }()
+	p := testutil.StartProcess(t, l.cmd)
+	go func() { l.err = p.Wait(); close(l.done) }()
+	// Registered after StartProcess's cleanup, so it runs first: it ends the wait above before
+	// that cleanup asks whether the process exited.
 	t.Cleanup(func() {
 		select {
 		case <-l.done:
