@@ -537,6 +537,50 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 	if out, err := kubectl(manifest, "apply", "--server-side", "-f", "-"); err != nil {
 		t.Fatalf("kubectl apply: %v\n%s", err, out)
 	}
+	// Pod security, judged by the API server's own PodSecurity admission: the namespace
+	// enforces "restricted", which it applies to Pods (not to Deployments), so a Pod made of
+	// the Deployment's template must be admitted there, and the same Pod with one setting
+	// loosened must be refused.
+	podOf := func(loosen func(container map[string]any)) []byte {
+		t.Helper()
+		var dep *unstructured.Unstructured
+		for _, o := range objs {
+			if o.GetKind() == "Deployment" {
+				dep = o
+			}
+		}
+		if dep == nil {
+			t.Fatal("no Deployment in the manifests")
+		}
+		spec, ok, err := unstructured.NestedMap(dep.Object, "spec", "template", "spec")
+		if !ok || err != nil {
+			t.Fatalf("the Deployment has no pod template spec: %v", err)
+		}
+		if loosen != nil {
+			containers, _ := spec["containers"].([]any)
+			if len(containers) == 0 {
+				t.Fatal("the pod template has no container")
+			}
+			loosen(containers[0].(map[string]any))
+		}
+		pod := map[string]any{"apiVersion": "v1", "kind": "Pod",
+			"metadata": map[string]any{"name": "pod-security-check", "namespace": dep.GetNamespace()}, "spec": spec}
+		b, err := yaml.Marshal(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if out, err := kubectl(podOf(nil), "create", "--dry-run=server", "-f", "-"); err != nil {
+		t.Errorf("the Deployment's pod is refused in its namespace (Pod Security \"restricted\"): %v\n%s", err, out)
+	}
+	escalating := podOf(func(c map[string]any) {
+		c["securityContext"].(map[string]any)["allowPrivilegeEscalation"] = true
+	})
+	if out, err := kubectl(escalating, "create", "--dry-run=server", "-f", "-"); err == nil || !strings.Contains(out, `violates PodSecurity "restricted`) {
+		t.Errorf("a pod that may escalate privileges was not refused by Pod Security in the namespace (err %v):\n%s", err, out)
+	}
+
 	env.AddUser("oncall")
 	if out, err := kubectl(nil, "create", "clusterrolebinding", "oncall-viewer", "--clusterrole=provider-health-exporter-viewer", "--user=oncall"); err != nil {
 		t.Fatalf("bind the viewer role: %v\n%s", err, out)
