@@ -240,6 +240,7 @@ func TestRenderedManifests(t *testing.T) {
 		Spec     struct {
 			Selector  metav1.LabelSelector `json:"selector"`
 			Endpoints []map[string]any     `json:"endpoints"`
+			JobLabel  string               `json:"jobLabel"`
 		} `json:"spec"`
 	}
 	sms := r.all("ServiceMonitor")
@@ -257,6 +258,46 @@ func TestRenderedManifests(t *testing.T) {
 	}
 	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0]["port"] != svc.Spec.Ports[0].Name || sm.Spec.Endpoints[0]["path"] != "/metrics" {
 		t.Errorf("ServiceMonitor endpoints %v, want /metrics on port %s", sm.Spec.Endpoints, svc.Spec.Ports[0].Name)
+	}
+	// The rules select the job the ServiceMonitor gives its targets: without spec.jobLabel the
+	// Prometheus Operator names the job after the Service. Any other job and no alert fires.
+	if sm.Spec.JobLabel != "" {
+		t.Errorf("the ServiceMonitor sets jobLabel %q: the job would come from the Service's label, not its name", sm.Spec.JobLabel)
+	}
+	var pr struct {
+		Spec struct {
+			Groups []struct {
+				Rules []struct {
+					Alert  string `json:"alert"`
+					Record string `json:"record"`
+					Expr   string `json:"expr"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"spec"`
+	}
+	prs := r.all("PrometheusRule")
+	if len(prs) != 1 {
+		t.Fatalf("%d PrometheusRules, want 1", len(prs))
+	}
+	b, _ = prs[0].MarshalJSON()
+	if err := yaml.Unmarshal(b, &pr); err != nil {
+		t.Fatal(err)
+	}
+	jobMatcher := regexp.MustCompile(`\bjob\s*(=~?|!=|!~)\s*"([^"]*)"`)
+	wantJob := fmt.Sprintf(`job="%s"`, svc.Name)
+	selecting := 0
+	for _, g := range pr.Spec.Groups {
+		for _, rule := range g.Rules {
+			for _, m := range jobMatcher.FindAllStringSubmatch(rule.Expr, -1) {
+				selecting++
+				if m[1] != "=" || m[2] != svc.Name {
+					t.Errorf("rule %s%s selects %s, want %s (the Service's name, the ServiceMonitor's job)", rule.Alert, rule.Record, m[0], wantJob)
+				}
+			}
+		}
+	}
+	if selecting == 0 {
+		t.Errorf("no rule of the PrometheusRule selects a job: want %s", wantJob)
 	}
 
 	// PodDisruptionBudget: keeps one replica, selects the pods.
