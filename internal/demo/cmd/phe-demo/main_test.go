@@ -70,7 +70,8 @@ func startLauncher(t *testing.T, args ...string) *launcher {
 	l.cmd.Env = testenv.ChildEnv(l.tmp, launcherEnv+"=1")
 	l.cmd.Stdout, l.cmd.Stderr = l.out, l.out
 	// Killed with the test process if that dies first; the launcher's own children die with it.
-	l.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A process group of its own, as a shell gives a foreground job: Ctrl-C is sent to the group.
+	l.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := l.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -282,8 +283,9 @@ func TestDemo(t *testing.T) {
 	waitMetrics(t, client, exporterAddr, fmt.Sprintf(series, "Ready"), 2*time.Minute)
 	l.waitOutput(t, alert("resolved"), 3*time.Minute)
 
-	// Ctrl-C: everything stops, nothing is left.
-	if err := l.cmd.Process.Signal(syscall.SIGINT); err != nil {
+	// Ctrl-C, as a terminal sends it: SIGINT to the whole foreground process group, the
+	// launcher and every daemon it started at once. Everything stops, nothing is left.
+	if err := syscall.Kill(-l.cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	if code := l.wait(t, 2*time.Minute); code != 0 {
