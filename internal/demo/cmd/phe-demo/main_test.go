@@ -156,6 +156,20 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// TestKubectlLine: the banner's kubectl command, and a note where kubectl is missing.
+func TestKubectlLine(t *testing.T) {
+	const want = "kubectl --kubeconfig /tmp/k/admin.kubeconfig get ph"
+	found := func(string) (string, error) { return "/usr/bin/kubectl", nil }
+	missing := func(name string) (string, error) { return "", &exec.Error{Name: name, Err: exec.ErrNotFound} }
+	if got := kubectlLine("/tmp/k/admin.kubeconfig", found); got != want {
+		t.Errorf("with kubectl: %q, want %q", got, want)
+	}
+	got := kubectlLine("/tmp/k/admin.kubeconfig", missing)
+	if !strings.HasPrefix(got, want+"\n") || !strings.Contains(got, "kubectl is not installed: see docs/demo.md") {
+		t.Errorf("without kubectl: %q, want the command and a note that kubectl is not installed", got)
+	}
+}
+
 // TestPortInUse: a taken address fails at once, naming it, before anything starts.
 func TestPortInUse(t *testing.T) {
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
