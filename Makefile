@@ -2,7 +2,15 @@
 # separate tools module (tools/go.mod) and run through `go tool`, so nothing needs installing
 # beyond Go itself and the tools never enter the exporter's own go.mod.
 
-GO       ?= go
+# `sudo make demo` runs with sudo's secure_path, which leaves out /usr/local/go/bin, where Go's
+# own installer puts go: look there too, and put the go found first on PATH, so the scripts and
+# programs run below (scripts/build-kube.sh, the demo launcher) run the same go.
+ifeq ($(origin GO),undefined)
+GO       := $(or $(shell command -v go 2>/dev/null),$(wildcard /usr/local/go/bin/go),go)
+endif
+ifneq ($(filter /%,$(GO)),)
+export PATH := $(patsubst %/,%,$(dir $(GO))):$(PATH)
+endif
 GOTOOL   := $(GO) tool -modfile=tools/go.mod
 BINARY   := provider_health_exporter
 PKGS     := ./...

@@ -240,6 +240,7 @@ func TestRenderedManifests(t *testing.T) {
 		Spec     struct {
 			Selector  metav1.LabelSelector `json:"selector"`
 			Endpoints []map[string]any     `json:"endpoints"`
+			JobLabel  string               `json:"jobLabel"`
 		} `json:"spec"`
 	}
 	sms := r.all("ServiceMonitor")
@@ -257,6 +258,46 @@ func TestRenderedManifests(t *testing.T) {
 	}
 	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0]["port"] != svc.Spec.Ports[0].Name || sm.Spec.Endpoints[0]["path"] != "/metrics" {
 		t.Errorf("ServiceMonitor endpoints %v, want /metrics on port %s", sm.Spec.Endpoints, svc.Spec.Ports[0].Name)
+	}
+	// The rules select the job the ServiceMonitor gives its targets: without spec.jobLabel the
+	// Prometheus Operator names the job after the Service. Any other job and no alert fires.
+	if sm.Spec.JobLabel != "" {
+		t.Errorf("the ServiceMonitor sets jobLabel %q: the job would come from the Service's label, not its name", sm.Spec.JobLabel)
+	}
+	var pr struct {
+		Spec struct {
+			Groups []struct {
+				Rules []struct {
+					Alert  string `json:"alert"`
+					Record string `json:"record"`
+					Expr   string `json:"expr"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"spec"`
+	}
+	prs := r.all("PrometheusRule")
+	if len(prs) != 1 {
+		t.Fatalf("%d PrometheusRules, want 1", len(prs))
+	}
+	b, _ = prs[0].MarshalJSON()
+	if err := yaml.Unmarshal(b, &pr); err != nil {
+		t.Fatal(err)
+	}
+	jobMatcher := regexp.MustCompile(`\bjob\s*(=~?|!=|!~)\s*"([^"]*)"`)
+	wantJob := fmt.Sprintf(`job="%s"`, svc.Name)
+	selecting := 0
+	for _, g := range pr.Spec.Groups {
+		for _, rule := range g.Rules {
+			for _, m := range jobMatcher.FindAllStringSubmatch(rule.Expr, -1) {
+				selecting++
+				if m[1] != "=" || m[2] != svc.Name {
+					t.Errorf("rule %s%s selects %s, want %s (the Service's name, the ServiceMonitor's job)", rule.Alert, rule.Record, m[0], wantJob)
+				}
+			}
+		}
+	}
+	if selecting == 0 {
+		t.Errorf("no rule of the PrometheusRule selects a job: want %s", wantJob)
 	}
 
 	// PodDisruptionBudget: keeps one replica, selects the pods.
@@ -537,6 +578,50 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 	if out, err := kubectl(manifest, "apply", "--server-side", "-f", "-"); err != nil {
 		t.Fatalf("kubectl apply: %v\n%s", err, out)
 	}
+	// Pod security, judged by the API server's own PodSecurity admission: the namespace
+	// enforces "restricted", which it applies to Pods (not to Deployments), so a Pod made of
+	// the Deployment's template must be admitted there, and the same Pod with one setting
+	// loosened must be refused.
+	podOf := func(loosen func(container map[string]any)) []byte {
+		t.Helper()
+		var dep *unstructured.Unstructured
+		for _, o := range objs {
+			if o.GetKind() == "Deployment" {
+				dep = o
+			}
+		}
+		if dep == nil {
+			t.Fatal("no Deployment in the manifests")
+		}
+		spec, ok, err := unstructured.NestedMap(dep.Object, "spec", "template", "spec")
+		if !ok || err != nil {
+			t.Fatalf("the Deployment has no pod template spec: %v", err)
+		}
+		if loosen != nil {
+			containers, _ := spec["containers"].([]any)
+			if len(containers) == 0 {
+				t.Fatal("the pod template has no container")
+			}
+			loosen(containers[0].(map[string]any))
+		}
+		pod := map[string]any{"apiVersion": "v1", "kind": "Pod",
+			"metadata": map[string]any{"name": "pod-security-check", "namespace": dep.GetNamespace()}, "spec": spec}
+		b, err := yaml.Marshal(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if out, err := kubectl(podOf(nil), "create", "--dry-run=server", "-f", "-"); err != nil {
+		t.Errorf("the Deployment's pod is refused in its namespace (Pod Security \"restricted\"): %v\n%s", err, out)
+	}
+	escalating := podOf(func(c map[string]any) {
+		c["securityContext"].(map[string]any)["allowPrivilegeEscalation"] = true
+	})
+	if out, err := kubectl(escalating, "create", "--dry-run=server", "-f", "-"); err == nil || !strings.Contains(out, `violates PodSecurity "restricted`) {
+		t.Errorf("a pod that may escalate privileges was not refused by Pod Security in the namespace (err %v):\n%s", err, out)
+	}
+
 	env.AddUser("oncall")
 	if out, err := kubectl(nil, "create", "clusterrolebinding", "oncall-viewer", "--clusterrole=provider-health-exporter-viewer", "--user=oncall"); err != nil {
 		t.Fatalf("bind the viewer role: %v\n%s", err, out)

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -265,7 +266,7 @@ demo: ready. Every target is up: %d targets of 3 providers (%s, %s, %s).
   Metrics             http://%s/metrics
   Prometheus alerts   %s/api/v1/alerts  (the API: this build of Prometheus serves no web UI)
   Alertmanager        %s/#/alerts
-  ProviderHealth      kubectl --kubeconfig %s get ph
+  ProviderHealth      %s
 
 Break KVM host %s (%s): its SSH port answers every packet with a reset:
   %s
@@ -276,6 +277,17 @@ its demo-sized window and resolves after the repair. Alerts are printed here as 
 
 Press Ctrl-C to stop everything.
 `, env.Targets(), demo.KubernetesProvider, demo.GCPProvider, demo.KVMProvider,
-		o.exporterAddr, o.exporterAddr, stack.PrometheusURL, stack.AlertmanagerURL, env.Kube.Kubeconfig,
+		o.exporterAddr, o.exporterAddr, stack.PrometheusURL, stack.AlertmanagerURL, kubectlLine(env.Kube.Kubeconfig, exec.LookPath),
 		host.Name, host.Addr, env.BreakCommand(last), env.RepairCommand(last), o.interval)
+}
+
+// kubectlLine is the banner's kubectl command; on a machine without kubectl (a fresh Debian
+// machine has none, and make test-deps does not install it) it says so instead of printing a
+// command that fails with "command not found".
+func kubectlLine(kubeconfig string, lookPath func(string) (string, error)) string {
+	cmd := "kubectl --kubeconfig " + kubeconfig + " get ph"
+	if _, err := lookPath("kubectl"); err != nil {
+		return cmd + "\n                      (kubectl is not installed: see docs/demo.md, \"What you need\")"
+	}
+	return cmd
 }

@@ -52,6 +52,8 @@ func startLauncher(t *testing.T, args ...string) *launcher {
 	l.cmd.Env = testenv.ChildEnv(l.tmp, launcherEnv+"=1")
 	l.cmd.Stdout, l.cmd.Stderr = l.out, l.out
 	// Killed with the test process if that dies first; the launcher's own children die with it.
+	// A process group of its own, as a shell gives a foreground job: Ctrl-C is sent to the group.
+	l.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p := testutil.StartProcess(t, l.cmd)
 	go func() { l.err = p.Wait(); close(l.done) }()
 	// Registered after StartProcess's cleanup, so it runs first: it ends the wait above before
@@ -133,6 +135,20 @@ func TestDefaults(t *testing.T) {
 		if got := fs.Lookup(name).DefValue; got != want {
 			t.Errorf("-%s defaults to %s, want %s", name, got, want)
 		}
+	}
+}
+
+// TestKubectlLine: the banner's kubectl command, and a note where kubectl is missing.
+func TestKubectlLine(t *testing.T) {
+	const want = "kubectl --kubeconfig /tmp/k/admin.kubeconfig get ph"
+	found := func(string) (string, error) { return "/usr/bin/kubectl", nil }
+	missing := func(name string) (string, error) { return "", &exec.Error{Name: name, Err: exec.ErrNotFound} }
+	if got := kubectlLine("/tmp/k/admin.kubeconfig", found); got != want {
+		t.Errorf("with kubectl: %q, want %q", got, want)
+	}
+	got := kubectlLine("/tmp/k/admin.kubeconfig", missing)
+	if !strings.HasPrefix(got, want+"\n") || !strings.Contains(got, "kubectl is not installed: see docs/demo.md") {
+		t.Errorf("without kubectl: %q, want the command and a note that kubectl is not installed", got)
 	}
 }
 
@@ -263,8 +279,9 @@ func TestDemo(t *testing.T) {
 	waitMetrics(t, client, exporterAddr, fmt.Sprintf(series, "Ready"), 2*time.Minute)
 	l.waitOutput(t, alert("resolved"), 3*time.Minute)
 
-	// Ctrl-C: everything stops, nothing is left.
-	if err := l.cmd.Process.Signal(syscall.SIGINT); err != nil {
+	// Ctrl-C, as a terminal sends it: SIGINT to the whole foreground process group, the
+	// launcher and every daemon it started at once. Everything stops, nothing is left.
+	if err := syscall.Kill(-l.cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	if code := l.wait(t, 2*time.Minute); code != 0 {

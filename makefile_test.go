@@ -1,0 +1,62 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+)
+
+// sudoSecurePath is the PATH Debian's sudo gives a command (secure_path in /etc/sudoers): it
+// leaves out /usr/local/go/bin, where Go's own installer puts go.
+const sudoSecurePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// TestMakeFindsGoUnderSudo: `sudo make demo`, as README.md and docs/demo.md say to run it, runs
+// make with sudo's secure_path. The Makefile must still find go (at /usr/local/go/bin) for its
+// own recipes, and put it on PATH for the scripts and programs they run (scripts/build-kube.sh
+// runs `go run`, the demo launcher renders the mixin with `go tool`).
+func TestMakeFindsGoUnderSudo(t *testing.T) {
+	makePath, err := exec.LookPath("make")
+	if err != nil {
+		testenv.Unavailable(t, "no make on PATH: install Debian's make package")
+	}
+	const installed = "/usr/local/go/bin/go"
+	if _, err := os.Stat(installed); err != nil {
+		t.Skipf("Go is not installed at %s (where the Makefile looks when go is not on PATH): %v", installed, err)
+	}
+	env := []string{"PATH=" + sudoSecurePath, "HOME=" + t.TempDir(), "LANG=C"}
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(makePath, append([]string{"--no-print-directory"}, args...)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make %s with PATH=%s: %v\n%s", strings.Join(args, " "), sudoSecurePath, err, out)
+		}
+		return string(out)
+	}
+
+	// The recipes' own go: an absolute path to a go that runs.
+	var goCmd string
+	for _, line := range strings.Split(run("-n", "demo"), "\n") {
+		if strings.Contains(line, " tool -modfile=tools/go.mod promu build") {
+			goCmd, _, _ = strings.Cut(line, " ")
+		}
+	}
+	if !filepath.IsAbs(goCmd) {
+		t.Fatalf("make -n demo runs promu through %q, want the absolute path of go (sudo's PATH has no go)", goCmd)
+	}
+	// What the recipes' children find on PATH.
+	found := strings.TrimSpace(run("-s", "--eval", "phe-which-go: ; @command -v go", "phe-which-go"))
+	if !filepath.IsAbs(found) {
+		t.Fatalf("a recipe finds no go on PATH (got %q)", found)
+	}
+	for _, g := range []string{goCmd, found} {
+		if out, err := exec.Command(g, "version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "go version ") {
+			t.Errorf("%s version: %v\n%s", g, err, out)
+		}
+	}
+}
