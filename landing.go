@@ -81,7 +81,7 @@ Version {{.Version}}.</p>
 {{- end}}
 {{if .Providers -}}
 <table id="providers">
-<thead><tr><th>Target</th><th>Verdict</th><th>Reason</th><th>Message</th><th>Since</th><th>Last checked</th></tr></thead>
+<thead><tr><th>Target</th><th>Verdict</th><th>Reason</th><th>Message</th><th>Since</th><th>Last contacted</th></tr></thead>
 {{range .Providers -}}
 <tbody id="provider-{{.Name}}">
 <tr class="provider{{if .Down}} down{{end}}"><th colspan="6">{{.Name}} <span class="note">({{.Type}})</span> &mdash;

@@ -381,7 +381,8 @@ func unreadableFiles(cfg *config.Config) []string {
 // prints every problem, or "ok".
 func configCheck(opts *options, stdout, stderr io.Writer) int {
 	var problems []string
-	if _, err := checkTiming(opts.interval, opts.timeout); err != nil {
+	timeout, err := checkTiming(opts.interval, opts.timeout)
+	if err != nil {
 		problems = append(problems, strings.Split(err.Error(), "\n")...)
 	}
 	if err := checkCRD(opts.crd); err != nil {
@@ -392,7 +393,7 @@ func configCheck(opts *options, stdout, stderr io.Writer) int {
 			problems = append(problems, fmt.Sprintf("--web.config.file=%s: %v", path, err))
 		}
 	}
-	cfg, err := config.Load(opts.configFile)
+	cfg, err := config.LoadFor(opts.configFile, timeout)
 	if err != nil {
 		problems = append(problems, strings.Split(err.Error(), "\n")...)
 	} else {

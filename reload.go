@@ -41,7 +41,7 @@ func (e *exporter) reload() error {
 
 // load reads the providers file and builds its checkers against the running ones. e.mu is held.
 func (e *exporter) load() (*checkerSet, error) {
-	cfg, err := config.Load(e.configFile)
+	cfg, err := config.LoadFor(e.configFile, e.timeout)
 	if err != nil {
 		return nil, err
 	}

@@ -115,6 +115,11 @@ type TargetResult struct {
 	// CheckedAt is when the check of this target completed (pass or fail). The runner fills it
 	// when the checker leaves it zero.
 	CheckedAt time.Time
+	// NotContacted says the check made no contact with the target this round (its turn never
+	// came, or an earlier call to it has not returned): the verdict (Timeout) is this round's,
+	// but the runner keeps the CheckedAt of the last check that contacted the target, so that
+	// the check timestamp moves only when the target was contacted.
+	NotContacted bool
 	// Pool holds typed extras of KVM checks: nil when the pool was not read.
 	Pool *StoragePool
 }

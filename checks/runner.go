@@ -373,21 +373,16 @@ func (r *Runner) verdicts(s *slot, targets []string, o outcome, start, deadline 
 	case outcomeBusy:
 		// Same key as abandoned: it is the same misbehaviour, still going on.
 		bug("abandoned", slog.LevelWarn, "checker did not return by the round deadline and was abandoned", "timeout", r.timeout)
-		out := all(TargetResult{
-			Reason:   ReasonTimeout,
-			Message:  fmt.Sprintf("check not started: the previous check, abandoned after %s, has still not returned", r.timeout),
-			Duration: r.timeout,
-		})
-		// No check completed this round: the time of the last one stands, so that the age of
-		// the verdict (time() - the check timestamp) grows while the checker stays stuck.
-		for i := range out {
-			if st := prev[out[i].Target]; st != nil {
-				out[i].CheckedAt = st.CheckedAt
-			} else {
-				out[i].CheckedAt = start
-			}
-		}
-		return out
+		// No check ran this round: the time of the last one stands (see contacted), so that
+		// the age of the verdict (time() - the check timestamp) grows while the checker stays
+		// stuck.
+		return contacted(all(TargetResult{
+			Reason:       ReasonTimeout,
+			Message:      fmt.Sprintf("check not started: the previous check, abandoned after %s, has still not returned", r.timeout),
+			Duration:     r.timeout,
+			CheckedAt:    start,
+			NotContacted: true,
+		}), prev)
 	case outcomePanicked:
 		bug("panic", slog.LevelError, "checker panicked (a bug in the checker)", "panic", o.panic)
 		return all(TargetResult{
@@ -442,6 +437,22 @@ func (r *Runner) verdicts(s *slot, targets []string, o outcome, start, deadline 
 		// The reason is the verdict; Up only restates it.
 		v.Up = v.Reason == ReasonReady
 		out[i] = v
+	}
+	return contacted(out, prev)
+}
+
+// contacted gives the verdicts of targets the check did not contact (NotContacted) the time of
+// the last check that did, and says it in the message: the check timestamp moves only when a
+// target was contacted. A target never contacted keeps the time of the round that tried.
+func contacted(out []TargetResult, prev map[string]*TargetState) []TargetResult {
+	for i := range out {
+		if !out[i].NotContacted {
+			continue
+		}
+		if st := prev[out[i].Target]; st != nil && !st.CheckedAt.IsZero() {
+			out[i].CheckedAt = st.CheckedAt
+			out[i].Message += "; last contacted " + st.CheckedAt.UTC().Format(time.RFC3339)
+		}
 	}
 	return out
 }

@@ -739,3 +739,57 @@ func TestSetCheckersWithTheSameInstanceKeepsItBusy(t *testing.T) {
 	close(stuck.release)
 	<-stuck.returned
 }
+
+// TestNotContactedKeepsTheLastContactsTime: a verdict whose check made no contact with the
+// target (NotContacted) is this round's verdict, but the check time stays the last contact's,
+// so that the check timestamp moves only when the target was contacted; the message says when
+// that was, and a flip it makes is dated when it was recorded, not at the old contact.
+func TestNotContactedKeepsTheLastContactsTime(t *testing.T) {
+	f := newFake("kvm-a", TypeKVM, "hv1")
+	r, _ := newTestRunner(t, time.Second, f)
+	contact := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	f.mu.Lock()
+	f.verdicts["hv1"] = TargetResult{Target: "hv1", Up: true, Reason: ReasonReady, CheckedAt: contact}
+	f.mu.Unlock()
+	r.round(context.Background())
+	if got := mustTarget(t, r.Current(), "kvm-a", "hv1"); !got.CheckedAt.Equal(contact) {
+		t.Fatalf("after a contact: checked at %v, want %v", got.CheckedAt, contact)
+	}
+
+	var since time.Time
+	for n := 1; n <= 2; n++ {
+		f.mu.Lock()
+		f.verdicts["hv1"] = TargetResult{Target: "hv1", Reason: ReasonTimeout, Message: "not started",
+			CheckedAt: time.Now(), NotContacted: true}
+		f.mu.Unlock()
+		before := time.Now()
+		r.round(context.Background())
+		got := mustTarget(t, r.Current(), "kvm-a", "hv1")
+		if got.Up || got.Reason != ReasonTimeout {
+			t.Errorf("round %d without contact: %s, want this round's Timeout", n, got.Reason)
+		}
+		if !got.CheckedAt.Equal(contact) {
+			t.Errorf("round %d without contact: checked at %v, want the last contact's %v", n, got.CheckedAt, contact)
+		}
+		if want := "not started; last contacted 2026-12-01T10:00:00Z"; got.Message != want {
+			t.Errorf("round %d without contact: message %q, want %q", n, got.Message, want)
+		}
+		if n == 1 {
+			if got.Since.Before(before) {
+				t.Errorf("the flip to down is dated %v, before the round that observed it (%v)", got.Since, before)
+			}
+			since = got.Since
+		} else if !got.Since.Equal(since) {
+			t.Errorf("round %d: still down, but since moved from %v to %v", n, since, got.Since)
+		}
+	}
+
+	later := contact.Add(time.Minute)
+	f.mu.Lock()
+	f.verdicts["hv1"] = TargetResult{Target: "hv1", Up: true, Reason: ReasonReady, CheckedAt: later}
+	f.mu.Unlock()
+	r.round(context.Background())
+	if got := mustTarget(t, r.Current(), "kvm-a", "hv1"); !got.CheckedAt.Equal(later) || !got.Up {
+		t.Errorf("after a new contact: %s checked at %v, want Ready at %v", got.Reason, got.CheckedAt, later)
+	}
+}

@@ -19,7 +19,13 @@ import (
 func (pm *providerMemory) apply(logger *slog.Logger, provider string, verdicts []TargetResult) {
 	for _, v := range verdicts {
 		prev := pm.targets[v.Target]
-		st := &TargetState{TargetResult: v, Since: v.CheckedAt}
+		// A flip is dated by the check that observed it; a verdict that contacted nothing
+		// (CheckedAt is the last contact's) by now, when it is recorded.
+		observed := v.CheckedAt
+		if v.NotContacted {
+			observed = time.Now()
+		}
+		st := &TargetState{TargetResult: v, Since: observed}
 		switch {
 		case prev == nil:
 			if v.Up {
@@ -33,12 +39,12 @@ func (pm *providerMemory) apply(logger *slog.Logger, provider string, verdicts [
 				"reason", string(v.Reason), "message", v.Message)
 		case !prev.Up && v.Up:
 			logger.Info("target is back up", "provider", provider, "target", v.Target,
-				"down_for", v.CheckedAt.Sub(prev.Since).Round(time.Millisecond),
+				"down_for", observed.Sub(prev.Since).Round(time.Millisecond),
 				"previous_reason", string(prev.Reason))
 		case !prev.Up && prev.Reason != v.Reason:
 			logger.Warn("target is still down with another reason", "provider", provider, "target", v.Target,
 				"reason", string(v.Reason), "previous_reason", string(prev.Reason), "message", v.Message,
-				"down_for", v.CheckedAt.Sub(prev.Since).Round(time.Millisecond))
+				"down_for", observed.Sub(prev.Since).Round(time.Millisecond))
 			st.Since = prev.Since
 		default:
 			st.Since = prev.Since

@@ -61,24 +61,32 @@ var typeNames = func() []string {
 
 // Load reads and validates the providers file at path. A file that does not validate returns
 // Errors; a file that cannot be read returns the read error.
-func Load(path string) (*Config, error) {
+func Load(path string) (*Config, error) { return LoadFor(path, 0) }
+
+// LoadFor is Load for an exporter whose rounds have the deadline roundTimeout: a kvm provider
+// whose bounds add up to more than it (KVMConfig.HostBound) is an error too. 0 skips that check
+// (checks off).
+func LoadFor(path string, roundTimeout time.Duration) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading providers file: %w", err)
 	}
-	return Parse(path, data)
+	return ParseFor(path, data, roundTimeout)
 }
 
 // Parse validates data as the providers file named filename (used in error messages; relative
 // paths in the file are taken from filename's directory). On failure the error is Errors, every
 // problem of the file sorted by position.
-func Parse(filename string, data []byte) (*Config, error) {
+func Parse(filename string, data []byte) (*Config, error) { return ParseFor(filename, data, 0) }
+
+// ParseFor is Parse with the round deadline of LoadFor.
+func ParseFor(filename string, data []byte, roundTimeout time.Duration) (*Config, error) {
 	base, err := filepath.Abs(filepath.Dir(filename))
 	if err != nil {
 		// Only when the working directory is gone; the paths stay relative to it.
 		base = filepath.Dir(filename)
 	}
-	d := &decoder{file: filename, baseDir: base}
+	d := &decoder{file: filename, baseDir: base, roundTimeout: roundTimeout}
 	cfg := d.parse(data)
 	if len(d.errs) > 0 {
 		sortErrors(d.errs)
@@ -329,6 +337,12 @@ func (d *decoder) kvm(e entry, path string) (*KVMConfig, bool) {
 	k.TCPTimeout = d.dialBound(m, "tcpTimeout", DefaultKVMTCPTimeout)
 	k.SSHTimeout = d.dialBound(m, "sshTimeout", DefaultKVMSSHTimeout)
 	k.LibvirtTimeout = d.dialBound(m, "libvirtTimeout", DefaultKVMLibvirtTimeout)
+	k.RPCTimeout = d.dialBound(m, "rpcTimeout", DefaultKVMRPCTimeout)
+	if d.roundTimeout > 0 && len(d.errs) == errs && k.HostBound() > d.roundTimeout {
+		d.add(e.key, path, "a host's bounds add up to more than a round's deadline of %v (--provider-check-timeout): %s; "+
+			"a host that runs them out would hold its concurrency slot past the round. Lower the bounds or raise the timeout",
+			d.roundTimeout, k.HostBoundArithmetic())
+	}
 	k.Hosts = d.hosts(m, path, k.Port)
 	return k, len(d.errs) == errs
 }

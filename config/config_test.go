@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 )
@@ -87,7 +88,7 @@ func TestInvalidCategories(t *testing.T) {
 		category, file, want string
 	}{
 		{"unknown field", "invalid-unknown-field.yml",
-			"testdata/invalid-unknown-field.yml:9:7: providers[0].kvm.storage_pool: unknown field (allowed: user, privateKeyFile, passphraseFile, knownHostsFile, insecureSkipHostKeyVerification, port, socket, storagePool, concurrency, tcpTimeout, sshTimeout, libvirtTimeout, hosts)"},
+			"testdata/invalid-unknown-field.yml:9:7: providers[0].kvm.storage_pool: unknown field (allowed: user, privateKeyFile, passphraseFile, knownHostsFile, insecureSkipHostKeyVerification, port, socket, storagePool, concurrency, tcpTimeout, sshTimeout, libvirtTimeout, rpcTimeout, hosts)"},
 		{"wrong type", "invalid-wrong-type.yml",
 			`testdata/invalid-wrong-type.yml:9:13: providers[0].kvm.port: must be an integer, got string "22"`},
 		{"duplicate name", "invalid-duplicate-name.yml",
@@ -188,6 +189,7 @@ func TestExample(t *testing.T) {
 			User: "root", PrivateKeyFile: "/etc/phe/ssh/id_ed25519", KnownHostsFile: "/etc/phe/ssh/known_hosts",
 			Port: DefaultKVMPort, Socket: DefaultLibvirtSocket, StoragePool: "default", Concurrency: DefaultKVMConcurrency,
 			TCPTimeout: DefaultKVMTCPTimeout, SSHTimeout: DefaultKVMSSHTimeout, LibvirtTimeout: DefaultKVMLibvirtTimeout,
+			RPCTimeout: DefaultKVMRPCTimeout,
 			Hosts: []KVMHost{
 				{Address: "198.18.0.11", Name: "hv1"},
 				{Address: "198.18.0.12:2222", Name: "hv2"},
@@ -740,4 +742,46 @@ func names(c *Config) []string {
 		out = append(out, p.Name)
 	}
 	return out
+}
+
+// TestHostBoundMustFitTheRound: a kvm provider whose bounds add up to more than a round's
+// deadline is refused with the block's position and the arithmetic; one that fits, the defaults
+// at the shortest derived round (10s), and a file loaded with checks off (0) are accepted.
+func TestHostBoundMustFitTheRound(t *testing.T) {
+	const file = `providers:
+  - name: kvm-a
+    type: kvm
+    kvm:
+      user: root
+      privateKeyFile: /k
+      insecureSkipHostKeyVerification: true
+      storagePool: default
+      sshTimeout: 4s
+      hosts: [{address: 198.18.0.1}]
+  - name: kvm-b
+    type: kvm
+    kvm:
+      user: root
+      privateKeyFile: /k
+      insecureSkipHostKeyVerification: true
+      storagePool: default
+      hosts: [{address: 198.18.0.2}]
+`
+	_, err := ParseFor("p.yml", []byte(file), 10*time.Second)
+	want := "p.yml:4:5: providers[0].kvm: a host's bounds add up to more than a round's deadline of 10s (--provider-check-timeout): " +
+		"tcpTimeout 2s + 2 × sshTimeout 4s + 2 × libvirtTimeout 1s + 4 calls × rpcTimeout 500ms = 14s; " +
+		"a host that runs them out would hold its concurrency slot past the round. Lower the bounds or raise the timeout"
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v\nwant %s", err, want)
+	}
+	for _, timeout := range []time.Duration{14 * time.Second, 0} {
+		if _, err := ParseFor("p.yml", []byte(file), timeout); err != nil {
+			t.Errorf("round deadline %v: %v, want accepted", timeout, err)
+		}
+	}
+	k := KVMConfig{TCPTimeout: DefaultKVMTCPTimeout, SSHTimeout: DefaultKVMSSHTimeout,
+		LibvirtTimeout: DefaultKVMLibvirtTimeout, RPCTimeout: DefaultKVMRPCTimeout}
+	if b := k.HostBound(); b > 10*time.Second {
+		t.Errorf("the default bounds add up to %v: they must fit the shortest round the flags derive (10s)", b)
+	}
 }

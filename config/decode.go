@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -30,6 +31,9 @@ type decoder struct {
 	baseDir string
 	errs    Errors
 	budget  int
+	// roundTimeout is the deadline of one round of checks (0: not checked), which every kvm
+	// provider's HostBound must fit.
+	roundTimeout time.Duration
 }
 
 // entry is one key of a mapping and its value.

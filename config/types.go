@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
@@ -30,15 +31,22 @@ const (
 	MaxKVMConcurrency = 1024
 )
 
-// The bounds of a kvm dial's stages (tcpTimeout, sshTimeout, libvirtTimeout) when the block
-// sets none, and the range a block may set.
+// The bounds of a kvm check (tcpTimeout, sshTimeout, libvirtTimeout, rpcTimeout) when the block
+// sets none, and the range a block may set. The defaults add up to 10s per host (see
+// KVMConfig.HostBound), so that they fit the shortest round the flags derive by default
+// (min(15s, interval) with an interval of at least 10s).
 const (
 	DefaultKVMTCPTimeout     = 2 * time.Second
-	DefaultKVMSSHTimeout     = 4 * time.Second
-	DefaultKVMLibvirtTimeout = 3 * time.Second
+	DefaultKVMSSHTimeout     = 2 * time.Second
+	DefaultKVMLibvirtTimeout = time.Second
+	DefaultKVMRPCTimeout     = 500 * time.Millisecond
 	MinKVMDialBound          = 10 * time.Millisecond
 	MaxKVMDialBound          = time.Minute
 )
+
+// KVMCallsPerCheck is how many libvirt calls one check of a host makes, each bounded by
+// rpcTimeout.
+const KVMCallsPerCheck = 4
 
 // Config is the providers file (--config.file), validated and with every default applied.
 type Config struct {
@@ -111,13 +119,29 @@ type KVMConfig struct {
 	// Concurrency bounds how many hosts of this provider are checked at once (default 32).
 	Concurrency int `yaml:"concurrency,omitempty"`
 	// TCPTimeout, SSHTimeout and LibvirtTimeout bound the stages of a dial to a host: the TCP
-	// connect; the SSH handshake with host key verification and authentication; opening the
-	// libvirt socket and libvirt's connect (each). Defaults 2s, 4s, 3s.
+	// connect; the SSH handshake with host key verification, and again authentication; opening
+	// the libvirt socket, and again libvirt's connect. RPCTimeout bounds each libvirt call of a
+	// check. Defaults 2s, 2s, 1s, 500ms.
 	TCPTimeout     time.Duration `yaml:"tcpTimeout,omitempty"`
 	SSHTimeout     time.Duration `yaml:"sshTimeout,omitempty"`
 	LibvirtTimeout time.Duration `yaml:"libvirtTimeout,omitempty"`
+	RPCTimeout     time.Duration `yaml:"rpcTimeout,omitempty"`
 	// Hosts are the provider's targets, at least one.
 	Hosts []KVMHost `yaml:"hosts"`
+}
+
+// HostBound is the longest one check of a host can take: every stage of a dial and every call
+// running out its bound (tcp + 2 × ssh + 2 × libvirt + KVMCallsPerCheck × rpc). A host holds
+// one of the provider's concurrency slots at most this long, a retry after a lost connection
+// included.
+func (k *KVMConfig) HostBound() time.Duration {
+	return k.TCPTimeout + 2*k.SSHTimeout + 2*k.LibvirtTimeout + KVMCallsPerCheck*k.RPCTimeout
+}
+
+// HostBoundArithmetic spells out HostBound, for messages.
+func (k *KVMConfig) HostBoundArithmetic() string {
+	return fmt.Sprintf("tcpTimeout %v + 2 × sshTimeout %v + 2 × libvirtTimeout %v + %d calls × rpcTimeout %v = %v",
+		k.TCPTimeout, k.SSHTimeout, k.LibvirtTimeout, KVMCallsPerCheck, k.RPCTimeout, k.HostBound())
 }
 
 // KVMHost is one hypervisor of a kvm provider.

@@ -54,59 +54,61 @@ func silentListener(t *testing.T) (addr string, accepted *atomic.Int64) {
 	return ln.Addr().String(), accepted
 }
 
-// TestStageBoundAndBackoff: a handshake that gets no answer ends at the stage's own bound, long
-// before the caller's deadline; it is that stage's failure (counted by the metric), and the host
-// is then backed off: the next Acquire answers at once with the same failure, without a new TCP
-// connection, until the backoff has passed.
-func TestStageBoundAndBackoff(t *testing.T) {
+// TestStageBoundMarksTheHostUnresponsive: a handshake that gets no answer ends at the stage's
+// own bound, long before the caller's deadline; it is that stage's failure (counted by the
+// metric), and the host reads HostUnresponsive, so that a caller with many hosts takes it last.
+// It is not backed off: the next Acquire dials again (a host that came back must be seen at
+// once) and fails the same way.
+func TestStageBoundMarksTheHostUnresponsive(t *testing.T) {
 	dir := t.TempDir()
 	keyPath, _ := clientKey(t, dir, "")
 	addr, accepted := silentListener(t)
 	p := New(Options{User: "root", PrivateKeyFile: keyPath,
 		KnownHostsFile: writeKnownHosts(t, dir, addr, newSigner(t, "ed25519").PublicKey()),
-		SSHTimeout:     200 * time.Millisecond, RedialBackoff: time.Hour, KeepaliveInterval: time.Hour})
+		SSHTimeout:     200 * time.Millisecond, KeepaliveInterval: time.Hour})
 	defer p.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	start := time.Now()
-	_, _, err := p.Acquire(ctx, addr)
-	if took := time.Since(start); took > 30*time.Second {
-		t.Fatalf("the dial ended after %s: the stage bound did not end it", took)
+	for i := 1; i <= 2; i++ {
+		start := time.Now()
+		_, _, err := p.Acquire(ctx, addr)
+		if took := time.Since(start); took > 30*time.Second {
+			t.Fatalf("dial %d ended after %s: the stage bound did not end it", i, took)
+		}
+		de := stageOf(t, err)
+		if de.Stage != StageSSHHandshake || !de.BoundExpired() || de.Aborted || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("dial %d: got %v (aborted %v), want the ssh handshake's own bound expired", i, err, de.Aborted)
+		}
+		if n := accepted.Load(); n != int64(i) {
+			t.Errorf("after dial %d: %d TCP connections accepted, want %d: every Acquire dials", i, n, i)
+		}
+		if n := p.Stats().Dials["ssh_handshake"]; n != uint64(i) {
+			t.Errorf("after dial %d: ssh_handshake dials counted: %d, want %d", i, n, i)
+		}
+		if st := p.State(addr); st != HostUnresponsive {
+			t.Errorf("state after dial %d: %v, want HostUnresponsive", i, st)
+		}
+		if n := p.Stats().Unresponsive; n != 1 {
+			t.Errorf("after dial %d: %d unresponsive hosts counted, want 1", i, n)
+		}
 	}
-	de := stageOf(t, err)
-	if de.Stage != StageSSHHandshake || !de.BoundExpired() || de.Aborted || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("got %v (aborted %v), want the ssh handshake's own bound expired", err, de.Aborted)
-	}
-	if n := p.Stats().Dials["ssh_handshake"]; n != 1 {
-		t.Errorf("ssh_handshake dials counted: %d, want 1", n)
-	}
-	if st := p.State(addr); st != HostBackingOff {
-		t.Errorf("state after the failure: %v, want HostBackingOff", st)
-	}
-
-	_, _, err = p.Acquire(ctx, addr)
-	var be *BackoffError
-	if !errors.As(err, &be) || be.Last.Stage != StageSSHHandshake || time.Until(be.RetryAt) < 30*time.Minute {
-		t.Fatalf("second acquire: %v, want a BackoffError carrying the handshake failure, retried in about an hour", err)
-	}
-	if n := accepted.Load(); n != 1 {
-		t.Errorf("%d TCP connections accepted, want 1: a backed-off host is not dialled", n)
-	}
-	if n := p.Stats().Dials["ssh_handshake"]; n != 1 {
-		t.Errorf("ssh_handshake dials counted: %d, want still 1 (no dial was made)", n)
+	p.Forget(addr)
+	if n := p.Stats().Unresponsive; n != 0 {
+		t.Errorf("after Forget: %d unresponsive hosts counted, want 0", n)
 	}
 }
 
 // TestRoundDeadlineIsNotTheHostsFault: a dial cut by the caller's deadline before the stage's
-// own bound is Aborted: not counted as the stage's failure, and the host is not backed off.
+// own bound is Aborted: not counted as the stage's failure, and the host is not marked
+// unresponsive.
 func TestRoundDeadlineIsNotTheHostsFault(t *testing.T) {
 	dir := t.TempDir()
 	keyPath, _ := clientKey(t, dir, "")
 	addr, accepted := silentListener(t)
 	p := New(Options{User: "root", PrivateKeyFile: keyPath,
 		KnownHostsFile: writeKnownHosts(t, dir, addr, newSigner(t, "ed25519").PublicKey()),
-		SSHTimeout:     time.Minute, RedialBackoff: time.Hour, KeepaliveInterval: time.Hour})
+		SSHTimeout:     time.Minute, KeepaliveInterval: time.Hour})
 	defer p.Close()
 	for range 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
@@ -117,7 +119,10 @@ func TestRoundDeadlineIsNotTheHostsFault(t *testing.T) {
 		}
 	}
 	if n := accepted.Load(); n != 2 {
-		t.Errorf("%d connections, want 2: a dial cut by the caller does not back the host off", n)
+		t.Errorf("%d connections, want 2", n)
+	}
+	if st := p.State(addr); st != HostIdle {
+		t.Errorf("state after dials cut by the caller: %v, want HostIdle (the host is not to blame)", st)
 	}
 	for result, n := range p.Stats().Dials {
 		if n != 0 {
@@ -423,7 +428,7 @@ func TestAuthenticationHasItsOwnBound(t *testing.T) {
 	slowBoth.SetAuthDelay(1400 * time.Millisecond)
 	slowAuth.SetAuthDelay(bound + time.Second)
 	p := New(Options{User: kvmstandin.User, PrivateKeyFile: f.ClientKeyPath, KnownHostsFile: f.KnownHostsPath,
-		Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour, SSHTimeout: bound, RedialBackoff: time.Hour})
+		Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour, SSHTimeout: bound})
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -29,6 +29,9 @@ type Stats struct {
 	AbandonedProbes int
 	// InUse is the number of Acquires not yet released.
 	InUse int
+	// Unresponsive is the number of hosts whose last dial ran out its bound or whose last
+	// probe was abandoned.
+	Unresponsive int
 }
 
 // Stats returns the pool's counters.
@@ -39,6 +42,7 @@ func (p *Pool) Stats() Stats {
 		Dials:           p.local.dialCounts(),
 		AbandonedProbes: int(p.local.abandoned.Load()),
 		InUse:           int(p.local.inUse.Load()),
+		Unresponsive:    int(p.local.unresponsive.Load()),
 	}
 	return s
 }

@@ -14,6 +14,9 @@ import (
 // one name share another set, which the metrics read.
 type counters struct {
 	links, abandoned, inUse atomic.Int64
+	// unresponsive counts hosts whose last dial ran out a stage's bound or whose last probe
+	// was abandoned.
+	unresponsive atomic.Int64
 	handshakes              atomic.Uint64
 	dials                   map[string]*atomic.Uint64 // fixed keys: "ok" and every Stage
 }
@@ -103,6 +106,8 @@ var (
 		"Connection attempts to KVM hosts by result: ok, or the stage that failed.", []string{"provider", "result"}, nil)
 	abandonedDesc = prometheus.NewDesc(prometheus.BuildFQName(metricprefix.Namespace, "kvm_pool", "abandoned_probes"),
 		"Probes abandoned at their deadline whose RPCs have not returned yet (at most one per host).", []string{"provider"}, nil)
+	unresponsiveDesc = prometheus.NewDesc(prometheus.BuildFQName(metricprefix.Namespace, "kvm_pool", "unresponsive_hosts"),
+		"KVM hosts whose last dial ran out a stage's bound or whose last probe was abandoned: each round checks them after the others.", []string{"provider"}, nil)
 )
 
 // collector reads the metrics of every open pool of the process.
@@ -118,6 +123,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- connectionsDesc
 	ch <- dialsDesc
 	ch <- abandonedDesc
+	ch <- unresponsiveDesc
 }
 
 func (collector) Collect(ch chan<- prometheus.Metric) {
@@ -126,6 +132,7 @@ func (collector) Collect(ch chan<- prometheus.Metric) {
 	for name, ps := range shared.byName {
 		ch <- prometheus.MustNewConstMetric(connectionsDesc, prometheus.GaugeValue, float64(ps.links.Load()), name)
 		ch <- prometheus.MustNewConstMetric(abandonedDesc, prometheus.GaugeValue, float64(ps.abandoned.Load()), name)
+		ch <- prometheus.MustNewConstMetric(unresponsiveDesc, prometheus.GaugeValue, float64(ps.unresponsive.Load()), name)
 		for result, n := range ps.dials {
 			ch <- prometheus.MustNewConstMetric(dialsDesc, prometheus.CounterValue, float64(n.Load()), name, result)
 		}

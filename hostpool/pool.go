@@ -10,8 +10,10 @@
 //   - A dial is bounded at each stage (TCP connect, SSH handshake and authentication, libvirt
 //     socket, libvirt connect) by the stage's own bound and by the caller's context; each
 //     failure is a *DialError carrying its Stage, whether the caller cut it short (Aborted), and
-//     its cause. A host whose stage ran out its bound is backed off (BackoffError), so that a
-//     dead host costs its callers one bound now and then, not at every call.
+//     its cause. Every Acquire without a live connection dials: a host that comes back is seen
+//     by the next caller. A host whose last dial ran out a stage's bound, or whose last probe
+//     was abandoned, reads HostUnresponsive in State, so that callers with many hosts can take
+//     it last.
 //   - Probe runs a short sequence of RPCs; when the context ends first the caller gets a timeout
 //     at once and the RPCs are abandoned, never the connection. At most one probe per host is
 //     outstanding: while an abandoned probe has not returned, the next probe of that host
@@ -49,11 +51,6 @@ const (
 	DefaultTCPTimeout     = 2 * time.Second
 	DefaultSSHTimeout     = 4 * time.Second
 	DefaultLibvirtTimeout = 3 * time.Second
-	// DefaultRedialBackoff is how long a host whose dial ran out its stage's bound is left alone
-	// before the next dial; it doubles with every such failure in a row, up to
-	// DefaultMaxRedialBackoff.
-	DefaultRedialBackoff    = 10 * time.Second
-	DefaultMaxRedialBackoff = 5 * time.Minute
 )
 
 var (
@@ -121,13 +118,6 @@ type Options struct {
 	TCPTimeout     time.Duration
 	SSHTimeout     time.Duration
 	LibvirtTimeout time.Duration
-	// RedialBackoff: after a dial whose stage ran out its own bound (a host that drops packets
-	// or never answers), Acquire returns that failure again at once, without dialing, until
-	// the backoff has passed (a *BackoffError). It doubles with every such failure in a row, up
-	// to MaxRedialBackoff. A dial that got an answer (refused, a host key problem) is not
-	// backed off: it cost no more than a round trip.
-	RedialBackoff    time.Duration
-	MaxRedialBackoff time.Duration
 	// Logger receives the pool's logs (default: discarded).
 	Logger *slog.Logger
 	// Registerer, when set, gets the collector of every pool's metrics (Collector). Registering
@@ -169,17 +159,13 @@ type host struct {
 
 	link *link
 	conn *Conn
-	// The backoff after dials that ran out their bound: the last such failure, how many in a
-	// row, and when the next dial may be made. Guarded by slot.
-	lastFail *DialError
-	fails    int
-	retryAt  time.Time
+	// live mirrors conn for State, which does not take the slot.
+	live atomic.Pointer[Conn]
 	// abandoned is set while the probe holding probe was abandoned at its deadline.
 	abandoned atomic.Bool
-	// retryAtNanos mirrors retryAt (0 when none) for State, which does not take the slot.
-	retryAtNanos atomic.Int64
-	connected    atomic.Bool
-	failing      atomic.Bool
+	// unresponsive is set when the host's last dial ran out a stage's bound or its last probe
+	// was abandoned, and cleared when a dial or a probe gets its answers in time.
+	unresponsive atomic.Bool
 }
 
 var linkSeq atomic.Uint64
@@ -252,13 +238,6 @@ func New(opts Options) *Pool {
 	if opts.LibvirtTimeout <= 0 {
 		opts.LibvirtTimeout = DefaultLibvirtTimeout
 	}
-	if opts.RedialBackoff <= 0 {
-		opts.RedialBackoff = DefaultRedialBackoff
-	}
-	if opts.MaxRedialBackoff <= 0 {
-		opts.MaxRedialBackoff = DefaultMaxRedialBackoff
-	}
-	opts.MaxRedialBackoff = max(opts.MaxRedialBackoff, opts.RedialBackoff)
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -352,39 +331,23 @@ func (p *Pool) Acquire(ctx context.Context, addr string) (*Conn, func(), error) 
 	}, nil
 }
 
-// BackoffError is Acquire's answer, given at once and without dialing, for a host whose
-// last dial ran out its stage's bound less than the backoff ago. It unwraps to that dial's
-// *DialError.
-type BackoffError struct {
-	Last *DialError
-	// RetryAt is when the next Acquire dials the host again.
-	RetryAt time.Time
-}
-
-func (e *BackoffError) Error() string {
-	return fmt.Sprintf("%v (not dialled again before %s UTC)", e.Last, e.RetryAt.UTC().Format(time.TimeOnly))
-}
-
-func (e *BackoffError) Unwrap() error { return e.Last }
-
 // HostState is what the pool knows of a host without contacting it.
 type HostState int
 
 const (
-	// HostIdle: no connection, and the last dial (if any) did not run out its bound.
+	// HostIdle: no live connection; the next Acquire dials. A link that died and whose death
+	// the pool has not noticed yet reads HostIdle too.
 	HostIdle HostState = iota
 	// HostConnected: the host has a live connection; checking it costs no dial.
 	HostConnected
-	// HostBackingOff: the host's last dial ran out its bound; Acquire answers at once with a
-	// *BackoffError until the backoff has passed.
-	HostBackingOff
-	// HostFailing: like HostBackingOff, but the backoff has passed: the next Acquire dials,
-	// and may cost up to the dial's bounds again.
-	HostFailing
+	// HostUnresponsive: the host's last dial ran out a stage's bound (it drops packets, or
+	// accepts TCP and never speaks), or its last probe was abandoned (a hung libvirtd). The next
+	// Acquire dials, or the next probe runs, as for any host, but may cost its whole bound.
+	HostUnresponsive
 )
 
 // State reports what the pool knows of addr, so that a caller can check the hosts that cost
-// nothing first and the ones that may cost a whole dial bound last.
+// nothing first and the ones that may cost a whole bound last.
 func (p *Pool) State(addr string) HostState {
 	addr = p.normalize(addr)
 	p.mu.Lock()
@@ -393,17 +356,27 @@ func (p *Pool) State(addr string) HostState {
 	switch {
 	case h == nil:
 		return HostIdle
-	case h.failing.Load():
-		if time.Now().UnixNano() < h.retryAtNanos.Load() {
-			return HostBackingOff
-		}
-		return HostFailing
-	case h.connected.Load():
-		// Its last Acquire found or made a connection (which may have died since: then the
-		// next Acquire redials, as for an idle host).
+	case h.unresponsive.Load():
+		return HostUnresponsive
+	}
+	if c := h.live.Load(); c != nil && c.alive() {
 		return HostConnected
 	}
 	return HostIdle
+}
+
+// setUnresponsive records whether the host's last dial or probe ran out its bound, and keeps the
+// provider's count of such hosts.
+func (p *Pool) setUnresponsive(h *host, v bool) {
+	if h.unresponsive.Swap(v) == v {
+		return
+	}
+	d := int64(1)
+	if !v {
+		d = -1
+	}
+	p.local.unresponsive.Add(d)
+	p.stats.unresponsive.Add(d)
 }
 
 // connect returns h's live connection or makes one. The caller holds h.slot.
@@ -411,13 +384,10 @@ func (p *Pool) connect(ctx context.Context, h *host) (*Conn, error) {
 	if h.conn != nil && h.conn.alive() {
 		return h.conn, nil
 	}
-	h.connected.Store(false)
-	if h.lastFail != nil && time.Now().Before(h.retryAt) {
-		return nil, &BackoffError{Last: h.lastFail, RetryAt: h.retryAt}
-	}
 	if h.conn != nil {
 		h.conn.ch.Close() // already ended; this frees the channel
 		h.conn = nil
+		h.live.Store(nil)
 	}
 	if h.link != nil && !h.link.alive() {
 		h.link = nil
@@ -450,38 +420,20 @@ func (p *Pool) connect(ctx context.Context, h *host) (*Conn, error) {
 	}
 	p.countDial(nil)
 	h.conn = c
-	h.lastFail, h.fails, h.retryAt = nil, 0, time.Time{}
-	h.retryAtNanos.Store(0)
-	h.failing.Store(false)
-	h.connected.Store(true)
+	h.live.Store(c)
 	return c, nil
 }
 
-// dialFailed counts a failed dial and, when its stage ran out its own bound, backs the host
-// off. The caller holds h.slot.
+// dialFailed counts a failed dial and records whether its stage ran out its own bound (the
+// host did not answer in time) or the host answered. A dial cut short by the caller says
+// nothing about the host. The caller holds h.slot.
 func (p *Pool) dialFailed(h *host, err error) {
 	p.countDial(err)
 	var de *DialError
 	if !errors.As(err, &de) || de.Aborted {
-		return // cut short: says nothing about the host
-	}
-	if !de.BoundExpired() {
-		// An answer: the host costs a round trip, no more. It is dialled again next time.
-		h.lastFail, h.fails = nil, 0
-		h.retryAtNanos.Store(0)
-		h.failing.Store(false)
 		return
 	}
-	h.fails++
-	backoff := p.opts.RedialBackoff << min(h.fails-1, 30)
-	if backoff <= 0 || backoff > p.opts.MaxRedialBackoff {
-		backoff = p.opts.MaxRedialBackoff
-	}
-	h.lastFail, h.retryAt = de, time.Now().Add(backoff)
-	h.retryAtNanos.Store(h.retryAt.UnixNano())
-	h.failing.Store(true)
-	p.logger.Debug("dial ran out its bound: backing off", "hostpool", p.opts.Name, "addr", h.addr,
-		"failures", h.fails, "retry_at", h.retryAt)
+	p.setUnresponsive(h, de.BoundExpired())
 }
 
 // Forget closes addr's connection and drops the host from the pool: the host was removed from
@@ -497,6 +449,7 @@ func (p *Pool) Forget(addr string) {
 	}
 	delete(p.hosts, addr)
 	p.creds.forget(addr)
+	p.setUnresponsive(h, false)
 	// Counted under mu before Close can start waiting for bg, so the two never race.
 	p.bg.Add(1)
 	defer p.bg.Done()
@@ -648,11 +601,14 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 	}
 	select {
 	case err := <-done:
+		p.setUnresponsive(h, false)
 		return finish(err)
 	case <-ctx.Done():
 		if !state.CompareAndSwap(running, abandoned) {
+			p.setUnresponsive(h, false)
 			return finish(<-done) // fn returned just now: its result stands
 		}
+		p.setUnresponsive(h, true)
 		if testHookAbandoned != nil {
 			testHookAbandoned()
 		}
@@ -687,6 +643,7 @@ func (p *Pool) Close() error {
 	hosts := make([]*host, 0, len(p.hosts))
 	for _, h := range p.hosts {
 		hosts = append(hosts, h)
+		p.setUnresponsive(h, false)
 	}
 	p.mu.Unlock()
 

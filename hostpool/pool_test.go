@@ -452,6 +452,7 @@ func TestMetrics(t *testing.T) {
 	want := map[string]float64{
 		"proxy_operator_kvm_pool_connections":                  1,
 		"proxy_operator_kvm_pool_abandoned_probes":             0,
+		"proxy_operator_kvm_pool_unresponsive_hosts":           0,
 		"proxy_operator_kvm_pool_dials_total{libvirt_socket}":  1,
 		"proxy_operator_kvm_pool_dials_total{tcp}":             1,
 		"proxy_operator_kvm_pool_dials_total{ok}":              0,

@@ -5,9 +5,11 @@
 package kvm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -36,8 +38,6 @@ type tuning struct {
 	KeepaliveInterval time.Duration
 	KeepaliveTimeout  time.Duration
 	DisconnectTimeout time.Duration
-	RedialBackoff     time.Duration
-	MaxRedialBackoff  time.Duration
 }
 
 // Checker checks one kvm provider. It owns the provider's connection pool: Close closes it.
@@ -46,6 +46,8 @@ type Checker struct {
 	storagePool string
 	concurrency int
 	hosts       []config.KVMHost
+	rpcTimeout  time.Duration
+	hostBound   time.Duration
 	addrs       []string // dial address of each host, same order
 	targets     []string
 	pool        *hostpool.Pool
@@ -105,8 +107,6 @@ func newTuned(p config.Provider, logger *slog.Logger, t tuning) (*Checker, error
 		TCPTimeout:                      k.TCPTimeout,
 		SSHTimeout:                      k.SSHTimeout,
 		LibvirtTimeout:                  k.LibvirtTimeout,
-		RedialBackoff:                   t.RedialBackoff,
-		MaxRedialBackoff:                t.MaxRedialBackoff,
 		KeepaliveInterval:               t.KeepaliveInterval,
 		KeepaliveTimeout:                t.KeepaliveTimeout,
 		DisconnectTimeout:               t.DisconnectTimeout,
@@ -168,6 +168,7 @@ func build(p config.Provider, logger *slog.Logger, t tuning) *Checker {
 		storagePool: k.StoragePool,
 		concurrency: concurrency,
 		hosts:       k.Hosts,
+		rpcTimeout:  cmp.Or(k.RPCTimeout, config.DefaultKVMRPCTimeout),
 		provider:    p,
 		tuning:      t,
 		logger:      logger,
@@ -175,6 +176,12 @@ func build(p config.Provider, logger *slog.Logger, t tuning) *Checker {
 	c.provider.KVM = &config.KVMConfig{}
 	*c.provider.KVM = *k
 	c.provider.KVM.Port, c.provider.KVM.Socket = port, socket
+	kk := c.provider.KVM
+	kk.TCPTimeout = cmp.Or(kk.TCPTimeout, config.DefaultKVMTCPTimeout)
+	kk.SSHTimeout = cmp.Or(kk.SSHTimeout, config.DefaultKVMSSHTimeout)
+	kk.LibvirtTimeout = cmp.Or(kk.LibvirtTimeout, config.DefaultKVMLibvirtTimeout)
+	kk.RPCTimeout = c.rpcTimeout
+	c.hostBound = kk.HostBound()
 	for _, h := range k.Hosts {
 		name := h.Name
 		if name == "" {
@@ -237,11 +244,12 @@ func (sp *sharedPool) forgetUnused(addr string) {
 // per host, all by the time ctx ends (plus the time to write them down).
 //
 // Hosts are taken in an order that keeps failing hosts from costing healthy ones their round:
-// first those that cost no dial (a live connection, or a host backing off, which answers at
-// once), then hosts without a connection, and last the hosts whose last dial ran out its
-// bound and is due again. A slot is never held longer than one host's dial bounds plus its
-// RPCs, so a rack of silent hosts delays the others by at most a few bounds per slot, and only
-// in the rounds that redial them.
+// first those with a live connection, then hosts without one, and last the hosts whose last
+// dial ran out a stage's bound or whose last probe was abandoned. Every host is contacted in
+// every round it gets a slot: a host that came back reads Ready at once. A slot is never held
+// longer than the host's bound (config.KVMConfig.HostBound: every dial stage and every call
+// running out its own bound), so a rack of silent hosts or hung daemons delays the others by at
+// most a few bounds per slot.
 func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 	start := time.Now()
 	results := make([]checks.TargetResult, len(c.hosts))
@@ -257,8 +265,8 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 				}
 				i := order[k]
 				if ctx.Err() != nil {
-					results[i] = verdict(c.targets[i], start, checks.ReasonTimeout,
-						"not started: the round's deadline came while waiting for one of the provider's concurrency slots", nil)
+					results[i] = notContacted(c.targets[i], start,
+						"not started: the round's deadline came while waiting for one of the provider's concurrency slots")
 					continue
 				}
 				results[i] = c.checkHost(ctx, i, time.Now())
@@ -273,7 +281,7 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 func (c *Checker) order() []int {
 	rank := func(s hostpool.HostState) int {
 		switch s {
-		case hostpool.HostConnected, hostpool.HostBackingOff:
+		case hostpool.HostConnected:
 			return 0
 		case hostpool.HostIdle:
 			return 1
@@ -308,51 +316,112 @@ type rpcError struct {
 func (e *rpcError) Error() string { return e.rpc + ": " + e.err.Error() }
 func (e *rpcError) Unwrap() error { return e.err }
 
+// callTimeoutError is the cause of a probe cut because one call ran out rpcTimeout.
+type callTimeoutError struct {
+	call  string
+	bound time.Duration
+}
+
+func (e *callTimeoutError) Error() string {
+	return fmt.Sprintf("no reply to %s within rpcTimeout (%v)", e.call, e.bound)
+}
+
+// hostBoundError is the cause of a check cut because the host ran out its whole bound (a dial,
+// a lost connection and a second dial).
+type hostBoundError struct{ bound time.Duration }
+
+func (e *hostBoundError) Error() string {
+	return fmt.Sprintf("the host ran out its bound of %v (every dial stage and call bound added up)", e.bound)
+}
+
 func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.TargetResult {
 	target, addr := c.targets[i], c.addrs[i]
+	// The host holds its slot at most for its own bound, whatever it does: a retry after a lost
+	// connection included. config checks that the bound fits the round.
+	hctx, cancelHost := context.WithTimeoutCause(ctx, c.hostBound, &hostBoundError{c.hostBound})
+	defer cancelHost()
 	var info hostInfo
 	var step atomic.Value
 	// The RPCs run one after the other: issued together they stall on delayed ACKs over the
-	// SSH channel (measured: ~36ms instead of ~0.75ms).
-	probe := func(l *libvirt.Libvirt) error {
-		var in hostInfo
-		var err error
-		step.Store(rpcLibVersion)
-		if in.libVersion, err = l.ConnectGetLibVersion(); err != nil {
-			return &rpcError{rpcLibVersion, err}
+	// SSH channel (measured: ~36ms instead of ~0.75ms). Each has its own bound: call starts it,
+	// and the probe is abandoned (never the connection) when a call runs it out.
+	probe := func(pctx context.Context, cut context.CancelCauseFunc) func(*libvirt.Libvirt) error {
+		var bound *time.Timer
+		call := func(name string) error {
+			if pctx.Err() != nil {
+				// Abandoned: the calls left are not made.
+				return context.Cause(pctx)
+			}
+			step.Store(name)
+			if bound != nil {
+				bound.Stop()
+			}
+			bound = time.AfterFunc(c.rpcTimeout, func() { cut(&callTimeoutError{name, c.rpcTimeout}) })
+			return nil
 		}
-		step.Store(rpcHostname)
-		if in.hostname, err = l.ConnectGetHostname(); err != nil {
-			return &rpcError{rpcHostname, err}
+		return func(l *libvirt.Libvirt) error {
+			defer func() {
+				if bound != nil {
+					bound.Stop()
+				}
+			}()
+			var in hostInfo
+			var err error
+			if err = call(rpcLibVersion); err != nil {
+				return err
+			}
+			if in.libVersion, err = l.ConnectGetLibVersion(); err != nil {
+				return &rpcError{rpcLibVersion, err}
+			}
+			if err = call(rpcHostname); err != nil {
+				return err
+			}
+			if in.hostname, err = l.ConnectGetHostname(); err != nil {
+				return &rpcError{rpcHostname, err}
+			}
+			if err = call(rpcPoolLookup); err != nil {
+				return err
+			}
+			p, err := l.StoragePoolLookupByName(c.storagePool)
+			if err != nil {
+				return &rpcError{rpcPoolLookup, err}
+			}
+			if err = call(rpcPoolGetInfo); err != nil {
+				return err
+			}
+			st, capacity, allocation, available, err := l.StoragePoolGetInfo(p)
+			if err != nil {
+				return &rpcError{rpcPoolGetInfo, err}
+			}
+			in.state, in.capacity, in.allocation, in.available = libvirt.StoragePoolState(st), capacity, allocation, available
+			info = in
+			return nil
 		}
-		step.Store(rpcPoolLookup)
-		p, err := l.StoragePoolLookupByName(c.storagePool)
-		if err != nil {
-			return &rpcError{rpcPoolLookup, err}
-		}
-		step.Store(rpcPoolGetInfo)
-		st, capacity, allocation, available, err := l.StoragePoolGetInfo(p)
-		if err != nil {
-			return &rpcError{rpcPoolGetInfo, err}
-		}
-		in.state, in.capacity, in.allocation, in.available = libvirt.StoragePoolState(st), capacity, allocation, available
-		info = in
-		return nil
 	}
-	err := c.pool.Probe(ctx, addr, probe)
+	run := func() error {
+		pctx, cut := context.WithCancelCause(hctx)
+		defer cut(nil)
+		return c.pool.Probe(pctx, addr, probe(pctx, cut))
+	}
+	err := run()
 	if c.closed.Load() {
 		// Closed during the check (a reload retired this checker while a round was running):
 		// a link this probe made to a host no other checker has must not outlive it.
 		defer c.shared.forgetUnused(addr)
 	}
-	if connectionLost(err) && ctx.Err() == nil {
+	if connectionLost(err) && hctx.Err() == nil {
 		// The link died during the calls (a keepalive closed it, libvirtd exited), or just
-		// before the first one: one more attempt within the same deadline redials and says
+		// before the first one: one more attempt within the host's bound redials and says
 		// which stage fails now.
 		c.logger.Debug("connection lost during the check: retrying once", "target", target, "err", err)
-		err = c.pool.Probe(ctx, addr, probe)
+		err = run()
 	}
 	if err != nil {
+		if errors.Is(err, hostpool.ErrProbeBusy) || errors.Is(err, hostpool.ErrProbeRunning) {
+			// No call was made: the host was not contacted this round.
+			_, msg := classify(err, "")
+			return notContacted(target, start, msg)
+		}
 		s, _ := step.Load().(string)
 		reason, msg := classify(err, s)
 		return verdict(target, start, reason, msg, nil)
@@ -362,9 +431,10 @@ func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.
 
 // connectionLost reports whether a probe failed because the libvirt connection ended under
 // it: during a call (ErrInterrupted), or between the pool's liveness check and the first call,
-// which go-libvirt reports as EINVAL without sending anything.
+// which go-libvirt reports as EINVAL without sending anything, or as EOF when its write meets
+// the closed channel.
 func connectionLost(err error) bool {
-	return errors.Is(err, libvirt.ErrInterrupted) || errors.Is(err, syscall.EINVAL)
+	return errors.Is(err, libvirt.ErrInterrupted) || errors.Is(err, syscall.EINVAL) || errors.Is(err, io.EOF)
 }
 
 // poolVerdict decides on a host that answered every RPC: the decision comes after the calls
@@ -399,6 +469,14 @@ func (c *Checker) poolVerdict(target string, start time.Time, in hostInfo) check
 	return verdict(target, start, reason, fmt.Sprintf("%s; storage pool %s is %s", about, c.storagePool, state), sp)
 }
 
+// notContacted is the Timeout verdict of a host this round did not contact: the runner keeps the
+// time of its last contact as the check time.
+func notContacted(target string, start time.Time, msg string) checks.TargetResult {
+	tr := verdict(target, start, checks.ReasonTimeout, msg, nil)
+	tr.NotContacted = true
+	return tr
+}
+
 func verdict(target string, start time.Time, reason checks.Reason, msg string, sp *checks.StoragePool) checks.TargetResult {
 	now := time.Now()
 	return checks.TargetResult{
@@ -418,7 +496,8 @@ func classify(err error, step string) (checks.Reason, string) {
 	var de *hostpool.DialError
 	var le libvirt.Error
 	var re *rpcError
-	var be *hostpool.BackoffError
+	var cte *callTimeoutError
+	var hbe *hostBoundError
 	switch {
 	case errors.Is(err, hostpool.ErrProbeBusy):
 		return checks.ReasonTimeout, "the previous check of this host was abandoned at its deadline and has still not " +
@@ -426,15 +505,18 @@ func classify(err error, step string) (checks.Reason, string) {
 	case errors.Is(err, hostpool.ErrProbeRunning):
 		return checks.ReasonTimeout, "another check of this host is running (an overlapping round or another user of the " +
 			"pool); this one made no call"
+	case errors.Is(err, hostpool.ErrProbeAbandoned) && errors.As(err, &cte):
+		return checks.ReasonTimeout, cte.Error() + "; the call is left to finish on the shared connection"
+	case errors.Is(err, hostpool.ErrProbeAbandoned) && errors.As(err, &hbe):
+		if step == "" {
+			step = "libvirtd"
+		}
+		return checks.ReasonTimeout, fmt.Sprintf("no reply to %s before %v; the call is left to finish on the shared connection", step, hbe)
 	case errors.Is(err, hostpool.ErrProbeAbandoned):
 		if step == "" {
 			step = "libvirtd"
 		}
 		return checks.ReasonTimeout, fmt.Sprintf("no reply to %s before the deadline; the call is left to finish on the shared connection", step)
-	case errors.As(err, &be):
-		reason, msg := classifyDial(be.Last)
-		// The host is dialled again by the first check after RetryAt, not at RetryAt itself.
-		return reason, fmt.Sprintf("%s; dialled again at the first check after %s UTC", msg, be.RetryAt.UTC().Format(time.TimeOnly))
 	case errors.As(err, &de):
 		return classifyDial(de)
 	case errors.Is(err, hostpool.ErrClosed):
@@ -458,6 +540,8 @@ func classifyDial(de *hostpool.DialError) (checks.Reason, string) {
 	switch {
 	case de.Aborted && errors.Is(de.Err, hostpool.ErrClosed):
 		return checks.ReasonTimeout, "the checker was closed during the dial: " + de.Error()
+	case de.Aborted && errors.As(de.Err, new(*hostBoundError)):
+		return checks.ReasonTimeout, fmt.Sprintf("the host's own bound ran out during a second dial, after the connection was lost, at stage %s: %v", de.Stage, de)
 	case de.Aborted:
 		return checks.ReasonTimeout, fmt.Sprintf("the round's deadline came during the dial, at stage %s: %v", de.Stage, de)
 	case de.BoundExpired() && de.Stage == hostpool.StageLibvirtConnect:

@@ -27,6 +27,9 @@ import (
 // roundTimeout is the deadline of one round in these tests: short, as the machine is shared.
 const roundTimeout = 2 * time.Second
 
+// testRPCTimeout is the bound of each libvirt call in these tests: well inside the round.
+const testRPCTimeout = 700 * time.Millisecond
+
 func provider(name string, f *kvmhost.Fleet, hosts []*kvmhost.Host) config.Provider {
 	k := &config.KVMConfig{
 		User:           f.User,
@@ -40,6 +43,8 @@ func provider(name string, f *kvmhost.Fleet, hosts []*kvmhost.Host) config.Provi
 		TCPTimeout:     time.Second,
 		SSHTimeout:     time.Second,
 		LibvirtTimeout: time.Second,
+		// Each call's bound, too: a hung libvirtd costs this, not the round.
+		RPCTimeout: testRPCTimeout,
 	}
 	for _, h := range hosts {
 		k.Hosts = append(k.Hosts, config.KVMHost{Address: h.Addr, Name: h.Name})
@@ -53,8 +58,6 @@ func newChecker(t *testing.T, p config.Provider) *Checker {
 		KeepaliveInterval: 200 * time.Millisecond,
 		KeepaliveTimeout:  time.Second,
 		DisconnectTimeout: time.Second,
-		// A repaired host is dialled again at the next round.
-		RedialBackoff: time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -224,9 +227,11 @@ func TestKVM(t *testing.T) {
 			}
 		}()
 		r := round(t, c)[h.Name]
-		expect(t, r, checks.ReasonTimeout, "no reply to")
-		if r.Duration < roundTimeout-100*time.Millisecond {
-			t.Errorf("the first round returned after %s, well before its deadline", r.Duration)
+		// Cut by the first call's own bound, not by the round's deadline: the host holds its
+		// slot no longer than that.
+		expect(t, r, checks.ReasonTimeout, "no reply to ConnectGetLibVersion within rpcTimeout (700ms)")
+		if r.Duration < testRPCTimeout || r.Duration >= roundTimeout {
+			t.Errorf("the first round returned after %s, want the call's bound (%v), before the round's deadline (%v)", r.Duration, testRPCTimeout, roundTimeout)
 		}
 		if n := h.TCPConnections(); n != 1 {
 			t.Errorf("%d TCP connections, want 1", n)
@@ -417,9 +422,10 @@ func TestClassify(t *testing.T) {
 		{&hostpool.DialError{Stage: hostpool.StageSSHAuth, Err: context.DeadlineExceeded, Aborted: true}, checks.ReasonTimeout},
 		{&hostpool.DialError{Stage: hostpool.StageLibvirtSocket, Err: context.DeadlineExceeded, Aborted: true}, checks.ReasonTimeout},
 		{&hostpool.DialError{Stage: hostpool.StageSSHAuth, Err: hostpool.ErrClosed, Aborted: true}, checks.ReasonTimeout},
-		// Backing off: the last dial's reason.
-		{&hostpool.BackoffError{Last: &hostpool.DialError{Stage: hostpool.StageTCP, Err: context.DeadlineExceeded},
-			RetryAt: time.Now().Add(time.Minute)}, checks.ReasonTCPUnreachable},
+		// A call that ran out rpcTimeout, and a host that ran out its whole bound.
+		{wrap(errors.Join(hostpool.ErrProbeAbandoned, &callTimeoutError{rpcPoolGetInfo, time.Second})), checks.ReasonTimeout},
+		{wrap(errors.Join(hostpool.ErrProbeAbandoned, &hostBoundError{10 * time.Second})), checks.ReasonTimeout},
+		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: fmt.Errorf("cut short (%w)", &hostBoundError{time.Second}), Aborted: true}, checks.ReasonTimeout},
 		{wrap(hostpool.ErrProbeRunning), checks.ReasonTimeout},
 		{&hostpool.DialError{Stage: hostpool.StageKeyMaterial, Err: os.ErrNotExist}, checks.ReasonKeyMaterialError},
 		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: errors.New("refused")}, checks.ReasonTCPUnreachable},
@@ -446,9 +452,11 @@ func TestClassify(t *testing.T) {
 	if _, msg := classify(&hostpool.DialError{Stage: hostpool.StageSSHAuth, Err: context.DeadlineExceeded, Aborted: true}, ""); !strings.Contains(msg, "at stage ssh_auth") {
 		t.Errorf("a cut dial's message %q does not name the stage it reached", msg)
 	}
-	retry := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	if _, msg := classify(&hostpool.BackoffError{Last: &hostpool.DialError{Stage: hostpool.StageTCP, Err: context.DeadlineExceeded}, RetryAt: retry}, ""); !strings.Contains(msg, "dialled again at the first check after 03:04:05 UTC") {
-		t.Errorf("a backed-off host's message %q does not say when it is dialled next", msg)
+	if _, msg := classify(wrap(errors.Join(hostpool.ErrProbeAbandoned, &callTimeoutError{rpcPoolGetInfo, 1500 * time.Millisecond})), rpcHostname); !strings.Contains(msg, "no reply to StoragePoolGetInfo within rpcTimeout (1.5s)") {
+		t.Errorf("a call cut by its bound reads %q: the message must name the call and its bound", msg)
+	}
+	if _, msg := classify(&hostpool.DialError{Stage: hostpool.StageTCP, Err: fmt.Errorf("cut short (%w)", &hostBoundError{time.Second}), Aborted: true}, ""); !strings.Contains(msg, "the host's own bound") {
+		t.Errorf("a second dial cut by the host's bound reads %q: it must not blame the round's deadline", msg)
 	}
 	if _, msg := classify(wrap(hostpool.ErrProbeRunning), ""); strings.Contains(msg, "hung") {
 		t.Errorf("a probe merely running reads %q: it must not suggest a hung libvirtd", msg)

@@ -32,12 +32,8 @@ func TestFailingHostsDoNotStarveHealthyOnes(t *testing.T) {
 	k.TCPTimeout, k.SSHTimeout, k.LibvirtTimeout = 250*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
 	// Dead and healthy hosts interleaved, as a rack outage leaves them in a real host list.
 	rand.New(rand.NewPCG(12, 12)).Shuffle(len(k.Hosts), func(i, j int) { k.Hosts[i], k.Hosts[j] = k.Hosts[j], k.Hosts[i] })
-	c, err := newTuned(config.Provider{Name: "kvm-partial", Type: checks.TypeKVM, KVM: &k}, nil, tuning{
-		// Short enough that every dead host is due for a redial again in every round here: the
-		// healthy ones must stay Ready even then.
-		RedialBackoff:    time.Second,
-		MaxRedialBackoff: time.Second,
-	})
+	// Every dead host is dialled again in every round: the healthy ones must stay Ready.
+	c, err := newTuned(config.Provider{Name: "kvm-partial", Type: checks.TypeKVM, KVM: &k}, nil, tuning{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +136,7 @@ func TestFailingHostsDoNotStarveHealthyOnesRealHosts(t *testing.T) {
 	}
 	// Interleaved, dead hosts first: the worst order for a first-come scheduler.
 	slices.Reverse(k.Hosts)
-	c, err := newTuned(p, nil, tuning{RedialBackoff: time.Millisecond, MaxRedialBackoff: time.Millisecond})
+	c, err := newTuned(p, nil, tuning{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +198,8 @@ func TestLateHostsReadTimeout(t *testing.T) {
 		}
 	}
 	k := f.KVMConfig()
+	// Bounds far beyond the round, so that only the round's deadline cuts the dials.
+	k.SSHTimeout, k.LibvirtTimeout, k.RPCTimeout = 20*time.Second, 20*time.Second, 20*time.Second
 	c, err := newTuned(config.Provider{Name: "kvm-late", Type: checks.TypeKVM, KVM: &k}, nil, tuning{})
 	if err != nil {
 		t.Fatal(err)
@@ -232,59 +230,43 @@ func TestLateHostsReadTimeout(t *testing.T) {
 	}
 }
 
-// TestBackoffMessageTellsTheNextDial, on the scale stand-in (a host that accepts TCP and never
-// speaks SSH): once the handshake's bound expired, the next rounds read the same reason at once,
-// without a new connection, and the message names when the backoff ends: the first failure's
-// time plus the backoff, not earlier, not later. The first round after that dials again.
-func TestBackoffMessageTellsTheNextDial(t *testing.T) {
-	f := kvmstandin.Start(t, kvmstandin.Counts{Silent: 1})
-	h := f.Hosts[0]
+// TestSilentHostIsDialledEveryRound, on the scale stand-in (a host that accepts TCP and never
+// speaks SSH): every round dials it again (a host that came back must read Ready at the next
+// round), each time its handshake's bound expires, and the pool marks it unresponsive so that
+// the next round takes it after the healthy host.
+func TestSilentHostIsDialledEveryRound(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Silent: 1, Healthy: 1})
+	silent, healthy := f.Hosts[0], f.Hosts[1]
+	if silent.Mode != kvmstandin.Silent {
+		silent, healthy = healthy, silent
+	}
 	k := f.KVMConfig()
 	k.SSHTimeout = 200 * time.Millisecond
-	const backoff = 3 * time.Second
-	c, err := newTuned(config.Provider{Name: "kvm-backoff", Type: checks.TypeKVM, KVM: &k}, nil, tuning{
-		RedialBackoff: backoff, MaxRedialBackoff: time.Hour})
+	c, err := newTuned(config.Provider{Name: "kvm-silent", Type: checks.TypeKVM, KVM: &k}, nil, tuning{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	check := func() checks.TargetResult {
-		t.Helper()
+	for n := 1; n <= 3; n++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		return c.Check(ctx)[0]
+		rs := c.Check(ctx)
+		cancel()
+		var r checks.TargetResult
+		for _, x := range rs {
+			if x.Target == silent.Name {
+				r = x
+			}
+		}
+		if r.Reason != checks.ReasonSSHHandshakeFailed || r.NotContacted || silent.Accepted() != int64(n) {
+			t.Errorf("round %d: %s (%q, not contacted %v), %d connections; want SSHHandshakeFailed after a new connection (%d)",
+				n, r.Reason, r.Message, r.NotContacted, silent.Accepted(), n)
+		}
+		if st := c.pool.State(silent.Addr); st != hostpool.HostUnresponsive {
+			t.Errorf("round %d: the silent host's state is %v, want HostUnresponsive", n, st)
+		}
 	}
-	before := time.Now()
-	r := check()
-	after := time.Now()
-	if r.Reason != checks.ReasonSSHHandshakeFailed || h.Accepted() != 1 {
-		t.Fatalf("first round: %s (%q), %d connections; want SSHHandshakeFailed after 1", r.Reason, r.Message, h.Accepted())
-	}
-	r = check()
-	if r.Reason != checks.ReasonSSHHandshakeFailed || h.Accepted() != 1 {
-		t.Fatalf("second round: %s (%q), %d connections; want SSHHandshakeFailed again without a new connection", r.Reason, r.Message, h.Accepted())
-	}
-	_, at, ok := strings.Cut(r.Message, "dialled again at the first check after ")
-	if !ok {
-		t.Fatalf("second round's message %q does not say when the host is dialled next", r.Message)
-	}
-	retry, err := time.Parse(time.TimeOnly+" MST", at)
-	if err != nil {
-		t.Fatalf("the next dial's time in %q: %v", r.Message, err)
-	}
-	// The failure came during the first round: the backoff ends between its start and its
-	// end plus the backoff (the message shows whole seconds).
-	earliest, latest := before.Add(backoff).UTC().Truncate(time.Second), after.Add(backoff).UTC()
-	announced := time.Date(earliest.Year(), earliest.Month(), earliest.Day(), retry.Hour(), retry.Minute(), retry.Second(), 0, time.UTC)
-	if announced.Before(earliest.Add(-12 * time.Hour)) {
-		announced = announced.AddDate(0, 0, 1) // past midnight
-	}
-	if announced.Before(earliest) || announced.After(latest) {
-		t.Errorf("next dial announced at %s, want between %s and %s (the failure plus the %v backoff)",
-			at, earliest.Format(time.TimeOnly), latest.Format(time.TimeOnly), backoff)
-	}
-	time.Sleep(time.Until(latest.Add(100 * time.Millisecond)))
-	if r := check(); r.Reason != checks.ReasonSSHHandshakeFailed || h.Accepted() != 2 {
-		t.Errorf("round after the backoff: %s (%q), %d connections; want a new dial (2)", r.Reason, r.Message, h.Accepted())
+	order := c.order()
+	if c.targets[order[0]] != healthy.Name {
+		t.Errorf("order after the rounds: %v first, want the healthy host before the unresponsive one", c.targets[order[0]])
 	}
 }

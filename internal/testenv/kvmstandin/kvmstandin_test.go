@@ -24,7 +24,7 @@ func TestStandIn(t *testing.T) {
 	newPool := func() *hostpool.Pool {
 		p := hostpool.New(hostpool.Options{Name: "standin-test", User: kvmstandin.User, PrivateKeyFile: f.ClientKeyPath,
 			KnownHostsFile: f.KnownHostsPath, Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour,
-			TCPTimeout: 300 * time.Millisecond, SSHTimeout: 300 * time.Millisecond, LibvirtTimeout: time.Second, RedialBackoff: time.Millisecond})
+			TCPTimeout: 300 * time.Millisecond, SSHTimeout: 300 * time.Millisecond, LibvirtTimeout: time.Second})
 		t.Cleanup(func() { p.Close() })
 		return p
 	}
