@@ -28,13 +28,18 @@ const (
 	StageKeyMaterial Stage = "key_material"
 	// StageTCP: the TCP connection to the host's SSH port failed.
 	StageTCP Stage = "tcp"
-	// StageSSHHandshake: TCP connected, but the SSH protocol handshake failed.
+	// StageSSHHandshake: TCP connected, but the SSH protocol handshake failed before the host
+	// key was accepted.
 	StageSSHHandshake Stage = "ssh_handshake"
-	// StageHostKey: the host's key is not in known_hosts (unknown) or differs from it (mismatch).
+	// StageHostKey: the host's key is not in known_hosts (unknown) or differs from it
+	// (mismatch), or the host offers none of the key types known_hosts holds for it (a mismatch
+	// too, found in the algorithm negotiation).
 	StageHostKey Stage = "host_key"
-	// StageSSHAuth: the host refused the client's key for the user.
+	// StageSSHAuth: anything after the host key was accepted: the host refused the client's key
+	// for the user, offers no method the client has (publickey turned off), or did not finish.
 	StageSSHAuth Stage = "ssh_auth"
-	// StageLibvirtSocket: SSH works, but the channel to the libvirt socket was refused.
+	// StageLibvirtSocket: SSH works, but the channel to the libvirt socket was refused (a channel
+	// that failed because the link was dead is redialled, never this stage).
 	StageLibvirtSocket Stage = "libvirt_socket"
 	// StageLibvirtConnect: the channel opened, but libvirt's connection handshake failed.
 	StageLibvirtConnect Stage = "libvirt_connect"
@@ -229,10 +234,10 @@ func (s *stage) fail(addr string, err error) *DialError {
 	return de
 }
 
-// dialLink opens an SSH connection to addr: TCP (bounded by TCPTimeout), then handshake with
-// host key verification (bounded by SSHTimeout), then authentication (bounded by SSHTimeout
-// again, from its start), each also bounded by ctx (x/crypto's own timeout covers only the TCP
-// connect).
+// dialLink opens an SSH connection to addr: TCP (bounded by TCPTimeout), then the handshake up
+// to the host key's acceptance (bounded by SSHTimeout), then the rest, authentication (bounded by
+// SSHTimeout again, from the moment the host key callback accepted the key), each also bounded
+// by ctx (x/crypto's own timeout covers only the TCP connect).
 func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
 	signer, err := p.signer()
 	if err != nil {
@@ -243,66 +248,47 @@ func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
 		return nil, &DialError{Stage: StageKeyMaterial, Addr: addr, Err: err}
 	}
 
-	// The phase the handshake reached tells its failures apart without parsing messages: a
-	// failure after the host key callback rejected the key is the host key's, a failure once
-	// authentication started is authentication's.
-	var hostKeyErr atomic.Pointer[error]
-	var authStarted atomic.Bool
-	// st is the stage in progress and stop disarms the closing of tcp when st ends. Both are
-	// replaced when authentication starts, in the goroutine running ssh.NewClientConn (x/crypto
-	// calls the auth callbacks there), and read there after it returned.
-	var st *stage
-	var stop func() bool
-	var tcp net.Conn
-	cfg := &ssh.ClientConfig{
-		User: p.opts.User,
-		Auth: []ssh.AuthMethod{ssh.PublicKeysCallback(func() ([]ssh.Signer, error) {
-			if !authStarted.Load() && stop() {
-				// The handshake and the host key are done: authentication gets a bound of
-				// its own, so that a slow handshake never gets authentication blamed. (When
-				// the handshake's bound already ended it, the failure stays the handshake's.)
-				authStarted.Store(true)
-				st.cancel()
-				st = newStage(ctx, StageSSHAuth, p.opts.SSHTimeout)
-				stop = context.AfterFunc(st.ctx, func() { tcp.Close() })
-			}
-			return []ssh.Signer{signer}, nil
-		})},
-		HostKeyCallback: func(hostname string, remote net.Addr, key ssh.PublicKey) error {
-			err := cb(hostname, remote, key)
-			if err != nil {
-				hostKeyErr.Store(&err)
-			}
-			return err
-		},
-		ClientVersion: "SSH-2.0-provider-health-exporter",
-	}
-
-	st = newStage(ctx, StageTCP, p.opts.TCPTimeout)
+	st := newStage(ctx, StageTCP, p.opts.TCPTimeout)
 	var d net.Dialer
-	tcp, err = d.DialContext(st.ctx, "tcp", addr)
+	tcp, err := d.DialContext(st.ctx, "tcp", addr)
 	st.cancel()
 	if err != nil {
 		return nil, st.fail(addr, err)
+	}
+	hs := &handshake{ctx: ctx, tcp: tcp, authBound: p.opts.SSHTimeout}
+	cfg := &ssh.ClientConfig{
+		User: p.opts.User,
+		Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: func(hostname string, remote net.Addr, key ssh.PublicKey) error {
+			err := cb(hostname, remote, key)
+			hs.hostKeyChecked(err)
+			return err
+		},
+		ClientVersion: "SSH-2.0-provider-health-exporter",
 	}
 	if !p.opts.InsecureSkipHostKeyVerification {
 		// After the connect, with the address it reached: no lookup outside ctx.
 		cfg.HostKeyAlgorithms = p.algorithms(cb, addr, tcp.RemoteAddr())
 	}
-	st = newStage(ctx, StageSSHHandshake, p.opts.SSHTimeout)
-	defer func() { st.cancel() }()
-	// The handshake has no context of its own: closing the connection is what ends it.
-	stop = context.AfterFunc(st.ctx, func() { tcp.Close() })
+	hs.start(newStage(ctx, StageSSHHandshake, p.opts.SSHTimeout))
 	conn, chans, reqs, err := ssh.NewClientConn(tcp, addr, cfg)
-	if !stop() && err == nil {
+	st, hostKeyErr, cut := hs.end()
+	defer st.cancel()
+	if cut && err == nil {
 		// ctx ended just as the handshake completed: the connection is already closed.
 		conn.Close()
 		err = st.ctx.Err()
 	}
 	if err != nil {
 		tcp.Close()
-		if hk := hostKeyErr.Load(); hk != nil {
-			st.name, err = StageHostKey, *hk
+		var ane *ssh.AlgorithmNegotiationError
+		switch {
+		case hostKeyErr != nil:
+			st.name, err = StageHostKey, hostKeyErr
+		case st.name == StageSSHHandshake && cfg.HostKeyAlgorithms != nil && errors.As(err, &ane) && ane.What == "host key":
+			// The host offers none of the key types known_hosts holds for it: it cannot prove
+			// it is the host known_hosts knows, as surely as a key that differs.
+			st.name, err = StageHostKey, &hostKeyTypesError{offered: ane.RequestedAlgorithms, known: cfg.HostKeyAlgorithms, err: err}
 		}
 		return nil, st.fail(addr, err)
 	}
@@ -315,6 +301,75 @@ func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
 	}
 	return l, nil
 }
+
+// handshake is the stage in progress while ssh.NewClientConn runs: StageSSHHandshake until the
+// host key callback accepts the key, then StageSSHAuth with a bound of its own, so that a slow
+// handshake is never blamed on authentication nor a slow or refusing authentication (a user or
+// name lookup, publickey turned off) on the handshake. x/crypto calls the host key callback on
+// its key exchange goroutine, hence the lock.
+type handshake struct {
+	ctx       context.Context
+	tcp       net.Conn
+	authBound time.Duration
+
+	mu   sync.Mutex
+	st   *stage
+	stop func() bool // disarms the closing of tcp when st ends
+	// hostKeyErr is the host key callback's refusal, which is the host key's failure.
+	hostKeyErr error
+	over       bool // NewClientConn returned: later key exchanges (rekeys) change nothing
+}
+
+// start arms st: the handshake has no context of its own, closing the connection ends it.
+func (h *handshake) start(st *stage) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.st = st
+	h.stop = context.AfterFunc(st.ctx, func() { h.tcp.Close() })
+}
+
+// hostKeyChecked is called with the host key callback's verdict.
+func (h *handshake) hostKeyChecked(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.over || h.st.name != StageSSHHandshake {
+		return
+	}
+	if err != nil {
+		h.hostKeyErr = err
+		return
+	}
+	if !h.stop() {
+		// The handshake's bound (or ctx) ended it just now: the failure stays the handshake's.
+		return
+	}
+	h.st.cancel()
+	h.st = newStage(h.ctx, StageSSHAuth, h.authBound)
+	h.stop = context.AfterFunc(h.st.ctx, func() { h.tcp.Close() })
+}
+
+// end is called once NewClientConn returned: the stage it ended in, the host key callback's
+// refusal, and whether the stage's end closed the connection.
+func (h *handshake) end() (st *stage, hostKeyErr error, cut bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.over = true
+	return h.st, h.hostKeyErr, !h.stop()
+}
+
+// hostKeyTypesError is a handshake that failed because the host offers none of the host key
+// types known_hosts holds for it. It unwraps to the *ssh.AlgorithmNegotiationError.
+type hostKeyTypesError struct {
+	offered, known []string
+	err            error
+}
+
+func (e *hostKeyTypesError) Error() string {
+	return fmt.Sprintf("the host offers host key types %s, known_hosts holds only %s for it",
+		strings.Join(e.offered, ", "), strings.Join(e.known, ", "))
+}
+
+func (e *hostKeyTypesError) Unwrap() error { return e.err }
 
 // openLibvirt opens a direct-streamlocal channel to the libvirt socket over l and connects
 // libvirt's RPC protocol over it, each bounded by LibvirtTimeout and by ctx. A failure closes

@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -49,8 +50,8 @@ const (
 	// The bounds of the dial's stages. A healthy host answers each in milliseconds; a host
 	// that drops packets, or accepts TCP and never speaks SSH, costs at most this long.
 	DefaultTCPTimeout     = 2 * time.Second
-	DefaultSSHTimeout     = 4 * time.Second
-	DefaultLibvirtTimeout = 3 * time.Second
+	DefaultSSHTimeout     = 2 * time.Second
+	DefaultLibvirtTimeout = time.Second
 )
 
 var (
@@ -111,8 +112,8 @@ type Options struct {
 	// DisconnectTimeout bounds the polite libvirt disconnect at Close, and how long Close waits
 	// for abandoned probes to return once the links are closed.
 	DisconnectTimeout time.Duration
-	// TCPTimeout bounds the TCP connect of a dial; SSHTimeout the SSH handshake with host key
-	// verification and authentication together; LibvirtTimeout each of opening the channel to
+	// TCPTimeout bounds the TCP connect of a dial; SSHTimeout the SSH handshake up to the host
+	// key's acceptance, and again authentication from then on; LibvirtTimeout each of opening the channel to
 	// the libvirt socket and libvirt's connect handshake. A dial also ends with the caller's
 	// context; a stage cut by it reports Aborted, never the stage's failure.
 	TCPTimeout     time.Duration
@@ -398,22 +399,36 @@ func (p *Pool) connect(ctx context.Context, h *host) (*Conn, error) {
 	stopClose := context.AfterFunc(p.closeCtx, func() { cancel(ErrClosed) })
 	defer stopClose()
 
-	if h.link == nil {
-		l, err := p.dialLink(dctx, h.addr)
-		if err != nil {
-			p.dialFailed(h, err)
-			p.logger.Debug("dial failed", "hostpool", p.opts.Name, "addr", h.addr, "err", err)
-			return nil, err
+	var c *Conn
+	for redialled := false; ; redialled = true {
+		if h.link == nil {
+			l, err := p.dialLink(dctx, h.addr)
+			if err != nil {
+				p.dialFailed(h, err)
+				p.logger.Debug("dial failed", "hostpool", p.opts.Name, "addr", h.addr, "err", err)
+				return nil, err
+			}
+			if !p.adopt(l) {
+				l.client.Close()
+				return nil, ErrClosed
+			}
+			h.link = l
 		}
-		if !p.adopt(l) {
-			l.client.Close()
-			return nil, ErrClosed
+		var err error
+		c, err = p.openLibvirt(dctx, h.link)
+		if err == nil {
+			break
 		}
-		h.link = l
-	}
-	c, err := p.openLibvirt(dctx, h.link)
-	if err != nil {
-		// The SSH link stays: it is healthy, and the next attempt needs no new handshake.
+		if !redialled && dctx.Err() == nil && linkEnded(h.link, err) {
+			// The link died under the libvirt channel (the keepalive had not noticed yet): libvirt is
+			// not to blame. A new link says which stage fails now, if any.
+			p.logger.Debug("ssh link found dead when opening the libvirt channel: redialling", "hostpool", p.opts.Name,
+				"addr", h.addr, "link", h.link.id, "err", err)
+			h.link.client.Close()
+			h.link = nil
+			continue
+		}
+		// The SSH link stays when it is alive: the next attempt needs no new handshake.
 		p.dialFailed(h, err)
 		p.logger.Debug("libvirt connect failed", "hostpool", p.opts.Name, "addr", h.addr, "err", err)
 		return nil, err
@@ -422,6 +437,18 @@ func (p *Pool) connect(ctx context.Context, h *host) (*Conn, error) {
 	h.conn = c
 	h.live.Store(c)
 	return c, nil
+}
+
+// linkEnded reports whether openLibvirt failed because l has ended rather than because of
+// libvirt: x/crypto answers a channel open on a connection that has ended, or that ends before
+// the host replied, with io.EOF (a refusal by the host is an *ssh.OpenChannelError), and the
+// watcher closes l.done once the connection's end is known.
+func linkEnded(l *link, err error) bool {
+	var de *DialError
+	if errors.As(err, &de) && de.Stage == StageLibvirtSocket && errors.Is(err, io.EOF) {
+		return true
+	}
+	return !l.alive()
 }
 
 // dialFailed counts a failed dial and records whether its stage ran out its own bound (the

@@ -193,30 +193,34 @@ func (h *Host) iptables(ctx context.Context, op string) error {
 // The listener keeps running.
 func (h *Host) KillSSHConnections() {
 	h.tb.Helper()
-	h.do(func(context.Context) error {
-		procs, err := procsInPIDNamespace(h.pidNS)
-		if err != nil {
-			return err
+	h.do(func(context.Context) error { return h.killSSHConnections() })
+}
+
+// killSSHConnections kills the per-connection sshd processes and waits until they are gone. The
+// caller holds h.mu.
+func (h *Host) killSSHConnections() error {
+	procs, err := procsInPIDNamespace(h.pidNS)
+	if err != nil {
+		return err
+	}
+	var killed []int
+	for _, p := range procs {
+		// PID 1 is the namespace holder; everything else there was forked by sshd.
+		if p.pid == h.nsInit {
+			continue
 		}
-		var killed []int
-		for _, p := range procs {
-			// PID 1 is the namespace holder; everything else there was forked by sshd.
-			if p.pid == h.nsInit {
-				continue
-			}
-			if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-				return fmt.Errorf("kill sshd connection process %d: %w", p.pid, err)
-			}
-			killed = append(killed, p.pid)
+		if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("kill sshd connection process %d: %w", p.pid, err)
 		}
-		// Sockets are closed by the time a process is a zombie.
-		for _, pid := range killed {
-			if err := waitExited(pid, stopGrace); err != nil {
-				return fmt.Errorf("kill sshd connection: %w", err)
-			}
+		killed = append(killed, p.pid)
+	}
+	// Sockets are closed by the time a process is a zombie.
+	for _, pid := range killed {
+		if err := waitExited(pid, stopGrace); err != nil {
+			return fmt.Errorf("kill sshd connection: %w", err)
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // TCPConnections counts the established TCP connections to the host's port 22, as the host sees

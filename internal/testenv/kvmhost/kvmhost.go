@@ -140,6 +140,11 @@ type Host struct {
 	sshd        *testenv.Daemon
 	libvirtd    *testenv.Daemon
 	unreachable bool
+	// sshdExtra are directives of ConfigureSSHD, servedKeys the key types of ServeHostKeyTypes
+	// (nil: every type), dns the resolver of DelayUserauth.
+	sshdExtra  []string
+	servedKeys []string
+	dns        *slowDNS
 }
 
 // Option changes how Start sets hosts up.
@@ -499,8 +504,16 @@ log_outputs = "3:stderr"
 
 func (h *Host) sshdConfig(penalties bool) string {
 	var b strings.Builder
+	// sshd keeps the first value it reads of a keyword: the test's own directives come first.
+	for _, d := range h.sshdExtra {
+		b.WriteString(d + "\n")
+	}
 	fmt.Fprintf(&b, "ListenAddress %s\n", h.Addr)
-	for _, kt := range hostKeyTypes {
+	served := hostKeyTypes
+	if h.servedKeys != nil {
+		served = h.servedKeys
+	}
+	for _, kt := range served {
 		fmt.Fprintf(&b, "HostKey %s\n", hostKeyPath(h.Dir, kt))
 	}
 	fmt.Fprintf(&b, "PidFile %s\n", filepath.Join(h.Dir, "sshd.pid"))
@@ -544,13 +557,22 @@ func (h *Host) writeSSHDConfig(ctx context.Context) error {
 	check := func() (string, error) {
 		return run(ctx, "", "nsenter", h.nsenterArgs(true, h.sshdPath, "-t", "-f", path)...)
 	}
+	// A configuration changed by the test (ConfigureSSHD, ServeHostKeyTypes) is always checked:
+	// a directive sshd refuses fails here, not as a dial failure the test would misread.
+	custom := h.sshdExtra != nil || h.servedKeys != nil
 	if sshdKnowsPenalties.Load() == 2 {
-		return write(false)
+		if err := write(false); err != nil || !custom {
+			return err
+		}
+		if _, err := check(); err != nil {
+			return fmt.Errorf("check sshd_config: %w", err)
+		}
+		return nil
 	}
 	if err := write(true); err != nil {
 		return err
 	}
-	if sshdKnowsPenalties.Load() == 1 {
+	if sshdKnowsPenalties.Load() == 1 && !custom {
 		return nil
 	}
 	out, err := check()
@@ -678,6 +700,9 @@ func (h *Host) shutdown(keepVeth bool) {
 		if d != nil {
 			d.Stop(syscall.SIGKILL, stopGrace)
 		}
+	}
+	if h.dns != nil {
+		h.dns.close()
 	}
 	if h.holder != nil {
 		// With its stdin closed the namespace's PID 1 exits, the kernel kills and reaps what is
