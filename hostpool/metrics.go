@@ -17,8 +17,8 @@ type counters struct {
 	// unresponsive counts hosts whose last dial ran out a stage's bound or whose last probe
 	// was abandoned.
 	unresponsive atomic.Int64
-	handshakes              atomic.Uint64
-	dials                   map[string]*atomic.Uint64 // fixed keys: "ok" and every Stage
+	handshakes   atomic.Uint64
+	dials        map[string]*atomic.Uint64 // fixed keys: "ok" and every Stage
 }
 
 func newCounters() *counters {
