@@ -298,6 +298,7 @@ func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
 		addr:   addr,
 		client: ssh.NewClient(conn, chans, reqs),
 		done:   make(chan struct{}),
+		check:  make(chan struct{}, 1),
 	}
 	return l, nil
 }

@@ -177,6 +177,9 @@ type link struct {
 	addr   string
 	client *ssh.Client
 	done   chan struct{} // closed when the SSH connection has ended
+	// check asks the keepalive to test the link now (capacity 1): a probe abandoned on it may
+	// mean the link died silently, which the next scheduled keepalive would notice only later.
+	check chan struct{}
 }
 
 func (l *link) alive() bool {
@@ -529,6 +532,7 @@ func (p *Pool) keepalive(l *link) {
 		case <-l.done:
 			return
 		case <-t.C:
+		case <-l.check:
 		}
 		reply := make(chan error, 1)
 		p.bg.Add(1)
@@ -640,6 +644,12 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 			testHookAbandoned()
 		}
 		h.abandoned.Store(true)
+		// A hung libvirtd or a link that died without a word: a keepalive now tells them apart,
+		// and closes a dead link, which ends the abandoned calls so that the next check redials.
+		select {
+		case c.link.check <- struct{}{}:
+		default:
+		}
 		p.local.abandoned.Add(1)
 		p.stats.abandoned.Add(1)
 		close(counted)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // TestHungHostsDoNotStarveHealthyOnesRealHosts: with concurrency C and more than C hosts whose
@@ -143,4 +144,29 @@ func TestRecoveredHostReadsReadyAtTheNextRound(t *testing.T) {
 		}
 		break
 	}
+}
+
+// TestSilentlyDeadLinkIsNoticedAtTheNextRound: a host that starts dropping every packet leaves
+// its pooled link up but dead, and nothing tells the exporter until a keepalive goes unanswered.
+// The first round's call runs out its bound (Timeout); the abandoned probe makes the pool test
+// the link at once, not at the next scheduled keepalive (an hour away here), so the next round
+// finds the link closed and dials: TCPUnreachable, the stage that really fails, instead of a
+// Timeout behind a call that never returns.
+func TestSilentlyDeadLinkIsNoticedAtTheNextRound(t *testing.T) {
+	f := kvmhost.Start(t, 1)
+	h := f.Hosts[0]
+	c, err := newTuned(provider("kvm-dead-link", f, f.Hosts), nil, tuning{
+		KeepaliveInterval: time.Hour, KeepaliveTimeout: time.Second, DisconnectTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	expectReady(t, h, round(t, c)[h.Name])
+	h.MakeUnreachable()
+	t.Cleanup(h.MakeReachable)
+	expect(t, round(t, c)[h.Name], checks.ReasonTimeout, "within rpcTimeout")
+	testutil.Eventually(t, 10*time.Second, "the pool to close the dead link", func() bool {
+		return viewPool(t, "kvm-dead-link", f.Hosts).Links == 0
+	})
+	expect(t, round(t, c)[h.Name], checks.ReasonTCPUnreachable, "no answer within")
 }
