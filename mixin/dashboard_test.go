@@ -212,8 +212,8 @@ func checkDashboard(t *testing.T, raw []byte, multiCluster bool) {
 	// The panels the issue asks for, by what they show.
 	for _, m := range []string{
 		"proxy_operator_provider_target_up", "proxy_operator_provider_target_reason",
-		"proxy_operator_provider_check_timestamp_seconds", "provider:proxy_operator_provider_targets_ready:sum",
-		"provider:proxy_operator_provider_targets:count", "proxy_operator_provider_check_duration_seconds",
+		"proxy_operator_provider_check_timestamp_seconds", "provider:proxy_operator_provider_target_up:sum",
+		"provider:proxy_operator_provider_target_up:count", "proxy_operator_provider_check_duration_seconds",
 		"proxy_operator_provider_check_timeout_seconds", "proxy_operator_kvm_storage_pool_capacity_bytes",
 		"proxy_operator_kvm_storage_pool_available_bytes", "proxy_operator_provider_check_rounds_total",
 		"proxy_operator_provider_checkers_abandoned_total", "proxy_operator_config_last_reload_successful",
@@ -261,8 +261,8 @@ func TestQueryProblemsCatchesMistakes(t *testing.T) {
 			t.Errorf("queryProblems accepted %q", expr)
 		}
 	}
-	names, problems := queryProblems(`up{job=~"$job"} * on (job) group_left () provider:proxy_operator_provider_targets:count`, known)
-	if len(problems) > 0 || !slices.Equal(names, []string{"up", "provider:proxy_operator_provider_targets:count"}) {
+	names, problems := queryProblems(`up{job=~"$job"} * on (job) group_left () provider:proxy_operator_provider_target_up:count`, known)
+	if len(problems) > 0 || !slices.Equal(names, []string{"up", "provider:proxy_operator_provider_target_up:count"}) {
 		t.Errorf("names %v, problems %v; want both metrics and no problem", names, problems)
 	}
 }

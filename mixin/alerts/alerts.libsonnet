@@ -70,10 +70,10 @@ local promql = import '../lib/promql.libsonnet';
           alert(
             'ProviderHealthProviderDown',
             'providerDown',
-            'max %s (%s) == 0' % [by(['provider']), sel('provider:proxy_operator_provider_targets_ready:sum')],
+            'max %s (%s) == 0' % [by(['provider']), sel('provider:proxy_operator_provider_target_up:sum')],
             c.providerDownFor,
             'Every target of a provider has been down.',
-            'All {{ with query (printf `max by (provider) (provider:proxy_operator_provider_targets:count{'
+            'All {{ with query (printf `max by (provider) (provider:proxy_operator_provider_target_up:count{'
             + matchers(['provider']) + '})` ' + args(['provider'])
             + ') }}{{ . | first | value }}{{ end }} targets of provider {{ $labels.provider }} have been down for more than '
             + c.providerDownFor + '; reasons: {{ range $i, $r := query (printf `count by (reason) (max by (target, reason) (proxy_operator_provider_target_reason{'

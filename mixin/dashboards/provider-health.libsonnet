@@ -72,8 +72,8 @@ function(c)
       'Ready targets per provider',
       'Targets up and targets checked, per provider (recording rules of the mixin).',
       [
-        g.target('max %s (provider:proxy_operator_provider_targets_ready:sum{%s})' % [by(['provider']), fp], '{{provider}} ready'),
-        g.target('max %s (provider:proxy_operator_provider_targets:count{%s})' % [by(['provider']), fp], '{{provider}} total'),
+        g.target('max %s (provider:proxy_operator_provider_target_up:sum{%s})' % [by(['provider']), fp], '{{provider}} ready'),
+        g.target('max %s (provider:proxy_operator_provider_target_up:count{%s})' % [by(['provider']), fp], '{{provider}} total'),
       ],
       min=0,
     ) + { w: 24 },

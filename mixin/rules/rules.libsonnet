@@ -11,11 +11,11 @@ local promql = import '../lib/promql.libsonnet';
         name: 'provider-health-exporter.rules',
         rules: [
           {
-            record: 'provider:proxy_operator_provider_targets_ready:sum',
+            record: 'provider:proxy_operator_provider_target_up:sum',
             expr: 'sum ' + promql.by(c, ['job', 'provider']) + ' (' + perTarget + ')',
           },
           {
-            record: 'provider:proxy_operator_provider_targets:count',
+            record: 'provider:proxy_operator_provider_target_up:count',
             expr: 'count ' + promql.by(c, ['job', 'provider']) + ' (' + perTarget + ')',
           },
         ],
