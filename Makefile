@@ -54,20 +54,23 @@ MIXIN_SOURCES := $(shell find mixin -name '*.jsonnet' -o -name '*.libsonnet')
 JSONNETFMT    := $(GOTOOL) jsonnetfmt -n 2 --max-blank-lines 2 --string-style s --comment-style s
 
 ## mixin: format the mixin's jsonnet sources and regenerate mixin/prometheus_alerts.yaml,
-## mixin/prometheus_rules.yaml and mixin/dashboards_out/ from them (commit the result:
+## mixin/prometheus_rules.yaml, mixin/alertmanager/inhibit_rules.yaml and mixin/dashboards_out/
+## from them (commit the result:
 ## make test fails when they drift).
 mixin:
 	$(JSONNETFMT) -i $(MIXIN_SOURCES)
 	$(GOTOOL) jsonnet-lint -J mixin $(MIXIN_SOURCES)
 	$(GOTOOL) jsonnet -J mixin -S mixin/alerts.jsonnet > mixin/prometheus_alerts.yaml
 	$(GOTOOL) jsonnet -J mixin -S mixin/rules.jsonnet > mixin/prometheus_rules.yaml
+	$(GOTOOL) jsonnet -J mixin -S mixin/inhibit_rules.jsonnet > mixin/alertmanager/inhibit_rules.yaml
 	rm -rf mixin/dashboards_out && mkdir -p mixin/dashboards_out
 	$(GOTOOL) jsonnet -J mixin -m mixin/dashboards_out mixin/dashboards.jsonnet >/dev/null
 
 ## deploy-rules: deploy/prometheusrule.yaml, the mixin's alerts and rules as a PrometheusRule,
-## generated from mixin/ (run it after `make mixin`; make test fails when the file drifts).
+## and deploy/alertmanagerconfig.yaml, its inhibit rules as an AlertmanagerConfig, generated from mixin/ (run it after `make mixin`; make test fails when the file drifts).
 deploy-rules:
 	$(GOTOOL) jsonnet -J mixin -S deploy/prometheusrule.jsonnet > deploy/prometheusrule.yaml
+	$(GOTOOL) jsonnet -J mixin -S deploy/alertmanagerconfig.jsonnet > deploy/alertmanagerconfig.yaml
 
 ## test-deps: install the Debian packages the integration tests need (as root, when missing).
 test-deps:

@@ -1,6 +1,8 @@
-// The provider-health-exporter monitoring mixin: _config, prometheusAlerts, prometheusRules
-// and grafanaDashboards, in the layout of node-mixin and kubernetes-mixin.
+// The provider-health-exporter monitoring mixin: _config, prometheusAlerts, prometheusRules,
+// grafanaDashboards and alertmanagerInhibitRules, in the layout of node-mixin and
+// kubernetes-mixin.
 (import 'config.libsonnet') +
 (import 'alerts/alerts.libsonnet') +
 (import 'rules/rules.libsonnet') +
-(import 'dashboards/dashboards.libsonnet')
+(import 'dashboards/dashboards.libsonnet') +
+(import 'alertmanager/inhibit_rules.libsonnet')

@@ -17,15 +17,17 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
+	"go.yaml.in/yaml/v3"
 )
 
-// TestGeneratedFilesUpToDate: the committed prometheus_alerts.yaml, prometheus_rules.yaml and
-// dashboards_out/ are what the sources render (make mixin regenerates them).
+// TestGeneratedFilesUpToDate: the committed prometheus_alerts.yaml, prometheus_rules.yaml,
+// alertmanager/inhibit_rules.yaml and dashboards_out/ are what the sources render (make mixin regenerates them).
 func TestGeneratedFilesUpToDate(t *testing.T) {
 	t.Parallel()
 	for file, entry := range map[string]string{
-		"prometheus_alerts.yaml": "alerts.jsonnet",
-		"prometheus_rules.yaml":  "rules.jsonnet",
+		"prometheus_alerts.yaml":          "alerts.jsonnet",
+		"prometheus_rules.yaml":           "rules.jsonnet",
+		"alertmanager/inhibit_rules.yaml": "inhibit_rules.jsonnet",
 	} {
 		want := jsonnet(t, entry, "", "-S")
 		got, err := os.ReadFile(file)
@@ -400,6 +402,92 @@ func TestRunbookCoversEveryReason(t *testing.T) {
 	for _, r := range all {
 		if r[1] != "Ready" && !covered[r[1]] {
 			t.Errorf("reason %s (docs/reasons.md) has no row in the ProviderHealthTargetDown runbook's table", r[1])
+		}
+	}
+}
+
+// TestInhibitRulesMatchAlertLabels: every inhibit rule of alertmanager/inhibit_rules.yaml
+// (default _config, and rendered with showMultiCluster) names alerts the mixin has, and its
+// equal labels are labels both alerts really carry: every outermost aggregation of their
+// expressions keeps them. A label that an alert lacks would be "equal" on every alert (both
+// empty), and one provider's outage would mute every provider's targets.
+func TestInhibitRulesMatchAlertLabels(t *testing.T) {
+	t.Parallel()
+	for _, config := range []string{"", "{showMultiCluster: true}"} {
+		var doc struct {
+			InhibitRules []struct {
+				SourceMatchers []string `yaml:"source_matchers"`
+				TargetMatchers []string `yaml:"target_matchers"`
+				Equal          []string `yaml:"equal"`
+			} `yaml:"inhibit_rules"`
+		}
+		if err := yaml.Unmarshal(jsonnet(t, "inhibit_rules.jsonnet", config, "-S"), &doc); err != nil {
+			t.Fatal(err)
+		}
+		if len(doc.InhibitRules) == 0 {
+			t.Fatalf("config %q: no inhibit rules", config)
+		}
+		dir := t.TempDir()
+		alertsFile := filepath.Join(dir, "alerts.yaml")
+		if err := os.WriteFile(alertsFile, jsonnet(t, "alerts.jsonnet", config, "-S"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		groups, errs := parseRules(t, alertsFile)
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		exprs := map[string]string{}
+		for _, g := range groups.Groups {
+			for _, r := range g.Rules {
+				exprs[r.Alert] = r.Expr
+			}
+		}
+		alertname := regexp.MustCompile(`^alertname="([A-Za-z]+)"$`)
+		for _, rule := range doc.InhibitRules {
+			if len(rule.Equal) == 0 || !slices.Contains(rule.Equal, "provider") {
+				t.Errorf("config %q: inhibit rule %+v: equal must hold provider", config, rule)
+			}
+			if config != "" && !slices.Contains(rule.Equal, "cluster") {
+				t.Errorf("config %q: inhibit rule %+v: equal lacks the cluster label", config, rule)
+			}
+			for _, ms := range [][]string{rule.SourceMatchers, rule.TargetMatchers} {
+				if len(ms) != 1 || !alertname.MatchString(ms[0]) {
+					t.Errorf("config %q: matchers %v: want one alertname=\"...\"", config, ms)
+					continue
+				}
+				name := alertname.FindStringSubmatch(ms[0])[1]
+				expr, ok := exprs[name]
+				if !ok {
+					t.Errorf("config %q: inhibit rule matches %s, which the mixin does not have", config, name)
+					continue
+				}
+				e, err := parser.NewParser(parser.Options{}).ParseExpr(expr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				aggs := 0
+				parser.Inspect(e, func(n parser.Node, path []parser.Node) error {
+					a, ok := n.(*parser.AggregateExpr)
+					if !ok {
+						return nil
+					}
+					for _, p := range path {
+						if _, inner := p.(*parser.AggregateExpr); inner {
+							return nil // not outermost
+						}
+					}
+					aggs++
+					for _, l := range rule.Equal {
+						if !slices.Contains(a.Grouping, l) {
+							t.Errorf("config %q: %s does not carry %s, which the inhibit rule's equal needs: %s", config, name, l, a)
+						}
+					}
+					return nil
+				})
+				if aggs == 0 {
+					t.Errorf("config %q: %s has no aggregation: %s", config, name, expr)
+				}
+			}
 		}
 	}
 }

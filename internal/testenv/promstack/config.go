@@ -135,8 +135,9 @@ func prometheusConfig(opts Options, amAddr string) ([]byte, error) {
 }
 
 type amConfig struct {
-	Route     amRoute      `yaml:"route"`
-	Receivers []amReceiver `yaml:"receivers"`
+	Route        amRoute          `yaml:"route"`
+	Receivers    []amReceiver     `yaml:"receivers"`
+	InhibitRules []map[string]any `yaml:"inhibit_rules,omitempty"`
 }
 
 type amRoute struct {
@@ -158,9 +159,10 @@ type webhookConfig struct {
 }
 
 // alertmanagerConfig renders alertmanager.yml: one route, grouped by every label so each alert
-// is notified on its own, to the webhook at webhookURL.
+// is notified on its own, to the webhook at webhookURL, and opts.InhibitRules.
 func alertmanagerConfig(webhookURL string, opts Options) ([]byte, error) {
 	cfg := amConfig{
+		InhibitRules: opts.InhibitRules,
 		Route: amRoute{
 			Receiver:       ReceiverName,
 			GroupBy:        []string{"..."},

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,22 @@ func TestAlertmanagerConfig(t *testing.T) {
 	}
 	if len(cfg.Receivers) != 1 || cfg.Receivers[0].Name != ReceiverName || cfg.Receivers[0].WebhookConfigs[0].URL != "http://127.0.0.1:1234/" || !cfg.Receivers[0].WebhookConfigs[0].SendResolved {
 		t.Errorf("receivers %+v", cfg.Receivers)
+	}
+	if strings.Contains(string(out), "inhibit_rules") {
+		t.Errorf("inhibit_rules written without any:\n%s", out)
+	}
+
+	rule := map[string]any{"source_matchers": []any{`alertname="A"`}, "target_matchers": []any{`alertname="B"`}, "equal": []any{"provider"}}
+	out, err = alertmanagerConfig("http://127.0.0.1:1234", Options{InhibitRules: []map[string]any{rule}}.withDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = amConfig{}
+	if err := yaml.Unmarshal(out, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.InhibitRules) != 1 || !reflect.DeepEqual(cfg.InhibitRules[0], rule) {
+		t.Errorf("inhibit_rules %+v, want [%+v]", cfg.InhibitRules, rule)
 	}
 }
 

@@ -57,6 +57,10 @@ type Options struct {
 	GroupWait      time.Duration
 	GroupInterval  time.Duration
 	RepeatInterval time.Duration
+	// InhibitRules are Alertmanager's inhibit_rules, each as alertmanager.yml writes one
+	// (source_matchers, target_matchers, equal), e.g. decoded from the mixin's
+	// alertmanager/inhibit_rules.yaml.
+	InhibitRules []map[string]any
 	// StartTimeout bounds the wait for both daemons to be ready; it defaults to 30s.
 	StartTimeout time.Duration
 
