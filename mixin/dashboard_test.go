@@ -218,6 +218,9 @@ func checkDashboard(t *testing.T, raw []byte, multiCluster bool) {
 		"proxy_operator_kvm_storage_pool_available_bytes", "proxy_operator_provider_check_rounds_total",
 		"proxy_operator_provider_checkers_abandoned_total", "proxy_operator_config_last_reload_successful",
 		"proxy_operator_kvm_pool_connections", "proxy_operator_crd_writer_writes_total",
+		"provider:proxy_operator_provider_target_up:availability1d", "provider:proxy_operator_provider_target_up:availability7d",
+		"provider:proxy_operator_provider_target_up:availability30d", "provider_target:proxy_operator_provider_target_up:availability1d",
+		"provider_target:proxy_operator_provider_target_up:availability7d", "provider_target:proxy_operator_provider_target_up:availability30d",
 	} {
 		if !seen[m] {
 			t.Errorf("no panel shows %s", m)

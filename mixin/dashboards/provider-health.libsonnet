@@ -13,6 +13,12 @@ function(c)
   local by(labels) = promql.by(c, labels);
   local pt = by(['provider', 'target']);
   local ptp = by(['provider', 'target', 'pool']);
+  // Availability: the error budget left over availabilityBudgetWindow, for the objective.
+  assert std.member(c.availabilityWindows, c.availabilityBudgetWindow) : 'availabilityBudgetWindow %s is not one of availabilityWindows' % c.availabilityBudgetWindow;
+  assert c.availabilityObjective > 0 && c.availabilityObjective < 1 : 'availabilityObjective must be between 0 and 1';
+  local obj = { bw: c.availabilityBudgetWindow, obj: '%.6g' % (c.availabilityObjective * 100) };
+  local budgetLeft(level, labels, sel) =
+    '1 - (1 - max %s (%s:availability%s{%s})) / (1 - %s)' % [by(labels), level, c.availabilityBudgetWindow, sel, std.toString(c.availabilityObjective)];
 
   g.dashboard(c.dashboardTitle,
               c.dashboardUID,
@@ -77,6 +83,45 @@ function(c)
       ],
       min=0,
     ) + { w: 24 },
+    g.row('Availability'),
+    g.table(
+      'Availability per provider',
+      'Share of target time up over each window (recording rules of the mixin: samples up over the samples the window should hold, so time without a verdict counts as down), and the error budget left over %(bw)s for the %(obj)s%% objective: 100%% untouched, 0%% spent, below 0 overspent.' % obj,
+      [g.target('max %s (provider:proxy_operator_provider_target_up:availability%s{%s})' % [by(['provider']), w, fp]) for w in c.availabilityWindows]
+      + [g.target(budgetLeft('provider:proxy_operator_provider_target_up', ['provider'], fp))],
+      columns=[['provider', 'Provider']]
+              + [['Value #' + std.char(std.codepoint('A') + i), c.availabilityWindows[i]] for i in std.range(0, std.length(c.availabilityWindows) - 1)]
+              + [['Value #' + std.char(std.codepoint('A') + std.length(c.availabilityWindows)), 'Budget left']],
+      overrides=[
+        { matcher: { id: 'byName', options: w }, properties: [{ id: 'unit', value: 'percentunit' }, { id: 'decimals', value: 3 }] }
+        for w in c.availabilityWindows
+      ] + [
+        { matcher: { id: 'byName', options: 'Budget left' }, properties: [{ id: 'unit', value: 'percentunit' }, { id: 'decimals', value: 1 }] },
+      ],
+      sortBy=[{ displayName: 'Budget left', desc: false }],
+    ),
+    g.timeseries(
+      'Error budget left per provider',
+      'Error budget left over %(bw)s for the %(obj)s%% availability objective (availabilityObjective): 1 - (1 - availability) / (1 - objective).' % obj,
+      [g.target(budgetLeft('provider:proxy_operator_provider_target_up', ['provider'], fp), '{{provider}}')],
+      unit='percentunit',
+    ),
+    g.table(
+      'Availability per target',
+      'Share of time each target was up over each window; a target without any verdict in a window has no value for it (it is not shown as available).',
+      [g.target('max %s (provider_target:proxy_operator_provider_target_up:availability%s{%s})' % [pt, w, f]) for w in c.availabilityWindows]
+      + [g.target(budgetLeft('provider_target:proxy_operator_provider_target_up', ['provider', 'target'], f))],
+      columns=[['provider', 'Provider'], ['target', 'Target']]
+              + [['Value #' + std.char(std.codepoint('A') + i), c.availabilityWindows[i]] for i in std.range(0, std.length(c.availabilityWindows) - 1)]
+              + [['Value #' + std.char(std.codepoint('A') + std.length(c.availabilityWindows)), 'Budget left']],
+      overrides=[
+        { matcher: { id: 'byName', options: w }, properties: [{ id: 'unit', value: 'percentunit' }, { id: 'decimals', value: 3 }] }
+        for w in c.availabilityWindows
+      ] + [
+        { matcher: { id: 'byName', options: 'Budget left' }, properties: [{ id: 'unit', value: 'percentunit' }, { id: 'decimals', value: 1 }] },
+      ],
+      sortBy=[{ displayName: 'Budget left', desc: false }],
+    ) + { w: 24, h: 10 },
     g.row('Checks'),
     g.timeseries(
       'Check duration against the timeout',
