@@ -47,7 +47,7 @@
     // Availability (recording rules, dashboard row): every availabilityInterval one sample of
     // each target's verdict (up on any replica) is recorded; a target's availability over a
     // window is its up samples divided by the samples the window should hold, so a gap (the
-    // exporter not scraped, the target not checked, Prometheus down) counts as unavailable, and a
+    // exporter not scraped or not running, Prometheus down) counts as unavailable, and a
     // target without any sample in the window has no availability (never 100%). The windows are
     // single-unit durations; the availability rules are evaluated every
     // availabilityEvaluationInterval.
