@@ -72,8 +72,18 @@ var Kinds = []*FaultKind{
 		// open its RPCs get no reply before the deadline (Timeout: nothing answered, and
 		// nothing tells a silent network from a hung daemon on a live link); once keepalive
 		// has closed it, a new dial's SYN gets no answer within tcpTimeout (TCPUnreachable).
+		// Variants: the established link kept (it stalls), or cut by the host as the drop
+		// starts (the host's FIN still leaves: the rule drops what comes in), so the next
+		// dial's SYN goes unanswered at once.
 		Name: "packets-dropped", Lane: laneKVM, Reasons: []checks.Reason{checks.ReasonTCPUnreachable, checks.ReasonTimeout},
-		apply: func(e *env, i int, _ string) error { e.fleet.Hosts[i].MakeUnreachable(); return nil },
+		Variants: []string{"link kept", "link cut"},
+		apply: func(e *env, i int, v string) error {
+			e.fleet.Hosts[i].MakeUnreachable()
+			if v == "link cut" {
+				e.fleet.Hosts[i].KillSSHConnections()
+			}
+			return nil
+		},
 		clear: func(e *env, i int) error { e.fleet.Hosts[i].MakeReachable(); return nil },
 	},
 	{

@@ -323,6 +323,8 @@ func knownLie(e *Episode) string {
 		return "a hung or silent host holds one of the provider's concurrency slots for the whole round, so healthy neighbours read Timeout"
 	case ready && strings.Contains(e.Message, "dialled again at the first check after"):
 		return "the dial backoff keeps a recovered host's old reason until its next dial"
+	case ready && e.Got == checks.ReasonTimeout && strings.Contains(e.Message, "has still not returned"):
+		return "a probe abandoned on a link that stalled keeps a recovered host at Timeout until the stalled call returns"
 	case slices.Contains(e.Expected, checks.ReasonSSHAuthFailed) && e.Got == checks.ReasonSSHHandshakeFailed:
 		return "an authentication failure reads SSHHandshakeFailed"
 	}

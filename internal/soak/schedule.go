@@ -8,6 +8,9 @@ import (
 // Action is one step of the schedule: inject (or clear) a fault kind on target Index of its lane.
 // The fleet-wide key rotation has Index -1.
 type Action struct {
+	// Step is the schedule's step (the n-th round of faults), what the seed reproduces; Round
+	// is the runner's round after which the action was taken (warm-up rounds included).
+	Step  uint64
 	Round uint64
 	Kind  *FaultKind
 	Index int
@@ -26,9 +29,9 @@ func (a Action) String() string {
 		name += " (" + a.Variant + ")"
 	}
 	if a.Index < 0 {
-		return fmt.Sprintf("round %d: %s %s on every kvm host", a.Round, verb, a.Kind.Name)
+		return fmt.Sprintf("step %d (after round %d): %s %s on every kvm host", a.Step, a.Round, verb, a.Kind.Name)
 	}
-	return fmt.Sprintf("round %d: %s %s on %s[%d]", a.Round, verb, name, a.Kind.Lane, a.Index)
+	return fmt.Sprintf("step %d (after round %d): %s %s on %s[%d]", a.Step, a.Round, verb, name, a.Kind.Lane, a.Index)
 }
 
 // Timing of the schedule, in rounds. A fault holds for at least minHold rounds so that, after
@@ -109,7 +112,7 @@ func (s *schedule) step(r uint64) []Action {
 	var out []Action
 	for _, l := range s.lanes {
 		if l.kind != nil && r >= l.until {
-			out = append(out, Action{Round: r, Kind: l.kind, Index: l.index, Clear: true})
+			out = append(out, Action{Step: r, Kind: l.kind, Index: l.index, Clear: true})
 			l.kind = nil
 			l.until = r + uint64(minRest+s.rng.IntN(maxRest-minRest+1))
 		}
@@ -132,7 +135,7 @@ func (s *schedule) step(r uint64) []Action {
 				l.until = max(l.until, s.rotUntil)
 			}
 		}
-		out = append(out, Action{Round: r, Kind: rotationKind, Index: -1})
+		out = append(out, Action{Step: r, Kind: rotationKind, Index: -1})
 	}
 	for _, l := range s.lanes {
 		if l.kind != nil || r < l.until || (l.lane == laneKVM && (r < s.rotUntil || rotationDue)) {
@@ -146,7 +149,7 @@ func (s *schedule) step(r uint64) []Action {
 		s.used[k]++
 		l.kind = k
 		l.until = r + uint64(minHold+s.rng.IntN(maxHold-minHold+1))
-		a := Action{Round: r, Kind: k, Index: l.index}
+		a := Action{Step: r, Kind: k, Index: l.index}
 		if len(k.Variants) > 0 {
 			a.Variant = k.Variants[s.rng.IntN(len(k.Variants))]
 		}
@@ -178,7 +181,7 @@ func (s *schedule) held(r uint64) []Action {
 	var out []Action
 	for _, l := range s.lanes {
 		if l.kind != nil {
-			out = append(out, Action{Round: r, Kind: l.kind, Index: l.index, Clear: true})
+			out = append(out, Action{Step: r, Kind: l.kind, Index: l.index, Clear: true})
 			l.kind = nil
 		}
 	}

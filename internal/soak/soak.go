@@ -237,6 +237,7 @@ func Run(tb testing.TB, o Options) *Report {
 	var async sync.WaitGroup
 	do := func(a Action) {
 		tb.Helper()
+		a.Round = observed.Load()
 		rep.Actions = append(rep.Actions, a)
 		logf("soak: %s", a)
 		if a.Index < 0 { // the fleet-wide rotation

@@ -38,7 +38,10 @@ func TestSoak(t *testing.T) {
 
 	t.Logf("soak: seed %d: %s", rep.Seed, rep.Stats)
 	t.Logf("soak: %d actions; baseline %s; final %s", len(rep.Actions), rep.Baseline, rep.Final)
-	repro := fmt.Sprintf("reproduce: go test -race -count=1 -run TestSoak -v ./internal/soak -soak.seed=%d -soak.rounds=%d", rep.Seed, rep.Rounds)
+	repro := fmt.Sprintf("reproduce: go test -race -count=1 -run '^TestSoak$' -v ./internal/soak -soak.seed=%d -soak.rounds=%d", rep.Seed, rep.Rounds)
+	if *flagInterval > 0 {
+		repro += " -soak.interval=" + flagInterval.String()
+	}
 
 	if len(rep.Episodes) > 0 {
 		kinds := ByKind(rep.Episodes)
