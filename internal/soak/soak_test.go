@@ -207,3 +207,35 @@ func TestJudge(t *testing.T) {
 		t.Errorf("timestamp lies in rounds %v, want [3 5 6 7 8]: %v", got, lies)
 	}
 }
+
+// TestLeaks: each measure is held to its tolerance; SSH connections must come back exactly.
+func TestLeaks(t *testing.T) {
+	base := Resources{Goroutines: 60, FDs: 30, SSHOnHosts: 4, SSHFromHere: 4, RSS: 100 << 20}
+	if l := leaks(base, base); len(l) != 0 {
+		t.Errorf("the baseline itself leaks: %v", l)
+	}
+	within := base
+	within.Goroutines += tolGoroutines
+	within.FDs += tolFDs
+	within.RSS += tolRSS
+	if l := leaks(base, within); len(l) != 0 {
+		t.Errorf("at the tolerances: %v", l)
+	}
+	for name, now := range map[string]Resources{
+		"goroutines":      {Goroutines: 60 + tolGoroutines + 1, FDs: 30, SSHOnHosts: 4, SSHFromHere: 4, RSS: 100 << 20},
+		"descriptors":     {Goroutines: 60, FDs: 30 + tolFDs + 1, SSHOnHosts: 4, SSHFromHere: 4, RSS: 100 << 20},
+		"on the hosts":    {Goroutines: 60, FDs: 30, SSHOnHosts: 5, SSHFromHere: 4, RSS: 100 << 20},
+		"exporter's side": {Goroutines: 60, FDs: 30, SSHOnHosts: 4, SSHFromHere: 3, RSS: 100 << 20},
+		"RSS":             {Goroutines: 60, FDs: 30, SSHOnHosts: 4, SSHFromHere: 4, RSS: 100<<20 + tolRSS + 1},
+	} {
+		if l := leaks(base, now); len(l) != 1 || !strings.Contains(l[0], name) {
+			t.Errorf("%s: %v, want one leak naming it", name, l)
+		}
+	}
+	if n := sshFromHere(); n < 0 {
+		t.Errorf("sshFromHere: cannot read /proc/net/tcp")
+	}
+	if rss() == 0 || openFDs() <= 0 {
+		t.Errorf("rss %d, fds %d: /proc/self is not readable", rss(), openFDs())
+	}
+}
