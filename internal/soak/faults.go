@@ -13,6 +13,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
@@ -184,7 +185,15 @@ var Kinds = []*FaultKind{
 	{
 		Name: "apiserver-stopped", Lane: laneKube, Reasons: []checks.Reason{checks.ReasonAPIUnreachable}, async: true,
 		apply: func(e *env, _ int, _ string) error { return e.kube.Stop() },
-		clear: func(e *env, _ int) error { return e.kube.Restart() },
+		// The clear ends when the soak's identity can list again: just after a restart the
+		// API server answers 403 for a moment (its RBAC cache is still filling), which the
+		// exporter rightly reports as Forbidden.
+		clear: func(e *env, _ int) error {
+			if err := e.kube.Restart(); err != nil {
+				return err
+			}
+			return e.waitKubeListable()
+		},
 	},
 	{
 		Name: "rbac-removed", Lane: laneKube, Reasons: []checks.Reason{checks.ReasonForbidden}, async: true,
@@ -221,6 +230,27 @@ func (e *env) bindKubeRole() error {
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: kubeUser}},
 	}, metav1.CreateOptions{})
 	return err
+}
+
+// waitKubeListable waits until the soak's identity can list pods.
+func (e *env) waitKubeListable() error {
+	c, err := kubernetes.NewForConfig(e.kube.ConfigFor(kubeUser))
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{Limit: 1})
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the API server restarted, but %s still cannot list pods: %w", kubeUser, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // readHostKeys reads a kvmhost host's host key files (ssh_host_<type>_key and .pub, which its
