@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -192,7 +193,7 @@ var Kinds = []*FaultKind{
 			if err := e.kube.Restart(); err != nil {
 				return err
 			}
-			return e.waitKubeListable()
+			return e.waitKube(false)
 		},
 	},
 	{
@@ -200,9 +201,19 @@ var Kinds = []*FaultKind{
 		apply: func(e *env, _ int, _ string) error {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			return e.kubeAdmin.RbacV1().ClusterRoleBindings().Delete(ctx, kubeRBACName, metav1.DeleteOptions{})
+			if err := e.kubeAdmin.RbacV1().ClusterRoleBindings().Delete(ctx, kubeRBACName, metav1.DeleteOptions{}); err != nil {
+				return err
+			}
+			// The API server's authorizer learns of the change from a watch: the fault holds
+			// once the identity is refused.
+			return e.waitKube(true)
 		},
-		clear: func(e *env, _ int) error { return e.bindKubeRole() },
+		clear: func(e *env, _ int) error {
+			if err := e.bindKubeRole(); err != nil {
+				return err
+			}
+			return e.waitKube(false)
+		},
 	},
 }
 
@@ -232,8 +243,9 @@ func (e *env) bindKubeRole() error {
 	return err
 }
 
-// waitKubeListable waits until the soak's identity can list pods.
-func (e *env) waitKubeListable() error {
+// waitKube waits until the soak's identity is refused a list of pods (forbidden) or can list
+// them (!forbidden), as the API server decides now.
+func (e *env) waitKube(forbidden bool) error {
 	c, err := kubernetes.NewForConfig(e.kube.ConfigFor(kubeUser))
 	if err != nil {
 		return err
@@ -243,11 +255,11 @@ func (e *env) waitKubeListable() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{Limit: 1})
 		cancel()
-		if err == nil {
+		if (forbidden && apierrors.IsForbidden(err)) || (!forbidden && err == nil) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the API server restarted, but %s still cannot list pods: %w", kubeUser, err)
+			return fmt.Errorf("%s listing pods: want forbidden %v, got %v", kubeUser, forbidden, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
