@@ -319,8 +319,9 @@ func (j *judge) closeEpisode(k TargetKey) {
 func knownLie(e *Episode) string {
 	ready := slices.Contains(e.Expected, checks.ReasonReady)
 	switch {
-	case ready && e.Got == checks.ReasonTimeout && (strings.Contains(e.Message, "not started") || strings.Contains(e.Message, "deadline came during the dial")):
-		return "a hung or silent host holds one of the provider's concurrency slots for the whole round, so healthy neighbours read Timeout"
+	case e.Got == checks.ReasonTimeout && !slices.Contains(e.Expected, checks.ReasonTimeout) &&
+		(strings.Contains(e.Message, "not started") || strings.Contains(e.Message, "deadline came during the dial")):
+		return "a hung or silent host holds one of the provider's concurrency slots for the whole round, so its neighbours read Timeout"
 	case ready && strings.Contains(e.Message, "dialled again at the first check after"):
 		return "the dial backoff keeps a recovered host's old reason until its next dial"
 	case ready && e.Got == checks.ReasonTimeout && strings.Contains(e.Message, "has still not returned"):

@@ -84,9 +84,25 @@ func rss() uint64 {
 
 func goroutines() int { return runtime.NumGoroutine() }
 
-// sshFromHere counts the established TCP connections of this network namespace to port 22 of
-// an address in 198.18.0.0/15, where the test hosts live.
+// sshFromHere counts this process's established TCP connections to port 22 of an address in
+// 198.18.0.0/15, where the test hosts live. Only sockets this process holds count (matched by
+// inode with /proc/self/fd): other processes of the machine (other tests' hosts and exporters)
+// share the network namespace.
 func sshFromHere() int {
+	mine := map[string]bool{}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	for _, e := range ents {
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil {
+			continue
+		}
+		if inode, ok := strings.CutPrefix(target, "socket:["); ok {
+			mine[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
 	data, err := os.ReadFile("/proc/net/tcp")
 	if err != nil {
 		return -1
@@ -95,7 +111,7 @@ func sshFromHere() int {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) < 4 || f[3] != "01" { // ESTABLISHED
+		if len(f) < 10 || f[3] != "01" || !mine[f[9]] { // ESTABLISHED, ours
 			continue
 		}
 		ip, port, ok := strings.Cut(f[2], ":")

@@ -63,12 +63,13 @@ type Options struct {
 }
 
 // DefaultOptions are the test-sized settings: 2 s rounds with a 1.5 s deadline, four hosts
-// checked two at a time, dial bounds that fit a round (300 ms + 700 ms + 500 ms).
+// checked one at a time (a fleet four times its concurrency; production's 32 slots serve
+// hundreds of hosts), dial bounds that fit a round (300 ms + 700 ms + 500 ms).
 func DefaultOptions() Options {
 	return Options{
 		Rounds:   70,
 		Interval: 2 * time.Second, Timeout: 1500 * time.Millisecond,
-		Hosts: 4, Concurrency: 2,
+		Hosts: 4, Concurrency: 1,
 		TCPTimeout: 300 * time.Millisecond, SSHTimeout: 700 * time.Millisecond, LibvirtTimeout: 500 * time.Millisecond,
 		Settle: 90 * time.Second,
 	}
@@ -225,6 +226,9 @@ func Run(tb testing.TB, o Options) *Report {
 	waitRound(observed.Load()+2, "warm-up")
 	base := e.measure()
 	logf("soak: baseline after warm-up (round %d): %s", observed.Load(), base)
+	if base.SSHOnHosts != o.Hosts || base.SSHFromHere != o.Hosts {
+		tb.Fatalf("soak: the baseline has %d SSH connections on the hosts and %d from here, want one per host (%d): the counters do not see the pool", base.SSHOnHosts, base.SSHFromHere, o.Hosts)
+	}
 
 	// The faults.
 	rep := &Report{Seed: o.Seed, Rounds: o.Rounds, Baseline: base}

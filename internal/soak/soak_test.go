@@ -13,9 +13,10 @@ import (
 )
 
 var (
-	flagRounds   = flag.Int("soak.rounds", 0, "rounds of faults (0: the short form's, see DefaultOptions; make soak: 1000)")
-	flagSeed     = flag.Uint64("soak.seed", 0, "seed of the faults (0: a new one, logged)")
-	flagInterval = flag.Duration("soak.interval", 0, "round interval (0: DefaultOptions')")
+	flagRounds      = flag.Int("soak.rounds", 0, "rounds of faults (0: the short form's, see DefaultOptions; make soak: 1000)")
+	flagSeed        = flag.Uint64("soak.seed", 0, "seed of the faults (0: a new one, logged)")
+	flagInterval    = flag.Duration("soak.interval", 0, "round interval (0: DefaultOptions')")
+	flagConcurrency = flag.Int("soak.concurrency", 0, "the kvm provider's concurrency (0: DefaultOptions')")
 )
 
 // TestSoak drives the real runner and checkers against the real environment under seeded faults
@@ -30,6 +31,9 @@ func TestSoak(t *testing.T) {
 		o.Interval = *flagInterval
 		o.Timeout = *flagInterval * 3 / 4
 	}
+	if *flagConcurrency > 0 {
+		o.Concurrency = *flagConcurrency
+	}
 	o.Seed = *flagSeed
 	if o.Seed == 0 {
 		o.Seed = rand.Uint64()
@@ -41,6 +45,9 @@ func TestSoak(t *testing.T) {
 	repro := fmt.Sprintf("reproduce: go test -race -count=1 -run '^TestSoak$' -v ./internal/soak -soak.seed=%d -soak.rounds=%d", rep.Seed, rep.Rounds)
 	if *flagInterval > 0 {
 		repro += " -soak.interval=" + flagInterval.String()
+	}
+	if *flagConcurrency > 0 {
+		repro += fmt.Sprintf(" -soak.concurrency=%d", *flagConcurrency)
 	}
 
 	if len(rep.Episodes) > 0 {
