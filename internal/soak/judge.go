@@ -192,14 +192,6 @@ func (j *judge) finish(k TargetKey, at time.Time) {
 	}
 }
 
-// current is k's truth now (the latest change's, even if still in progress).
-func (j *judge) current(k TargetKey) truth {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	cs := j.changes[k]
-	return cs[len(cs)-1].truth
-}
-
 // faultsExcept lists the faults holding now on targets other than k.
 func (j *judge) faultsExcept(k TargetKey) []string {
 	var out []string

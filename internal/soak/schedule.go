@@ -76,16 +76,6 @@ func newSchedule(seed uint64, hosts int) *schedule {
 	return s
 }
 
-// covered reports whether every kind (and the rotation) has been injected at least once.
-func (s *schedule) covered() bool {
-	for _, k := range Kinds {
-		if s.used[k] == 0 {
-			return false
-		}
-	}
-	return s.used[rotationKind] > 0
-}
-
 // Uncovered lists the kinds never injected so far.
 func (s *schedule) uncovered() []string {
 	var out []string
