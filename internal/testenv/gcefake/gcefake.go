@@ -85,6 +85,7 @@ type Server struct {
 	issued        []string                   // every access token ever issued, in order
 	failNext      []failure
 	failure       int
+	rateLimit     string
 	emptyPages    bool
 	tokenFailure  int
 	latency       time.Duration
@@ -237,6 +238,14 @@ func (s *Server) RateLimitNext(reason string) {
 	s.failNext = append(s.failNext, failure{code: http.StatusForbidden, reason: reason})
 }
 
+// SetRateLimited makes every instances request answer as RateLimitNext does (403 with reason in
+// the error body) until SetRateLimited(""): a quota that stays exceeded for a while.
+func (s *Server) SetRateLimited(reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rateLimit = reason
+}
+
 // SetEmptyPages makes every instances answer a page without any item (no instance, no scope)
 // that still carries a nextPageToken, until SetEmptyPages(false). A client that follows tokens
 // until a page holds an item never stops.
@@ -351,6 +360,9 @@ func (s *Server) serveInstances(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	fail := failure{code: s.failure}
+	if s.rateLimit != "" {
+		fail = failure{code: http.StatusForbidden, reason: s.rateLimit}
+	}
 	if len(s.failNext) > 0 {
 		fail, s.failNext = s.failNext[0], s.failNext[1:]
 	}

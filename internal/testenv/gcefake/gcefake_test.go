@@ -458,6 +458,27 @@ func TestRateLimitAnswersAsGCE(t *testing.T) {
 	}
 }
 
+// TestSetRateLimitedHoldsUntilCleared: SetRateLimited answers every request as a rate quota
+// does, until it is cleared.
+func TestSetRateLimitedHoldsUntilCleared(t *testing.T) {
+	s := Start(t)
+	c := newClient(t, s, s.ServiceAccountKey(t))
+	req := &computepb.AggregatedListInstancesRequest{Project: DefaultProject, MaxResults: proto.Uint32(1)}
+	s.SetRateLimited(ReasonRateLimitExceeded)
+	for i := range 2 {
+		_, err := drain(t, c, req)
+		var gerr *googleapi.Error
+		if !errors.As(err, &gerr) || gerr.Code != http.StatusForbidden || len(gerr.Errors) != 1 ||
+			gerr.Errors[0].Reason != ReasonRateLimitExceeded {
+			t.Errorf("request %d while rate limited: err %v", i, err)
+		}
+	}
+	s.SetRateLimited("")
+	if _, err := drain(t, c, req); err != nil {
+		t.Errorf("after SetRateLimited(\"\"): %v", err)
+	}
+}
+
 // TestEmptyPagesCarryAToken: with SetEmptyPages a page holds no item at all but a token, so
 // whoever follows tokens until an item comes never stops; the one-page fetch makes one request.
 func TestEmptyPagesCarryAToken(t *testing.T) {

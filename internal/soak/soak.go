@@ -1,0 +1,460 @@
+// Package soak is a ground-truth soak of the exporter's verdicts: it runs the real round runner
+// (checks.NewRunner) with the real checkers of all three provider types, built from a providers
+// file the way the exporter builds them, against the real test environment (KVM hosts with sshd
+// and libvirtd in network namespaces, the GCE wire server, a kube-apiserver), injects faults
+// drawn at random from a seed, and compares every target's verdict in every round with what
+// the fault in force says it must be. A verdict that disagrees for longer than one round after
+// the truth changed is a wrong verdict, logged with its round, target, expected and got reason
+// and message. At the end, once every fault has cleared, goroutines, open fds, SSH connections
+// and RSS must be back at their baseline.
+//
+// The test (soak_test.go) runs a short form in `make test` and the long form in `make soak`;
+// docs/testing.md has the truth table and how to reproduce a run from its seed.
+package soak
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	kubecheck "github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+)
+
+// Options configures a soak run.
+type Options struct {
+	// Seed draws the faults; the same seed gives the same faults at the same rounds.
+	Seed uint64
+	// Rounds is how many rounds faults are drawn for (then every fault is cleared and the run
+	// waits for every target to read Ready again).
+	Rounds int
+	// Interval and Timeout are the runner's (the exporter's --provider-check-interval and
+	// --provider-check-timeout), test-sized.
+	Interval, Timeout time.Duration
+	// Hosts is how many KVM hosts the kvm provider has; Concurrency its concurrency field,
+	// fewer than Hosts as in a real fleet, so that a host holding a slot can starve others.
+	Hosts, Concurrency int
+	// The kvm provider's dial bounds (providers-file fields), shortened so a dial fits a round.
+	TCPTimeout, SSHTimeout, LibvirtTimeout time.Duration
+	// Settle bounds the wait for every target to read Ready once every fault has cleared.
+	Settle time.Duration
+	// Logf receives the run's log (seed, every fault, every wrong verdict).
+	Logf func(format string, args ...any)
+}
+
+// DefaultOptions are the test-sized settings: 2 s rounds with a 1.5 s deadline, four hosts
+// checked one at a time (a fleet four times its concurrency; production's 32 slots serve
+// hundreds of hosts), dial bounds that fit a round (300 ms + 700 ms + 500 ms).
+func DefaultOptions() Options {
+	return Options{
+		Rounds:   70,
+		Interval: 2 * time.Second, Timeout: 1500 * time.Millisecond,
+		Hosts: 4, Concurrency: 1,
+		TCPTimeout: 300 * time.Millisecond, SSHTimeout: 700 * time.Millisecond, LibvirtTimeout: 500 * time.Millisecond,
+		Settle: 90 * time.Second,
+	}
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	Seed          uint64
+	Rounds        int
+	Actions       []Action
+	Episodes      []Episode
+	TimestampLies []TimestampLie
+	// Uncovered lists the fault kinds the run never injected.
+	Uncovered []string
+	// Settled is false when some target still did not read Ready Settle after the last fault
+	// cleared; NotReady lists them.
+	Settled  bool
+	NotReady []string
+	Baseline Resources
+	Final    Resources
+	Leaks    []string
+	Stats    string
+}
+
+// Wrong counts the target-rounds of wrong verdicts.
+func (r *Report) Wrong() int {
+	n := 0
+	for _, e := range r.Episodes {
+		n += e.Rounds
+	}
+	return n
+}
+
+// Names of the soak's providers and identity.
+const (
+	kubeProvider = "soak-kube"
+	gcpProvider  = "soak-gcp"
+	kvmProvider  = "soak-kvm"
+	kubeUser     = "soak"
+)
+
+// newChecker mirrors the exporter's table from provider type to constructor (checkers.go in
+// package main, which cannot be imported).
+var newChecker = map[checks.ProviderType]func(config.Provider, *slog.Logger) (checks.Checker, error){
+	checks.TypeKubernetes: kubecheck.New,
+	checks.TypeGCP:        gcp.New,
+	checks.TypeKVM:        kvm.New,
+}
+
+// env is the running test environment and what the faults need of it.
+type env struct {
+	opts          Options
+	fleet         *kvmhost.Fleet
+	gce           *gcefake.Server
+	kube          *kube.Env
+	kubeAdmin     kubernetes.Interface
+	savedHostKeys map[int]map[string][]byte
+}
+
+// Run starts the environment, runs the soak and returns its report. A part of the environment
+// this machine cannot run ends the test through testenv.Unavailable (skip, or fail under
+// REQUIRE_INTEGRATION=1). Faults and verdicts are the report's; only a broken environment or
+// harness fails tb here.
+func Run(tb testing.TB, o Options) *Report {
+	tb.Helper()
+	logf := o.Logf
+	if logf == nil {
+		logf = tb.Logf
+	}
+	logf("soak: seed %d, %d rounds of %s (timeout %s), %d kvm hosts at concurrency %d; reproduce with -soak.seed=%d -soak.rounds=%d",
+		o.Seed, o.Rounds, o.Interval, o.Timeout, o.Hosts, o.Concurrency, o.Seed, o.Rounds)
+
+	e := &env{opts: o, savedHostKeys: map[int]map[string][]byte{}}
+	e.fleet = kvmhost.Start(tb, o.Hosts)
+	e.kube = kube.Start(tb)
+	e.kubeAdmin = kubernetes.NewForConfigOrDie(e.kube.AdminConfig)
+	e.kube.AddUser(kubeUser)
+	if _, err := e.kubeAdmin.RbacV1().ClusterRoles().Create(context.Background(), &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: kubeRBACName},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		tb.Fatalf("soak: create the ClusterRole: %v", err)
+	}
+	if err := e.bindKubeRole(); err != nil {
+		tb.Fatalf("soak: bind the ClusterRole: %v", err)
+	}
+	e.gce = gcefake.Start(tb)
+	e.gce.AddInstances(gcefake.DefaultProject, gcefake.DefaultZones[0], 3, map[string]string{"managed-by": "proxy-operator"})
+
+	cs := e.checkers(tb)
+	runnerLog := slog.New(slog.NewTextHandler(&lineWriter{logf: logf, prefix: "runner: "}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	r := checks.NewRunner(checks.Options{Interval: o.Interval, Timeout: o.Timeout, Logger: runnerLog}, cs)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	tb.Cleanup(func() {
+		cancel()
+		bg.Wait()
+		for _, c := range cs {
+			if cl, ok := c.(io.Closer); ok {
+				_ = cl.Close()
+			}
+		}
+	})
+	bg.Go(func() { r.Run(ctx) })
+
+	// Lanes to targets.
+	keys := map[string][]TargetKey{}
+	for _, c := range cs {
+		lane := map[checks.ProviderType]string{checks.TypeKubernetes: laneKube, checks.TypeGCP: laneGCP, checks.TypeKVM: laneKVM}[c.Type()]
+		for _, t := range c.Targets() {
+			keys[lane] = append(keys[lane], TargetKey{c.Name(), t})
+		}
+	}
+	var all []TargetKey
+	for _, l := range []string{laneKube, laneGCP, laneKVM} {
+		all = append(all, keys[l]...)
+	}
+
+	j := newJudge(logf)
+	var observed atomic.Uint64
+	roundSeen := make(chan struct{}, 1)
+	sub := r.Subscribe(ctx)
+	bg.Go(func() {
+		for range sub {
+			snap := r.Current()
+			j.observe(snap)
+			observed.Store(snap.Round)
+			select {
+			case roundSeen <- struct{}{}:
+			default:
+			}
+		}
+	})
+	waitRound := func(n uint64, what string) {
+		tb.Helper()
+		deadline := time.After(30*o.Interval + time.Minute)
+		for observed.Load() < n {
+			select {
+			case <-roundSeen:
+			case <-deadline:
+				tb.Fatalf("soak: waiting for round %d (%s): the runner published no round since %d", n, what, observed.Load())
+			}
+		}
+	}
+
+	// Warm-up: every target Ready, then the baseline.
+	if ok, notReady := waitAllReady(r, all, time.Minute, waitRound); !ok {
+		tb.Fatalf("soak: the environment is not healthy before any fault: %s", strings.Join(notReady, "; "))
+	}
+	for _, k := range all {
+		j.set(k, truth{Reasons: []checks.Reason{checks.ReasonReady}})
+	}
+	waitRound(observed.Load()+2, "warm-up")
+	base := e.measure()
+	logf("soak: baseline after warm-up (round %d): %s", observed.Load(), base)
+	if base.SSHOnHosts != o.Hosts || base.SSHFromHere != o.Hosts {
+		tb.Fatalf("soak: the baseline has %d SSH connections on the hosts and %d from here, want one per host (%d): the counters do not see the pool", base.SSHOnHosts, base.SSHFromHere, o.Hosts)
+	}
+
+	// The faults.
+	rep := &Report{Seed: o.Seed, Rounds: o.Rounds, Baseline: base}
+	sched := newSchedule(o.Seed, o.Hosts)
+	errs := make(chan error, 16)
+	laneMu := map[TargetKey]*sync.Mutex{}
+	for _, k := range all {
+		laneMu[k] = &sync.Mutex{}
+	}
+	var async sync.WaitGroup
+	do := func(a Action) {
+		tb.Helper()
+		a.Round = observed.Load()
+		rep.Actions = append(rep.Actions, a)
+		logf("soak: %s", a)
+		if a.Index < 0 { // the fleet-wide rotation
+			now := time.Now()
+			for _, k := range keys[laneKVM] {
+				j.begin(k, truth{After: a.Kind.Name, Reasons: a.Kind.Reasons}, now)
+			}
+			e.rotateClientKey()
+			now = time.Now()
+			for _, k := range keys[laneKVM] {
+				j.finish(k, now)
+			}
+			return
+		}
+		k := keys[a.Kind.Lane][a.Index]
+		t := truth{Fault: a.Kind.Name, Reasons: a.Kind.Reasons}
+		op := func(e *env, i int) error { return a.Kind.apply(e, i, a.Variant) }
+		if a.Clear {
+			t, op = truth{After: a.Kind.Name, Reasons: []checks.Reason{checks.ReasonReady}}, a.Kind.clear
+		}
+		run := func() error {
+			laneMu[k].Lock()
+			defer laneMu[k].Unlock()
+			j.begin(k, t, time.Now())
+			defer func() { j.finish(k, time.Now()) }()
+			if err := op(e, a.Index); err != nil {
+				return fmt.Errorf("%s: %w", a, err)
+			}
+			return nil
+		}
+		if !a.Kind.async {
+			if err := run(); err != nil {
+				tb.Fatalf("soak: %v", err)
+			}
+			return
+		}
+		async.Go(func() {
+			if err := run(); err != nil {
+				errs <- err
+			}
+		})
+	}
+	checkErrs := func() {
+		tb.Helper()
+		select {
+		case err := <-errs:
+			tb.Fatalf("soak: %v", err)
+		default:
+		}
+	}
+	first := observed.Load()
+	for n := uint64(1); n <= uint64(o.Rounds); n++ {
+		waitRound(first+n, "the schedule")
+		checkErrs()
+		for _, a := range sched.step(n) {
+			do(a)
+		}
+	}
+	for _, a := range sched.held(uint64(o.Rounds) + 1) {
+		do(a)
+	}
+	async.Wait()
+	checkErrs()
+	rep.Uncovered = sched.uncovered()
+
+	// Recovery: every target Ready again, then everything back to its baseline.
+	settleStart := time.Now()
+	rep.Settled, rep.NotReady = waitAllReady(r, all, o.Settle, waitRound)
+	logf("soak: every fault cleared; every target Ready: %v after %s %s", rep.Settled, time.Since(settleStart).Round(time.Second), strings.Join(rep.NotReady, "; "))
+	waitRound(observed.Load()+2, "the recovery")
+	// Connections and goroutines of abandoned calls end on their own schedule (keepalives,
+	// idle timeouts): give them a while before calling anything a leak.
+	leakDeadline := time.Now().Add(30 * time.Second)
+	for {
+		rep.Final = e.measure()
+		rep.Leaks = leaks(base, rep.Final)
+		if inFlight := e.gce.InFlight(); inFlight != 0 {
+			rep.Leaks = append(rep.Leaks, fmt.Sprintf("GCE requests still in flight: %d", inFlight))
+		}
+		if len(rep.Leaks) == 0 || time.Now().After(leakDeadline) {
+			break
+		}
+		time.Sleep(o.Interval)
+	}
+	logf("soak: final: %s", rep.Final)
+	cancel()
+	bg.Wait()
+	rep.Episodes, rep.TimestampLies, rep.Stats = j.results()
+	return rep
+}
+
+// checkers writes the providers file and builds its checkers as the exporter does.
+func (e *env) checkers(tb testing.TB) []checks.Checker {
+	tb.Helper()
+	o := e.opts
+	kc := e.fleet.KVMConfig()
+	var hosts strings.Builder
+	for _, h := range kc.Hosts {
+		fmt.Fprintf(&hosts, "        - {address: %q, name: %s}\n", h.Address, h.Name)
+	}
+	yml := fmt.Sprintf(`providers:
+  - name: %s
+    type: kubernetes
+    kubernetes:
+      kubeconfig: %s
+      labelSelector: ""
+  - name: %s
+    type: gcp
+    gcp:
+      project: %s
+      credentialsFile: %s
+      endpoint: %s
+  - name: %s
+    type: kvm
+    kvm:
+      user: %s
+      privateKeyFile: %s
+      knownHostsFile: %s
+      socket: %s
+      storagePool: %s
+      concurrency: %d
+      tcpTimeout: %s
+      sshTimeout: %s
+      libvirtTimeout: %s
+      hosts:
+%s`, kubeProvider, e.kube.KubeconfigFor(kubeUser),
+		gcpProvider, gcefake.DefaultProject, e.gce.ServiceAccountKey(tb), e.gce.URL(),
+		kvmProvider, kc.User, kc.PrivateKeyFile, kc.KnownHostsFile, kc.Socket, kc.StoragePool,
+		o.Concurrency, o.TCPTimeout, o.SSHTimeout, o.LibvirtTimeout, hosts.String())
+	path := filepath.Join(tb.TempDir(), "providers.yml")
+	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		tb.Fatalf("soak: the providers file does not load: %v\n%s", err, yml)
+	}
+	var cs []checks.Checker
+	for _, p := range cfg.Providers {
+		c, err := newChecker[p.Type](p, slog.New(slog.DiscardHandler).With("provider", p.Name))
+		if err != nil {
+			tb.Fatalf("soak: build the %s checker: %v", p.Name, err)
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+func (e *env) measure() Resources {
+	r := Resources{Goroutines: goroutines(), FDs: openFDs(), SSHFromHere: sshFromHere(), RSS: rss()}
+	for _, h := range e.fleet.Hosts {
+		r.SSHOnHosts += h.TCPConnections()
+	}
+	return r
+}
+
+// waitAllReady waits, round by round, until a snapshot has every target Ready; it returns the
+// targets that were not in the last snapshot seen when timeout passes first.
+func waitAllReady(r *checks.Runner, all []TargetKey, timeout time.Duration, waitRound func(uint64, string)) (bool, []string) {
+	deadline := time.Now().Add(timeout)
+	for {
+		snap := r.Current()
+		var notReady []string
+		for _, k := range all {
+			ts := find(snap, k)
+			switch {
+			case ts == nil:
+				notReady = append(notReady, k.String()+": no verdict yet")
+			case !ts.Up:
+				notReady = append(notReady, fmt.Sprintf("%s: %s %q", k, ts.Reason, ts.Message))
+			}
+		}
+		if len(notReady) == 0 {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			return false, notReady
+		}
+		waitRound(snap.Round+1, "every target Ready")
+	}
+}
+
+func find(snap *checks.Snapshot, k TargetKey) *checks.TargetState {
+	for i := range snap.Providers {
+		p := &snap.Providers[i]
+		if p.Name != k.Provider {
+			continue
+		}
+		if i := slices.IndexFunc(p.Targets, func(t checks.TargetState) bool { return t.Target == k.Target }); i >= 0 {
+			return &p.Targets[i]
+		}
+	}
+	return nil
+}
+
+// lineWriter hands each line written to it to logf.
+type lineWriter struct {
+	logf   func(format string, args ...any)
+	prefix string
+	mu     sync.Mutex
+	buf    []byte
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		w.logf("%s%s", w.prefix, w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+}
