@@ -114,21 +114,23 @@ func reasonList(rs []checks.Reason) string {
 	return strings.Join(s, " or ")
 }
 
-// noContact reports whether a kvm verdict's message says the checker did not talk to the host
-// in this round. The checker has no typed signal for it (a finding of the soak); these are
-// the messages of checks/kvm that say so: a host backing off, an abandoned probe still
-// running, another probe running, a host never started before the deadline.
-func noContact(typ checks.ProviderType, msg string) bool {
+// noContact reports whether a verdict says the checker did not talk to the target in this
+// round: its NotContacted flag, or, for kvm, a message of checks/kvm that says so (an abandoned
+// probe still running, another probe running, a host never started before the deadline), so
+// that a verdict whose message and flag disagree is caught too.
+func noContact(typ checks.ProviderType, ts checks.TargetState) bool {
+	if ts.NotContacted {
+		return true
+	}
 	if typ != checks.TypeKVM {
 		return false
 	}
 	for _, s := range []string{
-		"dialled again at the first check after",
 		"no new call is made until it does",
 		"this one made no call",
 		"not started:",
 	} {
-		if strings.Contains(msg, s) {
+		if strings.Contains(ts.Message, s) {
 			return true
 		}
 	}
@@ -233,7 +235,7 @@ func (j *judge) observe(snap *checks.Snapshot) {
 func (j *judge) checkTimestamp(round uint64, k TargetKey, typ checks.ProviderType, ts checks.TargetState) {
 	prev, ok := j.lastSeen[k]
 	j.lastSeen[k] = ts
-	if !ok || !noContact(typ, ts.Message) || ts.CheckedAt.Equal(prev.CheckedAt) {
+	if !ok || !noContact(typ, ts) || ts.CheckedAt.Equal(prev.CheckedAt) {
 		return
 	}
 	l := TimestampLie{Target: k, Round: round, Reason: ts.Reason, Message: ts.Message, Before: prev.CheckedAt, Then: ts.CheckedAt}

@@ -84,7 +84,7 @@ func TestSoak(t *testing.T) {
 			lines = append(lines, "  "+l.String())
 		}
 		t.Errorf("%d verdict(s) moved CheckedAt in a round where the checker says it made no contact with the host "+
-			"(the known lie: timestamps move for hosts not contacted; the checker has no typed no-contact signal, the soak reads its messages); the first %d:\n%s\n%s",
+			"(the known lie: timestamps move for hosts not contacted; the verdict's NotContacted flag or its message says so); the first %d:\n%s\n%s",
 			n, len(show), strings.Join(lines, "\n"), repro)
 	}
 	if !rep.Settled {
@@ -161,31 +161,33 @@ func TestJudge(t *testing.T) {
 	j.set(hv1, truth{Reasons: []checks.Reason{checks.ReasonReady}})
 	j.set(hv2, truth{Reasons: []checks.Reason{checks.ReasonReady}})
 	type v struct {
-		reason checks.Reason
-		msg    string
-		at     time.Time
+		reason       checks.Reason
+		msg          string
+		at           time.Time
+		notContacted bool
 	}
 	round := func(n int, a, b v) {
 		snap := &checks.Snapshot{Round: uint64(n), RoundStarted: at(n), RoundDuration: 1500 * time.Millisecond,
 			Providers: []checks.ProviderState{{Name: "kvm", Type: checks.TypeKVM, Targets: []checks.TargetState{
-				{TargetResult: checks.TargetResult{Target: "hv1", Reason: a.reason, Up: a.reason == checks.ReasonReady, Message: a.msg, CheckedAt: a.at}},
-				{TargetResult: checks.TargetResult{Target: "hv2", Reason: b.reason, Up: b.reason == checks.ReasonReady, Message: b.msg, CheckedAt: b.at}},
+				{TargetResult: checks.TargetResult{Target: "hv1", Reason: a.reason, Up: a.reason == checks.ReasonReady, Message: a.msg, CheckedAt: a.at, NotContacted: a.notContacted}},
+				{TargetResult: checks.TargetResult{Target: "hv2", Reason: b.reason, Up: b.reason == checks.ReasonReady, Message: b.msg, CheckedAt: b.at, NotContacted: b.notContacted}},
 			}}}}
 		j.observe(snap)
 	}
-	ready := func(n int) v { return v{checks.ReasonReady, "ok", at(n).Add(time.Second)} }
+	ready := func(n int) v { return v{checks.ReasonReady, "ok", at(n).Add(time.Second), false} }
 	round(1, ready(1), ready(1))
 	// hv1's sshd stops during round 2 (not judged), round 3 is its grace, round 4 must agree.
 	j.begin(hv1, truth{Fault: "sshd-stopped", Reasons: []checks.Reason{checks.ReasonTCPUnreachable}}, at(2).Add(100*time.Millisecond))
 	j.finish(hv1, at(2).Add(200*time.Millisecond))
 	round(2, ready(2), ready(2))
-	round(3, ready(3), v{checks.ReasonTimeout, "not started: the round's deadline came", at(3)}) // hv1 graced; hv2 wrong at once
-	round(4, v{checks.ReasonTCPUnreachable, "refused", at(4)}, ready(4))
+	round(3, ready(3), v{checks.ReasonTimeout, "not started: the round's deadline came", at(3), false}) // hv1 graced; hv2 wrong at once
+	round(4, v{checks.ReasonTCPUnreachable, "refused", at(4), false}, ready(4))
 	// Cleared during round 5; rounds 6 (grace) and 7, 8 still backing off: one episode of 2 rounds.
 	j.begin(hv1, truth{After: "sshd-stopped", Reasons: []checks.Reason{checks.ReasonReady}}, at(5).Add(100*time.Millisecond))
 	j.finish(hv1, at(5).Add(200*time.Millisecond))
 	backoff := func(n int) v {
-		return v{checks.ReasonTCPUnreachable, "refused; dialled again at the first check after 00:00:30 UTC", at(n).Add(time.Second)}
+		// Flagged as uncontacted (its message alone would not say so).
+		return v{checks.ReasonTCPUnreachable, "refused; dialled again at the first check after 00:00:30 UTC", at(n).Add(time.Second), true}
 	}
 	round(5, backoff(5), ready(5))
 	round(6, backoff(6), ready(6))
@@ -205,7 +207,8 @@ func TestJudge(t *testing.T) {
 		e.Kind != "after sshd-stopped" || !strings.Contains(e.Lie, "backoff") {
 		t.Errorf("second episode: %s", e)
 	}
-	// hv2's "not started" in round 3 and hv1's backoff in rounds 5 to 8 each moved CheckedAt.
+	// hv2's "not started" in round 3 (its message) and hv1's uncontacted verdicts in rounds 5 to 8
+	// (their flag) each moved CheckedAt.
 	var got []uint64
 	for _, l := range lies {
 		got = append(got, l.Round)
