@@ -40,6 +40,9 @@ type FaultKind struct {
 	apply func(e *env, i int, variant string) error
 	clear func(e *env, i int) error
 	async bool
+	// settle is how long after its clear the repair can take to reach the exporter, for a
+	// reason outside the exporter's control; rounds that start meanwhile are not judged.
+	settle time.Duration
 }
 
 // Kinds is the fault matrix: the faults the test environment can cause for real, each with the
@@ -87,6 +90,13 @@ var Kinds = []*FaultKind{
 			return nil
 		},
 		clear: func(e *env, i int) error { e.fleet.Hosts[i].MakeReachable(); return nil },
+		// A link kept through the drop still holds the check's call (and the keepalive its
+		// abandonment sent) in TCP's retransmission queue: they are delivered at the next
+		// retransmission, which TCP's doubling backoff puts up to 6.4s after a drop shorter than
+		// the keepalive timeout (10s; a longer one closes the link). Until the call returns the
+		// host reads Timeout ("has still not returned"), by design: no second link to a host
+		// while a call on the first is outstanding.
+		settle: 8 * time.Second,
 	},
 	{
 		// New host keys (a reinstalled host: its connections are gone too). Restored by putting

@@ -266,7 +266,13 @@ func Run(tb testing.TB, o Options) *Report {
 			laneMu[k].Lock()
 			defer laneMu[k].Unlock()
 			j.begin(k, t, time.Now())
-			defer func() { j.finish(k, time.Now()) }()
+			defer func() {
+				end := time.Now()
+				if a.Clear {
+					end = end.Add(a.Kind.settle)
+				}
+				j.finish(k, end)
+			}()
 			if err := op(e, a.Index); err != nil {
 				return fmt.Errorf("%s: %w", a, err)
 			}
