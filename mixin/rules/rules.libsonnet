@@ -8,7 +8,8 @@
 // _config.availabilityWindows. One group samples each target's verdict every
 // availabilityInterval (the group's own interval, so the number of samples a window should hold
 // is known: window / availabilityInterval); the other divides the up samples in each window by
-// that number. A missing sample (a gap) counts as not up; a target without any sample in a
+// that number, over a window that ends one availabilityInterval ago. A missing sample (a gap)
+// counts as not up; a target without any sample in a
 // window has no series for it, rather than a made-up 100% (docs/mixin.md).
 local promql = import '../lib/promql.libsonnet';
 
@@ -49,7 +50,10 @@ local promql = import '../lib/promql.libsonnet';
         rules: [
           {
             record: 'provider_target:proxy_operator_provider_target_up:availability' + w,
-            expr: 'clamp_max(sum_over_time(%s[%s]) / %d, 1)' % [promql.sel(c, samples), w, expected(w)],
+            // offset: the newest sample of the window is one a full availabilityInterval old,
+            // so the result does not depend on whether this group or the samples group runs
+            // first when both are due at the same instant (they are evaluated independently).
+            expr: 'clamp_max(sum_over_time(%s[%s] offset %s) / %d, 1)' % [promql.sel(c, samples), w, c.availabilityInterval, expected(w)],
           }
           for w in c.availabilityWindows
         ] + [
