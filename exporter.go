@@ -34,6 +34,8 @@ type exporter struct {
 	// ProviderHealthChecksStale and ProviderHealthChecksSlow).
 	checkInterval prometheus.Gauge
 	checkTimeout  prometheus.Gauge
+	// lifecycle: POST /-/reload is served (--web.enable-lifecycle); else it answers 403.
+	lifecycle bool
 
 	// mu serializes reloads (SIGHUP and POST /-/reload may race) and the final close.
 	mu      sync.Mutex
