@@ -39,16 +39,17 @@ func TestWriterAlertsOnRealStack(t *testing.T) {
 	f := newFakeChecks()
 	f.use(t)
 	env := kube.Start(t) // without the CRD, for now
-	run := func(args ...string) {
+	run := func(stdin string, args ...string) {
 		t.Helper()
-		out, err := exec.Command(kubectl, append([]string{"--kubeconfig", env.Kubeconfig}, args...)...).CombinedOutput()
-		if err != nil {
+		cmd := exec.Command(kubectl, append([]string{"--kubeconfig", env.Kubeconfig}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	run("apply", "-f", filepath.Join("deploy", "namespace.yaml"))
-	run("apply", "-k", filepath.Join("deploy", "rbac"))
-	run("apply", "-f", filepath.Join("deploy", "optional", "validatingadmissionpolicy.yaml"))
+	run("", "apply", "-f", filepath.Join("deploy", "namespace.yaml"))
+	run("", "apply", "-k", filepath.Join("deploy", "rbac"))
+	run("", "apply", "-f", filepath.Join("deploy", "optional", "validatingadmissionpolicy.yaml"))
 	const serviceAccount = "system:serviceaccount:provider-health-exporter:provider-health-exporter"
 	env.AddUser(serviceAccount)
 
@@ -92,11 +93,7 @@ func TestWriterAlertsOnRealStack(t *testing.T) {
 	// An object of a configured provider written before instances existed: the writer owns it,
 	// the policy refuses the ServiceAccount's writes to it.
 	legacy := "apiVersion: providerhealth.io/v1alpha1\nkind: ProviderHealth\nmetadata:\n  name: gamma\n  labels:\n    app.kubernetes.io/managed-by: provider-health-exporter\n"
-	apply := exec.Command(kubectl, "--kubeconfig", env.Kubeconfig, "create", "-f", "-")
-	apply.Stdin = strings.NewReader(legacy)
-	if out, err := apply.CombinedOutput(); err != nil {
-		t.Fatalf("create gamma: %v\n%s", err, out)
-	}
+	run(legacy, "create", "-f", "-")
 	writeProviders(t, path, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"}, provider{"gamma", "gamma-project", "g1"})
 	if code, body := x.do(http.MethodPost, "/-/reload"); code != http.StatusOK {
 		t.Fatalf("POST /-/reload: %d %s", code, body)
@@ -109,16 +106,12 @@ func TestWriterAlertsOnRealStack(t *testing.T) {
 		t.Errorf("the writer's log does not give the policy's refusal: %v", r)
 	}
 	// The fix of docs/deploy.md: label it as the instance's.
-	run("label", "ph", "-l", "app.kubernetes.io/managed-by=provider-health-exporter,!providerhealth.io/instance", "providerhealth.io/instance=provider-health-exporter")
+	run("", "label", "ph", "-l", "app.kubernetes.io/managed-by=provider-health-exporter,!providerhealth.io/instance", "providerhealth.io/instance=provider-health-exporter")
 	resolved("ProviderHealthCRDWriteErrors")
 
 	// A name another instance's object holds.
 	theirs := "apiVersion: providerhealth.io/v1alpha1\nkind: ProviderHealth\nmetadata:\n  name: delta\n  labels:\n    app.kubernetes.io/managed-by: provider-health-exporter\n    providerhealth.io/instance: site-b\n"
-	apply = exec.Command(kubectl, "--kubeconfig", env.Kubeconfig, "create", "-f", "-")
-	apply.Stdin = strings.NewReader(theirs)
-	if out, err := apply.CombinedOutput(); err != nil {
-		t.Fatalf("create delta: %v\n%s", err, out)
-	}
+	run(theirs, "create", "-f", "-")
 	writeProviders(t, path, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"},
 		provider{"gamma", "gamma-project", "g1"}, provider{"delta", "delta-project", "d1"})
 	if code, body := x.do(http.MethodPost, "/-/reload"); code != http.StatusOK {
