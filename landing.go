@@ -406,8 +406,10 @@ func paginate(providers []landingProvider, f landingFilter, now time.Time) landi
 	for i := range providers {
 		switch p := &providers[i]; {
 		case shown[i] == p.selected:
+		case shown[i] == 0 && p.selected == 1:
+			p.Elsewhere = "Its target is on another page."
 		case shown[i] == 0:
-			p.Elsewhere = fmt.Sprintf("Its %d target%s %s on other pages.", p.selected, plural(p.selected), isAre(p.selected))
+			p.Elsewhere = fmt.Sprintf("Its %d targets are on other pages.", p.selected)
 		default:
 			p.Elsewhere = fmt.Sprintf("%d of its %d targets are on this page, the others on other pages.", shown[i], p.selected)
 		}
@@ -423,13 +425,6 @@ func paginate(providers []landingProvider, f landingFilter, now time.Time) landi
 		pg.Next = f.url(f.Page + 1)
 	}
 	return pg
-}
-
-func isAre(n int) string {
-	if n == 1 {
-		return "is"
-	}
-	return "are"
 }
 
 // landingProviderOf summarizes one provider for the page; fill builds the rows of its targets
