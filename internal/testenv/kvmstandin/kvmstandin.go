@@ -16,6 +16,9 @@
 //     connection starts late (SetSSHDelay), or a key offered for authentication is answered
 //     late (SetAuthDelay).
 //   - ReplaceHostKey: new connections see a new host key (known_hosts then mismatches).
+//
+// SetRTT gives a host a network's round trip (and jitter): every reply of its SSH and libvirt
+// sides reaches the client that much later, so that rounds cost what a network makes them cost.
 package kvmstandin
 
 import (
@@ -99,6 +102,8 @@ type Host struct {
 	rpcDelay  atomic.Int64
 	sshDelay  atomic.Int64
 	authDelay atomic.Int64
+	rtt       atomic.Int64
+	jitter    atomic.Int64
 
 	ln      net.Listener // healthy, silent
 	dropFD  int          // dropping: the listening socket, never accepted from
@@ -358,7 +363,7 @@ func (h *Host) acceptLoop() {
 			if d := time.Duration(h.sshDelay.Load()); d > 0 {
 				time.Sleep(d)
 			}
-			h.serveSSH(c)
+			h.serveSSH(&delayedConn{Conn: c, h: h})
 		})
 	}
 }
