@@ -1,8 +1,10 @@
 package kvm
 
 import (
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
@@ -76,5 +78,38 @@ func TestSteadyCheckIsOneCall(t *testing.T) {
 	ready(round(t, c))
 	if got := h.RPCs() - n; got != 1 {
 		t.Errorf("after libvirtd restarted: %d calls in the next steady check, want 1", got)
+	}
+}
+
+// TestPooledHostGoroutines: on real hosts, a pooled host with a live link costs the exporter at
+// most six goroutines (x/crypto's transport, key exchange and multiplexer, the pool's serve,
+// go-libvirt's reader and disconnect watcher), plus one keepalive loop for the whole pool, and
+// they are gone after Close.
+func TestPooledHostGoroutines(t *testing.T) {
+	const n = 3
+	f := kvmhost.Start(t, n)
+	g0 := runtime.NumGoroutine()
+	c, err := newTuned(provider("goroutines", f, f.Hosts), nil, tuning{KeepaliveInterval: time.Hour, DisconnectTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		for _, h := range f.Hosts {
+			if r := round(t, c)[h.Name]; r.Reason != checks.ReasonReady {
+				t.Fatalf("%s: %s %q", h.Name, r.Reason, r.Message)
+			}
+		}
+	}
+	if g := runtime.NumGoroutine() - g0; g > 6*n+1 {
+		buf := make([]byte, 1<<20)
+		t.Errorf("%d goroutines for %d pooled hosts, want at most %d (six a host, one keepalive loop):\n%s", g, n, 6*n+1, buf[:runtime.Stack(buf, true)])
+	}
+	c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > g0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if g := runtime.NumGoroutine() - g0; g > 0 {
+		t.Errorf("%d goroutines left after Close", g)
 	}
 }
