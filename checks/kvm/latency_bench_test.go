@@ -15,8 +15,9 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
 )
 
-// benchInts reads a list of whole numbers from env, def when unset: PHE_BENCH_HOSTS="1000,5000"
-// and PHE_BENCH_CONCURRENCY="32,128" choose the matrix of BenchmarkScaleLatency.
+// benchInts reads a list of whole numbers from env, def when unset: PHE_BENCH_HOSTS="1000,5000",
+// PHE_BENCH_RTT_MS="0,50" and PHE_BENCH_CONCURRENCY="32,256" choose the matrix of
+// BenchmarkScaleLatency (0 is allowed: a round trip of 0).
 func benchInts(b *testing.B, env string, def []int) []int {
 	v := os.Getenv(env)
 	if v == "" {
@@ -25,8 +26,8 @@ func benchInts(b *testing.B, env string, def []int) []int {
 	var out []int
 	for f := range strings.SplitSeq(v, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			b.Fatalf("%s=%q: want positive whole numbers separated by commas", env, v)
+		if err != nil || n < 0 {
+			b.Fatalf("%s=%q: want positive whole numbers (0 or more) separated by commas", env, v)
 		}
 		out = append(out, n)
 	}
@@ -83,7 +84,8 @@ func BenchmarkScaleLatency(b *testing.B) {
 		}
 		k := f.KVMConfig()
 		rand.New(rand.NewPCG(uint64(n), 1)).Shuffle(len(k.Hosts), func(i, j int) { k.Hosts[i], k.Hosts[j] = k.Hosts[j], k.Hosts[i] })
-		for _, rtt := range []time.Duration{0, 50 * time.Millisecond} {
+		for _, ms := range benchInts(b, "PHE_BENCH_RTT_MS", []int{0, 50}) {
+			rtt := time.Duration(ms) * time.Millisecond
 			f.SetRTT(b, rtt, rtt/10)
 			for _, conc := range benchInts(b, "PHE_BENCH_CONCURRENCY", []int{config.DefaultKVMConcurrency, 128}) {
 				k := k
@@ -144,9 +146,13 @@ func BenchmarkScaleLatency(b *testing.B) {
 					b.ResetTimer()
 					for b.Loop() {
 						c0 := cpuTime(b)
-						l, nr, _ := scaleRound(c, healthy)
+						l, why, _ := scaleRoundWhy(c, healthy)
 						cpu += cpuTime(b) - c0
-						last, notReady = last+l, notReady+nr
+						last = last + l
+						for msg, k := range why {
+							notReady += k
+							b.Logf("%d healthy hosts not Ready: %.300s", k, msg)
+						}
 					}
 					b.StopTimer()
 					report(b, b.N, last, notReady, cpu, f.Counts(b).Sub(before), stats(b))

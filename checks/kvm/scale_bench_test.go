@@ -19,6 +19,17 @@ import (
 // about: when the last healthy host's verdict was written (healthy-ready-s), and how many
 // healthy hosts were not Ready (must be 0).
 func scaleRound(c *Checker, healthy map[string]bool) (lastHealthy time.Duration, notReady int, took time.Duration) {
+	lastHealthy, why, took := scaleRoundWhy(c, healthy)
+	for _, n := range why {
+		notReady += n
+	}
+	return lastHealthy, notReady, took
+}
+
+// scaleRoundWhy is scaleRound that also says why healthy hosts were not Ready: a message of
+// each, counted.
+func scaleRoundWhy(c *Checker, healthy map[string]bool) (lastHealthy time.Duration, why map[string]int, took time.Duration) {
+	why = map[string]int{}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -29,13 +40,13 @@ func scaleRound(c *Checker, healthy map[string]bool) (lastHealthy time.Duration,
 			continue
 		}
 		if r.Reason != checks.ReasonReady {
-			notReady++
+			why[string(r.Reason)+": "+r.Message]++
 		}
 		if d := r.CheckedAt.Sub(start); d > lastHealthy {
 			lastHealthy = d
 		}
 	}
-	return lastHealthy, notReady, took
+	return lastHealthy, why, took
 }
 
 // BenchmarkScaleStandIn measures rounds at 100 and 500 hosts with 10% of them dead (half
