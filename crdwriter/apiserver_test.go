@@ -103,6 +103,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		{"LeaderCrashFailover", testLeaderCrash},
 		{"TwoInstances", testInstances},
 		{"RBACIsEnoughAndNoMore", testRBAC},
+		{"FenceExemptsOnlyTheLease", testFenceExemptsOnlyTheLease},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f.reset(t)
@@ -120,7 +121,7 @@ func (f *kubeFixture) reset(t *testing.T) {
 		t.Fatalf("list: %v", err)
 	}
 	for _, o := range items {
-		if err := f.admin.Delete(ctx, o.Name, o.UID); err != nil && !apierrors.IsNotFound(err) {
+		if err := f.admin.Delete(ctx, o.Name, o.UID, ""); err != nil && !apierrors.IsNotFound(err) {
 			t.Fatalf("delete %s: %v", o.Name, err)
 		}
 	}
@@ -590,7 +591,7 @@ func testHeartbeat(t *testing.T, f *kubeFixture) {
 	}
 
 	// Deleted by someone and no change since: the next heartbeat recreates it, with its times.
-	if err := f.admin.Delete(context.Background(), "gcp-prod", beat.UID); err != nil {
+	if err := f.admin.Delete(context.Background(), "gcp-prod", beat.UID, ""); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the object is recreated", func() bool {

@@ -27,8 +27,10 @@ type objectClient interface {
 	// UpdateStatus writes obj.Status through the status subresource; obj.ResourceVersion must
 	// be the one last read (a stale one gets a conflict).
 	UpdateStatus(ctx context.Context, obj *v1alpha1.ProviderHealth) (*v1alpha1.ProviderHealth, error)
-	// Delete deletes the object only when its UID is still uid.
-	Delete(ctx context.Context, name string, uid types.UID) error
+	// Delete deletes the object only when its UID is still uid and its resourceVersion still
+	// rv (empty: any), so a delete decided on an old read never removes an object someone
+	// recreated or wrote since.
+	Delete(ctx context.Context, name string, uid types.UID, rv string) error
 }
 
 // scheme knows the ProviderHealth types, for the REST client and for Event references.
@@ -91,8 +93,12 @@ func (r *restObjects) UpdateStatus(ctx context.Context, obj *v1alpha1.ProviderHe
 	return r.c.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: FieldManager})
 }
 
-func (r *restObjects) Delete(ctx context.Context, name string, uid types.UID) error {
+func (r *restObjects) Delete(ctx context.Context, name string, uid types.UID, rv string) error {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	return r.c.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	pre := &metav1.Preconditions{UID: &uid}
+	if rv != "" {
+		pre.ResourceVersion = &rv
+	}
+	return r.c.Delete(ctx, name, metav1.DeleteOptions{Preconditions: pre})
 }

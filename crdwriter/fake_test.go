@@ -132,7 +132,7 @@ func (f *fakeObjects) UpdateStatus(_ context.Context, obj *v1alpha1.ProviderHeal
 	return o.DeepCopy(), nil
 }
 
-func (f *fakeObjects) Delete(_ context.Context, name string, uid types.UID) error {
+func (f *fakeObjects) Delete(_ context.Context, name string, uid types.UID, rv string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.enter("delete"); err != nil {
@@ -142,8 +142,8 @@ func (f *fakeObjects) Delete(_ context.Context, name string, uid types.UID) erro
 	if !ok {
 		return apierrors.NewNotFound(gr, name)
 	}
-	if o.UID != uid {
-		return apierrors.NewConflict(gr, name, fmt.Errorf("precondition failed: UID"))
+	if o.UID != uid || rv != "" && o.ResourceVersion != rv {
+		return apierrors.NewConflict(gr, name, fmt.Errorf("precondition failed: UID or resourceVersion"))
 	}
 	delete(f.objs, name)
 	return nil

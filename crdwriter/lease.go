@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,9 +82,37 @@ func (l *renewalLock) lastRenewal() time.Time {
 }
 
 // fence refuses write requests at the transport while its gate says no. With no gate (no leader
-// election, or DeleteAll) everything passes.
+// election) everything passes. Only the requests of leader election itself pass a closed gate:
+// creating a Lease in the Lease's namespace, and writing the one Lease of this writer.
 type fence struct {
 	gate atomic.Pointer[func() bool]
+	// leases is the path of the Lease collection of the Lease's namespace, lease the path of
+	// this writer's Lease (both with the API server URL's own path prefix, if any).
+	leases, lease string
+}
+
+// exemptLease sets the Lease whose requests pass the fence: the coordination.k8s.io/v1 Lease
+// name in namespace, at the API server of host (a URL that may carry a path prefix).
+func (f *fence) exemptLease(host, namespace, name string) {
+	prefix := ""
+	if u, err := url.Parse(host); err == nil && u.Host != "" {
+		prefix = strings.TrimSuffix(u.Path, "/")
+	}
+	f.leases = prefix + "/apis/coordination.k8s.io/v1/namespaces/" + url.PathEscape(namespace) + "/leases"
+	f.lease = f.leases + "/" + url.PathEscape(name)
+}
+
+// exempt reports whether r is a request of leader election: a create of a Lease in the Lease's
+// namespace (client-go names the Lease in the body) or a write of this writer's Lease.
+func (f *fence) exempt(r *http.Request) bool {
+	switch {
+	case f.lease == "":
+		return false
+	case r.Method == http.MethodPost:
+		return r.URL.Path == f.leases
+	default:
+		return r.URL.Path == f.lease
+	}
 }
 
 var errFenced = errors.New("crdwriter: write refused before sending: " + errNotLeader.Error())
@@ -104,7 +133,7 @@ type fencedTransport struct {
 }
 
 func (t *fencedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method != http.MethodGet && !strings.Contains(r.URL.Path, "/leases") {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && !t.f.exempt(r) {
 		if g := t.f.gate.Load(); g != nil && !(*g)() {
 			if r.Body != nil {
 				_ = r.Body.Close()

@@ -80,7 +80,7 @@ func (w *Writer) collectGarbage(ctx context.Context, keep func(string) bool, all
 		if allow != nil && !allow() {
 			return nil, nil, errNotLeader
 		}
-		err := w.objects.Delete(ctx, obj.Name, obj.UID)
+		err := w.objects.Delete(ctx, obj.Name, obj.UID, obj.ResourceVersion)
 		switch {
 		case err == nil:
 			w.metrics.count(writeDelete, nil)

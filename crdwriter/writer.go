@@ -157,6 +157,7 @@ func New(opts Options) (*Writer, error) {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = FieldManager
 	}
+	w.fence.exemptLease(cfg.Host, opts.LeaseNamespace, opts.LeaseName)
 	cfg.Wrap(w.fence.wrap)
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
