@@ -104,6 +104,9 @@ func TestAgainstAPIServer(t *testing.T) {
 		{"TwoInstances", testInstances},
 		{"RBACIsEnoughAndNoMore", testRBAC},
 		{"FenceExemptsOnlyTheLease", testFenceExemptsOnlyTheLease},
+		{"NoStatusSubresource", testNoStatusSubresource},
+		{"RejectedObject", testRejectedObject},
+		{"PrunedFields", testPrunedFields},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f.reset(t)

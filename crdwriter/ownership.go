@@ -129,6 +129,12 @@ func (s *session) collectGarbage(ctx context.Context) error {
 			delete(s.foreign, name)
 		}
 	}
+	for name := range s.rejected {
+		if !names[name] {
+			delete(s.rejected, name)
+		}
+	}
+	s.w.metrics.rejected.Set(float64(len(s.rejected)))
 	for i := range mine {
 		obj := mine[i]
 		if cur := s.live[obj.Name]; cur == nil || cur.UID != obj.UID || cur.ResourceVersion != obj.ResourceVersion {

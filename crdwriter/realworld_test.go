@@ -2,15 +2,23 @@ package crdwriter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 )
@@ -68,5 +76,188 @@ func testFenceExemptsOnlyTheLease(t *testing.T, f *kubeFixture) {
 	}
 	if f.get(t, "leases-db").Status.Type != "" {
 		t.Error("the status of leases-db was written with the fence closed")
+	}
+}
+
+// installCRDVariant installs a copy of deploy/crd/ changed by mod (given the CRD's only version)
+// and waits until the API server serves it as probe says (given a scratch object of ours);
+// the test's cleanup installs the real CRD again.
+func (f *kubeFixture) installCRDVariant(t *testing.T, mod func(version map[string]any), probe func(obj *v1alpha1.ProviderHealth) bool) {
+	t.Helper()
+	path := filepath.Join(f.root, "deploy", "crd", "providerhealth.io_providerhealths.yaml")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd map[string]any
+	if err := yaml.Unmarshal(raw, &crd); err != nil {
+		t.Fatal(err)
+	}
+	mod(crd["spec"].(map[string]any)["versions"].([]any)[0].(map[string]any))
+	variant, err := json.Marshal(crd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.env.ApplyCRD(t, variant)
+	t.Cleanup(func() {
+		f.env.ApplyCRDFile(t, path)
+		eventually(t, "the real CRD is served again", func() bool {
+			f.put(t, "crd-probe", nil)
+			defer f.remove(t, "crd-probe")
+			o := f.get(t, "crd-probe")
+			o.Status.TargetsReady, o.Status.Type = "0/0", "kvm"
+			got, err := f.admin.UpdateStatus(context.Background(), o)
+			return err == nil && got.Status.TargetsReady == "0/0"
+		})
+	})
+	eventually(t, "the API server serves the CRD variant", func() bool {
+		f.put(t, "crd-probe", nil)
+		defer f.remove(t, "crd-probe")
+		return probe(f.get(t, "crd-probe"))
+	})
+}
+
+func (f *kubeFixture) remove(t *testing.T, name string) {
+	t.Helper()
+	if err := f.admin.c.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatalf("delete %s: %v", name, err)
+	}
+}
+
+// testNoStatusSubresource installs a CRD without the status subresource: PUT …/status answers
+// 404 although the object exists. The writer says so once (log, metric), makes one status
+// write, does not take the objects for deleted, and completes its sync of every provider.
+func testNoStatusSubresource(t *testing.T, f *kubeFixture) {
+	f.installCRDVariant(t, func(v map[string]any) { delete(v, "subresources") }, func(o *v1alpha1.ProviderHealth) bool {
+		o.Status.Type = "kvm"
+		_, err := f.admin.UpdateStatus(context.Background(), o)
+		return apierrors.IsNotFound(err)
+	})
+	const user = "writer-nostatus"
+	since := time.Now().Add(-time.Hour)
+	a := provider("a-first", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
+	b := provider("b-second", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
+	src := newFakeSource()
+	h := f.harness(t, f.userConfig(user, "system:masters"), src, func(o *Options) { o.HeartbeatInterval = time.Hour })
+	h.start()
+	h.round(a, b) // the sync of every provider completes
+	if f.get(t, "a-first") == nil || f.get(t, "b-second") == nil {
+		t.Error("the objects were not created")
+	}
+	if got := h.metric("crd_writer_crd_mismatch", "problem", "no_status_subresource"); got != 1 {
+		t.Errorf("crd_mismatch{problem=no_status_subresource} = %v, want 1", got)
+	}
+	h.round(provider("a-first", checks.TypeGCP, target("p", checks.ReasonForbidden, "", time.Now())), b)
+	if n := f.requests(t, user, isStatusUpdate); n != 1 {
+		t.Errorf("%d status writes, want 1: the first finds no status subresource, the others wait", n)
+	}
+	logs := h.logs.String()
+	if n := strings.Count(logs, "has no status subresource"); n != 1 {
+		t.Errorf("the missing status subresource was logged %d times, want once", n)
+	}
+	if strings.Contains(logs, "recreating") || h.writes(writeCreate, resultSuccess) != 2 {
+		t.Errorf("the objects were taken for deleted (%v creates):\n%s", h.writes(writeCreate, resultSuccess), logs)
+	}
+	h.stop()
+
+	// With the real CRD again, the next term writes the statuses and clears the metric.
+	f.env.ApplyCRDFile(t, filepath.Join(f.root, "deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	h2 := f.harness(t, f.userConfig(user, "system:masters"), src, nil)
+	h2.start()
+	eventually(t, "the statuses are written with the status subresource back", func() bool {
+		o := f.get(t, "a-first")
+		return o != nil && readyOf(o).Reason == "Forbidden" && len(f.get(t, "b-second").Status.Conditions) == 1
+	})
+	if got := h2.metric("crd_writer_crd_mismatch", "problem", "no_status_subresource"); got != 0 {
+		t.Errorf("crd_mismatch{problem=no_status_subresource} = %v with the real CRD, want 0", got)
+	}
+}
+
+// testRejectedObject writes a provider whose target name the CRD refuses (longer than 253
+// characters: 422 Invalid) beside a valid one: the refused one is that provider's own problem
+// (logged once, metric), it is not retried while it does not change, and the other provider's
+// changes are written at once, without a backoff.
+func testRejectedObject(t *testing.T, f *kubeFixture) {
+	const user = "writer-rejected"
+	since := time.Now().Add(-time.Hour)
+	long := provider("kvm-long", checks.TypeKVM, target(strings.Repeat("h", 300), checks.ReasonReady, "", since))
+	ok := func(r checks.Reason) checks.ProviderState {
+		return provider("gcp-ok", checks.TypeGCP, target("p", r, "", since))
+	}
+	src := newFakeSource()
+	// A long backoff: a global backoff after the 422 would hold gcp-ok's next change back.
+	h := f.harness(t, f.userConfig(user, "system:masters"), src, func(o *Options) {
+		o.MaxRetryBackoff, o.HeartbeatInterval = time.Hour, time.Hour
+	})
+	h.start()
+	h.round(long, ok(checks.ReasonReady))
+	h.round(long, ok(checks.ReasonForbidden))
+	if o := f.get(t, "gcp-ok"); o == nil || readyOf(o).Reason != "Forbidden" {
+		t.Errorf("the valid provider's change was not written: %+v", o)
+	}
+	h.round(long, ok(checks.ReasonForbidden))
+	invalid := func(e kube.AuditEvent) bool { return e.Code == http.StatusUnprocessableEntity }
+	if n := f.requests(t, user, invalid); n != 1 {
+		t.Errorf("%d requests answered 422, want 1: an unchanged refused status is not sent again", n)
+	}
+	if got := h.metric("crd_writer_rejected_objects"); got != 1 {
+		t.Errorf("crd_writer_rejected_objects = %v, want 1", got)
+	}
+	if got := h.writes(writeStatus, resultRejected); got != 1 {
+		t.Errorf("writes_total{kind=status,result=rejected} = %v, want 1", got)
+	}
+	if n := strings.Count(h.logs.String(), "the API server rejects this provider's ProviderHealth object"); n != 1 {
+		t.Errorf("the rejection was logged %d times, want once", n)
+	}
+	// The provider fixed (a reload with a shorter name): written, the metric back to 0.
+	h.round(provider("kvm-long", checks.TypeKVM, target("hv1", checks.ReasonReady, "", since)), ok(checks.ReasonForbidden))
+	if o := f.get(t, "kvm-long"); o == nil || len(o.Status.Targets) != 1 || o.Status.Targets[0].Name != "hv1" {
+		t.Errorf("the fixed provider was not written: %+v", o)
+	}
+	if got := h.metric("crd_writer_rejected_objects"); got != 0 {
+		t.Errorf("crd_writer_rejected_objects = %v after the fix, want 0", got)
+	}
+}
+
+// testPrunedFields installs an older CRD whose schema lacks status.targetsReady: the API server
+// prunes it from every write. Unchanged rounds write nothing, and the mismatch is reported once.
+func testPrunedFields(t *testing.T, f *kubeFixture) {
+	f.installCRDVariant(t, func(v map[string]any) {
+		status := v["schema"].(map[string]any)["openAPIV3Schema"].(map[string]any)["properties"].(map[string]any)["status"].(map[string]any)
+		delete(status["properties"].(map[string]any), "targetsReady")
+	}, func(o *v1alpha1.ProviderHealth) bool {
+		o.Status.TargetsReady, o.Status.Type = "0/0", "kvm"
+		got, err := f.admin.UpdateStatus(context.Background(), o)
+		return err == nil && got.Status.TargetsReady == ""
+	})
+	const user = "writer-pruned"
+	since := time.Now().Add(-time.Hour)
+	p := provider("kvm-lab", checks.TypeKVM, target("hv1", checks.ReasonReady, "", since), target("hv2", checks.ReasonPoolInactive, "", since))
+	src := newFakeSource()
+	h := f.harness(t, f.userConfig(user, "system:masters"), src, nil)
+	h.start()
+	h.round(p)
+	before := h.writes(writeStatus, resultSuccess)
+	auditBefore := f.requests(t, user, isStatusUpdate)
+	for range 5 {
+		h.round(p)
+	}
+	if n := h.writes(writeStatus, resultSuccess) - before; n != 0 {
+		t.Errorf("5 unchanged rounds wrote the status %v times, want 0", n)
+	}
+	if n := f.requests(t, user, isStatusUpdate) - auditBefore; n != 0 {
+		t.Errorf("5 unchanged rounds sent %d status writes (audit log), want 0", n)
+	}
+	if got := h.metric("crd_writer_crd_mismatch", "problem", "fields_pruned"); got != 1 {
+		t.Errorf("crd_mismatch{problem=fields_pruned} = %v, want 1", got)
+	}
+	logs := h.logs.String()
+	if n := strings.Count(logs, "drops or changes status fields"); n != 1 || !strings.Contains(logs, "targetsReady") {
+		t.Errorf("the pruned field was reported %d times (want once, naming targetsReady):\n%s", n, logs)
+	}
+	// A real change is still written.
+	h.round(provider("kvm-lab", checks.TypeKVM, target("hv1", checks.ReasonReady, "", since), target("hv2", checks.ReasonReady, "", time.Now())))
+	if o := f.get(t, "kvm-lab"); readyOf(o).Status != metav1.ConditionTrue {
+		t.Errorf("a change was not written with the older CRD: %+v", readyOf(o))
 	}
 }

@@ -42,6 +42,12 @@ type session struct {
 	// foreign holds the configured providers whose object name is held by an object this
 	// instance does not own (a name clash): when it was last seen.
 	foreign map[string]time.Time
+	// rejected holds the providers whose object the API server refuses (rejections.go).
+	rejected map[string]rejection
+	// noStatus is when a status write last found no status subresource (zero: it has one).
+	noStatus time.Time
+	// pruning: the API server was seen dropping status fields this writer sets (reported once).
+	pruning bool
 }
 
 // lead writes until ctx is done or, with lease set (leader election), until the elector has
@@ -59,11 +65,12 @@ func (w *Writer) lead(ctx context.Context, lease *leaseView) {
 				cancel()
 			})
 		},
-		mem:     make(map[string]*providerMem),
-		pending: make(map[string][]targetEvent),
-		dirty:   make(chan struct{}, 1),
-		live:    make(map[string]*v1alpha1.ProviderHealth),
-		foreign: make(map[string]time.Time),
+		mem:      make(map[string]*providerMem),
+		pending:  make(map[string][]targetEvent),
+		dirty:    make(chan struct{}, 1),
+		live:     make(map[string]*v1alpha1.ProviderHealth),
+		foreign:  make(map[string]time.Time),
+		rejected: make(map[string]rejection),
 	}
 	if lease != nil {
 		w.fence.set(s.mayWrite)
@@ -73,6 +80,7 @@ func (w *Writer) lead(ctx context.Context, lease *leaseView) {
 	defer stop()
 	s.recorder = recorder
 	defer w.metrics.nameClashes.Set(0)
+	defer w.metrics.rejected.Set(0)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel() // before the wait: the term's goroutines end with ctx

@@ -89,6 +89,16 @@ func (s *session) nextHeartbeat() time.Time {
 			next = at
 		}
 	}
+	for _, r := range s.rejected {
+		if at := r.at.Add(s.w.opts.HeartbeatInterval); at.Before(next) {
+			next = at
+		}
+	}
+	if !s.noStatus.IsZero() {
+		if at := s.noStatus.Add(s.w.opts.HeartbeatInterval); at.Before(next) {
+			next = at
+		}
+	}
 	return next
 }
 
@@ -113,13 +123,26 @@ func (s *session) syncOnce(ctx context.Context, gc bool) error {
 		if err == nil {
 			continue
 		}
-		var status apierrors.APIStatus
-		if !errors.As(err, &status) || errors.Is(err, errCRDMissing) {
+		if !perObject(err) {
 			return err
 		}
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// errStillConflicting: an object kept changing under the writer while it wrote it.
+var errStillConflicting = errors.New("still conflicting after 5 attempts")
+
+// perObject reports whether err is about one object (the API server answered), so that the other
+// providers are still written; any other error (the API server is unreachable, the CRD is
+// missing, the lease is overdue) stops the sync.
+func perObject(err error) bool {
+	if errors.Is(err, errCRDMissing) || errors.Is(err, errNotLeader) {
+		return false
+	}
+	var status apierrors.APIStatus
+	return errors.As(err, &status) || errors.Is(err, errStillConflicting)
 }
 
 // syncProvider writes one provider's status when it differs visibly from the live object's or a
@@ -145,8 +168,11 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 	live := s.live[name]
 	for attempt := 0; attempt < 5; attempt++ {
 		if live == nil {
+			if s.holdBack(name, nil, time.Now()) {
+				return nil
+			}
 			obj, err := s.create(ctx, name)
-			if errors.Is(err, errNotOurs) {
+			if errors.Is(err, errNotOurs) || errors.Is(err, errRejected) {
 				return nil
 			}
 			if err != nil {
@@ -167,6 +193,9 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 			s.emit(name, live, events)
 			return nil
 		}
+		if s.holdBack(name, &desired, now) {
+			return nil
+		}
 		if !s.mayWrite() {
 			return errNotLeader
 		}
@@ -177,8 +206,14 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 		s.w.metrics.count(writeStatus, err)
 		switch {
 		case err == nil:
+			s.statusSubresourceFound()
+			s.accepted(name)
+			s.compareWithSent(name, &obj.Status, &updated.Status)
 			s.live[name] = updated
 			s.emit(name, updated, events)
+			return nil
+		case apierrors.IsInvalid(err):
+			s.reject(name, &desired, now, err)
 			return nil
 		case apierrors.IsConflict(err):
 			got, gerr := s.w.objects.Get(ctx, name)
@@ -195,15 +230,33 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 				s.live[name] = got
 			}
 		case apierrors.IsNotFound(err):
-			// Deleted by someone: recreate it, with the transition times memory kept.
-			logger.Info("the ProviderHealth object was deleted; recreating it")
-			delete(s.live, name)
-			live = nil
+			// Either the object is gone, or it is there and /status is not (a CRD without the
+			// status subresource): a read tells.
+			got, gerr := s.w.objects.Get(ctx, name)
+			switch {
+			case apierrors.IsNotFound(gerr):
+				// Deleted by someone: recreate it, with the transition times memory kept.
+				logger.Info("the ProviderHealth object was deleted; recreating it")
+				delete(s.live, name)
+				live = nil
+			case gerr != nil:
+				return fmt.Errorf("re-reading ProviderHealth %s after its status was not found: %w", name, gerr)
+			case !s.w.owns(got):
+				s.clash(got)
+				return nil
+			case got.UID == live.UID:
+				s.live[name] = got
+				s.statusSubresourceMissing(now)
+				return nil
+			default: // replaced by another object of ours: write that one
+				live = got
+				s.live[name] = got
+			}
 		default:
 			return fmt.Errorf("writing the status of ProviderHealth %s: %w", name, err)
 		}
 	}
-	return fmt.Errorf("writing the status of ProviderHealth %s: still conflicting after 5 attempts", name)
+	return fmt.Errorf("writing the status of ProviderHealth %s: %w", name, errStillConflicting)
 }
 
 // create creates the provider's object (no status: the API server ignores it on create), or
@@ -222,6 +275,7 @@ func (s *session) create(ctx context.Context, name string) (*v1alpha1.ProviderHe
 	switch {
 	case err == nil:
 		s.w.logger.Info("created ProviderHealth", "provider", name)
+		s.accepted(name)
 		return created, nil
 	case apierrors.IsAlreadyExists(err):
 		got, gerr := s.w.objects.Get(ctx, name)
@@ -236,6 +290,9 @@ func (s *session) create(ctx context.Context, name string) (*v1alpha1.ProviderHe
 	case apierrors.IsNotFound(err):
 		s.w.crdMissing()
 		return nil, errCRDMissing
+	case apierrors.IsInvalid(err):
+		s.reject(name, nil, time.Now(), err)
+		return nil, errRejected
 	default:
 		return nil, fmt.Errorf("creating ProviderHealth %s: %w", name, err)
 	}
