@@ -107,6 +107,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		{"NoStatusSubresource", testNoStatusSubresource},
 		{"RejectedObject", testRejectedObject},
 		{"PrunedFields", testPrunedFields},
+		{"WritesBoundedByFence", testWritesBoundedByFence},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f.reset(t)

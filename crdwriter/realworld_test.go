@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -259,5 +260,91 @@ func testPrunedFields(t *testing.T, f *kubeFixture) {
 	h.round(provider("kvm-lab", checks.TypeKVM, target("hv1", checks.ReasonReady, "", since), target("hv2", checks.ReasonReady, "", time.Now())))
 	if o := f.get(t, "kvm-lab"); readyOf(o).Status != metav1.ConditionTrue {
 		t.Errorf("a change was not written with the older CRD: %+v", readyOf(o))
+	}
+}
+
+// testWritesBoundedByFence runs a term whose last renewal is known and records the deadline of
+// every write request as it leaves the writer: each one (create, status, delete, Event) must end
+// by the fence, the renewal plus the renew deadline, not at its own 15s timeout (Events had
+// none). And a delete decided on an old list carries its resourceVersion: it refuses to delete
+// an object written since.
+func testWritesBoundedByFence(t *testing.T, f *kubeFixture) {
+	ours := map[string]string{ManagedByLabel: ManagedByValue}
+	f.put(t, "garbage", ours)
+	type sent struct {
+		what     string
+		deadline time.Time
+		bounded  bool
+	}
+	var (
+		mu    sync.Mutex
+		sends []sent
+	)
+	cfg := f.userConfig("writer-bounded", "system:masters")
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method != http.MethodGet {
+				d, ok := r.Context().Deadline()
+				mu.Lock()
+				sends = append(sends, sent{r.Method + " " + r.URL.Path, d, ok})
+				mu.Unlock()
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	const renewDeadline = 12 * time.Second // shorter than a request's own 15s timeout
+	renewedAt := time.Now()
+	lease := &leaseView{isLeader: func() bool { return true }, renewed: func() time.Time { return renewedAt }, renewDeadline: renewDeadline}
+	src := newFakeSource()
+	h := f.harness(t, cfg, src, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.w.lead(ctx, lease)
+	}()
+	defer func() { cancel(); <-done }()
+	h.round(provider("kvm-lab", checks.TypeKVM, target("hv1", checks.ReasonTCPUnreachable, "refused", time.Now())))
+	obj := f.get(t, "kvm-lab")
+	eventually(t, "the Event is written", func() bool { return len(f.events(t, string(obj.UID))) == 1 })
+	if f.get(t, "garbage") != nil {
+		t.Error("the garbage was not collected")
+	}
+	fence := renewedAt.Add(renewDeadline)
+	mu.Lock()
+	kinds := map[string]bool{}
+	for _, s := range sends {
+		switch {
+		case strings.HasSuffix(s.what, "/status"):
+			kinds["status"] = true
+		case strings.HasPrefix(s.what, "POST") && strings.HasSuffix(s.what, "/events"):
+			kinds["event"] = true
+		case strings.HasPrefix(s.what, "POST"):
+			kinds["create"] = true
+		case strings.HasPrefix(s.what, "DELETE"):
+			kinds["delete"] = true
+		}
+		if !s.bounded || s.deadline.After(fence) {
+			t.Errorf("%s was sent with deadline %v (set: %v), after the fence at %v", s.what, s.deadline, s.bounded, fence)
+		}
+	}
+	mu.Unlock()
+	if len(kinds) != 4 {
+		t.Errorf("the writes seen were %v, want create, status, delete and event", kinds)
+	}
+
+	// A delete decided on an old read: the object was written since.
+	f.put(t, "stale-read", ours)
+	old := f.get(t, "stale-read")
+	o := old.DeepCopy()
+	o.Status.Type = "kvm"
+	if _, err := f.admin.UpdateStatus(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.w.objects.Delete(context.Background(), "stale-read", old.UID, old.ResourceVersion); !apierrors.IsConflict(err) {
+		t.Errorf("a delete with the resourceVersion of an old read: err = %v, want a conflict", err)
+	}
+	if f.get(t, "stale-read") == nil {
+		t.Error("the object written since the read was deleted")
 	}
 }
