@@ -186,7 +186,7 @@ func checkCRD(o crdOptions) error {
 }
 
 // startCRDWriter starts mirroring the runner's snapshots into ProviderHealth objects, or, with
-// checks off, deletes ours once. The returned channel is closed when it has stopped (ctx done).
+// checks off, deletes ours (RunChecksOff). The returned channel is closed when it has stopped (ctx done).
 func startCRDWriter(ctx context.Context, o crdOptions, e *exporter, interval time.Duration, logger *slog.Logger) (<-chan struct{}, error) {
 	done := make(chan struct{})
 	if !o.enabled {
@@ -219,7 +219,7 @@ func startCRDWriter(ctx context.Context, o crdOptions, e *exporter, interval tim
 		if !e.checksOn() {
 			// Checks off: no verdicts to mirror, and this instance's objects would only go
 			// stale.
-			if err := w.DeleteAll(ctx); err != nil && ctx.Err() == nil {
+			if err := w.RunChecksOff(ctx); err != nil && ctx.Err() == nil {
 				logger.Error("cannot delete the ProviderHealth objects", "err", err)
 			}
 			return

@@ -108,6 +108,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		{"RejectedObject", testRejectedObject},
 		{"PrunedFields", testPrunedFields},
 		{"WritesBoundedByFence", testWritesBoundedByFence},
+		{"ChecksOffRollout", testChecksOffRollout},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f.reset(t)

@@ -116,8 +116,14 @@ func (w *Writer) crdPresent() {
 func (s *session) collectGarbage(ctx context.Context) error {
 	names := configured(s.w.opts.Source.Current())
 	mine, others, err := s.w.collectGarbage(ctx, func(n string) bool { return names[n] }, s.allowWrites())
+	if errors.Is(err, errCRDMissing) && s.w.checksOff != nil {
+		err = nil // checks off: without the CRD there is nothing to delete
+	}
 	if err != nil {
 		return err
+	}
+	if off := s.w.checksOff; off != nil && off.collected != nil {
+		defer off.collected()
 	}
 	for name := range s.live {
 		if !names[name] {

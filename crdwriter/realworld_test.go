@@ -348,3 +348,57 @@ func testWritesBoundedByFence(t *testing.T, f *kubeFixture) {
 		t.Error("the object written since the read was deleted")
 	}
 }
+
+// testChecksOffRollout is a rollout to checks off: the old leader (checks on) still holds the
+// Lease when a new replica with checks off starts. The new one deletes nothing while the old one
+// leads (the old one would recreate it, and the object would then stay stale forever); once the
+// old one is gone it takes the Lease and deletes, and it keeps collecting: an object an old
+// version recreates without the Lease goes at the next pass.
+func testChecksOffRollout(t *testing.T, f *kubeFixture) {
+	le := func(id string) func(*Options) {
+		return func(o *Options) {
+			o.LeaderElect, o.Identity = true, id
+			o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 4*time.Second, 3*time.Second, 500*time.Millisecond
+			o.HeartbeatInterval = time.Second
+		}
+	}
+	since := time.Now().Add(-time.Hour)
+	p := func(r checks.Reason) checks.ProviderState {
+		return provider("cluster-main", checks.TypeKubernetes, target("api", r, "", since))
+	}
+	old := f.harness(t, f.userConfig("writer-old", "system:masters"), newFakeSource(), le("old"))
+	old.start()
+	eventually(t, "the old replica leads", func() bool { return old.metric("crd_writer_leader") == 1 })
+	old.round(p(checks.ReasonReady))
+
+	const user = "writer-off"
+	off := f.harness(t, f.userConfig(user, "system:masters"), nil, le("off"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- off.w.RunChecksOff(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("RunChecksOff: %v", err)
+		}
+	}()
+	// The new replica is campaigning (it reads the Lease, or, unfenced, writes at once); the
+	// old one still leads and writes.
+	eventually(t, "the checks-off replica reads the Lease or writes", func() bool {
+		return f.requests(t, user, func(e kube.AuditEvent) bool { return e.Resource == "leases" && e.Verb == "get" || isWrite(e) }) > 0
+	})
+	old.round(p(checks.ReasonForbidden))
+	if n := f.requests(t, user, isWrite); n != 0 {
+		t.Errorf("the checks-off replica made %d writes while the old replica held the Lease", n)
+	}
+	if o := f.get(t, "cluster-main"); o == nil || readyOf(o).Reason != "Forbidden" {
+		t.Fatalf("the old leader's object: %+v", o)
+	}
+	old.stop() // the rollout ends the old replica; it hands the Lease back
+	eventually(t, "the checks-off replica leads and deletes", func() bool {
+		return off.metric("crd_writer_leader") == 1 && f.get(t, "cluster-main") == nil
+	})
+	// An old version without leader election recreates it: collected again.
+	f.put(t, "cluster-main", map[string]string{ManagedByLabel: ManagedByValue})
+	eventually(t, "the recreated object is collected at the next pass", func() bool { return f.get(t, "cluster-main") == nil })
+}

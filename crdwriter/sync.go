@@ -19,10 +19,17 @@ func (s *session) syncLoop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	failures := 0
-	var retryAt time.Time
+	var retryAt, nextGC time.Time
+	if s.w.checksOff != nil {
+		// Checks off: every object of ours is garbage, and an old replica may still make some.
+		nextGC = time.Now().Add(s.w.opts.HeartbeatInterval)
+	}
 	gcNeeded := false
 	for {
 		wake := s.nextHeartbeat()
+		if !nextGC.IsZero() && nextGC.Before(wake) {
+			wake = nextGC
+		}
 		if !retryAt.IsZero() {
 			wake = retryAt
 		}
@@ -35,6 +42,10 @@ func (s *session) syncLoop(ctx context.Context) {
 		}
 		if !retryAt.IsZero() && time.Now().Before(retryAt) {
 			continue // a change while the API server fails waits for the next attempt
+		}
+		if !nextGC.IsZero() && !time.Now().Before(nextGC) {
+			gcNeeded = true
+			nextGC = time.Now().Add(s.w.opts.HeartbeatInterval)
 		}
 		s.mu.Lock()
 		round := s.round

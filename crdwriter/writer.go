@@ -32,6 +32,7 @@ import (
 	mathrand "math/rand/v2"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -142,6 +143,8 @@ type Writer struct {
 	fence fence
 	// crdMissingLogged is owned by the goroutine running Run or DeleteAll.
 	crdMissingLogged bool
+	// checksOff is set while RunChecksOff or DeleteAll runs.
+	checksOff *checksOff
 }
 
 // New returns a Writer. It does not contact the API server.
@@ -267,26 +270,62 @@ func (w *Writer) Run(ctx context.Context) error {
 	return w.campaigns(ctx)
 }
 
-// DeleteAll deletes every object of this instance (checks turned off), retrying with backoff
-// while the API server fails, until done or ctx ends. Objects of other instances and objects
+// RunChecksOff is Run with checks turned off: there is nothing to mirror, and every object of
+// this instance is garbage. It deletes them, with leader election only while holding the Lease
+// and behind the same fence as every write, and keeps collecting garbage once per heartbeat
+// interval until ctx is done (during a rollout an old replica, or an old version without leader
+// election, may recreate objects after the first pass). Objects of other instances and objects
 // without our label are left alone. It must not run concurrently with Run.
+func (w *Writer) RunChecksOff(ctx context.Context) error {
+	return w.runChecksOff(ctx, nil)
+}
+
+// DeleteAll deletes every object of this instance once, as RunChecksOff does (with leader
+// election: once it holds the Lease), and returns when that is done or ctx ends.
 func (w *Writer) DeleteAll(ctx context.Context) error {
-	for attempt := 0; ; attempt++ {
-		_, _, err := w.collectGarbage(ctx, func(string) bool { return false }, nil)
-		if errors.Is(err, errCRDMissing) {
-			w.logger.Info("the ProviderHealth CRD is not installed: no object to delete")
-			return nil
-		}
-		if err == nil {
-			return nil
-		}
-		w.logger.Warn("deleting ProviderHealth objects failed; retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("crdwriter: deleting ProviderHealth objects: %w", ctx.Err())
-		case <-time.After(w.backoff(attempt)):
-		}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var collected atomic.Bool
+	err := w.runChecksOff(ctx, func() {
+		collected.Store(true)
+		cancel()
+	})
+	switch {
+	case collected.Load():
+		return nil
+	case err != nil:
+		return err
+	default:
+		return fmt.Errorf("crdwriter: deleting ProviderHealth objects: %w", ctx.Err())
 	}
+}
+
+func (w *Writer) runChecksOff(ctx context.Context, collected func()) error {
+	w.checksOff = &checksOff{collected: collected}
+	defer func() { w.checksOff = nil }()
+	src := w.opts.Source
+	w.opts.Source = noProviders{}
+	defer func() { w.opts.Source = src }()
+	return w.Run(ctx)
+}
+
+// checksOff is the state of a writer run with checks off.
+type checksOff struct {
+	// collected (nil: nothing) is called after each complete pass of garbage collection.
+	collected func()
+}
+
+// noProviders is the Source of a writer with checks off: a snapshot without providers.
+type noProviders struct{}
+
+var emptySnapshot = &checks.Snapshot{}
+
+func (noProviders) Current() *checks.Snapshot { return emptySnapshot }
+
+func (noProviders) Subscribe(ctx context.Context) <-chan struct{} {
+	ch := make(chan struct{})
+	context.AfterFunc(ctx, func() { close(ch) })
+	return ch
 }
 
 // backoff is the wait before retry attempt n (from 0): exponential from 1s, capped, jittered.
