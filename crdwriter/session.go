@@ -74,7 +74,9 @@ func (w *Writer) lead(ctx context.Context, lease *leaseView) {
 	}
 	if lease != nil {
 		w.fence.set(s.mayWrite)
+		w.fence.bound(lease.fenceAt)
 		defer w.fence.set(func() bool { return false })
+		defer w.fence.bound(nil)
 	}
 	recorder, stop := w.newRecorder(ctx, s.allowWrites())
 	defer stop()
