@@ -230,6 +230,16 @@ func (s *fakeSource) publish(providers ...checks.ProviderState) {
 	}
 }
 
+// ownedBy is the metadata of an object of the deployment with that instance and Lease
+// ("namespace/name").
+func ownedBy(name, instance, deployment string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:        name,
+		Labels:      map[string]string{ManagedByLabel: ManagedByValue, InstanceLabel: instance},
+		Annotations: map[string]string{DeploymentAnnotation: deployment},
+	}
+}
+
 // target builds a verdict checked now; since is when it last flipped.
 func target(name string, reason checks.Reason, msg string, since time.Time) checks.TargetState {
 	return checks.TargetState{

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 )
@@ -26,28 +27,37 @@ const ReasonNameClash = "NameClash"
 // managedSelector selects the objects of every instance of the exporter.
 var managedSelector = ManagedByLabel + "=" + ManagedByValue
 
-// owns reports whether obj belongs to this instance. An object with our managed-by label and no
-// instance label was written before instances existed: it belongs to the default instance.
-func (w *Writer) owns(obj *v1alpha1.ProviderHealth) bool {
-	if obj.Labels[ManagedByLabel] != ManagedByValue {
-		return false
+// objectMeta is the metadata of the provider's object as this deployment creates it.
+func (w *Writer) objectMeta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:        name,
+		Labels:      map[string]string{ManagedByLabel: ManagedByValue, InstanceLabel: w.opts.Instance},
+		Annotations: map[string]string{DeploymentAnnotation: w.deployment},
 	}
-	inst, ok := obj.Labels[InstanceLabel]
-	if !ok {
-		return w.opts.Instance == DefaultInstance
-	}
-	return inst == w.opts.Instance
 }
 
-// ownerOf describes who an object not of this instance belongs to, for logs and Events.
+// owns reports whether obj belongs to this deployment: our managed-by label, our instance and
+// our deployment identity. An object that lacks the instance label or the deployment
+// annotation belongs to no deployment that can be told apart, so no writer takes it for its
+// own (docs/crd.md says how to hand it over).
+func (w *Writer) owns(obj *v1alpha1.ProviderHealth) bool {
+	return obj.Labels[ManagedByLabel] == ManagedByValue && obj.Labels[InstanceLabel] == w.opts.Instance &&
+		obj.Annotations[DeploymentAnnotation] == w.deployment
+}
+
+// ownerOf describes who an object not of this deployment belongs to, for logs and Events.
 func ownerOf(obj *v1alpha1.ProviderHealth) string {
-	switch inst, ok := obj.Labels[InstanceLabel]; {
+	inst, hasInst := obj.Labels[InstanceLabel]
+	dep, hasDep := obj.Annotations[DeploymentAnnotation]
+	switch {
 	case obj.Labels[ManagedByLabel] != ManagedByValue:
 		return fmt.Sprintf("not managed by provider-health-exporter (%s=%q)", ManagedByLabel, obj.Labels[ManagedByLabel])
-	case !ok:
-		return fmt.Sprintf("exporter instance %q (no %s label: written before instances existed)", DefaultInstance, InstanceLabel)
+	case !hasInst:
+		return fmt.Sprintf("no exporter deployment that can be told apart (no %s label)", InstanceLabel)
+	case !hasDep:
+		return fmt.Sprintf("exporter instance %q, of no deployment that can be told apart (no %s annotation)", inst, DeploymentAnnotation)
 	default:
-		return fmt.Sprintf("exporter instance %q", inst)
+		return fmt.Sprintf("exporter instance %q of the deployment with the Lease %s", inst, dep)
 	}
 }
 
@@ -169,10 +179,10 @@ func (s *session) clash(obj *v1alpha1.ProviderHealth) {
 	}
 	owner := ownerOf(obj)
 	s.w.logger.Warn("the ProviderHealth object of this provider's name belongs to someone else; leaving it alone (rename one of the providers)",
-		"provider", obj.Name, "owner", owner, "instance", s.w.opts.Instance)
+		"provider", obj.Name, "owner", owner, "instance", s.w.opts.Instance, "deployment", s.w.deployment)
 	if s.mayWrite() {
 		s.recorder.Event(obj, corev1.EventTypeWarning, ReasonNameClash, clip(fmt.Sprintf(
-			"exporter instance %q also has a provider named %s and leaves this object alone: it belongs to %s; rename one of the providers",
-			s.w.opts.Instance, obj.Name, owner), maxEventMessage))
+			"exporter instance %q (Lease %s) also has a provider named %s and leaves this object alone: it belongs to %s; rename one of the providers",
+			s.w.opts.Instance, s.w.deployment, obj.Name, owner), maxEventMessage))
 	}
 }

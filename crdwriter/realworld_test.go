@@ -269,8 +269,7 @@ func testPrunedFields(t *testing.T, f *kubeFixture) {
 // none). And a delete decided on an old list carries its resourceVersion: it refuses to delete
 // an object written since.
 func testWritesBoundedByFence(t *testing.T, f *kubeFixture) {
-	ours := map[string]string{ManagedByLabel: ManagedByValue}
-	f.put(t, "garbage", ours)
+	f.putOwned(t, "garbage")
 	type sent struct {
 		what     string
 		deadline time.Time
@@ -334,7 +333,7 @@ func testWritesBoundedByFence(t *testing.T, f *kubeFixture) {
 	}
 
 	// A delete decided on an old read: the object was written since.
-	f.put(t, "stale-read", ours)
+	f.putOwned(t, "stale-read")
 	old := f.get(t, "stale-read")
 	o := old.DeepCopy()
 	o.Status.Type = "kvm"
@@ -399,6 +398,79 @@ func testChecksOffRollout(t *testing.T, f *kubeFixture) {
 		return off.metric("crd_writer_leader") == 1 && f.get(t, "cluster-main") == nil
 	})
 	// An old version without leader election recreates it: collected again.
-	f.put(t, "cluster-main", map[string]string{ManagedByLabel: ManagedByValue})
+	f.putOwned(t, "cluster-main")
 	eventually(t, "the recreated object is collected at the next pass", func() bool { return f.get(t, "cluster-main") == nil })
+}
+
+// testTwoDefaultDeployments runs two deployments with the default flags whose Leases live in
+// different namespaces (the pods' namespaces): both lead, each at its own Lease. Neither deletes
+// or writes the other's objects, at its start or at a restart; the provider name both configure
+// is a name clash for the second.
+func testTwoDefaultDeployments(t *testing.T, f *kubeFixture) {
+	ctx := context.Background()
+	for _, ns := range []string{"team-a-ns", "team-b-ns"} {
+		if _, err := f.core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.coord.Leases(ns).Delete(context.Background(), DefaultInstance, metav1.DeleteOptions{}) })
+	}
+	deployment := func(ns, id string) func(*Options) {
+		return func(o *Options) {
+			o.LeaderElect, o.Identity, o.LeaseNamespace = true, id, ns // everything else: the defaults
+			o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 4*time.Second, 3*time.Second, 500*time.Millisecond
+		}
+	}
+	since := time.Now().Add(-time.Hour)
+	ph := func(name string, r checks.Reason) checks.ProviderState {
+		return provider(name, checks.TypeGCP, target("p", r, "", since))
+	}
+	aProviders := []checks.ProviderState{ph("a-only", checks.ReasonReady), ph("shared", checks.ReasonReady)}
+	bProviders := []checks.ProviderState{ph("b-only", checks.ReasonForbidden), ph("shared", checks.ReasonForbidden)}
+	start := func(user, ns, id string, providers []checks.ProviderState) *harness {
+		// The runner's first snapshot names the configured providers.
+		h := f.harness(t, f.userConfig(user, "system:masters"), newFakeSource(providers...), deployment(ns, id))
+		h.start()
+		eventually(t, id+" leads", func() bool { return h.metric("crd_writer_leader") == 1 })
+		h.round(providers...)
+		return h
+	}
+	a := start("writer-dep-a", "team-a-ns", "a1", aProviders)
+	sharedA := f.get(t, "shared")
+	if sharedA == nil || sharedA.Annotations[DeploymentAnnotation] != "team-a-ns/"+DefaultInstance {
+		t.Fatalf("the first deployment's object lacks its deployment annotation: %+v", sharedA)
+	}
+	b := start("writer-dep-b", "team-b-ns", "b1", bProviders)
+	check := func(when string) {
+		t.Helper()
+		if f.get(t, "a-only") == nil {
+			t.Errorf("%s: the first deployment's a-only was deleted", when)
+		}
+		if o := f.get(t, "b-only"); o == nil || o.Annotations[DeploymentAnnotation] != "team-b-ns/"+DefaultInstance {
+			t.Errorf("%s: the second deployment's b-only: %+v", when, o)
+		}
+		if o := f.get(t, "shared"); o == nil || o.UID != sharedA.UID || readyOf(o).Reason != v1alpha1.ReasonAllTargetsReady {
+			t.Errorf("%s: the second deployment took over the first one's shared: %+v", when, o)
+		}
+	}
+	check("after the second deployment's start")
+	if a.metric("crd_writer_leader") != 1 {
+		t.Error("the first deployment stopped leading")
+	}
+	eventually(t, "the second deployment reports the clash", func() bool { return b.metric("crd_writer_name_clashes") == 1 })
+
+	// Each restarts.
+	a.stop()
+	a = start("writer-dep-a", "team-a-ns", "a2", aProviders)
+	check("after the first deployment's restart")
+	b.stop()
+	b = start("writer-dep-b", "team-b-ns", "b2", bProviders)
+	check("after the second deployment's restart")
+	for _, user := range []string{"writer-dep-a", "writer-dep-b"} {
+		theirs := map[string]string{"writer-dep-a": "b-only", "writer-dep-b": "a-only"}[user]
+		if n := f.requests(t, user, func(e kube.AuditEvent) bool { return isWrite(e) && e.Name == theirs }); n != 0 {
+			t.Errorf("%s wrote the other deployment's %s %d times", user, theirs, n)
+		}
+	}
+	a.stop()
+	b.stop()
 }

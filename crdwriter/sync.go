@@ -274,10 +274,7 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 // returns the existing one when it is this instance's. When it belongs to someone else, it
 // reports the clash and returns errNotOurs.
 func (s *session) create(ctx context.Context, name string) (*v1alpha1.ProviderHealth, error) {
-	obj := &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{
-		Name:   name,
-		Labels: map[string]string{ManagedByLabel: ManagedByValue, InstanceLabel: s.w.opts.Instance},
-	}}
+	obj := &v1alpha1.ProviderHealth{ObjectMeta: s.w.objectMeta(name)}
 	if !s.mayWrite() {
 		return nil, errNotLeader
 	}

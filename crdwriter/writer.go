@@ -8,11 +8,12 @@
 // the API server (no informer): it remembers the objects it last read or wrote and re-reads one
 // only on a conflict.
 //
-// Each exporter deployment has an identity, its instance (Options.Instance), stored in the label
-// providerhealth.io/instance of the objects it creates. A writer modifies or deletes only objects
-// labelled app.kubernetes.io/managed-by=provider-health-exporter and carrying its own instance;
-// an object of a provider's name that belongs to anyone else is a name clash, reported and left
-// alone.
+// Each exporter deployment has an identity: its instance (Options.Instance), stored in the label
+// providerhealth.io/instance, and its Lease's namespace and name, stored in the annotation
+// providerhealth.io/deployment of the objects it creates. A writer modifies or deletes only
+// objects labelled app.kubernetes.io/managed-by=provider-health-exporter that carry both its
+// instance and its deployment; an object of a provider's name that belongs to anyone else is a
+// name clash, reported and left alone.
 //
 // Where to find what: writer.go (options, construction, Run, DeleteAll), lease.go (leader
 // election and the fencing of writes by time), session.go (one term of writing: seeding and
@@ -59,6 +60,11 @@ const (
 	ManagedByValue = "provider-health-exporter"
 	// InstanceLabel holds the instance (the exporter deployment) an object belongs to.
 	InstanceLabel = "providerhealth.io/instance"
+	// DeploymentAnnotation holds the identity of the deployment that owns an object: the
+	// namespace and name of its Lease ("namespace/name"). Two deployments with the same
+	// instance in different namespaces have different identities, so they never take each
+	// other's objects for their own.
+	DeploymentAnnotation = "providerhealth.io/deployment"
 )
 
 // Defaults of Options.
@@ -113,6 +119,8 @@ type Options struct {
 	// LeaderElect makes only the holder of a coordination.k8s.io Lease write.
 	LeaderElect bool
 	// LeaseNamespace holds the Lease. Empty: the pod's namespace in a cluster, else "default".
+	// With LeaseName it is the deployment's identity (DeploymentAnnotation), with or without
+	// leader election.
 	LeaseNamespace string
 	// LeaseName names the Lease. Empty: the instance.
 	LeaseName string
@@ -145,6 +153,9 @@ type Writer struct {
 	crdMissingLogged bool
 	// checksOff is set while RunChecksOff or DeleteAll runs.
 	checksOff *checksOff
+	// deployment is this deployment's identity, the value of DeploymentAnnotation on its
+	// objects: the Lease's namespace and name.
+	deployment string
 }
 
 // New returns a Writer. It does not contact the API server.
@@ -155,7 +166,7 @@ func New(opts Options) (*Writer, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	w := &Writer{opts: opts, logger: opts.Logger}
+	w := &Writer{opts: opts, logger: opts.Logger, deployment: opts.LeaseNamespace + "/" + opts.LeaseName}
 	cfg := rest.CopyConfig(opts.Config)
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = FieldManager

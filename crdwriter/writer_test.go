@@ -146,7 +146,7 @@ func TestWriterConflictDeletionAndForeignObjects(t *testing.T) {
 	if got := h.metric("crd_writer_name_clashes"); got != 1 {
 		t.Errorf("name clashes metric = %v, want 1", got)
 	}
-	if ev := drainEvents(h.rec); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning NameClash exporter instance \"provider-health-exporter\" also has a provider named theirs") {
+	if ev := drainEvents(h.rec); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning NameClash exporter instance \"provider-health-exporter\" (Lease default/provider-health-exporter) also has a provider named theirs") {
 		t.Errorf("events = %q, want one NameClash", ev)
 	}
 
@@ -182,8 +182,7 @@ func TestWriterConflictDeletionAndForeignObjects(t *testing.T) {
 
 func TestWriterGarbageCollection(t *testing.T) {
 	objs := newFakeObjects()
-	ours := map[string]string{ManagedByLabel: ManagedByValue}
-	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "old", Labels: ours}})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: ownedBy("old", DefaultInstance, "default/"+DefaultInstance)})
 	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "theirs-old"}})
 	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "other-manager", Labels: map[string]string{ManagedByLabel: "someone-else"}}})
 	since := time.Now().Add(-time.Hour)
@@ -449,22 +448,18 @@ func TestWriterStopsWritingWhenAnotherHolderIsObserved(t *testing.T) {
 	}
 }
 
-// Objects of another instance are never written or deleted, by garbage collection, by checks
-// turned off, or when a provider of the same name is configured (a name clash). Objects written
-// before instances existed (no instance label) belong to the default instance only.
+// Objects of another instance or deployment are never written or deleted, by garbage
+// collection, by checks turned off, or when a provider of the same name is configured (a name
+// clash). Objects that name no deployment (no instance label, or no deployment annotation)
+// belong to nobody: no instance takes them, the default one neither.
 func TestWriterInstancesKeepToTheirOwn(t *testing.T) {
 	objs := newFakeObjects()
-	label := func(inst string) map[string]string {
-		l := map[string]string{ManagedByLabel: ManagedByValue}
-		if inst != "" {
-			l[InstanceLabel] = inst
-		}
-		return l
-	}
-	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "b-only", Labels: label("team-b")}})
-	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "shared", Labels: label("team-b")}})
-	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "a-old", Labels: label("team-a")}})
-	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "legacy", Labels: label("")}})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: ownedBy("b-only", "team-b", "default/team-b")})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: ownedBy("shared", "team-b", "default/team-b")})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: ownedBy("a-old", "team-a", "default/team-a")})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: ownedBy("a-elsewhere", "team-a", "other-namespace/team-a")})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "legacy", Labels: map[string]string{ManagedByLabel: ManagedByValue}}})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "no-deployment", Labels: map[string]string{ManagedByLabel: ManagedByValue, InstanceLabel: DefaultInstance}}})
 	since := time.Now().Add(-time.Hour)
 	mine := provider("a-new", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
 	shared := provider("shared", checks.TypeGCP, target("p", checks.ReasonForbidden, "", since))
@@ -476,7 +471,7 @@ func TestWriterInstancesKeepToTheirOwn(t *testing.T) {
 	if objs.get("a-old") != nil {
 		t.Error("team-a's object of an unconfigured provider survived team-a's start")
 	}
-	for _, name := range []string{"b-only", "shared", "legacy"} {
+	for _, name := range []string{"b-only", "shared", "legacy", "a-elsewhere", "no-deployment"} {
 		if o := objs.get(name); o == nil || len(o.Status.Conditions) != 0 {
 			t.Errorf("team-a deleted or wrote %s, which is not its own: %+v", name, o)
 		}
@@ -488,10 +483,10 @@ func TestWriterInstancesKeepToTheirOwn(t *testing.T) {
 		t.Errorf("name clashes = %v, want 1 (shared)", got)
 	}
 	ev := drainEvents(h.rec)
-	if len(ev) != 1 || !strings.Contains(ev[0], `NameClash exporter instance "team-a" also has a provider named shared and leaves this object alone: it belongs to exporter instance "team-b"`) {
+	if len(ev) != 1 || !strings.Contains(ev[0], `NameClash exporter instance "team-a" (Lease default/team-a) also has a provider named shared and leaves this object alone: it belongs to exporter instance "team-b" of the deployment with the Lease default/team-b`) {
 		t.Errorf("events = %q, want one NameClash about shared", ev)
 	}
-	if !strings.Contains(h.logs.String(), `owner="exporter instance \"team-b\""`) {
+	if !strings.Contains(h.logs.String(), `owner="exporter instance \"team-b\" of the deployment with the Lease default/team-b"`) {
 		t.Errorf("the clash is not logged with its owner:\n%s", h.logs.String())
 	}
 	h.stop()
@@ -501,19 +496,19 @@ func TestWriterInstancesKeepToTheirOwn(t *testing.T) {
 	if objs.get("a-new") != nil {
 		t.Error("DeleteAll left team-a's object")
 	}
-	for _, name := range []string{"b-only", "shared", "legacy"} {
+	for _, name := range []string{"b-only", "shared", "legacy", "a-elsewhere", "no-deployment"} {
 		if objs.get(name) == nil {
 			t.Errorf("team-a's DeleteAll deleted %s", name)
 		}
 	}
 
-	// The default instance owns the objects written before instances existed.
+	// Nor does the default instance take the objects that name no deployment.
 	d := newHarness(t, nil, objs, newFakeSource(), nil)
 	if err := d.w.DeleteAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if objs.get("legacy") != nil || objs.get("b-only") == nil {
-		t.Error("the default instance's DeleteAll did not delete exactly the unlabelled object")
+	if objs.get("legacy") == nil || objs.get("no-deployment") == nil {
+		t.Error("the default instance's DeleteAll deleted an object of no deployment")
 	}
 }
 
