@@ -110,6 +110,8 @@ func TestAgainstAPIServer(t *testing.T) {
 		{"WritesBoundedByFence", testWritesBoundedByFence},
 		{"ChecksOffRollout", testChecksOffRollout},
 		{"TwoDefaultDeployments", testTwoDefaultDeployments},
+		{"ListsInPages", testListsInPages},
+		{"WriteVolumeAtScale", testWriteVolumeAtScale},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f.reset(t)

@@ -75,6 +75,16 @@ func (f *fakeObjects) List(_ context.Context, selector string) ([]v1alpha1.Provi
 	return out, nil
 }
 
+// ListMeta is List without the statuses; it counts as a list.
+func (f *fakeObjects) ListMeta(ctx context.Context, selector string) ([]metav1.ObjectMeta, error) {
+	items, err := f.List(ctx, selector)
+	var out []metav1.ObjectMeta
+	for _, o := range items {
+		out = append(out, o.ObjectMeta)
+	}
+	return out, err
+}
+
 func (f *fakeObjects) Get(_ context.Context, name string) (*v1alpha1.ProviderHealth, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -43,6 +43,9 @@ func newHarness(t *testing.T, cfg *rest.Config, objs *fakeObjects, src *fakeSour
 		Interval:        time.Minute,
 		Registerer:      h.reg,
 		MaxRetryBackoff: 20 * time.Millisecond,
+		// Tests of other things see every reason change at once; the reason interval's own
+		// tests set it.
+		MinReasonInterval: -1,
 	}
 	if src != nil {
 		opts.Source = src

@@ -40,9 +40,11 @@ func (w *Writer) objectMeta(name string) metav1.ObjectMeta {
 // our deployment identity. An object that lacks the instance label or the deployment
 // annotation belongs to no deployment that can be told apart, so no writer takes it for its
 // own (docs/crd.md says how to hand it over).
-func (w *Writer) owns(obj *v1alpha1.ProviderHealth) bool {
-	return obj.Labels[ManagedByLabel] == ManagedByValue && obj.Labels[InstanceLabel] == w.opts.Instance &&
-		obj.Annotations[DeploymentAnnotation] == w.deployment
+func (w *Writer) owns(obj *v1alpha1.ProviderHealth) bool { return w.ownsMeta(&obj.ObjectMeta) }
+
+func (w *Writer) ownsMeta(m *metav1.ObjectMeta) bool {
+	return m.Labels[ManagedByLabel] == ManagedByValue && m.Labels[InstanceLabel] == w.opts.Instance &&
+		m.Annotations[DeploymentAnnotation] == w.deployment
 }
 
 // ownerOf describes who an object not of this deployment belongs to, for logs and Events.
@@ -64,8 +66,18 @@ func ownerOf(obj *v1alpha1.ProviderHealth) string {
 // collectGarbage lists the exporter's objects, deletes this instance's objects whose provider
 // keep rejects, and returns this instance's other objects and the other instances' objects.
 // allow (nil: always) is asked before each delete; when it says no, it stops with errNotLeader.
-func (w *Writer) collectGarbage(ctx context.Context, keep func(string) bool, allow func() bool) (mine, others []v1alpha1.ProviderHealth, err error) {
-	items, err := w.objects.List(ctx, managedSelector)
+// Without full it lists only the objects' metadata, and the objects it returns have no status.
+func (w *Writer) collectGarbage(ctx context.Context, keep func(string) bool, allow func() bool, full bool) (mine, others []v1alpha1.ProviderHealth, err error) {
+	var items []v1alpha1.ProviderHealth
+	if full {
+		items, err = w.objects.List(ctx, managedSelector)
+	} else {
+		var metas []metav1.ObjectMeta
+		metas, err = w.objects.ListMeta(ctx, managedSelector)
+		for _, m := range metas {
+			items = append(items, v1alpha1.ProviderHealth{ObjectMeta: m})
+		}
+	}
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			w.crdMissing()
@@ -122,10 +134,12 @@ func (w *Writer) crdPresent() {
 }
 
 // collectGarbage deletes the objects of providers no longer configured and refreshes what the
-// session knows of the live objects and of name clashes.
-func (s *session) collectGarbage(ctx context.Context) error {
+// session knows of the live objects and of name clashes. full lists whole objects (the start
+// of a term: their statuses seed memory); otherwise only their metadata is read, and an object
+// that changed since the writer last saw it is read again before its next write.
+func (s *session) collectGarbage(ctx context.Context, full bool) error {
 	names := configured(s.w.opts.Source.Current())
-	mine, others, err := s.w.collectGarbage(ctx, func(n string) bool { return names[n] }, s.allowWrites())
+	mine, others, err := s.w.collectGarbage(ctx, func(n string) bool { return names[n] }, s.allowWrites(), full)
 	if errors.Is(err, errCRDMissing) && s.w.checksOff != nil {
 		err = nil // checks off: without the CRD there is nothing to delete
 	}
@@ -154,7 +168,12 @@ func (s *session) collectGarbage(ctx context.Context) error {
 	for i := range mine {
 		obj := mine[i]
 		if cur := s.live[obj.Name]; cur == nil || cur.UID != obj.UID || cur.ResourceVersion != obj.ResourceVersion {
-			s.live[obj.Name] = &obj
+			if full {
+				s.live[obj.Name] = &obj
+			} else {
+				delete(s.live, obj.Name)
+				s.reread[obj.Name] = true
+			}
 		}
 	}
 	for i := range others {

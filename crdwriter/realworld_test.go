@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // testFenceExemptsOnlyTheLease closes the write fence and sends, through the writer's own
@@ -473,4 +476,113 @@ func testTwoDefaultDeployments(t *testing.T, f *kubeFixture) {
 	}
 	a.stop()
 	b.stop()
+}
+
+// testWriteVolumeAtScale mirrors 100 providers of 1,000 targets each, 100 of them down, whose
+// reasons alternate every round: with the minimum reason interval the alternating rounds write
+// nothing (the Ready status and up/down of every target are unchanged); without it every
+// object is rewritten every round. It logs the writes and bytes of both (docs/benchmarks.md).
+func testWriteVolumeAtScale(t *testing.T, f *kubeFixture) {
+	const providers, targets, rounds = 100, 1000, 3
+	since := time.Now().Add(-time.Hour)
+	snapshot := func(round int) []checks.ProviderState {
+		reason := checks.ReasonTCPUnreachable
+		if round%2 == 1 {
+			reason = checks.ReasonSSHHandshakeFailed
+		}
+		out := make([]checks.ProviderState, providers)
+		for p := range providers {
+			ts := make([]checks.TargetState, targets)
+			for i := range targets {
+				r := checks.ReasonReady
+				if i%10 == 0 {
+					r = reason
+				}
+				ts[i] = target(fmt.Sprintf("hv%04d.example", i), r, "", since)
+			}
+			out[p] = provider(fmt.Sprintf("kvm-%03d", p), checks.TypeKVM, ts...)
+		}
+		return out
+	}
+	measure := func(user string, minReason time.Duration) (writes int, bytes int64) {
+		var sent atomic.Int64
+		cfg := f.userConfig(user, "system:masters")
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/status") {
+					sent.Add(r.ContentLength)
+				}
+				return rt.RoundTrip(r)
+			})
+		}
+		src := newFakeSource(snapshot(0)...)
+		h := f.harness(t, cfg, src, func(o *Options) { o.MinReasonInterval, o.HeartbeatInterval = minReason, time.Hour })
+		h.start()
+		defer h.stop()
+		wait := func() {
+			want := float64(src.Current().Round)
+			itestutil.Eventually(t, 2*time.Minute, "the writer synced the round", func() bool { return h.metric("crd_writer_synced_round") >= want })
+		}
+		src.publish(snapshot(0)...)
+		wait()
+		before, bytesBefore := h.writes(writeStatus, resultSuccess), sent.Load()
+		for r := 1; r <= rounds; r++ {
+			src.publish(snapshot(r)...)
+			wait()
+		}
+		return int(h.writes(writeStatus, resultSuccess) - before), sent.Load() - bytesBefore
+	}
+	writes, bytes := measure("writer-scale-off", -1)
+	t.Logf("without a minimum reason interval: %d status writes, %d bytes in %d rounds (%.1f MB a round)", writes, bytes, rounds, float64(bytes)/rounds/1e6)
+	if writes != providers*rounds {
+		t.Errorf("without a minimum reason interval: %d status writes in %d rounds, want %d (every object every round)", writes, rounds, providers*rounds)
+	}
+	f.reset(t)
+	writes, bytes = measure("writer-scale-on", DefaultMinReasonInterval)
+	t.Logf("with the minimum reason interval (%s): %d status writes, %d bytes in %d rounds", DefaultMinReasonInterval, writes, bytes, rounds)
+	if writes != 0 {
+		t.Errorf("with the minimum reason interval: %d status writes in %d rounds of reason-only changes, want 0", writes, rounds)
+	}
+}
+
+// testListsInPages starts a term over 120 objects: the list that seeds memory is read in pages
+// of listPageSize; the garbage collection after a reload reads only metadata.
+func testListsInPages(t *testing.T, f *kubeFixture) {
+	const user, n = "writer-pages", 120
+	var ps []checks.ProviderState
+	for i := range n {
+		name := fmt.Sprintf("p-%03d", i)
+		f.putOwned(t, name)
+		ps = append(ps, provider(name, checks.TypeGCP))
+	}
+	src := newFakeSource(ps...)
+	h := f.harness(t, f.userConfig(user, "system:masters"), src, nil)
+	h.start()
+	h.round(ps...)
+	lists := func(kind string) []kube.AuditEvent {
+		var out []kube.AuditEvent
+		for _, e := range f.env.AuditEvents(t) {
+			if e.User == user && e.Verb == "list" && e.Resource == v1alpha1.Resource && e.ResponseKind == kind {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	full := lists("ProviderHealthList")
+	if len(full) != (n+listPageSize-1)/listPageSize {
+		t.Errorf("the seed made %d list requests, want %d pages of %d", len(full), (n+listPageSize-1)/listPageSize, listPageSize)
+	}
+	for _, e := range full {
+		if !strings.Contains(e.RequestURI, fmt.Sprintf("limit=%d", listPageSize)) || e.ResponseItems > listPageSize {
+			t.Errorf("a seed list without its page limit: %s (%d items)", e.RequestURI, e.ResponseItems)
+		}
+	}
+	h.round(ps[1:]...) // a reload removes p-000
+	eventually(t, "p-000 is collected", func() bool { return f.get(t, "p-000") == nil })
+	if meta := lists("PartialObjectMetadataList"); len(meta) != 1 {
+		t.Errorf("the garbage collection after the reload made %d metadata-only lists, want 1", len(meta))
+	}
+	if got := len(lists("ProviderHealthList")); got != len(full) {
+		t.Errorf("the garbage collection listed whole objects (%d lists, %d before)", got, len(full))
+	}
 }

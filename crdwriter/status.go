@@ -358,6 +358,23 @@ func withoutMessages(st *v1alpha1.ProviderHealthStatus) v1alpha1.ProviderHealthS
 	return c
 }
 
+// sameUpDown reports whether two statuses differ at most in reasons and messages: no target
+// flipped, none came or went, the counts and the Ready condition's status are the same.
+func sameUpDown(a, b *v1alpha1.ProviderHealthStatus) bool {
+	return equality.Semantic.DeepEqual(withoutReasons(a), withoutReasons(b))
+}
+
+func withoutReasons(st *v1alpha1.ProviderHealthStatus) v1alpha1.ProviderHealthStatus {
+	c := withoutMessages(st)
+	for i := range c.Targets {
+		c.Targets[i].Reason = ""
+	}
+	for i := range c.Conditions {
+		c.Conditions[i].Reason = ""
+	}
+	return c
+}
+
 // normalized copies a status without its heartbeat and with times at the API's one-second
 // precision, so a status read back from the API server compares equal to the one written.
 func normalized(st *v1alpha1.ProviderHealthStatus) v1alpha1.ProviderHealthStatus {

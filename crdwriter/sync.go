@@ -110,6 +110,11 @@ func (s *session) nextHeartbeat() time.Time {
 			next = at
 		}
 	}
+	for _, at := range s.reasonHeld {
+		if at.Before(next) {
+			next = at
+		}
+	}
 	return next
 }
 
@@ -117,7 +122,7 @@ func (s *session) nextHeartbeat() time.Time {
 // stops at the first failure that is not about one object (the API server is unreachable).
 func (s *session) syncOnce(ctx context.Context, gc bool) error {
 	if gc {
-		if err := s.collectGarbage(ctx); err != nil {
+		if err := s.collectGarbage(ctx, false); err != nil {
 			return err
 		}
 	}
@@ -177,6 +182,21 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 		return nil // a name clash, re-checked once per heartbeat interval
 	}
 	live := s.live[name]
+	if live == nil && s.reread[name] {
+		got, err := s.w.objects.Get(ctx, name)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("reading ProviderHealth %s: %w", name, err)
+		case !s.w.owns(got):
+			s.clash(got)
+			return nil
+		default:
+			live = got
+			s.live[name] = got
+		}
+		delete(s.reread, name)
+	}
 	for attempt := 0; attempt < 5; attempt++ {
 		if live == nil {
 			if s.holdBack(name, nil, time.Now()) {
@@ -204,6 +224,10 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 			s.emit(name, live, events)
 			return nil
 		}
+		if !heartbeatDue && s.holdReason(name, &live.Status, &desired, now) {
+			s.emit(name, live, events)
+			return nil
+		}
 		if s.holdBack(name, &desired, now) {
 			return nil
 		}
@@ -217,6 +241,7 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 		s.w.metrics.count(writeStatus, err)
 		switch {
 		case err == nil:
+			delete(s.reasonHeld, name)
 			s.statusSubresourceFound()
 			s.accepted(name)
 			s.compareWithSent(name, &obj.Status, &updated.Status)
@@ -268,6 +293,23 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 		}
 	}
 	return fmt.Errorf("writing the status of ProviderHealth %s: %w", name, errStillConflicting)
+}
+
+// holdReason reports whether the change from live to desired is one of reasons only and the
+// object was written less than the minimum reason interval ago; then it notes when the change
+// may be written.
+func (s *session) holdReason(name string, live, desired *v1alpha1.ProviderHealthStatus, now time.Time) bool {
+	min := s.w.opts.MinReasonInterval
+	hb := live.LastHeartbeatTime
+	if min <= 0 || hb == nil || !sameUpDown(live, desired) {
+		return false
+	}
+	at := hb.Add(min)
+	if !now.Before(at) {
+		return false
+	}
+	s.reasonHeld[name] = at
+	return true
 }
 
 // create creates the provider's object (no status: the API server ignores it on create), or

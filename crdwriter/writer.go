@@ -79,6 +79,10 @@ const (
 	DefaultRenewDeadline   = 10 * time.Second
 	DefaultRetryPeriod     = 2 * time.Second
 	DefaultMaxRetryBackoff = 30 * time.Second
+	// DefaultMinReasonInterval is the least time between two writes of an object whose only
+	// change is a reason (targets that stay down with another reason; the Ready condition's
+	// reason and messages).
+	DefaultMinReasonInterval = 2 * time.Minute
 )
 
 // Source is where the writer gets snapshots: the check runner (*checks.Runner).
@@ -112,6 +116,12 @@ type Options struct {
 	// HeartbeatInterval is the most time between two writes of an object's status when nothing
 	// changes (status.lastHeartbeatTime). Zero: DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
+	// MinReasonInterval is the least time between two writes of an object when the only change
+	// is a reason: no target flipped up or down, the targets and counts are the same. Such a
+	// change waits until that long after the object's last write (or its heartbeat, if that
+	// comes first), so targets whose reasons alternate every round cannot make the writer
+	// rewrite every object every round. Zero: DefaultMinReasonInterval; negative: none.
+	MinReasonInterval time.Duration
 	// MaxRetryBackoff caps the wait between two attempts while the API server fails (the wait
 	// starts at a second and doubles). Zero: DefaultMaxRetryBackoff.
 	MaxRetryBackoff time.Duration
@@ -211,6 +221,9 @@ func (o *Options) defaults() error {
 	}
 	if o.StaleAfter == 0 {
 		o.StaleAfter = DefaultStaleIntervals * o.Interval
+	}
+	if o.MinReasonInterval == 0 {
+		o.MinReasonInterval = DefaultMinReasonInterval
 	}
 	if o.MaxRetryBackoff == 0 {
 		o.MaxRetryBackoff = DefaultMaxRetryBackoff

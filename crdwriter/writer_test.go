@@ -563,3 +563,31 @@ func TestWriterFencedByRenewalAge(t *testing.T) {
 		t.Errorf("events after the renewal = %q, want the one transition", ev)
 	}
 }
+
+// A change of reasons alone waits for the minimum reason interval; a flip is written at once,
+// with the newest reasons.
+func TestWriterReasonOnlyChangesWait(t *testing.T) {
+	objs := newFakeObjects()
+	since := time.Now().Add(-time.Hour)
+	p := func(hv1, hv2 checks.Reason) checks.ProviderState {
+		return provider("kvm-lab", checks.TypeKVM, target("hv1", hv1, "", since), target("hv2", hv2, "", since))
+	}
+	src := newFakeSource()
+	h := newHarness(t, nil, objs, src, func(o *Options) { o.MinReasonInterval, o.HeartbeatInterval = time.Hour, 2*time.Hour })
+	h.start()
+	h.round(p(checks.ReasonTCPUnreachable, checks.ReasonReady))
+	before := objs.count("status")
+	h.round(p(checks.ReasonSSHHandshakeFailed, checks.ReasonReady))
+	h.round(p(checks.ReasonTCPUnreachable, checks.ReasonReady))
+	h.round(p(checks.ReasonSSHHandshakeFailed, checks.ReasonReady))
+	if n := objs.count("status") - before; n != 0 {
+		t.Errorf("%d status writes for reason-only changes within the interval, want 0", n)
+	}
+	h.round(p(checks.ReasonSSHHandshakeFailed, checks.ReasonPoolInactive)) // hv2 flips
+	if n := objs.count("status") - before; n != 1 {
+		t.Errorf("%d status writes after a flip, want 1", n)
+	}
+	if o := objs.get("kvm-lab"); readyOf(o).Reason != "MultipleReasons" || o.Status.Targets[0].Reason != "SSHHandshakeFailed" {
+		t.Errorf("the flip's write lacks the newest reasons: %+v", o.Status)
+	}
+}
