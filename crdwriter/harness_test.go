@@ -78,6 +78,18 @@ func (h *harness) start() {
 	h.t.Cleanup(h.stop)
 }
 
+// lead runs one term of the writer with that view of the Lease (as a leader election's
+// OnStartedLeading does) until the test ends.
+func (h *harness) lead(lease *leaseView) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.w.lead(ctx, lease)
+	}()
+	h.t.Cleanup(func() { cancel(); <-done })
+}
+
 func (h *harness) stop() {
 	if h.cancel != nil {
 		h.cancel()

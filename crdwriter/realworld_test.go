@@ -299,13 +299,7 @@ func testWritesBoundedByFence(t *testing.T, f *kubeFixture) {
 	lease := &leaseView{isLeader: func() bool { return true }, renewed: func() time.Time { return renewedAt }, renewDeadline: renewDeadline}
 	src := newFakeSource()
 	h := f.harness(t, cfg, src, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		h.w.lead(ctx, lease)
-	}()
-	defer func() { cancel(); <-done }()
+	h.lead(lease)
 	h.round(provider("kvm-lab", checks.TypeKVM, target("hv1", checks.ReasonTCPUnreachable, "refused", time.Now())))
 	obj := f.get(t, "kvm-lab")
 	eventually(t, "the Event is written", func() bool { return len(f.events(t, string(obj.UID))) == 1 })

@@ -183,19 +183,15 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 	}
 	live := s.live[name]
 	if live == nil && s.reread[name] {
-		got, err := s.w.objects.Get(ctx, name)
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			return fmt.Errorf("reading ProviderHealth %s: %w", name, err)
-		case !s.w.owns(got):
-			s.clash(got)
-			return nil
-		default:
-			live = got
-			s.live[name] = got
+		got, ours, err := s.readAgain(ctx, name, "that changed since it was listed")
+		if err != nil {
+			return err
 		}
 		delete(s.reread, name)
+		if !ours {
+			return nil
+		}
+		live = got
 	}
 	for attempt := 0; attempt < 5; attempt++ {
 		if live == nil {
@@ -252,47 +248,51 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 			s.reject(name, &desired, now, err)
 			return nil
 		case apierrors.IsConflict(err):
-			got, gerr := s.w.objects.Get(ctx, name)
-			switch {
-			case apierrors.IsNotFound(gerr):
-				live = nil
-			case gerr != nil:
-				return fmt.Errorf("re-reading ProviderHealth %s after a conflict: %w", name, gerr)
-			case !s.w.owns(got):
-				s.clash(got)
-				return nil
-			default:
-				live = got
-				s.live[name] = got
+			got, ours, rerr := s.readAgain(ctx, name, "after a conflict")
+			if rerr != nil || !ours {
+				return rerr
 			}
+			live = got // nil: gone, created again
 		case apierrors.IsNotFound(err):
 			// Either the object is gone, or it is there and /status is not (a CRD without the
 			// status subresource): a read tells.
-			got, gerr := s.w.objects.Get(ctx, name)
+			got, ours, rerr := s.readAgain(ctx, name, "after its status was not found")
 			switch {
-			case apierrors.IsNotFound(gerr):
+			case rerr != nil || !ours:
+				return rerr
+			case got == nil:
 				// Deleted by someone: recreate it, with the transition times memory kept.
 				logger.Info("the ProviderHealth object was deleted; recreating it")
 				delete(s.live, name)
 				live = nil
-			case gerr != nil:
-				return fmt.Errorf("re-reading ProviderHealth %s after its status was not found: %w", name, gerr)
-			case !s.w.owns(got):
-				s.clash(got)
-				return nil
 			case got.UID == live.UID:
-				s.live[name] = got
 				s.statusSubresourceMissing(now)
 				return nil
 			default: // replaced by another object of ours: write that one
 				live = got
-				s.live[name] = got
 			}
 		default:
 			return fmt.Errorf("writing the status of ProviderHealth %s: %w", name, err)
 		}
 	}
 	return fmt.Errorf("writing the status of ProviderHealth %s: %w", name, errStillConflicting)
+}
+
+// readAgain reads the provider's object again and remembers it: nil when it is gone; ours is
+// false when it belongs to someone else now (a name clash, reported).
+func (s *session) readAgain(ctx context.Context, name, why string) (obj *v1alpha1.ProviderHealth, ours bool, err error) {
+	got, err := s.w.objects.Get(ctx, name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, true, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("re-reading ProviderHealth %s %s: %w", name, why, err)
+	case !s.w.owns(got):
+		s.clash(got)
+		return nil, false, nil
+	}
+	s.live[name] = got
+	return got, true, nil
 }
 
 // holdReason reports whether the change from live to desired is one of reasons only and the

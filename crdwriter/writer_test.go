@@ -527,13 +527,7 @@ func TestWriterFencedByRenewalAge(t *testing.T) {
 	now := time.Now()
 	renewed.Store(&now)
 	lease := &leaseView{isLeader: func() bool { return true }, renewed: func() time.Time { return *renewed.Load() }, renewDeadline: time.Second}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		h.w.lead(ctx, lease)
-	}()
-	defer func() { cancel(); <-done }()
+	h.lead(lease)
 	h.round(p(checks.ReasonReady))
 	drainEvents(h.rec)
 	writes := func() int { return objs.count("create") + objs.count("status") + objs.count("delete") }
@@ -552,7 +546,7 @@ func TestWriterFencedByRenewalAge(t *testing.T) {
 		t.Errorf("Events with an overdue renewal: %q", ev)
 	}
 	// The transport refuses a write that got past the gate.
-	if _, err := h.w.core.Events("default").Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{}); !errors.Is(err, errFenced) {
+	if _, err := h.w.core.Events("default").Create(context.Background(), &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{}); !errors.Is(err, errFenced) {
 		t.Errorf("an Event sent with an overdue renewal: err = %v, want the fence's", err)
 	}
 
