@@ -585,3 +585,38 @@ func TestWriterReasonOnlyChangesWait(t *testing.T) {
 		t.Errorf("the flip's write lacks the newest reasons: %+v", o.Status)
 	}
 }
+
+// The migration docs/crd.md gives for a renamed --crd.instance: the old objects clash until
+// they are given the new identity (label and annotation), then the renamed writer adopts them
+// at its next re-check, keeping the object and its transition times.
+func TestWriterAdoptsAMigratedObject(t *testing.T) {
+	objs := newFakeObjects()
+	since := time.Now().Add(-time.Hour).Truncate(time.Second)
+	old := ownedBy("kvm-lab", "old", "default/old")
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: old})
+	src := newFakeSource()
+	h := newHarness(t, nil, objs, src, func(o *Options) { o.Instance, o.HeartbeatInterval = "new", 200*time.Millisecond })
+	h.start()
+	p := provider("kvm-lab", checks.TypeKVM, target("hv1", checks.ReasonReady, "", since))
+	h.round(p)
+	if got := h.metric("crd_writer_name_clashes"); got != 1 {
+		t.Fatalf("name clashes = %v before the migration, want 1", got)
+	}
+	if o := objs.get("kvm-lab"); len(o.Status.Conditions) != 0 {
+		t.Fatalf("the old instance's object was written: %+v", o.Status)
+	}
+	uid := objs.get("kvm-lab").UID
+	// kubectl label ... providerhealth.io/instance=new; kubectl annotate ... providerhealth.io/deployment=default/new
+	objs.mu.Lock()
+	o := objs.objs["kvm-lab"]
+	o.Labels[InstanceLabel], o.Annotations[DeploymentAnnotation] = "new", "default/new"
+	o.ResourceVersion = objs.nextRV()
+	objs.mu.Unlock()
+	eventually(t, "the migrated object is adopted and written", func() bool {
+		o := objs.get("kvm-lab")
+		return len(o.Status.Targets) == 1 && h.metric("crd_writer_name_clashes") == 0
+	})
+	if o := objs.get("kvm-lab"); o.UID != uid || !o.Status.Targets[0].LastTransitionTime.Time.Equal(since) {
+		t.Errorf("the adopted object was replaced or lost its times: %+v", o)
+	}
+}
