@@ -83,8 +83,9 @@ func (w *Writer) lead(ctx context.Context, lease *leaseView) {
 	if lease != nil {
 		w.fence.set(s.mayWrite)
 		w.fence.bound(lease.fenceAt)
-		defer w.fence.set(func() bool { return false })
+		// Deferred in reverse: the gate closes before the bound goes.
 		defer w.fence.bound(nil)
+		defer w.fence.set(func() bool { return false })
 	}
 	recorder, stop := w.newRecorder(ctx, s.allowWrites())
 	defer stop()
