@@ -167,7 +167,7 @@ func TestSinceAgreesOnPageAndObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := startExporter(t, "http", "--config.file="+providers, "--provider-check-interval=10s",
-		"--crd.enabled", "--crd.kubeconfig="+env.Kubeconfig)
+		"--crd.enabled", "--crd.kubeconfig="+env.Kubeconfig, "--crd.min-reason-interval=0") // the reason change at once
 	dyn := dynamic.NewForConfigOrDie(env.AdminConfig)
 	object := func() (reason, since string) {
 		u, err := dyn.Resource(phResource).Get(context.Background(), "since", metav1.GetOptions{})

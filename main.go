@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,6 +83,7 @@ type crdOptions struct {
 	kubeconfig        string
 	instance          string
 	heartbeatInterval time.Duration
+	minReasonInterval time.Duration
 	leaderElect       bool
 	leaseNamespace    string
 	leaseName         string
@@ -113,6 +115,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code in
 	app.Flag("crd.kubeconfig", "Kubeconfig of the cluster that holds the ProviderHealth objects; empty: in-cluster config.").StringVar(&opts.crd.kubeconfig)
 	app.Flag("crd.instance", "This deployment's identity among the exporters writing to the cluster: its ProviderHealth objects carry it in the label "+crdwriter.InstanceLabel+", and it never writes, takes over or deletes another instance's objects.").Default(crdwriter.DefaultInstance).StringVar(&opts.crd.instance)
 	app.Flag("crd.heartbeat-interval", "Most time between two status writes of an unchanged ProviderHealth (its lastHeartbeatTime).").Default(model.Duration(crdwriter.DefaultHeartbeatInterval).String()).SetValue(durationValue{"crd.heartbeat-interval", &opts.crd.heartbeatInterval})
+	app.Flag("crd.min-reason-interval", "Least time between two status writes of a ProviderHealth whose only change is a reason (no target flipped up or down); 0: none.").Default(model.Duration(crdwriter.DefaultMinReasonInterval).String()).SetValue(durationValue{"crd.min-reason-interval", &opts.crd.minReasonInterval})
 	app.Flag("crd.leader-elect", "Write only while holding a coordination.k8s.io Lease, so that one of several replicas writes.").BoolVar(&opts.crd.leaderElect)
 	app.Flag("crd.lease-namespace", "Namespace of the Lease; empty: the pod's namespace in a cluster, else default.").StringVar(&opts.crd.leaseNamespace)
 	app.Flag("crd.lease-name", "Name of the Lease; empty: the instance (--crd.instance).").StringVar(&opts.crd.leaseName)
@@ -190,7 +193,7 @@ func checkCRD(o crdOptions) error {
 }
 
 // startCRDWriter starts mirroring the runner's snapshots into ProviderHealth objects, or, with
-// checks off, deletes ours once. The returned channel is closed when it has stopped (ctx done).
+// checks off, deletes ours (RunChecksOff). The returned channel is closed when it has stopped (ctx done).
 func startCRDWriter(ctx context.Context, o crdOptions, e *exporter, interval time.Duration, logger *slog.Logger) (<-chan struct{}, error) {
 	done := make(chan struct{})
 	if !o.enabled {
@@ -210,6 +213,7 @@ func startCRDWriter(ctx context.Context, o crdOptions, e *exporter, interval tim
 		Instance:          o.instance,
 		Interval:          interval,
 		HeartbeatInterval: o.heartbeatInterval,
+		MinReasonInterval: cmp.Or(o.minReasonInterval, -1), // 0: none
 		LeaderElect:       o.leaderElect,
 		LeaseNamespace:    o.leaseNamespace,
 		LeaseName:         o.leaseName,
@@ -223,7 +227,7 @@ func startCRDWriter(ctx context.Context, o crdOptions, e *exporter, interval tim
 		if !e.checksOn() {
 			// Checks off: no verdicts to mirror, and this instance's objects would only go
 			// stale.
-			if err := w.DeleteAll(ctx); err != nil && ctx.Err() == nil {
+			if err := w.RunChecksOff(ctx); err != nil && ctx.Err() == nil {
 				logger.Error("cannot delete the ProviderHealth objects", "err", err)
 			}
 			return

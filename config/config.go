@@ -423,6 +423,7 @@ func (d *decoder) hosts(m *mapping, path string, defaultPort int) []KVMHost {
 		} else if strings.IndexFunc(name, unicode.IsControl) >= 0 {
 			d.add(nv, join(hp, "name"), "invalid name %s: must not contain control characters", quote(name))
 		}
+		d.targetName(hp, nv, av, name)
 		if first, dup := names[name]; dup {
 			// The same address twice is already reported; its defaulted name would only repeat it.
 			if !dupAddr {

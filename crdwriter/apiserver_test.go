@@ -103,6 +103,15 @@ func TestAgainstAPIServer(t *testing.T) {
 		{"LeaderCrashFailover", testLeaderCrash},
 		{"TwoInstances", testInstances},
 		{"RBACIsEnoughAndNoMore", testRBAC},
+		{"FenceExemptsOnlyTheLease", testFenceExemptsOnlyTheLease},
+		{"NoStatusSubresource", testNoStatusSubresource},
+		{"RejectedObject", testRejectedObject},
+		{"PrunedFields", testPrunedFields},
+		{"WritesBoundedByFence", testWritesBoundedByFence},
+		{"ChecksOffRollout", testChecksOffRollout},
+		{"TwoDefaultDeployments", testTwoDefaultDeployments},
+		{"ListsInPages", testListsInPages},
+		{"WriteVolumeAtScale", testWriteVolumeAtScale},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f.reset(t)
@@ -120,7 +129,7 @@ func (f *kubeFixture) reset(t *testing.T) {
 		t.Fatalf("list: %v", err)
 	}
 	for _, o := range items {
-		if err := f.admin.Delete(ctx, o.Name, o.UID); err != nil && !apierrors.IsNotFound(err) {
+		if err := f.admin.Delete(ctx, o.Name, o.UID, ""); err != nil && !apierrors.IsNotFound(err) {
 			t.Fatalf("delete %s: %v", o.Name, err)
 		}
 	}
@@ -146,6 +155,15 @@ func (f *kubeFixture) put(t *testing.T, name string, labels map[string]string) {
 	t.Helper()
 	_, err := f.admin.Create(context.Background(), &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}})
 	if err != nil {
+		t.Fatalf("create %s: %v", name, err)
+	}
+}
+
+// putOwned creates an object of the default deployment the fixture's harness runs as (the
+// default instance, its Lease in exporterNamespace).
+func (f *kubeFixture) putOwned(t *testing.T, name string) {
+	t.Helper()
+	if _, err := f.admin.Create(context.Background(), &v1alpha1.ProviderHealth{ObjectMeta: ownedBy(name, DefaultInstance, exporterNamespace+"/"+DefaultInstance)}); err != nil {
 		t.Fatalf("create %s: %v", name, err)
 	}
 }
@@ -590,7 +608,7 @@ func testHeartbeat(t *testing.T, f *kubeFixture) {
 	}
 
 	// Deleted by someone and no change since: the next heartbeat recreates it, with its times.
-	if err := f.admin.Delete(context.Background(), "gcp-prod", beat.UID); err != nil {
+	if err := f.admin.Delete(context.Background(), "gcp-prod", beat.UID, ""); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the object is recreated", func() bool {
@@ -622,8 +640,7 @@ func testStaleness(t *testing.T, f *kubeFixture) {
 }
 
 func testGarbage(t *testing.T, f *kubeFixture) {
-	ours := map[string]string{ManagedByLabel: ManagedByValue}
-	f.put(t, "removed-provider", ours)
+	f.putOwned(t, "removed-provider")
 	f.put(t, "not-ours", nil)
 	f.put(t, "other-manager", map[string]string{ManagedByLabel: "helm"})
 	since := time.Now().Add(-time.Hour)
@@ -990,7 +1007,7 @@ func deploymentIdentity(t *testing.T, root string) (namespace, serviceAccount st
 // creates and patches (a repeated transition), Lease get, create and update (leader election,
 // renewals). It returns whether all of it was done; stop ends it early.
 func (f *kubeFixture) rbacScenario(t *testing.T, cfg *rest.Config, stop func() bool) bool {
-	f.put(t, "garbage", map[string]string{ManagedByLabel: ManagedByValue})
+	f.putOwned(t, "garbage")
 	f.put(t, "foreign", nil)
 	p := func(r checks.Reason) []checks.ProviderState {
 		return []checks.ProviderState{

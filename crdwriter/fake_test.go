@@ -75,6 +75,16 @@ func (f *fakeObjects) List(_ context.Context, selector string) ([]v1alpha1.Provi
 	return out, nil
 }
 
+// ListMeta is List without the statuses; it counts as a list.
+func (f *fakeObjects) ListMeta(ctx context.Context, selector string) ([]metav1.ObjectMeta, error) {
+	items, err := f.List(ctx, selector)
+	var out []metav1.ObjectMeta
+	for _, o := range items {
+		out = append(out, o.ObjectMeta)
+	}
+	return out, err
+}
+
 func (f *fakeObjects) Get(_ context.Context, name string) (*v1alpha1.ProviderHealth, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -132,7 +142,7 @@ func (f *fakeObjects) UpdateStatus(_ context.Context, obj *v1alpha1.ProviderHeal
 	return o.DeepCopy(), nil
 }
 
-func (f *fakeObjects) Delete(_ context.Context, name string, uid types.UID) error {
+func (f *fakeObjects) Delete(_ context.Context, name string, uid types.UID, rv string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.enter("delete"); err != nil {
@@ -142,8 +152,8 @@ func (f *fakeObjects) Delete(_ context.Context, name string, uid types.UID) erro
 	if !ok {
 		return apierrors.NewNotFound(gr, name)
 	}
-	if o.UID != uid {
-		return apierrors.NewConflict(gr, name, fmt.Errorf("precondition failed: UID"))
+	if o.UID != uid || rv != "" && o.ResourceVersion != rv {
+		return apierrors.NewConflict(gr, name, fmt.Errorf("precondition failed: UID or resourceVersion"))
 	}
 	delete(f.objs, name)
 	return nil
@@ -227,6 +237,16 @@ func (s *fakeSource) publish(providers ...checks.ProviderState) {
 		case ch <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// ownedBy is the metadata of an object of the deployment with that instance and Lease
+// ("namespace/name").
+func ownedBy(name, instance, deployment string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:        name,
+		Labels:      map[string]string{ManagedByLabel: ManagedByValue, InstanceLabel: instance},
+		Annotations: map[string]string{DeploymentAnnotation: deployment},
 	}
 }
 

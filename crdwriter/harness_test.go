@@ -43,6 +43,9 @@ func newHarness(t *testing.T, cfg *rest.Config, objs *fakeObjects, src *fakeSour
 		Interval:        time.Minute,
 		Registerer:      h.reg,
 		MaxRetryBackoff: 20 * time.Millisecond,
+		// Tests of other things see every reason change at once; the reason interval's own
+		// tests set it.
+		MinReasonInterval: -1,
 	}
 	if src != nil {
 		opts.Source = src
@@ -73,6 +76,18 @@ func (h *harness) start() {
 		}
 	}()
 	h.t.Cleanup(h.stop)
+}
+
+// lead runs one term of the writer with that view of the Lease (as a leader election's
+// OnStartedLeading does) until the test ends.
+func (h *harness) lead(lease *leaseView) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.w.lead(ctx, lease)
+	}()
+	h.t.Cleanup(func() { cancel(); <-done })
 }
 
 func (h *harness) stop() {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,11 +41,27 @@ type leaseView struct {
 	renewDeadline time.Duration
 }
 
-// fresh reports whether the last renewal is younger than the renew deadline.
-func (l *leaseView) fresh() bool {
+// remaining is how long the term may still write after the last renewal: the renew deadline
+// less the time since the renewal was sent, by the monotonic clock or the wall clock, whichever
+// has moved more. (Go's monotonic clock stops while the machine is suspended; the wall clock
+// does not.) Zero or less: no write.
+func (l *leaseView) remaining() time.Duration {
 	r := l.renewed()
-	return !r.IsZero() && time.Since(r) < l.renewDeadline
+	if r.IsZero() {
+		return 0
+	}
+	now := time.Now()
+	elapsed := max(now.Sub(r), now.Round(0).Sub(r.Round(0)))
+	return l.renewDeadline - elapsed
 }
+
+// fresh reports whether the last renewal is younger than the renew deadline.
+func (l *leaseView) fresh() bool { return l.remaining() > 0 }
+
+// fenceAt is when the term's writes must have ended: the last renewal plus the renew deadline.
+// A successor cannot take over before the lease duration has passed since it saw that renewal,
+// so the margin between the two is the lease duration less the renew deadline (5s by default).
+func (l *leaseView) fenceAt() time.Time { return time.Now().Add(l.remaining()) }
 
 // renewalLock is the Lease lock, remembering when it was last acquired or renewed by this
 // replica.
@@ -81,9 +99,40 @@ func (l *renewalLock) lastRenewal() time.Time {
 }
 
 // fence refuses write requests at the transport while its gate says no. With no gate (no leader
-// election, or DeleteAll) everything passes.
+// election) everything passes. Only the requests of leader election itself pass a closed gate:
+// creating a Lease in the Lease's namespace, and writing the one Lease of this writer.
 type fence struct {
 	gate atomic.Pointer[func() bool]
+	// until, when set, says when writes must have ended: each write that passes the gate gets
+	// it as its deadline (fenceAt).
+	until atomic.Pointer[func() time.Time]
+	// leases is the path of the Lease collection of the Lease's namespace, lease the path of
+	// this writer's Lease (both with the API server URL's own path prefix, if any).
+	leases, lease string
+}
+
+// exemptLease sets the Lease whose requests pass the fence: the coordination.k8s.io/v1 Lease
+// name in namespace, at the API server of host (a URL that may carry a path prefix).
+func (f *fence) exemptLease(host, namespace, name string) {
+	prefix := ""
+	if u, err := url.Parse(host); err == nil && u.Host != "" {
+		prefix = strings.TrimSuffix(u.Path, "/")
+	}
+	f.leases = prefix + "/apis/coordination.k8s.io/v1/namespaces/" + url.PathEscape(namespace) + "/leases"
+	f.lease = f.leases + "/" + url.PathEscape(name)
+}
+
+// exempt reports whether r is a request of leader election: a create of a Lease in the Lease's
+// namespace (client-go names the Lease in the body) or a write of this writer's Lease.
+func (f *fence) exempt(r *http.Request) bool {
+	switch {
+	case f.lease == "":
+		return false
+	case r.Method == http.MethodPost:
+		return r.URL.Path == f.leases
+	default:
+		return r.URL.Path == f.lease
+	}
 }
 
 var errFenced = errors.New("crdwriter: write refused before sending: " + errNotLeader.Error())
@@ -96,6 +145,16 @@ func (f *fence) set(gate func() bool) {
 	f.gate.Store(&gate)
 }
 
+// bound makes every write that passes the gate end by until() (nil: no bound but the
+// request's own).
+func (f *fence) bound(until func() time.Time) {
+	if until == nil {
+		f.until.Store(nil)
+		return
+	}
+	f.until.Store(&until)
+}
+
 func (f *fence) wrap(rt http.RoundTripper) http.RoundTripper { return &fencedTransport{f: f, rt: rt} }
 
 type fencedTransport struct {
@@ -104,15 +163,39 @@ type fencedTransport struct {
 }
 
 func (t *fencedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method != http.MethodGet && !strings.Contains(r.URL.Path, "/leases") {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && !t.f.exempt(r) {
 		if g := t.f.gate.Load(); g != nil && !(*g)() {
 			if r.Body != nil {
 				_ = r.Body.Close()
 			}
 			return nil, errFenced
 		}
+		if u := t.f.until.Load(); u != nil {
+			// A write still running at the fence would land when a successor may already
+			// write: cut it there (the request's own timeout is up to 15s).
+			ctx, cancel := context.WithDeadline(r.Context(), (*u)())
+			resp, err := t.rt.RoundTrip(r.WithContext(ctx))
+			if err != nil {
+				cancel()
+				return nil, err
+			}
+			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+			return resp, nil
+		}
 	}
 	return t.rt.RoundTrip(r)
+}
+
+// cancelOnClose releases a bounded request's context once its response has been read.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
 }
 
 // campaigns runs leader elections until ctx is done: a replica that loses the Lease campaigns

@@ -23,6 +23,15 @@ const (
 	resultSuccess  = "success"
 	resultConflict = "conflict"
 	resultError    = "error"
+	// resultRejected: the API server refused the object as invalid (422); that provider's
+	// own problem, never a reason to back off.
+	resultRejected = "rejected"
+)
+
+// Problems of the installed CRD the writer reports (label problem of crd_mismatch).
+const (
+	mismatchNoStatus = "no_status_subresource"
+	mismatchPruned   = "fields_pruned"
 )
 
 // metrics are the writer's own metrics, documented in docs/crd.md and docs/metrics.md.
@@ -32,13 +41,15 @@ type metrics struct {
 	leader      prometheus.Gauge
 	nameClashes prometheus.Gauge
 	syncedRound prometheus.Gauge
+	rejected    prometheus.Gauge
+	crdMismatch *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "writes_total",
-			Help: "Writes of the ProviderHealth writer to the Kubernetes API, by kind (create, status, delete, event) and result (success, conflict, error).",
+			Help: "Writes of the ProviderHealth writer to the Kubernetes API, by kind (create, status, delete, event) and result (success, conflict, error, rejected).",
 		}, []string{"kind", "result"}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "last_success_timestamp_seconds",
@@ -56,14 +67,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "synced_round",
 			Help: "The round of the newest snapshot the ProviderHealth writer has fully mirrored into the Kubernetes API (compare with " + prometheus.BuildFQName(collector.Namespace, "provider", "check_rounds_total") + ": a gap means the writer lags).",
 		}),
+		rejected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "rejected_objects",
+			Help: "Configured providers whose ProviderHealth object or status the API server refuses as invalid (422); the other providers are written as usual.",
+		}),
+		crdMismatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "crd_mismatch",
+			Help: "1 while the installed ProviderHealth CRD does not fit this writer, by problem: no_status_subresource (no status can be written), fields_pruned (the API server drops status fields the writer sets: an older CRD).",
+		}, []string{"problem"}),
+	}
+	for _, p := range []string{mismatchNoStatus, mismatchPruned} {
+		m.crdMismatch.WithLabelValues(p)
 	}
 	for _, kind := range []string{writeCreate, writeStatus, writeDelete, writeEvent} {
-		for _, result := range []string{resultSuccess, resultConflict, resultError} {
+		for _, result := range []string{resultSuccess, resultConflict, resultError, resultRejected} {
 			m.writes.WithLabelValues(kind, result)
 		}
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.writes, m.lastSuccess, m.leader, m.nameClashes, m.syncedRound} {
+		for _, c := range []prometheus.Collector{m.writes, m.lastSuccess, m.leader, m.nameClashes, m.syncedRound, m.rejected, m.crdMismatch} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -80,6 +102,8 @@ func (m *metrics) count(kind string, err error) {
 		m.lastSuccess.Set(float64(time.Now().UnixNano()) / 1e9)
 	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || errors.Is(err, errNotOurs):
 		m.writes.WithLabelValues(kind, resultConflict).Inc()
+	case apierrors.IsInvalid(err):
+		m.writes.WithLabelValues(kind, resultRejected).Inc()
 	default:
 		m.writes.WithLabelValues(kind, resultError).Inc()
 	}

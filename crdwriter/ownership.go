@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 )
@@ -26,36 +27,57 @@ const ReasonNameClash = "NameClash"
 // managedSelector selects the objects of every instance of the exporter.
 var managedSelector = ManagedByLabel + "=" + ManagedByValue
 
-// owns reports whether obj belongs to this instance. An object with our managed-by label and no
-// instance label was written before instances existed: it belongs to the default instance.
-func (w *Writer) owns(obj *v1alpha1.ProviderHealth) bool {
-	if obj.Labels[ManagedByLabel] != ManagedByValue {
-		return false
+// objectMeta is the metadata of the provider's object as this deployment creates it.
+func (w *Writer) objectMeta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:        name,
+		Labels:      map[string]string{ManagedByLabel: ManagedByValue, InstanceLabel: w.opts.Instance},
+		Annotations: map[string]string{DeploymentAnnotation: w.deployment},
 	}
-	inst, ok := obj.Labels[InstanceLabel]
-	if !ok {
-		return w.opts.Instance == DefaultInstance
-	}
-	return inst == w.opts.Instance
 }
 
-// ownerOf describes who an object not of this instance belongs to, for logs and Events.
+// owns reports whether obj belongs to this deployment: our managed-by label, our instance and
+// our deployment identity. An object that lacks the instance label or the deployment
+// annotation belongs to no deployment that can be told apart, so no writer takes it for its
+// own (docs/crd.md says how to hand it over).
+func (w *Writer) owns(obj *v1alpha1.ProviderHealth) bool { return w.ownsMeta(&obj.ObjectMeta) }
+
+func (w *Writer) ownsMeta(m *metav1.ObjectMeta) bool {
+	return m.Labels[ManagedByLabel] == ManagedByValue && m.Labels[InstanceLabel] == w.opts.Instance &&
+		m.Annotations[DeploymentAnnotation] == w.deployment
+}
+
+// ownerOf describes who an object not of this deployment belongs to, for logs and Events.
 func ownerOf(obj *v1alpha1.ProviderHealth) string {
-	switch inst, ok := obj.Labels[InstanceLabel]; {
+	inst, hasInst := obj.Labels[InstanceLabel]
+	dep, hasDep := obj.Annotations[DeploymentAnnotation]
+	switch {
 	case obj.Labels[ManagedByLabel] != ManagedByValue:
 		return fmt.Sprintf("not managed by provider-health-exporter (%s=%q)", ManagedByLabel, obj.Labels[ManagedByLabel])
-	case !ok:
-		return fmt.Sprintf("exporter instance %q (no %s label: written before instances existed)", DefaultInstance, InstanceLabel)
+	case !hasInst:
+		return fmt.Sprintf("no exporter deployment that can be told apart (no %s label)", InstanceLabel)
+	case !hasDep:
+		return fmt.Sprintf("exporter instance %q, of no deployment that can be told apart (no %s annotation)", inst, DeploymentAnnotation)
 	default:
-		return fmt.Sprintf("exporter instance %q", inst)
+		return fmt.Sprintf("exporter instance %q of the deployment with the Lease %s", inst, dep)
 	}
 }
 
 // collectGarbage lists the exporter's objects, deletes this instance's objects whose provider
 // keep rejects, and returns this instance's other objects and the other instances' objects.
 // allow (nil: always) is asked before each delete; when it says no, it stops with errNotLeader.
-func (w *Writer) collectGarbage(ctx context.Context, keep func(string) bool, allow func() bool) (mine, others []v1alpha1.ProviderHealth, err error) {
-	items, err := w.objects.List(ctx, managedSelector)
+// Without full it lists only the objects' metadata, and the objects it returns have no status.
+func (w *Writer) collectGarbage(ctx context.Context, keep func(string) bool, allow func() bool, full bool) (mine, others []v1alpha1.ProviderHealth, err error) {
+	var items []v1alpha1.ProviderHealth
+	if full {
+		items, err = w.objects.List(ctx, managedSelector)
+	} else {
+		var metas []metav1.ObjectMeta
+		metas, err = w.objects.ListMeta(ctx, managedSelector)
+		for _, m := range metas {
+			items = append(items, v1alpha1.ProviderHealth{ObjectMeta: m})
+		}
+	}
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			w.crdMissing()
@@ -80,7 +102,7 @@ func (w *Writer) collectGarbage(ctx context.Context, keep func(string) bool, all
 		if allow != nil && !allow() {
 			return nil, nil, errNotLeader
 		}
-		err := w.objects.Delete(ctx, obj.Name, obj.UID)
+		err := w.objects.Delete(ctx, obj.Name, obj.UID, obj.ResourceVersion)
 		switch {
 		case err == nil:
 			w.metrics.count(writeDelete, nil)
@@ -112,12 +134,20 @@ func (w *Writer) crdPresent() {
 }
 
 // collectGarbage deletes the objects of providers no longer configured and refreshes what the
-// session knows of the live objects and of name clashes.
-func (s *session) collectGarbage(ctx context.Context) error {
+// session knows of the live objects and of name clashes. full lists whole objects (the start
+// of a term: their statuses seed memory); otherwise only their metadata is read, and an object
+// that changed since the writer last saw it is read again before its next write.
+func (s *session) collectGarbage(ctx context.Context, full bool) error {
 	names := configured(s.w.opts.Source.Current())
-	mine, others, err := s.w.collectGarbage(ctx, func(n string) bool { return names[n] }, s.allowWrites())
+	mine, others, err := s.w.collectGarbage(ctx, func(n string) bool { return names[n] }, s.allowWrites(), full)
+	if errors.Is(err, errCRDMissing) && s.w.checksOff != nil {
+		err = nil // checks off: without the CRD there is nothing to delete
+	}
 	if err != nil {
 		return err
+	}
+	if off := s.w.checksOff; off != nil && off.collected != nil {
+		defer off.collected()
 	}
 	for name := range s.live {
 		if !names[name] {
@@ -129,10 +159,21 @@ func (s *session) collectGarbage(ctx context.Context) error {
 			delete(s.foreign, name)
 		}
 	}
+	for name := range s.rejected {
+		if !names[name] {
+			delete(s.rejected, name)
+		}
+	}
+	s.w.metrics.rejected.Set(float64(len(s.rejected)))
 	for i := range mine {
 		obj := mine[i]
 		if cur := s.live[obj.Name]; cur == nil || cur.UID != obj.UID || cur.ResourceVersion != obj.ResourceVersion {
-			s.live[obj.Name] = &obj
+			if full {
+				s.live[obj.Name] = &obj
+			} else {
+				delete(s.live, obj.Name)
+				s.reread[obj.Name] = true
+			}
 		}
 	}
 	for i := range others {
@@ -157,10 +198,10 @@ func (s *session) clash(obj *v1alpha1.ProviderHealth) {
 	}
 	owner := ownerOf(obj)
 	s.w.logger.Warn("the ProviderHealth object of this provider's name belongs to someone else; leaving it alone (rename one of the providers)",
-		"provider", obj.Name, "owner", owner, "instance", s.w.opts.Instance)
+		"provider", obj.Name, "owner", owner, "instance", s.w.opts.Instance, "deployment", s.w.deployment)
 	if s.mayWrite() {
 		s.recorder.Event(obj, corev1.EventTypeWarning, ReasonNameClash, clip(fmt.Sprintf(
-			"exporter instance %q also has a provider named %s and leaves this object alone: it belongs to %s; rename one of the providers",
-			s.w.opts.Instance, obj.Name, owner), maxEventMessage))
+			"exporter instance %q (Lease %s) also has a provider named %s and leaves this object alone: it belongs to %s; rename one of the providers",
+			s.w.opts.Instance, s.w.deployment, obj.Name, owner), maxEventMessage))
 	}
 }

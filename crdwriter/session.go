@@ -42,6 +42,18 @@ type session struct {
 	// foreign holds the configured providers whose object name is held by an object this
 	// instance does not own (a name clash): when it was last seen.
 	foreign map[string]time.Time
+	// rejected holds the providers whose object the API server refuses (rejections.go).
+	rejected map[string]rejection
+	// noStatus is when a status write last found no status subresource (zero: it has one).
+	noStatus time.Time
+	// pruning: the API server was seen dropping status fields this writer sets (reported once).
+	pruning bool
+	// reread holds the providers whose object changed since the writer last read it (seen in a
+	// metadata-only list): read before the next write.
+	reread map[string]bool
+	// reasonHeld holds the providers whose reason-only change waits for the minimum reason
+	// interval: when it may be written.
+	reasonHeld map[string]time.Time
 }
 
 // lead writes until ctx is done or, with lease set (leader election), until the elector has
@@ -59,20 +71,27 @@ func (w *Writer) lead(ctx context.Context, lease *leaseView) {
 				cancel()
 			})
 		},
-		mem:     make(map[string]*providerMem),
-		pending: make(map[string][]targetEvent),
-		dirty:   make(chan struct{}, 1),
-		live:    make(map[string]*v1alpha1.ProviderHealth),
-		foreign: make(map[string]time.Time),
+		mem:        make(map[string]*providerMem),
+		pending:    make(map[string][]targetEvent),
+		dirty:      make(chan struct{}, 1),
+		live:       make(map[string]*v1alpha1.ProviderHealth),
+		foreign:    make(map[string]time.Time),
+		rejected:   make(map[string]rejection),
+		reread:     make(map[string]bool),
+		reasonHeld: make(map[string]time.Time),
 	}
 	if lease != nil {
 		w.fence.set(s.mayWrite)
+		w.fence.bound(lease.fenceAt)
+		// Deferred in reverse: the gate closes before the bound goes.
+		defer w.fence.bound(nil)
 		defer w.fence.set(func() bool { return false })
 	}
 	recorder, stop := w.newRecorder(ctx, s.allowWrites())
 	defer stop()
 	s.recorder = recorder
 	defer w.metrics.nameClashes.Set(0)
+	defer w.metrics.rejected.Set(0)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel() // before the wait: the term's goroutines end with ctx
@@ -99,7 +118,8 @@ func configured(snap *checks.Snapshot) map[string]bool {
 // transition times above all), retrying until it succeeds or ctx ends.
 func (s *session) seed(ctx context.Context) bool {
 	for attempt := 0; ; attempt++ {
-		err := s.collectGarbage(ctx)
+		// With checks off every object is garbage: its metadata is all there is to read.
+		err := s.collectGarbage(ctx, s.w.checksOff == nil)
 		if err == nil {
 			s.mu.Lock()
 			for name, obj := range s.live {

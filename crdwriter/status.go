@@ -348,14 +348,31 @@ func sameVisible(a, b *v1alpha1.ProviderHealthStatus) bool {
 }
 
 func withoutMessages(st *v1alpha1.ProviderHealthStatus) v1alpha1.ProviderHealthStatus {
+	return blanked(st, false)
+}
+
+// blanked is normalized(st) without messages, and without reasons too when reasons is set.
+func blanked(st *v1alpha1.ProviderHealthStatus, reasons bool) v1alpha1.ProviderHealthStatus {
 	c := normalized(st)
 	for i := range c.Targets {
 		c.Targets[i].Message = ""
+		if reasons {
+			c.Targets[i].Reason = ""
+		}
 	}
 	for i := range c.Conditions {
 		c.Conditions[i].Message = ""
+		if reasons {
+			c.Conditions[i].Reason = ""
+		}
 	}
 	return c
+}
+
+// sameUpDown reports whether two statuses differ at most in reasons and messages: no target
+// flipped, none came or went, the counts and the Ready condition's status are the same.
+func sameUpDown(a, b *v1alpha1.ProviderHealthStatus) bool {
+	return equality.Semantic.DeepEqual(blanked(a, true), blanked(b, true))
 }
 
 // normalized copies a status without its heartbeat and with times at the API's one-second

@@ -19,10 +19,17 @@ func (s *session) syncLoop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	failures := 0
-	var retryAt time.Time
+	var retryAt, nextGC time.Time
+	if s.w.checksOff != nil {
+		// Checks off: every object of ours is garbage, and an old replica may still make some.
+		nextGC = time.Now().Add(s.w.opts.HeartbeatInterval)
+	}
 	gcNeeded := false
 	for {
 		wake := s.nextHeartbeat()
+		if !nextGC.IsZero() && nextGC.Before(wake) {
+			wake = nextGC
+		}
 		if !retryAt.IsZero() {
 			wake = retryAt
 		}
@@ -35,6 +42,10 @@ func (s *session) syncLoop(ctx context.Context) {
 		}
 		if !retryAt.IsZero() && time.Now().Before(retryAt) {
 			continue // a change while the API server fails waits for the next attempt
+		}
+		if !nextGC.IsZero() && !time.Now().Before(nextGC) {
+			gcNeeded = true
+			nextGC = time.Now().Add(s.w.opts.HeartbeatInterval)
 		}
 		s.mu.Lock()
 		round := s.round
@@ -89,6 +100,21 @@ func (s *session) nextHeartbeat() time.Time {
 			next = at
 		}
 	}
+	for _, r := range s.rejected {
+		if at := r.at.Add(s.w.opts.HeartbeatInterval); at.Before(next) {
+			next = at
+		}
+	}
+	if !s.noStatus.IsZero() {
+		if at := s.noStatus.Add(s.w.opts.HeartbeatInterval); at.Before(next) {
+			next = at
+		}
+	}
+	for _, at := range s.reasonHeld {
+		if at.Before(next) {
+			next = at
+		}
+	}
 	return next
 }
 
@@ -96,7 +122,7 @@ func (s *session) nextHeartbeat() time.Time {
 // stops at the first failure that is not about one object (the API server is unreachable).
 func (s *session) syncOnce(ctx context.Context, gc bool) error {
 	if gc {
-		if err := s.collectGarbage(ctx); err != nil {
+		if err := s.collectGarbage(ctx, false); err != nil {
 			return err
 		}
 	}
@@ -113,13 +139,26 @@ func (s *session) syncOnce(ctx context.Context, gc bool) error {
 		if err == nil {
 			continue
 		}
-		var status apierrors.APIStatus
-		if !errors.As(err, &status) || errors.Is(err, errCRDMissing) {
+		if !perObject(err) {
 			return err
 		}
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// errStillConflicting: an object kept changing under the writer while it wrote it.
+var errStillConflicting = errors.New("still conflicting after 5 attempts")
+
+// perObject reports whether err is about one object (the API server answered), so that the other
+// providers are still written; any other error (the API server is unreachable, the CRD is
+// missing, the lease is overdue) stops the sync.
+func perObject(err error) bool {
+	if errors.Is(err, errCRDMissing) || errors.Is(err, errNotLeader) {
+		return false
+	}
+	var status apierrors.APIStatus
+	return errors.As(err, &status) || errors.Is(err, errStillConflicting)
 }
 
 // syncProvider writes one provider's status when it differs visibly from the live object's or a
@@ -143,10 +182,24 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 		return nil // a name clash, re-checked once per heartbeat interval
 	}
 	live := s.live[name]
+	if live == nil && s.reread[name] {
+		got, ours, err := s.readAgain(ctx, name, "that changed since it was listed")
+		if err != nil {
+			return err
+		}
+		delete(s.reread, name)
+		if !ours {
+			return nil
+		}
+		live = got
+	}
 	for attempt := 0; attempt < 5; attempt++ {
 		if live == nil {
+			if s.holdBack(name, nil, time.Now()) {
+				return nil
+			}
 			obj, err := s.create(ctx, name)
-			if errors.Is(err, errNotOurs) {
+			if errors.Is(err, errNotOurs) || errors.Is(err, errRejected) {
 				return nil
 			}
 			if err != nil {
@@ -167,6 +220,13 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 			s.emit(name, live, events)
 			return nil
 		}
+		if !heartbeatDue && s.holdReason(name, &live.Status, &desired, now) {
+			s.emit(name, live, events)
+			return nil
+		}
+		if s.holdBack(name, &desired, now) {
+			return nil
+		}
 		if !s.mayWrite() {
 			return errNotLeader
 		}
@@ -177,43 +237,86 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 		s.w.metrics.count(writeStatus, err)
 		switch {
 		case err == nil:
+			delete(s.reasonHeld, name)
+			s.statusSubresourceFound()
+			s.accepted(name)
+			s.compareWithSent(name, &obj.Status, &updated.Status)
 			s.live[name] = updated
 			s.emit(name, updated, events)
 			return nil
+		case apierrors.IsInvalid(err):
+			s.reject(name, &desired, now, err)
+			return nil
 		case apierrors.IsConflict(err):
-			got, gerr := s.w.objects.Get(ctx, name)
-			switch {
-			case apierrors.IsNotFound(gerr):
-				live = nil
-			case gerr != nil:
-				return fmt.Errorf("re-reading ProviderHealth %s after a conflict: %w", name, gerr)
-			case !s.w.owns(got):
-				s.clash(got)
-				return nil
-			default:
-				live = got
-				s.live[name] = got
+			got, ours, rerr := s.readAgain(ctx, name, "after a conflict")
+			if rerr != nil || !ours {
+				return rerr
 			}
+			live = got // nil: gone, created again
 		case apierrors.IsNotFound(err):
-			// Deleted by someone: recreate it, with the transition times memory kept.
-			logger.Info("the ProviderHealth object was deleted; recreating it")
-			delete(s.live, name)
-			live = nil
+			// Either the object is gone, or it is there and /status is not (a CRD without the
+			// status subresource): a read tells.
+			got, ours, rerr := s.readAgain(ctx, name, "after its status was not found")
+			switch {
+			case rerr != nil || !ours:
+				return rerr
+			case got == nil:
+				// Deleted by someone: recreate it, with the transition times memory kept.
+				logger.Info("the ProviderHealth object was deleted; recreating it")
+				delete(s.live, name)
+				live = nil
+			case got.UID == live.UID:
+				s.statusSubresourceMissing(now)
+				return nil
+			default: // replaced by another object of ours: write that one
+				live = got
+			}
 		default:
 			return fmt.Errorf("writing the status of ProviderHealth %s: %w", name, err)
 		}
 	}
-	return fmt.Errorf("writing the status of ProviderHealth %s: still conflicting after 5 attempts", name)
+	return fmt.Errorf("writing the status of ProviderHealth %s: %w", name, errStillConflicting)
+}
+
+// readAgain reads the provider's object again and remembers it: nil when it is gone; ours is
+// false when it belongs to someone else now (a name clash, reported).
+func (s *session) readAgain(ctx context.Context, name, why string) (obj *v1alpha1.ProviderHealth, ours bool, err error) {
+	got, err := s.w.objects.Get(ctx, name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, true, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("re-reading ProviderHealth %s %s: %w", name, why, err)
+	case !s.w.owns(got):
+		s.clash(got)
+		return nil, false, nil
+	}
+	s.live[name] = got
+	return got, true, nil
+}
+
+// holdReason reports whether the change from live to desired is one of reasons only and the
+// object was written less than the minimum reason interval ago; then it notes when the change
+// may be written.
+func (s *session) holdReason(name string, live, desired *v1alpha1.ProviderHealthStatus, now time.Time) bool {
+	min := s.w.opts.MinReasonInterval
+	hb := live.LastHeartbeatTime
+	if min <= 0 || hb == nil || !sameUpDown(live, desired) {
+		return false
+	}
+	at := hb.Add(min)
+	if !now.Before(at) {
+		return false
+	}
+	s.reasonHeld[name] = at
+	return true
 }
 
 // create creates the provider's object (no status: the API server ignores it on create), or
 // returns the existing one when it is this instance's. When it belongs to someone else, it
 // reports the clash and returns errNotOurs.
 func (s *session) create(ctx context.Context, name string) (*v1alpha1.ProviderHealth, error) {
-	obj := &v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{
-		Name:   name,
-		Labels: map[string]string{ManagedByLabel: ManagedByValue, InstanceLabel: s.w.opts.Instance},
-	}}
+	obj := &v1alpha1.ProviderHealth{ObjectMeta: s.w.objectMeta(name)}
 	if !s.mayWrite() {
 		return nil, errNotLeader
 	}
@@ -222,6 +325,7 @@ func (s *session) create(ctx context.Context, name string) (*v1alpha1.ProviderHe
 	switch {
 	case err == nil:
 		s.w.logger.Info("created ProviderHealth", "provider", name)
+		s.accepted(name)
 		return created, nil
 	case apierrors.IsAlreadyExists(err):
 		got, gerr := s.w.objects.Get(ctx, name)
@@ -236,6 +340,9 @@ func (s *session) create(ctx context.Context, name string) (*v1alpha1.ProviderHe
 	case apierrors.IsNotFound(err):
 		s.w.crdMissing()
 		return nil, errCRDMissing
+	case apierrors.IsInvalid(err):
+		s.reject(name, nil, time.Now(), err)
+		return nil, errRejected
 	default:
 		return nil, fmt.Errorf("creating ProviderHealth %s: %w", name, err)
 	}

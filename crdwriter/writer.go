@@ -8,11 +8,12 @@
 // the API server (no informer): it remembers the objects it last read or wrote and re-reads one
 // only on a conflict.
 //
-// Each exporter deployment has an identity, its instance (Options.Instance), stored in the label
-// providerhealth.io/instance of the objects it creates. A writer modifies or deletes only objects
-// labelled app.kubernetes.io/managed-by=provider-health-exporter and carrying its own instance;
-// an object of a provider's name that belongs to anyone else is a name clash, reported and left
-// alone.
+// Each exporter deployment has an identity: its instance (Options.Instance), stored in the label
+// providerhealth.io/instance, and its Lease's namespace and name, stored in the annotation
+// providerhealth.io/deployment of the objects it creates. A writer modifies or deletes only
+// objects labelled app.kubernetes.io/managed-by=provider-health-exporter that carry both its
+// instance and its deployment; an object of a provider's name that belongs to anyone else is a
+// name clash, reported and left alone.
 //
 // Where to find what: writer.go (options, construction, Run, DeleteAll), lease.go (leader
 // election and the fencing of writes by time), session.go (one term of writing: seeding and
@@ -32,6 +33,7 @@ import (
 	mathrand "math/rand/v2"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -58,6 +60,11 @@ const (
 	ManagedByValue = "provider-health-exporter"
 	// InstanceLabel holds the instance (the exporter deployment) an object belongs to.
 	InstanceLabel = "providerhealth.io/instance"
+	// DeploymentAnnotation holds the identity of the deployment that owns an object: the
+	// namespace and name of its Lease ("namespace/name"). Two deployments with the same
+	// instance in different namespaces have different identities, so they never take each
+	// other's objects for their own.
+	DeploymentAnnotation = "providerhealth.io/deployment"
 )
 
 // Defaults of Options.
@@ -72,6 +79,10 @@ const (
 	DefaultRenewDeadline   = 10 * time.Second
 	DefaultRetryPeriod     = 2 * time.Second
 	DefaultMaxRetryBackoff = 30 * time.Second
+	// DefaultMinReasonInterval is the least time between two writes of an object whose only
+	// change is a reason (targets that stay down with another reason; the Ready condition's
+	// reason and messages).
+	DefaultMinReasonInterval = 2 * time.Minute
 )
 
 // Source is where the writer gets snapshots: the check runner (*checks.Runner).
@@ -105,6 +116,12 @@ type Options struct {
 	// HeartbeatInterval is the most time between two writes of an object's status when nothing
 	// changes (status.lastHeartbeatTime). Zero: DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration
+	// MinReasonInterval is the least time between two writes of an object when the only change
+	// is a reason: no target flipped up or down, the targets and counts are the same. Such a
+	// change waits until that long after the object's last write (or its heartbeat, if that
+	// comes first), so targets whose reasons alternate every round cannot make the writer
+	// rewrite every object every round. Zero: DefaultMinReasonInterval; negative: none.
+	MinReasonInterval time.Duration
 	// MaxRetryBackoff caps the wait between two attempts while the API server fails (the wait
 	// starts at a second and doubles). Zero: DefaultMaxRetryBackoff.
 	MaxRetryBackoff time.Duration
@@ -112,6 +129,8 @@ type Options struct {
 	// LeaderElect makes only the holder of a coordination.k8s.io Lease write.
 	LeaderElect bool
 	// LeaseNamespace holds the Lease. Empty: the pod's namespace in a cluster, else "default".
+	// With LeaseName it is the deployment's identity (DeploymentAnnotation), with or without
+	// leader election.
 	LeaseNamespace string
 	// LeaseName names the Lease. Empty: the instance.
 	LeaseName string
@@ -142,6 +161,11 @@ type Writer struct {
 	fence fence
 	// crdMissingLogged is owned by the goroutine running Run or DeleteAll.
 	crdMissingLogged bool
+	// checksOff is set while RunChecksOff or DeleteAll runs.
+	checksOff *checksOff
+	// deployment is this deployment's identity, the value of DeploymentAnnotation on its
+	// objects: the Lease's namespace and name.
+	deployment string
 }
 
 // New returns a Writer. It does not contact the API server.
@@ -152,11 +176,12 @@ func New(opts Options) (*Writer, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	w := &Writer{opts: opts, logger: opts.Logger}
+	w := &Writer{opts: opts, logger: opts.Logger, deployment: opts.LeaseNamespace + "/" + opts.LeaseName}
 	cfg := rest.CopyConfig(opts.Config)
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = FieldManager
 	}
+	w.fence.exemptLease(cfg.Host, opts.LeaseNamespace, opts.LeaseName)
 	cfg.Wrap(w.fence.wrap)
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -196,6 +221,9 @@ func (o *Options) defaults() error {
 	}
 	if o.StaleAfter == 0 {
 		o.StaleAfter = DefaultStaleIntervals * o.Interval
+	}
+	if o.MinReasonInterval == 0 {
+		o.MinReasonInterval = DefaultMinReasonInterval
 	}
 	if o.MaxRetryBackoff == 0 {
 		o.MaxRetryBackoff = DefaultMaxRetryBackoff
@@ -266,26 +294,62 @@ func (w *Writer) Run(ctx context.Context) error {
 	return w.campaigns(ctx)
 }
 
-// DeleteAll deletes every object of this instance (checks turned off), retrying with backoff
-// while the API server fails, until done or ctx ends. Objects of other instances and objects
+// RunChecksOff is Run with checks turned off: there is nothing to mirror, and every object of
+// this instance is garbage. It deletes them, with leader election only while holding the Lease
+// and behind the same fence as every write, and keeps collecting garbage once per heartbeat
+// interval until ctx is done (during a rollout an old replica, or an old version without leader
+// election, may recreate objects after the first pass). Objects of other instances and objects
 // without our label are left alone. It must not run concurrently with Run.
+func (w *Writer) RunChecksOff(ctx context.Context) error {
+	return w.runChecksOff(ctx, nil)
+}
+
+// DeleteAll deletes every object of this instance once, as RunChecksOff does (with leader
+// election: once it holds the Lease), and returns when that is done or ctx ends.
 func (w *Writer) DeleteAll(ctx context.Context) error {
-	for attempt := 0; ; attempt++ {
-		_, _, err := w.collectGarbage(ctx, func(string) bool { return false }, nil)
-		if errors.Is(err, errCRDMissing) {
-			w.logger.Info("the ProviderHealth CRD is not installed: no object to delete")
-			return nil
-		}
-		if err == nil {
-			return nil
-		}
-		w.logger.Warn("deleting ProviderHealth objects failed; retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("crdwriter: deleting ProviderHealth objects: %w", ctx.Err())
-		case <-time.After(w.backoff(attempt)):
-		}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var collected atomic.Bool
+	err := w.runChecksOff(ctx, func() {
+		collected.Store(true)
+		cancel()
+	})
+	switch {
+	case collected.Load():
+		return nil
+	case err != nil:
+		return err
+	default:
+		return fmt.Errorf("crdwriter: deleting ProviderHealth objects: %w", ctx.Err())
 	}
+}
+
+func (w *Writer) runChecksOff(ctx context.Context, collected func()) error {
+	w.checksOff = &checksOff{collected: collected}
+	defer func() { w.checksOff = nil }()
+	src := w.opts.Source
+	w.opts.Source = noProviders{}
+	defer func() { w.opts.Source = src }()
+	return w.Run(ctx)
+}
+
+// checksOff is the state of a writer run with checks off.
+type checksOff struct {
+	// collected (nil: nothing) is called after each complete pass of garbage collection.
+	collected func()
+}
+
+// noProviders is the Source of a writer with checks off: a snapshot without providers.
+type noProviders struct{}
+
+var emptySnapshot = &checks.Snapshot{}
+
+func (noProviders) Current() *checks.Snapshot { return emptySnapshot }
+
+func (noProviders) Subscribe(ctx context.Context) <-chan struct{} {
+	ch := make(chan struct{})
+	context.AfterFunc(ctx, func() { close(ch) })
+	return ch
 }
 
 // backoff is the wait before retry attempt n (from 0): exponential from 1s, capped, jittered.

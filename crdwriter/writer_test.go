@@ -146,7 +146,7 @@ func TestWriterConflictDeletionAndForeignObjects(t *testing.T) {
 	if got := h.metric("crd_writer_name_clashes"); got != 1 {
 		t.Errorf("name clashes metric = %v, want 1", got)
 	}
-	if ev := drainEvents(h.rec); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning NameClash exporter instance \"provider-health-exporter\" also has a provider named theirs") {
+	if ev := drainEvents(h.rec); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning NameClash exporter instance \"provider-health-exporter\" (Lease default/provider-health-exporter) also has a provider named theirs") {
 		t.Errorf("events = %q, want one NameClash", ev)
 	}
 
@@ -182,8 +182,7 @@ func TestWriterConflictDeletionAndForeignObjects(t *testing.T) {
 
 func TestWriterGarbageCollection(t *testing.T) {
 	objs := newFakeObjects()
-	ours := map[string]string{ManagedByLabel: ManagedByValue}
-	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "old", Labels: ours}})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: ownedBy("old", DefaultInstance, "default/"+DefaultInstance)})
 	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "theirs-old"}})
 	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "other-manager", Labels: map[string]string{ManagedByLabel: "someone-else"}}})
 	since := time.Now().Add(-time.Hour)
@@ -449,22 +448,18 @@ func TestWriterStopsWritingWhenAnotherHolderIsObserved(t *testing.T) {
 	}
 }
 
-// Objects of another instance are never written or deleted, by garbage collection, by checks
-// turned off, or when a provider of the same name is configured (a name clash). Objects written
-// before instances existed (no instance label) belong to the default instance only.
+// Objects of another instance or deployment are never written or deleted, by garbage
+// collection, by checks turned off, or when a provider of the same name is configured (a name
+// clash). Objects that name no deployment (no instance label, or no deployment annotation)
+// belong to nobody: no instance takes them, the default one neither.
 func TestWriterInstancesKeepToTheirOwn(t *testing.T) {
 	objs := newFakeObjects()
-	label := func(inst string) map[string]string {
-		l := map[string]string{ManagedByLabel: ManagedByValue}
-		if inst != "" {
-			l[InstanceLabel] = inst
-		}
-		return l
-	}
-	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "b-only", Labels: label("team-b")}})
-	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "shared", Labels: label("team-b")}})
-	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "a-old", Labels: label("team-a")}})
-	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "legacy", Labels: label("")}})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: ownedBy("b-only", "team-b", "default/team-b")})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: ownedBy("shared", "team-b", "default/team-b")})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: ownedBy("a-old", "team-a", "default/team-a")})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: ownedBy("a-elsewhere", "team-a", "other-namespace/team-a")})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "legacy", Labels: map[string]string{ManagedByLabel: ManagedByValue}}})
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "no-deployment", Labels: map[string]string{ManagedByLabel: ManagedByValue, InstanceLabel: DefaultInstance}}})
 	since := time.Now().Add(-time.Hour)
 	mine := provider("a-new", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
 	shared := provider("shared", checks.TypeGCP, target("p", checks.ReasonForbidden, "", since))
@@ -476,7 +471,7 @@ func TestWriterInstancesKeepToTheirOwn(t *testing.T) {
 	if objs.get("a-old") != nil {
 		t.Error("team-a's object of an unconfigured provider survived team-a's start")
 	}
-	for _, name := range []string{"b-only", "shared", "legacy"} {
+	for _, name := range []string{"b-only", "shared", "legacy", "a-elsewhere", "no-deployment"} {
 		if o := objs.get(name); o == nil || len(o.Status.Conditions) != 0 {
 			t.Errorf("team-a deleted or wrote %s, which is not its own: %+v", name, o)
 		}
@@ -488,10 +483,10 @@ func TestWriterInstancesKeepToTheirOwn(t *testing.T) {
 		t.Errorf("name clashes = %v, want 1 (shared)", got)
 	}
 	ev := drainEvents(h.rec)
-	if len(ev) != 1 || !strings.Contains(ev[0], `NameClash exporter instance "team-a" also has a provider named shared and leaves this object alone: it belongs to exporter instance "team-b"`) {
+	if len(ev) != 1 || !strings.Contains(ev[0], `NameClash exporter instance "team-a" (Lease default/team-a) also has a provider named shared and leaves this object alone: it belongs to exporter instance "team-b" of the deployment with the Lease default/team-b`) {
 		t.Errorf("events = %q, want one NameClash about shared", ev)
 	}
-	if !strings.Contains(h.logs.String(), `owner="exporter instance \"team-b\""`) {
+	if !strings.Contains(h.logs.String(), `owner="exporter instance \"team-b\" of the deployment with the Lease default/team-b"`) {
 		t.Errorf("the clash is not logged with its owner:\n%s", h.logs.String())
 	}
 	h.stop()
@@ -501,19 +496,19 @@ func TestWriterInstancesKeepToTheirOwn(t *testing.T) {
 	if objs.get("a-new") != nil {
 		t.Error("DeleteAll left team-a's object")
 	}
-	for _, name := range []string{"b-only", "shared", "legacy"} {
+	for _, name := range []string{"b-only", "shared", "legacy", "a-elsewhere", "no-deployment"} {
 		if objs.get(name) == nil {
 			t.Errorf("team-a's DeleteAll deleted %s", name)
 		}
 	}
 
-	// The default instance owns the objects written before instances existed.
+	// Nor does the default instance take the objects that name no deployment.
 	d := newHarness(t, nil, objs, newFakeSource(), nil)
 	if err := d.w.DeleteAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if objs.get("legacy") != nil || objs.get("b-only") == nil {
-		t.Error("the default instance's DeleteAll did not delete exactly the unlabelled object")
+	if objs.get("legacy") == nil || objs.get("no-deployment") == nil {
+		t.Error("the default instance's DeleteAll deleted an object of no deployment")
 	}
 }
 
@@ -532,13 +527,7 @@ func TestWriterFencedByRenewalAge(t *testing.T) {
 	now := time.Now()
 	renewed.Store(&now)
 	lease := &leaseView{isLeader: func() bool { return true }, renewed: func() time.Time { return *renewed.Load() }, renewDeadline: time.Second}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		h.w.lead(ctx, lease)
-	}()
-	defer func() { cancel(); <-done }()
+	h.lead(lease)
 	h.round(p(checks.ReasonReady))
 	drainEvents(h.rec)
 	writes := func() int { return objs.count("create") + objs.count("status") + objs.count("delete") }
@@ -557,7 +546,7 @@ func TestWriterFencedByRenewalAge(t *testing.T) {
 		t.Errorf("Events with an overdue renewal: %q", ev)
 	}
 	// The transport refuses a write that got past the gate.
-	if _, err := h.w.core.Events("default").Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{}); !errors.Is(err, errFenced) {
+	if _, err := h.w.core.Events("default").Create(context.Background(), &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{}); !errors.Is(err, errFenced) {
 		t.Errorf("an Event sent with an overdue renewal: err = %v, want the fence's", err)
 	}
 
@@ -566,5 +555,68 @@ func TestWriterFencedByRenewalAge(t *testing.T) {
 	eventually(t, "the change is written once the lease is renewed", func() bool { return readyOf(objs.get("p")).Reason == "Forbidden" })
 	if ev := drainEvents(h.rec); len(ev) != 1 {
 		t.Errorf("events after the renewal = %q, want the one transition", ev)
+	}
+}
+
+// A change of reasons alone waits for the minimum reason interval; a flip is written at once,
+// with the newest reasons.
+func TestWriterReasonOnlyChangesWait(t *testing.T) {
+	objs := newFakeObjects()
+	since := time.Now().Add(-time.Hour)
+	p := func(hv1, hv2 checks.Reason) checks.ProviderState {
+		return provider("kvm-lab", checks.TypeKVM, target("hv1", hv1, "", since), target("hv2", hv2, "", since))
+	}
+	src := newFakeSource()
+	h := newHarness(t, nil, objs, src, func(o *Options) { o.MinReasonInterval, o.HeartbeatInterval = time.Hour, 2*time.Hour })
+	h.start()
+	h.round(p(checks.ReasonTCPUnreachable, checks.ReasonReady))
+	before := objs.count("status")
+	h.round(p(checks.ReasonSSHHandshakeFailed, checks.ReasonReady))
+	h.round(p(checks.ReasonTCPUnreachable, checks.ReasonReady))
+	h.round(p(checks.ReasonSSHHandshakeFailed, checks.ReasonReady))
+	if n := objs.count("status") - before; n != 0 {
+		t.Errorf("%d status writes for reason-only changes within the interval, want 0", n)
+	}
+	h.round(p(checks.ReasonSSHHandshakeFailed, checks.ReasonPoolInactive)) // hv2 flips
+	if n := objs.count("status") - before; n != 1 {
+		t.Errorf("%d status writes after a flip, want 1", n)
+	}
+	if o := objs.get("kvm-lab"); readyOf(o).Reason != "MultipleReasons" || o.Status.Targets[0].Reason != "SSHHandshakeFailed" {
+		t.Errorf("the flip's write lacks the newest reasons: %+v", o.Status)
+	}
+}
+
+// The migration docs/crd.md gives for a renamed --crd.instance: the old objects clash until
+// they are given the new identity (label and annotation), then the renamed writer adopts them
+// at its next re-check, keeping the object and its transition times.
+func TestWriterAdoptsAMigratedObject(t *testing.T) {
+	objs := newFakeObjects()
+	since := time.Now().Add(-time.Hour).Truncate(time.Second)
+	old := ownedBy("kvm-lab", "old", "default/old")
+	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: old})
+	src := newFakeSource()
+	h := newHarness(t, nil, objs, src, func(o *Options) { o.Instance, o.HeartbeatInterval = "new", 200*time.Millisecond })
+	h.start()
+	p := provider("kvm-lab", checks.TypeKVM, target("hv1", checks.ReasonReady, "", since))
+	h.round(p)
+	if got := h.metric("crd_writer_name_clashes"); got != 1 {
+		t.Fatalf("name clashes = %v before the migration, want 1", got)
+	}
+	if o := objs.get("kvm-lab"); len(o.Status.Conditions) != 0 {
+		t.Fatalf("the old instance's object was written: %+v", o.Status)
+	}
+	uid := objs.get("kvm-lab").UID
+	// kubectl label ... providerhealth.io/instance=new; kubectl annotate ... providerhealth.io/deployment=default/new
+	objs.mu.Lock()
+	o := objs.objs["kvm-lab"]
+	o.Labels[InstanceLabel], o.Annotations[DeploymentAnnotation] = "new", "default/new"
+	o.ResourceVersion = objs.nextRV()
+	objs.mu.Unlock()
+	eventually(t, "the migrated object is adopted and written", func() bool {
+		o := objs.get("kvm-lab")
+		return len(o.Status.Targets) == 1 && h.metric("crd_writer_name_clashes") == 0
+	})
+	if o := objs.get("kvm-lab"); o.UID != uid || !o.Status.Targets[0].LastTransitionTime.Time.Equal(since) {
+		t.Errorf("the adopted object was replaced or lost its times: %+v", o)
 	}
 }

@@ -129,6 +129,9 @@ func TestCRDAgreesWithGoConstants(t *testing.T) {
 	if ext := targets.XListType; ext == nil || *ext != "map" || !slices.Equal(targets.XListMapKeys, []string{"name"}) {
 		t.Errorf("status.targets is not a list map keyed by name: %v %v", targets.XListType, targets.XListMapKeys)
 	}
+	if n := targets.Items.Schema.Properties["name"].MaxLength; n == nil || *n != v1alpha1.MaxTargetNameLength {
+		t.Errorf("status.targets[].name maxLength = %v, want %d", n, v1alpha1.MaxTargetNameLength)
+	}
 	msg := targets.Items.Schema.Properties["message"]
 	if msg.MaxLength == nil || *msg.MaxLength != v1alpha1.MaxTargetMessageLength {
 		t.Errorf("status.targets[].message maxLength = %v, want %d", msg.MaxLength, v1alpha1.MaxTargetMessageLength)

@@ -32,6 +32,9 @@ const (
 	// MaxTargetMessageLength bounds status.targets[].message (in bytes); longer messages are
 	// cut at a UTF-8 boundary and end with "...".
 	MaxTargetMessageLength = 1024
+	// MaxTargetNameLength bounds status.targets[].name (in bytes, as the API server counts
+	// it); the providers file refuses longer target names.
+	MaxTargetNameLength = 253
 )
 
 // ProviderHealth is the health of one provider the exporter checks: a Kubernetes API, a GCE

@@ -1,0 +1,39 @@
+package config
+
+import (
+	"fmt"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
+)
+
+// The names a provider's ProviderHealth object carries, and the limits the CRD puts on them
+// (deploy/crd/, from crdwriter/v1alpha1), so that the API server never refuses an object for a
+// name the providers file accepted:
+//   - metadata.name is the provider's name (crdwriter uses it as is), and its Events are named
+//     after it with a suffix: a DNS-1123 label of at most 63 characters, checked with the name;
+//   - status.targets[].name is each target's name: at most v1alpha1.MaxTargetNameLength bytes.
+//     A KVM host's name (or, without one, its address) comes from this file and is checked
+//     here; a GCP target is the project ID (at most 30 characters); a Kubernetes target is the
+//     API server's URL from the kubeconfig, read at check time, which the writer reports as
+//     that provider's own rejected object if the API server refuses it.
+
+// targetNameProblem says what is wrong with a target name the object would carry, or "".
+func targetNameProblem(name string) string {
+	if len(name) > v1alpha1.MaxTargetNameLength {
+		return fmt.Sprintf("target name of %d bytes: the ProviderHealth object's status.targets[].name holds at most %d bytes (set a shorter name)",
+			len(name), v1alpha1.MaxTargetNameLength)
+	}
+	return ""
+}
+
+// targetName checks the name of the KVM host at path: nv holds its name, or is av, its
+// address, when the name defaults to the address.
+func (d *decoder) targetName(path string, nv, av *yaml.Node, name string) {
+	field := join(path, "name")
+	if nv == av {
+		field = join(path, "address")
+	}
+	d.record(nv, field, targetNameProblem(name))
+}
