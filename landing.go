@@ -124,7 +124,8 @@ when it last turned down (its first target down) or ready (its last target back)
 ProviderHealth object; a target's is when its verdict last changed. A verdict held by a
 provider's failureThreshold or successThreshold is marked "failures pending" or "recovery
 pending", with what the last check itself said. Each target's last {{.HistoryLength}} transitions
-are kept in memory only: a restart of the exporter starts a new history. A target's name links to
+are listed under Transitions (none for a target unchanged since its first check); they are kept
+in memory only: a restart of the exporter starts a new history. A target's name links to
 a check of it run now, with debug output.</p>
 </body>
 </html>
@@ -263,8 +264,12 @@ func pendingNote(t *checks.TargetState) string {
 	return ""
 }
 
-// landingHistory lists h newest first, at most checks.HistoryLength of them.
+// landingHistory lists h newest first, at most checks.HistoryLength of them; none when the
+// target has not changed since its first verdict (its row already says all of it).
 func landingHistory(h []checks.Transition) []landingTransition {
+	if len(h) == 1 && h[0].First {
+		return nil
+	}
 	h = h[max(0, len(h)-checks.HistoryLength):]
 	out := make([]landingTransition, 0, len(h))
 	for i := len(h) - 1; i >= 0; i-- {

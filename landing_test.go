@@ -439,10 +439,41 @@ func TestLandingHistoryAndProbeLink(t *testing.T) {
 		t.Errorf("link text %q, want the target's name", m[2])
 	}
 
+	// A target unchanged since its first verdict lists no transitions.
+	if got := landingHistory(ts.History[:1]); got != nil {
+		t.Errorf("history of the first verdict only: %+v, want none listed", got)
+	}
+	if got := landingHistory(ts.History[:2]); len(got) != 2 || got[1].From != "none (first check)" {
+		t.Errorf("history of two transitions: %+v, want both, the first verdict last", got)
+	}
+
 	// A target recovering under successThreshold 2 reads down, with the raw Ready pending.
 	ts.Up, ts.Reason, ts.CheckReason, ts.ConsecutiveFailures, ts.ConsecutiveSuccesses = false, checks.ReasonPoolInactive, checks.ReasonReady, 0, 1
 	ts.Thresholds.Success = 2
 	if got := pendingNote(&ts); got != "recovery pending (1 of 2): Ready" {
 		t.Errorf("recovery pending note %q", got)
+	}
+}
+
+// BenchmarkLanding1000TargetsFullHistory renders the same page with every target's history
+// full (checks.HistoryLength transitions each, as after a long flapping spell everywhere): the
+// worst case of the page's size.
+func BenchmarkLanding1000TargetsFullHistory(b *testing.B) {
+	f := newFleet()
+	for i := range f.snap.Providers {
+		for j := range f.snap.Providers[i].Targets {
+			ts := &f.snap.Providers[i].Targets[j]
+			ts.History = historyTarget(f.now).History[2:]
+		}
+	}
+	e := landingExporter()
+	req := httptest.NewRequest("GET", "/", nil)
+	for b.Loop() {
+		rec := &discardWriter{header: http.Header{}}
+		e.renderLanding(rec, req, f.snap, f.now)
+		if rec.code != 0 && rec.code != http.StatusOK {
+			b.Fatalf("status %d", rec.code)
+		}
+		b.SetBytes(int64(rec.n))
 	}
 }
