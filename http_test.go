@@ -189,7 +189,7 @@ func TestReload(t *testing.T) {
 	// The next round checks gamma.
 	testutil.Eventually(t, 30*time.Second, "gamma's first verdict", func() bool {
 		_, page := x.get("/")
-		return strings.Contains(page, `<tbody id="provider-gamma">`) && strings.Contains(page, `<tr class="target"><td>g1</td>`)
+		return strings.Contains(page, `<tbody id="provider-gamma">`) && strings.Contains(page, `>g1</a></td>`)
 	})
 	_, page := x.get("/")
 	if strings.Contains(page, `id="provider-beta"`) || !strings.Contains(page, `<tbody id="provider-alpha">`) {

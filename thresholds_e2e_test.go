@@ -266,13 +266,14 @@ func TestThresholdsWithRealFaults(t *testing.T) {
 	}
 	gvr := schema.GroupVersionResource{Group: "providerhealth.io", Version: "v1alpha1", Resource: "providerhealths"}
 	var events []corev1.Event
-	var ltt string
+	var ltt, readyLTT string
 	testutil.Eventually(t, 60*time.Second, "the object's Events for the flips and its target back up", func() bool {
 		obj, err := dyn.Resource(gvr).Get(ctx, "hypervisors", metav1.GetOptions{})
 		if err != nil {
 			return false
 		}
 		ltt = targetTransition(obj, flaky.Name)
+		readyLTT = readyTransition(obj)
 		list, err := core.Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
 			FieldSelector: fields.OneTermEqualSelector("involvedObject.uid", string(obj.GetUID())).String()})
 		if err != nil {
@@ -281,6 +282,9 @@ func TestThresholdsWithRealFaults(t *testing.T) {
 		events = list.Items
 		return len(events) >= 2 && ltt == upAt.UTC().Truncate(time.Second).Format(time.RFC3339)
 	})
+	if want := upAt.UTC().Truncate(time.Second).Format(time.RFC3339); readyLTT != want {
+		t.Errorf("the Ready condition's lastTransitionTime %s, want %s (the provider's last target back at check 10)", readyLTT, want)
+	}
 	var summary []string
 	for _, ev := range events {
 		summary = append(summary, ev.Type+" "+ev.Reason+" "+ev.Message)
@@ -319,6 +323,18 @@ func targetTransition(obj *unstructured.Unstructured, target string) string {
 	for _, x := range ts {
 		m, _ := x.(map[string]any)
 		if m["name"] == target {
+			s, _ := m["lastTransitionTime"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+// readyTransition returns the lastTransitionTime of a ProviderHealth object's Ready condition.
+func readyTransition(obj *unstructured.Unstructured) string {
+	cs, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, x := range cs {
+		if m, _ := x.(map[string]any); m["type"] == "Ready" {
 			s, _ := m["lastTransitionTime"].(string)
 			return s
 		}
