@@ -30,8 +30,11 @@ import (
 
 // scheduledChecker runs the real checker of a provider, causing before its n-th check (from 1)
 // the real fault the test scheduled for it, so that which check meets which fault does not
-// depend on timing. Before each check it also keeps the snapshot the previous round published
-// (rounds never overlap, so that is the round just finished).
+// depend on timing. The fault for check n is caused as soon as check n-1 has returned, between
+// rounds, and check n waits for it to be in place, so that a slow fault (stopping a daemon on a
+// busy machine) does not eat into the round's deadline. Before each check it also keeps the
+// snapshot the previous round published (rounds never overlap, so that is the round just
+// finished).
 type scheduledChecker struct {
 	checks.Checker
 	before  map[int]func()
@@ -40,6 +43,7 @@ type scheduledChecker struct {
 	mu    sync.Mutex
 	calls int
 	seen  []*checks.Snapshot
+	ready chan struct{} // closed when the fault for the next check is in place
 }
 
 func (s *scheduledChecker) Check(ctx context.Context) []checks.TargetResult {
@@ -49,11 +53,30 @@ func (s *scheduledChecker) Check(ctx context.Context) []checks.TargetResult {
 	if n > 1 {
 		s.seen = append(s.seen, s.current())
 	}
+	ready := s.ready
 	s.mu.Unlock()
-	if f := s.before[n]; f != nil {
-		f()
+	if ready == nil {
+		ready = s.cause(n)
 	}
+	<-ready
+	defer func() {
+		s.mu.Lock()
+		s.ready = s.cause(n + 1)
+		s.mu.Unlock()
+	}()
 	return s.Checker.Check(ctx)
+}
+
+// cause starts the fault scheduled for check n and returns a channel closed once it is in place.
+func (s *scheduledChecker) cause(n int) chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if f := s.before[n]; f != nil {
+			f()
+		}
+	}()
+	return done
 }
 
 // snapshots returns the snapshots of the rounds seen so far, round 1 first.
