@@ -42,6 +42,16 @@ type checkerSet struct {
 	added, changed, kept, removed int
 }
 
+// providers returns the set's checkers in the providers file's order, each with its provider's
+// thresholds: what the runner is given.
+func (s *checkerSet) providers() []checks.Provider {
+	ps := make([]checks.Provider, len(s.checkers))
+	for i, c := range s.checkers {
+		ps[i] = checks.Provider{Checker: c, Thresholds: s.entries[c.Name()].provider.Thresholds()}
+	}
+	return ps
+}
+
 // allClosers returns the closers of every checker of the set, for shutting down.
 func (s *checkerSet) allClosers() []io.Closer {
 	var cs []io.Closer

@@ -89,7 +89,8 @@ func newExporter(configFile string, interval, timeout time.Duration, logger *slo
 		Interval: interval,
 		Timeout:  timeout,
 		Logger:   logger,
-	}, set.checkers)
+	}, nil)
+	e.runner.SetProviders(set.providers())
 	e.reloadSuccess.Set(1)
 	e.reloadTimestamp.SetToCurrentTime()
 

@@ -70,8 +70,8 @@ func TestLandingPage(t *testing.T) {
 		"alpha <span class=\"note\">(gcp)</span>",
 		"<span class=\"down\">1/2 ready</span> &mdash; worst reason: <span class=\"down\">APIError</span> (1 of 1 down)",
 		// The down target is listed, the ready one folded under a <details> summary.
-		"<tr class=\"target\"><td>down-a2</td>\n<td class=\"down\">down</td>\n<td>APIError</td><td>&lt;b&gt;boom&lt;/b&gt; from down-a2</td>",
-		"<details><summary>1 ready target</summary>\n<table>\n<tr class=\"target\"><td>a1</td>\n<td class=\"up\">up</td>\n<td>Ready</td>",
+		"<tr class=\"target\"><td><a href=\"probe?provider=alpha&amp;target=down-a2&amp;debug=true\">down-a2</a></td>\n<td class=\"down\">down</td>\n<td>APIError</td><td>&lt;b&gt;boom&lt;/b&gt; from down-a2</td>",
+		"<details><summary>1 ready target</summary>\n<table>\n<tr class=\"target\"><td><a href=\"probe?provider=alpha&amp;target=a1&amp;debug=true\">a1</a></td>\n<td class=\"up\">up</td>\n<td>Ready</td>",
 		"for 0s",
 	} {
 		if !strings.Contains(body, want) {
@@ -87,7 +87,7 @@ func TestLandingPage(t *testing.T) {
 	if code, _ := x.get("/nonexistent"); code != http.StatusNotFound {
 		t.Errorf("/nonexistent: %d, want 404", code)
 	}
-	if code, body := x.get("/?state=down"); code != http.StatusOK || strings.Contains(body, "<td>a1</td>") || !strings.Contains(body, "<td>down-a2</td>") {
+	if code, body := x.get("/?state=down"); code != http.StatusOK || strings.Contains(body, ">a1</a></td>") || !strings.Contains(body, ">down-a2</a></td>") {
 		t.Errorf("/?state=down: %d, lists a1 or not down-a2:\n%s", code, body)
 	}
 	if code, body := x.get("/?state=sideways"); code != http.StatusBadRequest {
@@ -189,7 +189,7 @@ func TestReload(t *testing.T) {
 	// The next round checks gamma.
 	testutil.Eventually(t, 30*time.Second, "gamma's first verdict", func() bool {
 		_, page := x.get("/")
-		return strings.Contains(page, `<tbody id="provider-gamma">`) && strings.Contains(page, `<tr class="target"><td>g1</td>`)
+		return strings.Contains(page, `<tbody id="provider-gamma">`) && strings.Contains(page, `>g1</a></td>`)
 	})
 	_, page := x.get("/")
 	if strings.Contains(page, `id="provider-beta"`) || !strings.Contains(page, `<tbody id="provider-alpha">`) {

@@ -19,8 +19,10 @@ import (
 // landingTemplate is the status page: plain server-rendered HTML, no script. It answers "what
 // is broken" at a glance for fleets of thousands of targets: one row per provider (ready/total,
 // the worst reason, since when, the last check), its down targets listed under it, its ready
-// ones folded in a <details> element, and a filter by provider and state (a GET form). html/template
-// escapes every value, so a check message quoting a remote error cannot inject markup.
+// ones folded in a <details> element, and a filter by provider and state (a GET form). Each
+// target links to its debug probe and folds its last transitions in a <details> element of its
+// own. html/template escapes every value, so a check message quoting a remote error cannot
+// inject markup.
 var landingTemplate = template.Must(template.New("landing").Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -42,6 +44,9 @@ details summary { cursor: pointer; color: #1a7f37; }
 details table { margin-top: 0.4em; }
 form { margin: 0.8em 0; }
 td.time { white-space: nowrap; }
+.pending { color: #9a6700; font-weight: normal; }
+table.history { font-size: 90%; }
+table.history th, table.history td { padding: 0.15em 0.4em; }
 </style>
 </head>
 <body>
@@ -83,10 +88,10 @@ Version {{.Version}}.</p>
 {{if .Providers -}}
 {{template "pager" .Pager}}
 <table id="providers">
-<thead><tr><th>Target</th><th>Verdict</th><th>Reason</th><th>Message</th><th>Since</th><th>Last contacted</th></tr></thead>
+<thead><tr><th>Target</th><th>Verdict</th><th>Reason</th><th>Message</th><th>Since</th><th>Last contacted</th><th>Transitions</th></tr></thead>
 {{range .Providers -}}
 <tbody id="provider-{{.Name}}">
-<tr class="provider{{if .Down}} down{{end}}"><th colspan="6">{{.Name}} <span class="note">({{.Type}})</span> &mdash;
+<tr class="provider{{if .Down}} down{{end}}"><th colspan="7">{{.Name}} <span class="note">({{.Type}})</span> &mdash;
 {{if .Checked -}}
 <span class="{{if eq .Ready .Total}}up{{else}}down{{end}}">{{.Ready}}/{{.Total}} ready</span>
 {{- if .WorstReason}} &mdash; worst reason: <span class="down">{{.WorstReason}}</span> ({{.WorstCount}} of {{.DownTotal}} down{{if .OtherReasons}}; {{.OtherReasons}} other reason{{if gt .OtherReasons 1}}s{{end}}{{end}}){{end}}
@@ -98,7 +103,7 @@ Version {{.Version}}.</p>
 {{range .Down}}{{template "row" .}}{{end -}}
 {{if .Up -}}
 {{if .FoldUp -}}
-<tr class="folded"><td colspan="6"><details><summary>{{len .Up}} ready target{{if gt (len .Up) 1}}s{{end}}{{if lt (len .Up) .Ready}} of {{.Ready}}{{end}}</summary>
+<tr class="folded"><td colspan="7"><details><summary>{{len .Up}} ready target{{if gt (len .Up) 1}}s{{end}}{{if lt (len .Up) .Ready}} of {{.Ready}}{{end}}</summary>
 <table>
 {{range .Up}}{{template "row" .}}{{end -}}
 </table>
@@ -107,8 +112,8 @@ Version {{.Version}}.</p>
 {{range .Up}}{{template "row" .}}{{end -}}
 {{end}}
 {{end -}}
-{{if .Hidden}}<tr><td colspan="6" class="note">{{.Hidden}}</td></tr>{{end}}
-{{if .Elsewhere}}<tr><td colspan="6" class="note">{{.Elsewhere}}</td></tr>{{end}}
+{{if .Hidden}}<tr><td colspan="7" class="note">{{.Hidden}}</td></tr>{{end}}
+{{if .Elsewhere}}<tr><td colspan="7" class="note">{{.Elsewhere}}</td></tr>{{end}}
 </tbody>
 {{end -}}
 </table>
@@ -120,7 +125,12 @@ Version {{.Version}}.</p>
 {{- end}}
 <p class="note">Page generated {{.Now}}; it refreshes every 30 seconds. A provider's "since" is
 when it last turned down (its first target down) or ready (its last target back), as in its
-ProviderHealth object; a target's is when its verdict last changed.</p>
+ProviderHealth object; a target's is when its verdict last changed. A verdict held by a
+provider's failureThreshold or successThreshold is marked "failures pending" or "recovery
+pending", with what the last check itself said. Each target's last {{.HistoryLength}} transitions
+are listed under Transitions (none for a target unchanged since its first check); they are kept
+in memory only: a restart of the exporter starts a new history. A target's name links to
+a check of it run now, with debug output.</p>
 </body>
 </html>
 {{define "pager" -}}
@@ -129,11 +139,18 @@ ProviderHealth object; a target's is when its verdict last changed.</p>
 {{if .Next}}<a href="{{.Next}}">next &rarr;</a>{{end}}</p>{{end}}
 {{- end}}
 {{define "row" -}}
-<tr class="target"><td>{{.Target}}</td>
-<td class="{{if .Up}}up{{else}}down{{end}}">{{if .Up}}up{{else}}down{{end}}</td>
+<tr class="target"><td><a href="{{.ProbeURL}}">{{.Target}}</a></td>
+<td class="{{if .Up}}up{{else}}down{{end}}">{{if .Up}}up{{else}}down{{end}}{{if .Pending}}<br><span class="pending">{{.Pending}}</span>{{end}}</td>
 <td>{{.Reason}}</td><td>{{.Message}}</td>
 <td class="time">{{.Since}}<br><span class="note">for {{.SinceFor}}</span></td>
-<td class="time">{{.CheckedAt}}<br><span class="note">{{.CheckedAgo}} ago, took {{.Duration}}</span></td></tr>
+<td class="time">{{.CheckedAt}}<br><span class="note">{{.CheckedAgo}} ago, took {{.Duration}}</span></td>
+<td>{{if .History}}<details class="history"><summary>{{len .History}} transition{{if gt (len .History) 1}}s{{end}}</summary>
+<table class="history">
+<tr><th>When</th><th>From</th><th>To</th><th>Reason</th><th>Message</th></tr>
+{{range .History}}<tr><td class="time">{{.When}}</td><td>{{.From}}</td><td class="{{.ToClass}}">{{.To}}</td><td>{{.Reason}}</td><td>{{.Message}}</td></tr>
+{{end -}}
+</table>
+</details>{{end}}</td></tr>
 {{end}}`))
 
 // landingPageRows bounds the target rows of one page, listed or folded, so that a page's size
@@ -170,6 +187,8 @@ type landingData struct {
 	// NoMatch says why no provider is shown.
 	NoMatch string
 	Now     string
+	// HistoryLength is how many transitions per target are kept.
+	HistoryLength int
 }
 
 // landingFilter is the page's query: provider (empty: all), state ("", "down" or "up") and the
@@ -272,7 +291,9 @@ type landingProvider struct {
 
 // landingRow is one target.
 type landingRow struct {
-	Target     string
+	Target string
+	// ProbeURL is the relative URL of a check of the target run now, with debug output.
+	ProbeURL   string
 	Up         bool
 	Reason     checks.Reason
 	Message    string
@@ -281,6 +302,67 @@ type landingRow struct {
 	CheckedAt  string
 	CheckedAgo string
 	Duration   time.Duration
+	// Pending says that a threshold holds the verdict, and what the last check said.
+	Pending string
+	// History lists the target's last transitions, newest first.
+	History []landingTransition
+}
+
+// landingTransition is one transition of a target's verdict.
+type landingTransition struct {
+	When    string
+	From    string
+	To      string
+	ToClass string
+	Reason  checks.Reason
+	Message string
+}
+
+// probeURL is the relative URL of the debug probe of one target; both values are query-escaped.
+func probeURL(provider, target string) string {
+	return "probe?provider=" + url.QueryEscape(provider) + "&target=" + url.QueryEscape(target) + "&debug=true"
+}
+
+// pendingNote says that a threshold holds t's verdict, and what the last check said; "" when
+// none does.
+func pendingNote(t *checks.TargetState) string {
+	switch {
+	case t.FailuresPending():
+		return fmt.Sprintf("failures pending (%d of %d): %s", t.ConsecutiveFailures, t.Thresholds.Failure, t.CheckReason)
+	case t.RecoveryPending():
+		return fmt.Sprintf("recovery pending (%d of %d): %s", t.ConsecutiveSuccesses, t.Thresholds.Success, t.CheckReason)
+	}
+	return ""
+}
+
+// landingHistory lists h newest first, at most checks.HistoryLength of them; none when the
+// target has not changed since its first verdict (its row already says all of it).
+func landingHistory(h []checks.Transition) []landingTransition {
+	if len(h) == 1 && h[0].First {
+		return nil
+	}
+	h = h[max(0, len(h)-checks.HistoryLength):]
+	out := make([]landingTransition, 0, len(h))
+	for i := len(h) - 1; i >= 0; i-- {
+		tr := &h[i]
+		lt := landingTransition{When: formatTime(tr.At), From: "none (first check)", To: verdictWord(tr.Up),
+			ToClass: verdictWord(tr.Up), Reason: tr.Reason, Message: tr.Message}
+		if !tr.First {
+			lt.From = verdictWord(tr.FromUp)
+			if !tr.FromUp {
+				lt.From += " (" + string(tr.FromReason) + ")"
+			}
+		}
+		out = append(out, lt)
+	}
+	return out
+}
+
+func verdictWord(up bool) string {
+	if up {
+		return "up"
+	}
+	return "down"
 }
 
 // serveLanding renders the status page from the current snapshot, at most landingMaxInFlight
@@ -328,6 +410,7 @@ func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 		Abandoned:     s.AbandonedTotal,
 		Filter:        f,
 		Now:           formatTime(now),
+		HistoryLength: checks.HistoryLength,
 	}
 	if d.Version == "" {
 		d.Version = "(development build)"
@@ -491,18 +574,19 @@ func (p *landingProvider) fill(up bool, from, to int, now time.Time) {
 		}
 		if k >= from {
 			if up {
-				p.Up = append(p.Up, landingRowOf(t, now))
+				p.Up = append(p.Up, landingRowOf(p.Name, t, now))
 			} else {
-				p.Down = append(p.Down, landingRowOf(t, now))
+				p.Down = append(p.Down, landingRowOf(p.Name, t, now))
 			}
 		}
 		k++
 	}
 }
 
-func landingRowOf(t *checks.TargetState, now time.Time) landingRow {
+func landingRowOf(provider string, t *checks.TargetState, now time.Time) landingRow {
 	return landingRow{
 		Target:     t.Target,
+		ProbeURL:   probeURL(provider, t.Target),
 		Up:         t.Up,
 		Reason:     t.Reason,
 		Message:    t.Message,
@@ -511,6 +595,8 @@ func landingRowOf(t *checks.TargetState, now time.Time) landingRow {
 		CheckedAt:  formatTime(t.CheckedAt),
 		CheckedAgo: humanDuration(now.Sub(t.CheckedAt)),
 		Duration:   roundDuration(t.Duration),
+		Pending:    pendingNote(t),
+		History:    landingHistory(t.History),
 	}
 }
 

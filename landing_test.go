@@ -4,15 +4,18 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"html"
 	"image/png"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -51,7 +54,10 @@ func newFleet() fleet {
 		name := fmt.Sprintf("hv-east-%03d", i)
 		switch {
 		case i == 577: // down longest: the provider's since
-			east = append(east, downT(name, checks.ReasonTCPUnreachable, "dial tcp 198.18.2.65:22: connect: connection refused", now.Add(-3*time.Hour)))
+			ts := downT(name, checks.ReasonTCPUnreachable, "dial tcp 198.18.2.65:22: connect: connection refused", now.Add(-3*time.Hour))
+			ts.History = []checks.Transition{{At: now.Add(-50 * time.Hour), First: true, Up: true, Reason: checks.ReasonReady},
+				{At: now.Add(-3 * time.Hour), FromUp: true, FromReason: checks.ReasonReady, Reason: checks.ReasonTCPUnreachable, Message: "history-message-577"}}
+			east = append(east, ts)
 		case i%30 == 7:
 			east = append(east, downT(name, checks.ReasonTCPUnreachable, fmt.Sprintf("dial tcp 198.18.%d.%d:22: i/o timeout", i/250, i%250), now.Add(-10*time.Minute)))
 		case i%120 == 11:
@@ -248,6 +254,10 @@ func TestLandingPageInChromium(t *testing.T) {
 		}
 		at(t, page, "Its 398 targets are on other pages.")
 		at(t, page, "Targets 1–250 of 1000 (down targets first), page 1 of 4:")
+		at(t, page, "2 transitions") // a target's history, folded
+		if strings.Contains(page, "history-message-577") || strings.Contains(page, "none (first check)") {
+			t.Errorf("a target's history is displayed, want it folded")
+		}
 		at(t, page, "storage pool default is inactive <b>boom</b>") // escaped: shown as text
 		for _, hidden := range append(f.upEast, "hv-west-000", "hv-west-397") {
 			if strings.Contains(page, hidden) {
@@ -315,8 +325,10 @@ func unescapeDOM(s string) string {
 }
 
 // BenchmarkLanding1000Targets renders the status page of the 1,000-target fleet.
-func BenchmarkLanding1000Targets(b *testing.B) {
-	f := newFleet()
+func BenchmarkLanding1000Targets(b *testing.B) { benchmarkLanding(b, newFleet()) }
+
+// benchmarkLanding renders the status page of f's snapshot, unfiltered.
+func benchmarkLanding(b *testing.B, f fleet) {
 	e := landingExporter()
 	req := httptest.NewRequest("GET", "/", nil)
 	for b.Loop() {
@@ -340,4 +352,129 @@ func (d *discardWriter) WriteHeader(code int) { d.code = code }
 func (d *discardWriter) Write(p []byte) (int, error) {
 	d.n += len(p)
 	return io.Discard.Write(p)
+}
+
+// historyTarget is a kvm target whose last checks failed twice under failureThreshold 3, with
+// more transitions than the runner keeps, one of them quoting markup.
+func historyTarget(now time.Time) checks.TargetState {
+	ts := checks.TargetState{
+		TargetResult: checks.TargetResult{Target: `hv 1&x=<y>`, Up: true, Reason: checks.ReasonReady,
+			Message:   "failures pending: 2 of 3 consecutive failed checks (failureThreshold) turn the target down; the last check: TCPUnreachable: refused",
+			CheckedAt: now.Add(-10 * time.Second)},
+		Since: now.Add(-time.Hour), CheckReason: checks.ReasonTCPUnreachable, CheckMessage: "refused",
+		ConsecutiveFailures: 2, Thresholds: checks.Thresholds{Failure: 3, Success: 1},
+	}
+	ts.History = append(ts.History, checks.Transition{At: now.Add(-13 * time.Hour), First: true, Up: true, Reason: checks.ReasonReady})
+	for i := 1; i < checks.HistoryLength+2; i++ {
+		up := i%2 == 0
+		tr := checks.Transition{At: now.Add(time.Duration(i-13) * time.Hour), FromUp: !up, Up: up, Reason: checks.ReasonReady,
+			Message: fmt.Sprintf("transition %d", i)}
+		if !up {
+			tr.Reason = checks.ReasonPoolInactive
+		} else {
+			tr.FromReason = checks.ReasonPoolInactive
+		}
+		if i == 9 {
+			tr.Message = "pool <script>alert(1)</script> inactive"
+		}
+		ts.History = append(ts.History, tr)
+	}
+	return ts
+}
+
+var (
+	historyRow = regexp.MustCompile(`<tr><td class="time">([^<]*)</td><td>([^<]*)</td><td class="(up|down)">(up|down)</td><td>([^<]*)</td><td>([^<]*)</td></tr>`)
+	targetLink = regexp.MustCompile(`<tr class="target"><td><a href="([^"]*)">([^<]*)</a></td>`)
+)
+
+// TestLandingHistoryAndProbeLink: each target's last transitions are rendered newest first with
+// when, from, to, reason and message, at most checks.HistoryLength of them, escaped, folded in a
+// <details> of their own; a verdict held by a threshold says so with the raw reason; each target
+// links to its debug probe with both names query-escaped; the page says a restart starts a new
+// history.
+func TestLandingHistoryAndProbeLink(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	ts := historyTarget(now)
+	snap := &checks.Snapshot{Round: 3, RoundStarted: now.Add(-15 * time.Second), Providers: []checks.ProviderState{
+		{Name: "kvm-east", Type: checks.TypeKVM, Targets: []checks.TargetState{ts}}}}
+	rec := httptest.NewRecorder()
+	landingExporter().renderLanding(rec, httptest.NewRequest("GET", "/", nil), snap, now)
+	page := rec.Body.String()
+
+	rows := historyRow.FindAllStringSubmatch(page, -1)
+	if len(rows) != checks.HistoryLength {
+		t.Fatalf("%d history rows, want the last %d of %d transitions:\n%s", len(rows), checks.HistoryLength, len(ts.History), page)
+	}
+	for i, row := range rows {
+		tr := ts.History[len(ts.History)-1-i] // newest first
+		from := "up"
+		if !tr.FromUp {
+			from = "down (PoolInactive)"
+		}
+		to := "down"
+		if tr.Up {
+			to = "up"
+		}
+		want := []string{formatTime(tr.At), from, to, to, string(tr.Reason), html.EscapeString(tr.Message)}
+		if got := row[1:]; !slices.Equal(got, want) {
+			t.Errorf("history row %d = %q, want %q", i, got, want)
+		}
+	}
+	if strings.Contains(page, "<script>") || !strings.Contains(page, "pool &lt;script&gt;alert(1)&lt;/script&gt; inactive") {
+		t.Errorf("a transition's message is not escaped")
+	}
+	if !strings.Contains(page, `<details class="history"><summary>10 transitions</summary>`) {
+		t.Errorf("the history is not folded in its own <details> with its count")
+	}
+	if !strings.Contains(page, `up<br><span class="pending">failures pending (2 of 3): TCPUnreachable</span>`) {
+		t.Errorf("the held verdict does not say failures are pending with the raw reason")
+	}
+	if !strings.Contains(page, "a restart of the exporter starts a new history") {
+		t.Errorf("the page does not say that a restart starts a new history")
+	}
+
+	m := targetLink.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no link on the target's name:\n%s", page)
+	}
+	href := html.UnescapeString(m[1])
+	if want := "probe?provider=kvm-east&target=hv+1%26x%3D%3Cy%3E&debug=true"; href != want {
+		t.Errorf("probe link %q, want %q", href, want)
+	}
+	u, err := url.Parse(href)
+	if err != nil || u.IsAbs() || u.Path != "probe" || u.Query().Get("provider") != "kvm-east" || u.Query().Get("target") != ts.Target || u.Query().Get("debug") != "true" {
+		t.Errorf("probe link %q (%v) does not name the provider and target relatively", href, err)
+	}
+	if html.UnescapeString(m[2]) != ts.Target {
+		t.Errorf("link text %q, want the target's name", m[2])
+	}
+
+	// A target unchanged since its first verdict lists no transitions.
+	if got := landingHistory(ts.History[:1]); got != nil {
+		t.Errorf("history of the first verdict only: %+v, want none listed", got)
+	}
+	if got := landingHistory(ts.History[:2]); len(got) != 2 || got[1].From != "none (first check)" {
+		t.Errorf("history of two transitions: %+v, want both, the first verdict last", got)
+	}
+
+	// A target recovering under successThreshold 2 reads down, with the raw Ready pending.
+	ts.Up, ts.Reason, ts.CheckReason, ts.ConsecutiveFailures, ts.ConsecutiveSuccesses = false, checks.ReasonPoolInactive, checks.ReasonReady, 0, 1
+	ts.Thresholds.Success = 2
+	if got := pendingNote(&ts); got != "recovery pending (1 of 2): Ready" {
+		t.Errorf("recovery pending note %q", got)
+	}
+}
+
+// BenchmarkLanding1000TargetsFullHistory renders the same page with every target's history
+// full (checks.HistoryLength transitions each, as after a long flapping spell everywhere): the
+// worst case of the page's size.
+func BenchmarkLanding1000TargetsFullHistory(b *testing.B) {
+	f := newFleet()
+	for i := range f.snap.Providers {
+		for j := range f.snap.Providers[i].Targets {
+			ts := &f.snap.Providers[i].Targets[j]
+			ts.History = historyTarget(f.now).History[2:]
+		}
+	}
+	benchmarkLanding(b, f)
 }

@@ -27,7 +27,7 @@ func (e *exporter) reload() error {
 		e.logger.Error("reload failed, keeping the running providers", "file", e.configFile, "err", err)
 		return err
 	}
-	e.runner.SetCheckers(set.checkers)
+	e.runner.SetProviders(set.providers())
 	e.entries = set.entries
 	// A round already running may still be inside a retired checker's Check; the runner
 	// discards that result, and Close must tolerate the call in flight.

@@ -62,6 +62,8 @@ type slot struct {
 	c    Checker
 	name string
 	typ  ProviderType
+	// th are the provider's thresholds; guarded by Runner.mu.
+	th Thresholds
 	// targets is the checker's Targets() as of the last round (or of SetCheckers); guarded by
 	// Runner.mu.
 	targets []string
@@ -75,15 +77,15 @@ type slot struct {
 // providerMemory is what the runner remembers of a provider between rounds.
 type providerMemory struct {
 	typ     ProviderType
-	targets map[string]*TargetState
+	targets map[string]*targetMemory
 	// bugs holds the checker misbehaviours seen in the last round, so each is logged once when
 	// it starts rather than every round.
 	bugs map[string]bool
 }
 
-// NewRunner returns a Runner for checkers. It publishes at once a snapshot listing every
-// provider without targets (round 0). Provider names must be unique; a duplicate is logged and
-// ignored.
+// NewRunner returns a Runner for checkers, with the DefaultThresholds (SetProviders sets
+// others). It publishes at once a snapshot listing every provider without targets (round 0).
+// Provider names must be unique; a duplicate is logged and ignored.
 func NewRunner(opts Options, checkers []Checker) *Runner {
 	logger := opts.Logger
 	if logger == nil {
@@ -133,12 +135,22 @@ func (r *Runner) Run(ctx context.Context) {
 	}
 }
 
-// SetCheckers replaces the set for the next round (reload). Providers that keep their name keep
-// their targets' state (since-times, last results) unless their type changed; removed providers
-// disappear from the snapshot at once (a new snapshot is published immediately, with new
-// providers listed without targets). A round already running finishes with the old set, but
-// only the results of checkers that are still configured are kept.
+// SetCheckers is SetProviders with the DefaultThresholds for every checker.
 func (r *Runner) SetCheckers(cs []Checker) {
+	ps := make([]Provider, len(cs))
+	for i, c := range cs {
+		ps[i] = Provider{Checker: c, Thresholds: DefaultThresholds}
+	}
+	r.SetProviders(ps)
+}
+
+// SetProviders replaces the set for the next round (reload). Providers that keep their name keep
+// their targets' state (since-times, last results, consecutive counts, history) unless their
+// type changed; removed providers disappear from the snapshot at once (a new snapshot is
+// published immediately, with new providers listed without targets). A round already running
+// finishes with the old set, but only the results of checkers that are still configured are
+// kept. New thresholds apply from the next check on, to the counts already made.
+func (r *Runner) SetProviders(ps []Provider) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 
@@ -146,9 +158,10 @@ func (r *Runner) SetCheckers(cs []Checker) {
 	for _, s := range r.slots {
 		old[s.name] = s
 	}
-	slots := make([]*slot, 0, len(cs))
-	seen := make(map[string]bool, len(cs))
-	for _, c := range cs {
+	slots := make([]*slot, 0, len(ps))
+	seen := make(map[string]bool, len(ps))
+	for _, p := range ps {
+		c, th := p.Checker, p.Thresholds.normalized()
 		name := c.Name()
 		if seen[name] {
 			r.logger.Error("duplicate provider name, ignoring the second checker", "provider", name)
@@ -160,10 +173,11 @@ func (r *Runner) SetCheckers(cs []Checker) {
 			// keeps counting as busy.
 			delete(old, name)
 			o.targets = c.Targets()
+			o.th = th
 			slots = append(slots, o)
 			continue
 		}
-		slots = append(slots, &slot{c: c, name: name, typ: c.Type(), targets: c.Targets()})
+		slots = append(slots, &slot{c: c, name: name, typ: c.Type(), th: th, targets: c.Targets()})
 	}
 	for _, o := range old {
 		o.removed = true
@@ -326,13 +340,13 @@ collect:
 		}
 		pm := r.memory[s.name]
 		if pm == nil {
-			pm = &providerMemory{typ: s.typ, targets: make(map[string]*TargetState)}
+			pm = &providerMemory{typ: s.typ, targets: make(map[string]*targetMemory)}
 			r.memory[s.name] = pm
 		}
 		bugs := make(map[string]bool)
 		verdicts := r.verdicts(s, targets[i], outcomes[i], start, deadline, pm.targets, pm.bugs, bugs)
 		pm.bugs = bugs
-		pm.apply(r.logger, s.name, verdicts)
+		pm.apply(r.logger, s.name, s.th, verdicts)
 		pm.prune(targets[i])
 	}
 	r.rounds++
@@ -343,9 +357,9 @@ collect:
 }
 
 // verdicts turns one checker's outcome into exactly one valid verdict per expected target, in
-// the order of targets. Checker misbehaviour is logged once when it starts (prevBugs holds what
-// the last round saw; bugs collects this round's).
-func (r *Runner) verdicts(s *slot, targets []string, o outcome, start, deadline time.Time, prev map[string]*TargetState, prevBugs, bugs map[string]bool) []TargetResult {
+// the order of targets, before the thresholds (apply). Checker misbehaviour is logged once when
+// it starts (prevBugs holds what the last round saw; bugs collects this round's).
+func (r *Runner) verdicts(s *slot, targets []string, o outcome, start, deadline time.Time, prev map[string]*targetMemory, prevBugs, bugs map[string]bool) []TargetResult {
 	bug := func(key string, level slog.Level, msg string, args ...any) {
 		bugs[key] = true
 		if !prevBugs[key] {
@@ -444,14 +458,14 @@ func (r *Runner) verdicts(s *slot, targets []string, o outcome, start, deadline 
 // contacted gives the verdicts of targets the check did not contact (NotContacted) the time of
 // the last check that did, and says it in the message: the check timestamp moves only when a
 // target was contacted. A target never contacted keeps the time of the round that tried.
-func contacted(out []TargetResult, prev map[string]*TargetState) []TargetResult {
+func contacted(out []TargetResult, prev map[string]*targetMemory) []TargetResult {
 	for i := range out {
 		if !out[i].NotContacted {
 			continue
 		}
-		if st := prev[out[i].Target]; st != nil && !st.CheckedAt.IsZero() {
-			out[i].CheckedAt = st.CheckedAt
-			out[i].Message += "; last contacted " + st.CheckedAt.UTC().Format(time.RFC3339)
+		if m := prev[out[i].Target]; m != nil && !m.state.CheckedAt.IsZero() {
+			out[i].CheckedAt = m.state.CheckedAt
+			out[i].Message += "; last contacted " + m.state.CheckedAt.UTC().Format(time.RFC3339)
 		}
 	}
 	return out
@@ -472,8 +486,8 @@ func (r *Runner) publishLocked() {
 		if pm := r.memory[s.name]; pm != nil && len(pm.targets) > 0 {
 			ps.Targets = make([]TargetState, 0, len(pm.targets))
 			for _, t := range s.targets {
-				if st := pm.targets[t]; st != nil {
-					ps.Targets = append(ps.Targets, *st)
+				if m := pm.targets[t]; m != nil {
+					ps.Targets = append(ps.Targets, m.state)
 				}
 			}
 		}
@@ -491,7 +505,7 @@ func (r *Runner) publishLocked() {
 	}
 }
 
-// prune forgets targets the checker no longer lists.
+// prune forgets targets the checker no longer lists, their history included.
 func (pm *providerMemory) prune(targets []string) {
 	if len(pm.targets) == 0 {
 		return

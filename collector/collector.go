@@ -39,7 +39,7 @@ func gaugeFamily(subsystem, name, help string) family {
 
 var (
 	targetUp = gaugeFamily("provider", "target_up",
-		"1 when the last check of the target gave the verdict Ready, 0 otherwise.")
+		"1 when the verdict on the target is Ready, 0 otherwise (the last check's, unless the provider's failureThreshold or successThreshold holds the one before).")
 	checkDuration = gaugeFamily("provider", "check_duration_seconds",
 		"How long the last check of the target took.")
 	checkTimestamp = gaugeFamily("provider", "check_timestamp_seconds",
@@ -48,6 +48,8 @@ var (
 		"When the verdict on the target last flipped between up and down (a new reason while down is no flip), in seconds since the Unix epoch; before the first flip this process saw, its first check of the target.")
 	targetReason = gaugeFamily("provider", "target_reason",
 		"1 for the reason of the last verdict on the target (Ready when up); other reasons have no series.")
+	consecutiveFailures = gaugeFamily("provider", "target_consecutive_failures",
+		"Checks of the target that failed in a row up to the last one, before the provider's failureThreshold (0 when the last check succeeded). Above 0 while target_up is 1: failures pending.")
 	providerInfo = gaugeFamily("provider", "info",
 		"1 for every configured provider, with its type.")
 	poolCapacity = gaugeFamily("kvm", "storage_pool_capacity_bytes",
@@ -165,6 +167,7 @@ func families(s *checks.Snapshot) ([]*dto.MetricFamily, error) {
 	timestamp := newFamily(checkTimestamp, len(refs))
 	transition := newFamily(lastTransition, len(refs))
 	reason := newFamily(targetReason, len(refs))
+	failures := newFamily(consecutiveFailures, len(refs))
 	capacity := newFamily(poolCapacity, len(refs))
 	allocation := newFamily(poolAllocation, len(refs))
 	available := newFamily(poolAvailable, len(refs))
@@ -179,6 +182,7 @@ func families(s *checks.Snapshot) ([]*dto.MetricFamily, error) {
 		transition.Metric = append(transition.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(float64(r.t.Since.UnixNano()) / 1e9)})
 		reason.Metric = append(reason.Metric, &dto.Metric{
 			Label: []*dto.LabelPair{r.labels[0], labelPair(lReason, string(r.t.Reason)), r.labels[1]}, Gauge: gauge(1)})
+		failures.Metric = append(failures.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(float64(r.t.ConsecutiveFailures))})
 		if p := r.t.Pool; p != nil {
 			labels := []*dto.LabelPair{labelPair(lPool, p.Name), r.labels[0], r.labels[1]}
 			capacity.Metric = append(capacity.Metric, &dto.Metric{Label: labels, Gauge: gauge(float64(p.CapacityBytes))})
@@ -196,7 +200,7 @@ func families(s *checks.Snapshot) ([]*dto.MetricFamily, error) {
 		rd.Metric = append(rd.Metric, &dto.Metric{Gauge: gauge(s.RoundDuration.Seconds())})
 		mfs = append(mfs, rd)
 	}
-	for _, f := range []*dto.MetricFamily{info, up, duration, timestamp, transition, reason, capacity, allocation, available} {
+	for _, f := range []*dto.MetricFamily{info, up, duration, timestamp, transition, reason, failures, capacity, allocation, available} {
 		if len(f.Metric) > 0 {
 			slices.SortStableFunc(f.Metric, byLabelValues)
 			mfs = append(mfs, f)

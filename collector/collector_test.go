@@ -46,10 +46,11 @@ func fullSnapshot() *checks.Snapshot {
 		AbandonedTotal: 2,
 		Providers: []checks.ProviderState{
 			{Name: "kvm-lab", Type: checks.TypeKVM, Targets: []checks.TargetState{
-				{Since: t0, TargetResult: checks.TargetResult{Target: "hv2", Up: true, Reason: checks.ReasonReady,
+				// Failures pending: up, but its last 2 checks failed.
+				{Since: t0, ConsecutiveFailures: 2, TargetResult: checks.TargetResult{Target: "hv2", Up: true, Reason: checks.ReasonReady,
 					Duration: 12 * time.Millisecond, CheckedAt: t0.Add(500 * time.Millisecond),
 					Pool: &checks.StoragePool{Name: "default", State: "running", CapacityBytes: 1000, AllocationBytes: 400, AvailableBytes: 600}}},
-				{Since: t0.Add(-90 * time.Second), TargetResult: checks.TargetResult{Target: "hv1", Up: false, Reason: checks.ReasonTCPUnreachable,
+				{Since: t0.Add(-90 * time.Second), ConsecutiveFailures: 4, TargetResult: checks.TargetResult{Target: "hv1", Up: false, Reason: checks.ReasonTCPUnreachable,
 					Message: "dial tcp 198.18.0.1:22: connection refused", Duration: 3 * time.Millisecond, CheckedAt: t0.Add(time.Second)}},
 			}},
 			{Name: "gcp-prod", Type: checks.TypeGCP, Targets: []checks.TargetState{
@@ -95,6 +96,11 @@ proxy_operator_provider_checkers_abandoned_total 2
 proxy_operator_provider_info{provider="cluster-new",type="kubernetes"} 1
 proxy_operator_provider_info{provider="gcp-prod",type="gcp"} 1
 proxy_operator_provider_info{provider="kvm-lab",type="kvm"} 1
+# HELP proxy_operator_provider_target_consecutive_failures Checks of the target that failed in a row up to the last one, before the provider's failureThreshold (0 when the last check succeeded). Above 0 while target_up is 1: failures pending.
+# TYPE proxy_operator_provider_target_consecutive_failures gauge
+proxy_operator_provider_target_consecutive_failures{provider="gcp-prod",target="my-project"} 0
+proxy_operator_provider_target_consecutive_failures{provider="kvm-lab",target="hv1"} 4
+proxy_operator_provider_target_consecutive_failures{provider="kvm-lab",target="hv2"} 2
 # HELP proxy_operator_provider_target_last_transition_timestamp_seconds When the verdict on the target last flipped between up and down (a new reason while down is no flip), in seconds since the Unix epoch; before the first flip this process saw, its first check of the target.
 # TYPE proxy_operator_provider_target_last_transition_timestamp_seconds gauge
 proxy_operator_provider_target_last_transition_timestamp_seconds{provider="gcp-prod",target="my-project"} 1.8e+09
@@ -105,7 +111,7 @@ proxy_operator_provider_target_last_transition_timestamp_seconds{provider="kvm-l
 proxy_operator_provider_target_reason{provider="gcp-prod",reason="Ready",target="my-project"} 1
 proxy_operator_provider_target_reason{provider="kvm-lab",reason="Ready",target="hv2"} 1
 proxy_operator_provider_target_reason{provider="kvm-lab",reason="TCPUnreachable",target="hv1"} 1
-# HELP proxy_operator_provider_target_up 1 when the last check of the target gave the verdict Ready, 0 otherwise.
+# HELP proxy_operator_provider_target_up 1 when the verdict on the target is Ready, 0 otherwise (the last check's, unless the provider's failureThreshold or successThreshold holds the one before).
 # TYPE proxy_operator_provider_target_up gauge
 proxy_operator_provider_target_up{provider="gcp-prod",target="my-project"} 1
 proxy_operator_provider_target_up{provider="kvm-lab",target="hv1"} 0
@@ -171,7 +177,7 @@ proxy_operator_provider_info{provider="kvm-lab",type="kvm"} 1
 # TYPE proxy_operator_provider_target_reason gauge
 proxy_operator_provider_target_reason{provider="kvm-lab",reason="PoolInactive",target="hv2"} 1
 proxy_operator_provider_target_reason{provider="kvm-lab",reason="Ready",target="hv1"} 1
-# HELP proxy_operator_provider_target_up 1 when the last check of the target gave the verdict Ready, 0 otherwise.
+# HELP proxy_operator_provider_target_up 1 when the verdict on the target is Ready, 0 otherwise (the last check's, unless the provider's failureThreshold or successThreshold holds the one before).
 # TYPE proxy_operator_provider_target_up gauge
 proxy_operator_provider_target_up{provider="kvm-lab",target="hv1"} 1
 proxy_operator_provider_target_up{provider="kvm-lab",target="hv2"} 0
@@ -417,7 +423,7 @@ func labelNames(m *dto.Metric) string {
 // person may ask for, each body decoding to the snapshot's series and the registry's.
 func TestFormatsAndCompressions(t *testing.T) {
 	h := handler(fullSnapshot())
-	const series = 25 // fullExposition's 24 and the registry's gauge
+	const series = 28 // fullExposition's 27 and the registry's gauge
 	for _, accept := range []string{"", "*/*", "text/plain; version=0.0.4", "text/plain;version=1.0.0;escaping=allow-utf-8",
 		"application/openmetrics-text; version=1.0.0", acceptPrometheus,
 		"application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"} {

@@ -138,6 +138,25 @@ func (d *decoder) config(root *yaml.Node) *Config {
 	return cfg
 }
 
+// thresholds reads a provider's failureThreshold and successThreshold (default 1 each).
+func (d *decoder) thresholds(m *mapping, path string) (failure, success int, ok bool) {
+	ok = true
+	read := func(name string, def int) int {
+		n, v, set, valid := d.integer(m, name)
+		switch {
+		case !valid:
+			ok = false
+		case !set:
+			return def
+		case n < 1:
+			d.add(v, join(path, name), "%s %d is out of range (allowed: 1 or more)", name, n)
+			ok = false
+		}
+		return n
+	}
+	return read("failureThreshold", DefaultFailureThreshold), read("successThreshold", DefaultSuccessThreshold), ok
+}
+
 // nameUse remembers where a provider name was first used.
 type nameUse struct {
 	index, line int
@@ -171,6 +190,9 @@ func (d *decoder) provider(n *yaml.Node, path string, i int, names map[string]na
 		typeOK = false
 	}
 	p = Provider{Name: name, Type: checks.ProviderType(typ)}
+	var thresholdsOK bool
+	p.FailureThreshold, p.SuccessThreshold, thresholdsOK = d.thresholds(m, path)
+	ok = ok && thresholdsOK
 	if !typeOK {
 		return p, false
 	}
@@ -572,7 +594,7 @@ func (c *Config) Warnings() []string {
 // Equal reports whether p and q are the same entry in every field, blocks included. A reload
 // keeps the checker (and its connections and state) of a provider whose entry is Equal.
 func (p Provider) Equal(q Provider) bool {
-	if p.Name != q.Name || p.Type != q.Type {
+	if p.Name != q.Name || p.Type != q.Type || p.Thresholds() != q.Thresholds() {
 		return false
 	}
 	if (p.Kubernetes == nil) != (q.Kubernetes == nil) || p.Kubernetes != nil && *p.Kubernetes != *q.Kubernetes {

@@ -174,18 +174,18 @@ func TestExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Config{Providers: []Provider{
-		{Name: "cluster-main", Type: checks.TypeKubernetes, Kubernetes: &KubernetesConfig{
+		{Name: "cluster-main", Type: checks.TypeKubernetes, FailureThreshold: 1, SuccessThreshold: 1, Kubernetes: &KubernetesConfig{
 			Kubeconfig: "/etc/phe/kubeconfig", Version: "v1", Resource: "pods",
 			LabelSelector: DefaultLabelSelector,
 		}},
-		{Name: "cluster-edge", Type: checks.TypeKubernetes, Kubernetes: &KubernetesConfig{
+		{Name: "cluster-edge", Type: checks.TypeKubernetes, FailureThreshold: 1, SuccessThreshold: 1, Kubernetes: &KubernetesConfig{
 			Kubeconfig: filepath.Join(dir, "secrets/edge.kubeconfig"), Context: "edge-admin",
 			Group: "apps", Version: "v1", Resource: "deployments", Namespace: "ingress", LabelSelector: "",
 		}},
-		{Name: "gcp-prod", Type: checks.TypeGCP, GCP: &GCPConfig{
+		{Name: "gcp-prod", Type: checks.TypeGCP, FailureThreshold: 1, SuccessThreshold: 1, GCP: &GCPConfig{
 			Project: "my-project-123456", CredentialsFile: "/etc/phe/gcp-key.json", Filter: DefaultGCPFilter,
 		}},
-		{Name: "kvm-lab", Type: checks.TypeKVM, KVM: &KVMConfig{
+		{Name: "kvm-lab", Type: checks.TypeKVM, FailureThreshold: 3, SuccessThreshold: 1, KVM: &KVMConfig{
 			User: "root", PrivateKeyFile: "/etc/phe/ssh/id_ed25519", KnownHostsFile: "/etc/phe/ssh/known_hosts",
 			Port: DefaultKVMPort, Socket: DefaultLibvirtSocket, StoragePool: "default", Concurrency: DefaultKVMConcurrency,
 			TCPTimeout: DefaultKVMTCPTimeout, SSHTimeout: DefaultKVMSSHTimeout, LibvirtTimeout: DefaultKVMLibvirtTimeout,
@@ -211,7 +211,7 @@ func TestExample(t *testing.T) {
 func dump(c *Config) string {
 	var b strings.Builder
 	for _, p := range c.Providers {
-		fmt.Fprintf(&b, "%s %s", p.Name, p.Type)
+		fmt.Fprintf(&b, "%s %s %+v", p.Name, p.Type, p.Thresholds())
 		switch {
 		case p.Kubernetes != nil:
 			fmt.Fprintf(&b, " %+v", *p.Kubernetes)

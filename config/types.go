@@ -33,6 +33,9 @@ const (
 	// MaxKVMConcurrency bounds concurrency: more SSH sessions at once than this only queues
 	// inside the exporter.
 	MaxKVMConcurrency = 1024
+	// DefaultFailureThreshold and DefaultSuccessThreshold publish every check's verdict at once.
+	DefaultFailureThreshold = 1
+	DefaultSuccessThreshold = 1
 )
 
 // The bounds of a kvm check (tcpTimeout, sshTimeout, libvirtTimeout, rpcTimeout) when the block
@@ -64,10 +67,21 @@ type Provider struct {
 	// Name is a DNS-1123 label, unique in the file; also the ProviderHealth object's name.
 	Name string `yaml:"name"`
 	// Type is one of checks.Types.
-	Type       checks.ProviderType `yaml:"type"`
-	Kubernetes *KubernetesConfig   `yaml:"kubernetes,omitempty"`
-	GCP        *GCPConfig          `yaml:"gcp,omitempty"`
-	KVM        *KVMConfig          `yaml:"kvm,omitempty"`
+	Type checks.ProviderType `yaml:"type"`
+	// FailureThreshold is how many consecutive failed checks turn an up target down, and
+	// SuccessThreshold how many consecutive successful ones turn a down target up (Kubernetes
+	// probes' names and meaning). After loading both are at least 1 (default 1).
+	FailureThreshold int               `yaml:"failureThreshold,omitempty"`
+	SuccessThreshold int               `yaml:"successThreshold,omitempty"`
+	Kubernetes       *KubernetesConfig `yaml:"kubernetes,omitempty"`
+	GCP              *GCPConfig        `yaml:"gcp,omitempty"`
+	KVM              *KVMConfig        `yaml:"kvm,omitempty"`
+}
+
+// Thresholds are the provider's failureThreshold and successThreshold, as the runner applies
+// them.
+func (p Provider) Thresholds() checks.Thresholds {
+	return checks.Thresholds{Failure: p.FailureThreshold, Success: p.SuccessThreshold}
 }
 
 // KubernetesConfig is the block of a `type: kubernetes` provider.

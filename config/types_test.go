@@ -6,12 +6,12 @@ import (
 )
 
 // TestBlockKeysAreTheTypes: a provider's block is named by its type, so the Provider fields
-// after name and type are the provider types of package checks, in the same order.
+// after name, type and the thresholds are the provider types of package checks, in the same order.
 func TestBlockKeysAreTheTypes(t *testing.T) {
-	if got := providerFields[2:]; !slices.Equal(got, typeNames) {
+	if got := providerFields[4:]; !slices.Equal(got, typeNames) {
 		t.Errorf("Provider's block keys %q, provider types %q", got, typeNames)
 	}
-	if !slices.Equal(providerFields[:2], []string{"name", "type"}) {
-		t.Errorf("Provider's first keys %q, want name and type", providerFields[:2])
+	if want := []string{"name", "type", "failureThreshold", "successThreshold"}; !slices.Equal(providerFields[:4], want) {
+		t.Errorf("Provider's first keys %q, want %q", providerFields[:4], want)
 	}
 }

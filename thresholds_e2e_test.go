@@ -1,0 +1,366 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/collector"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+)
+
+// scheduledChecker runs the real checker of a provider, causing before its n-th check (from 1)
+// the real fault the test scheduled for it, so that which check meets which fault does not
+// depend on timing. The fault for check n is caused as soon as check n-1 has returned, between
+// rounds, and check n waits for it to be in place, so that a slow fault (stopping a daemon on a
+// busy machine) does not eat into the round's deadline. Before each check it also keeps the
+// snapshot the previous round published (rounds never overlap, so that is the round just
+// finished).
+type scheduledChecker struct {
+	checks.Checker
+	before  map[int]func()
+	current func() *checks.Snapshot
+
+	mu    sync.Mutex
+	calls int
+	seen  []*checks.Snapshot
+	ready chan struct{} // closed when the fault for the next check is in place
+}
+
+func (s *scheduledChecker) Check(ctx context.Context) []checks.TargetResult {
+	s.mu.Lock()
+	s.calls++
+	n := s.calls
+	if n > 1 {
+		s.seen = append(s.seen, s.current())
+	}
+	ready := s.ready
+	s.mu.Unlock()
+	if ready == nil {
+		ready = s.cause(n)
+	}
+	<-ready
+	defer func() {
+		s.mu.Lock()
+		s.ready = s.cause(n + 1)
+		s.mu.Unlock()
+	}()
+	return s.Checker.Check(ctx)
+}
+
+// cause starts the fault scheduled for check n and returns a channel closed once it is in place.
+func (s *scheduledChecker) cause(n int) chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if f := s.before[n]; f != nil {
+			f()
+		}
+	}()
+	return done
+}
+
+// snapshots returns the snapshots of the rounds seen so far, round 1 first.
+func (s *scheduledChecker) snapshots() []*checks.Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*checks.Snapshot(nil), s.seen...)
+}
+
+// TestThresholdsWithRealFaults: a kvm provider with failureThreshold 3 and successThreshold 2,
+// loaded from a providers file, checked by the real runner against real KVM hosts and mirrored by
+// the ProviderHealth writer into a real API server. One host meets real faults at chosen checks:
+// sshd stopped for one check (it never reads down, raises no Event, and its message, status page
+// note and consecutive-failures gauge say failures are pending with the raw reason); its pool
+// destroyed for four checks in a row (it reads down from the third, whose time becomes its
+// lastTransitionTime); the pool started again (the first success is held, it reads up from the
+// second). The Events, the object's lastTransitionTime, the metrics and the history follow the
+// thresholded verdict.
+func TestThresholdsWithRealFaults(t *testing.T) {
+	env := kube.Start(t)
+	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	fleet := kvmhost.Start(t, 2)
+	flaky, steady := fleet.Hosts[0], fleet.Hosts[1]
+	kvm := fleet.KVMConfig()
+	file := fmt.Sprintf(`providers:
+  - name: hypervisors
+    type: kvm
+    failureThreshold: 3
+    successThreshold: 2
+    kvm:
+      user: %s
+      privateKeyFile: %s
+      knownHostsFile: %s
+      socket: %s
+      storagePool: %s
+      hosts:
+        - {address: %q, name: %s}
+        - {address: %q, name: %s}
+`, kvm.User, kvm.PrivateKeyFile, kvm.KnownHostsFile, kvm.Socket, kvm.StoragePool,
+		kvm.Hosts[0].Address, kvm.Hosts[0].Name, kvm.Hosts[1].Address, kvm.Hosts[1].Name)
+	cfg, err := config.Parse(filepath.Join(t.TempDir(), "providers.yml"), []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &testutil.SyncBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	set, err := buildCheckers(cfg, nil, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeAll(set.allClosers(), logger) })
+	ps := set.providers()
+	if len(ps) != 1 || ps[0].Thresholds != (checks.Thresholds{Failure: 3, Success: 2}) {
+		t.Fatalf("the runner is given %+v, want the file's thresholds", ps)
+	}
+
+	const interval = 3 * time.Second
+	runner := checks.NewRunner(checks.Options{Interval: interval, Timeout: interval, Logger: logger}, nil)
+	// The schedule, by check: 1-2 healthy; 3 sshd stopped (one failure); 4 healthy again;
+	// 5-8 pool destroyed (four failures); 9- healthy again.
+	sc := &scheduledChecker{Checker: ps[0].Checker, current: runner.Current, before: map[int]func(){
+		3: func() { flaky.StopSSHD(); flaky.KillSSHConnections() },
+		4: flaky.StartSSHD,
+		5: flaky.DestroyPool,
+		9: flaky.StartPool,
+	}}
+	ps[0].Checker = sc
+	runner.SetProviders(ps)
+
+	w, err := crdwriter.New(crdwriter.Options{Config: env.AdminConfig, Source: runner, Logger: logger, Interval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); runner.Run(ctx) }()
+	go func() { defer wg.Done(); _ = w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	const rounds = 12
+	testutil.Eventually(t, rounds*4*interval, fmt.Sprintf("%d rounds", rounds), func() bool { return len(sc.snapshots()) >= rounds })
+	type want struct {
+		up         bool
+		reason     checks.Reason
+		failures   int
+		pending    string // in the message
+		flip       bool   // Since is this check's time
+		checkReady bool   // the check itself read Ready
+	}
+	wants := []want{
+		1:  {up: true, reason: checks.ReasonReady, flip: true, checkReady: true},
+		2:  {up: true, reason: checks.ReasonReady, checkReady: true},
+		3:  {up: true, reason: checks.ReasonReady, failures: 1, pending: "failures pending: 1 of 3 consecutive failed checks (failureThreshold) turn the target down; the last check: TCPUnreachable"},
+		4:  {up: true, reason: checks.ReasonReady, checkReady: true},
+		5:  {up: true, reason: checks.ReasonReady, failures: 1, pending: "failures pending: 1 of 3 consecutive failed checks (failureThreshold) turn the target down; the last check: PoolInactive"},
+		6:  {up: true, reason: checks.ReasonReady, failures: 2, pending: "failures pending: 2 of 3"},
+		7:  {up: false, reason: checks.ReasonPoolInactive, failures: 3, flip: true},
+		8:  {up: false, reason: checks.ReasonPoolInactive, failures: 4},
+		9:  {up: false, reason: checks.ReasonPoolInactive, pending: "recovery pending: 1 of 2 consecutive successful checks (successThreshold) turn the target up; the last check: Ready", checkReady: true},
+		10: {up: true, reason: checks.ReasonReady, flip: true, checkReady: true},
+		11: {up: true, reason: checks.ReasonReady, checkReady: true},
+	}
+	snaps := sc.snapshots()
+	target := func(s *checks.Snapshot, name string) *checks.TargetState {
+		for i := range s.Providers[0].Targets {
+			if ts := &s.Providers[0].Targets[i]; ts.Target == name {
+				return ts
+			}
+		}
+		t.Fatalf("round %d: no verdict on %s", s.Round, name)
+		return nil
+	}
+	var since time.Time
+	var downAt, upAt time.Time
+	for n := 1; n < len(wants); n++ {
+		s := snaps[n-1]
+		if s.Round != uint64(n) {
+			t.Fatalf("snapshot %d is of round %d", n, s.Round)
+		}
+		ts := target(s, flaky.Name)
+		where := fmt.Sprintf("check %d of %s", n, flaky.Name)
+		w := wants[n]
+		if ts.Up != w.up || ts.Reason != w.reason || ts.ConsecutiveFailures != w.failures {
+			t.Errorf("%s: up %v %s with %d failures in a row (the check: %s %q); want up %v %s with %d",
+				where, ts.Up, ts.Reason, ts.ConsecutiveFailures, ts.CheckReason, ts.CheckMessage, w.up, w.reason, w.failures)
+		}
+		if (ts.CheckReason == checks.ReasonReady) != w.checkReady {
+			t.Errorf("%s: the check itself read %s (%q), want Ready %v", where, ts.CheckReason, ts.CheckMessage, w.checkReady)
+		}
+		if w.pending != "" && !strings.Contains(ts.Message, w.pending) || w.pending == "" && strings.Contains(ts.Message, "pending") {
+			t.Errorf("%s: message %q, want it to contain %q", where, ts.Message, w.pending)
+		}
+		if w.flip {
+			if !ts.Since.Equal(ts.CheckedAt) {
+				t.Errorf("%s: Since %s, want this check's time %s", where, ts.Since, ts.CheckedAt)
+			}
+			since = ts.Since
+			switch n {
+			case 7:
+				downAt = since
+			case 10:
+				upAt = since
+			}
+		} else if !ts.Since.Equal(since) {
+			t.Errorf("%s: Since moved to %s without a flip", where, ts.Since)
+		}
+		// The gauge says what the verdict's counts say.
+		mfs, err := collector.NewGatherer(func() *checks.Snapshot { return s }).Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := gaugeOf(mfs, "proxy_operator_provider_target_consecutive_failures", flaky.Name); g != float64(w.failures) {
+			t.Errorf("%s: consecutive_failures gauge %v, want %d", where, g, w.failures)
+		}
+		if g := gaugeOf(mfs, "proxy_operator_provider_target_up", flaky.Name); g != map[bool]float64{true: 1, false: 0}[w.up] {
+			t.Errorf("%s: target_up %v, want up %v", where, g, w.up)
+		}
+		if st := target(s, steady.Name); !st.Up || st.ConsecutiveFailures != 0 {
+			t.Errorf("round %d: the healthy host %s reads %v %s (%q)", n, steady.Name, st.Up, st.Reason, st.Message)
+		}
+		// The status page of the round with the single failure says it is pending.
+		if n == 3 {
+			d := (&exporter{interval: interval, timeout: interval}).landingData(s, landingFilter{}, time.Now())
+			var note string
+			for _, p := range d.Providers {
+				for _, r := range p.Up {
+					if r.Target == flaky.Name {
+						note = r.Pending
+					}
+				}
+			}
+			if note != "failures pending (1 of 3): TCPUnreachable" {
+				t.Errorf("check 3: status page note %q, want the pending failure and its raw reason", note)
+			}
+		}
+	}
+	if t.Failed() {
+		t.Fatalf("logs:\n%s", logs.String())
+	}
+
+	// The history: the first verdict, down at check 7, up at check 10; no trace of check 3.
+	h := target(snaps[len(wants)-2], flaky.Name).History
+	var got []string
+	for _, tr := range h {
+		got = append(got, fmt.Sprintf("%v->%v %s", tr.FromUp, tr.Up, tr.Reason))
+	}
+	if strings.Join(got, ", ") != "false->true Ready, true->false PoolInactive, false->true Ready" || !h[1].At.Equal(downAt) || !h[2].At.Equal(upAt) {
+		t.Errorf("history %q (at %v), want the first verdict, down at %s, up at %s", got, h, downAt, upAt)
+	}
+	// The transition logs: one down, one up, nothing at warn for the single failure.
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "level=WARN") && strings.Contains(l, "TCPUnreachable") {
+			t.Errorf("the single failure was logged as a transition: %s", l)
+		}
+	}
+	if n := strings.Count(logs.String(), `msg="target went down"`); n != 1 {
+		t.Errorf("%d \"target went down\" logs, want 1", n)
+	}
+
+	// The object and its Events follow the thresholded verdict: one Warning at check 7, one
+	// Normal at check 10, and the target's lastTransitionTime is check 10's.
+	dyn, err := dynamic.NewForConfig(env.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, err := typedcorev1.NewForConfig(env.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gvr := schema.GroupVersionResource{Group: "providerhealth.io", Version: "v1alpha1", Resource: "providerhealths"}
+	var events []corev1.Event
+	var ltt, readyLTT string
+	testutil.Eventually(t, 60*time.Second, "the object's Events for the flips and its target back up", func() bool {
+		obj, err := dyn.Resource(gvr).Get(ctx, "hypervisors", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		ltt = targetTransition(obj, flaky.Name)
+		readyLTT = readyTransition(obj)
+		list, err := core.Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("involvedObject.uid", string(obj.GetUID())).String()})
+		if err != nil {
+			return false
+		}
+		events = list.Items
+		return len(events) >= 2 && ltt == upAt.UTC().Truncate(time.Second).Format(time.RFC3339)
+	})
+	if want := upAt.UTC().Truncate(time.Second).Format(time.RFC3339); readyLTT != want {
+		t.Errorf("the Ready condition's lastTransitionTime %s, want %s (the provider's last target back at check 10)", readyLTT, want)
+	}
+	var summary []string
+	for _, ev := range events {
+		summary = append(summary, ev.Type+" "+ev.Reason+" "+ev.Message)
+	}
+	if len(events) != 2 || events[0].Type != corev1.EventTypeWarning || events[0].Reason != string(checks.ReasonPoolInactive) ||
+		events[1].Type != corev1.EventTypeNormal || events[1].Reason != string(checks.ReasonReady) {
+		t.Errorf("Events %q, want one Warning PoolInactive (check 7) and one Normal Ready (check 10), none for the single failure", summary)
+	}
+	for _, s := range summary {
+		if strings.Contains(s, "TCPUnreachable") {
+			t.Errorf("an Event for the single failure: %s", s)
+		}
+	}
+}
+
+// gaugeOf returns the value of the family's series for target (-1 when absent).
+func gaugeOf(mfs []*dto.MetricFamily, name, target string) float64 {
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "target" && l.GetValue() == target {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// targetTransition returns the lastTransitionTime of target in a ProviderHealth object.
+func targetTransition(obj *unstructured.Unstructured, target string) string {
+	ts, _, _ := unstructured.NestedSlice(obj.Object, "status", "targets")
+	for _, x := range ts {
+		m, _ := x.(map[string]any)
+		if m["name"] == target {
+			s, _ := m["lastTransitionTime"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+// readyTransition returns the lastTransitionTime of a ProviderHealth object's Ready condition.
+func readyTransition(obj *unstructured.Unstructured) string {
+	cs, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, x := range cs {
+		if m, _ := x.(map[string]any); m["type"] == "Ready" {
+			s, _ := m["lastTransitionTime"].(string)
+			return s
+		}
+	}
+	return ""
+}
