@@ -35,13 +35,19 @@ func benchInts(b *testing.B, env string, def []int) []int {
 }
 
 type procStats struct {
-	rss        float64
-	goroutines int
-	fds        int
+	rss, heap, stacks float64
+	goroutines        int
+	fds               int
 }
 
+// stats reads the process's resident set, its heap in use and its goroutine stacks (after a
+// GC), goroutines and descriptors.
 func stats(b *testing.B) procStats {
-	return procStats{rss: rssBytes(b), goroutines: runtime.NumGoroutine(), fds: openFDs(b)}
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return procStats{rss: rssBytes(b), heap: float64(m.HeapInuse), stacks: float64(m.StackInuse),
+		goroutines: runtime.NumGoroutine(), fds: openFDs(b)}
 }
 
 // rssBytes is this process's resident set (VmRSS).
@@ -72,7 +78,8 @@ func rssBytes(b *testing.B) float64 {
 // Reported per round: wall time (ns/op), when the last healthy verdict was written
 // (healthy-ready-s), healthy hosts not Ready (healthy-not-ready, the goal is 0), the
 // exporter's CPU (cpu-s), libvirt calls per healthy host (calls/check, counted by the hosts),
-// SSH logins (handshakes/op); after the rounds: RSS (rss-MiB), goroutines and file descriptors.
+// SSH logins (handshakes/op); after the rounds, the links still open: RSS (rss-MiB), heap in use
+// and goroutine stacks after a GC (heap-MiB, stack-MiB), goroutines and file descriptors.
 // PHE_BENCH_HOSTS and PHE_BENCH_CONCURRENCY narrow or widen the matrix.
 func BenchmarkScaleLatency(b *testing.B) {
 	for _, n := range benchInts(b, "PHE_BENCH_HOSTS", []int{1000, 5000}) {
@@ -102,6 +109,8 @@ func BenchmarkScaleLatency(b *testing.B) {
 					b.ReportMetric(float64(got.RPCs)/r/float64(n-dead), "calls/check")
 					b.ReportMetric(float64(got.Authentications)/r, "handshakes/op")
 					b.ReportMetric(ps.rss/(1<<20), "rss-MiB")
+					b.ReportMetric(ps.heap/(1<<20), "heap-MiB")
+					b.ReportMetric(ps.stacks/(1<<20), "stack-MiB")
 					b.ReportMetric(float64(ps.goroutines), "goroutines")
 					b.ReportMetric(float64(ps.fds), "fds")
 				}
