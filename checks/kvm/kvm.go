@@ -70,6 +70,7 @@ type sharedPool struct {
 
 var (
 	_ checks.Checker             = (*Checker)(nil)
+	_ checks.TargetProber        = (*Checker)(nil)
 	_ interface{ Close() error } = (*Checker)(nil)
 )
 
@@ -335,6 +336,34 @@ func (e *hostBoundError) Error() string {
 }
 
 func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.TargetResult {
+	r, _ := c.probeHost(ctx, i, start, hostpool.ProbeOptions{}, nil)
+	return r
+}
+
+// ProbeTarget checks one host now, on demand, through the same pool as the rounds: it waits for
+// a check of the host in progress (a round's) only until ctx ends, and then returns
+// checks.ErrBusy; it never opens a second link to the host. A round that finds this probe
+// running waits for it. trace, when set, receives the waits, the dial stages (or the reuse of
+// the pooled connection) and every libvirt call.
+func (c *Checker) ProbeTarget(ctx context.Context, target string, trace *checks.Trace) (checks.TargetResult, error) {
+	i := slices.Index(c.targets, target)
+	if i < 0 {
+		return checks.TargetResult{}, checks.ErrUnknownTarget
+	}
+	opts := hostpool.ProbeOptions{OnDemand: true}
+	if trace != nil {
+		opts.Trace = trace
+	}
+	r, err := c.probeHost(ctx, i, time.Now(), opts, trace)
+	if errors.Is(err, hostpool.ErrHostBusy) {
+		return r, checks.ErrBusy
+	}
+	return r, nil
+}
+
+// probeHost checks host i with the pool's probe options, and returns the verdict and the error
+// it came from (nil for a host that answered every call).
+func (c *Checker) probeHost(ctx context.Context, i int, start time.Time, opts hostpool.ProbeOptions, trace *checks.Trace) (checks.TargetResult, error) {
 	target, addr := c.targets[i], c.addrs[i]
 	// The host holds its slot at most for its own bound, whatever it does: a retry after a lost
 	// connection included. config checks that the bound fits the round.
@@ -347,12 +376,23 @@ func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.
 	// and the probe is abandoned (never the connection) when a call runs it out.
 	probe := func(pctx context.Context, cut context.CancelCauseFunc) func(*libvirt.Libvirt) error {
 		var bound *time.Timer
+		// endCall ends the trace's stage of the call in progress (a no-op without a trace).
+		endCall := func(string) {}
+		done := func(err error) error {
+			if err != nil {
+				endCall(err.Error())
+			} else {
+				endCall("ok")
+			}
+			return err
+		}
 		call := func(name string) error {
 			if pctx.Err() != nil {
 				// Abandoned: the calls left are not made.
 				return context.Cause(pctx)
 			}
 			step.Store(name)
+			endCall = trace.Begin("libvirt " + name)
 			if bound != nil {
 				bound.Stop()
 			}
@@ -370,27 +410,29 @@ func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.
 			if err = call(rpcLibVersion); err != nil {
 				return err
 			}
-			if in.libVersion, err = l.ConnectGetLibVersion(); err != nil {
+			in.libVersion, err = l.ConnectGetLibVersion()
+			if done(err) != nil {
 				return &rpcError{rpcLibVersion, err}
 			}
 			if err = call(rpcHostname); err != nil {
 				return err
 			}
-			if in.hostname, err = l.ConnectGetHostname(); err != nil {
+			in.hostname, err = l.ConnectGetHostname()
+			if done(err) != nil {
 				return &rpcError{rpcHostname, err}
 			}
 			if err = call(rpcPoolLookup); err != nil {
 				return err
 			}
 			p, err := l.StoragePoolLookupByName(c.storagePool)
-			if err != nil {
+			if done(err) != nil {
 				return &rpcError{rpcPoolLookup, err}
 			}
 			if err = call(rpcPoolGetInfo); err != nil {
 				return err
 			}
 			st, capacity, allocation, available, err := l.StoragePoolGetInfo(p)
-			if err != nil {
+			if done(err) != nil {
 				return &rpcError{rpcPoolGetInfo, err}
 			}
 			in.state, in.capacity, in.allocation, in.available = libvirt.StoragePoolState(st), capacity, allocation, available
@@ -401,7 +443,7 @@ func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.
 	run := func() error {
 		pctx, cut := context.WithCancelCause(hctx)
 		defer cut(nil)
-		return c.pool.Probe(pctx, addr, probe(pctx, cut))
+		return c.pool.ProbeWith(pctx, addr, opts, probe(pctx, cut))
 	}
 	err := run()
 	if c.closed.Load() {
@@ -420,13 +462,13 @@ func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.
 		if errors.Is(err, hostpool.ErrProbeBusy) || errors.Is(err, hostpool.ErrProbeRunning) {
 			// No call was made: the host was not contacted this round.
 			_, msg := classify(err, "")
-			return notContacted(target, start, msg)
+			return notContacted(target, start, msg), err
 		}
 		s, _ := step.Load().(string)
 		reason, msg := classify(err, s)
-		return verdict(target, start, reason, msg, nil)
+		return verdict(target, start, reason, msg, nil), err
 	}
-	return c.poolVerdict(target, start, info)
+	return c.poolVerdict(target, start, info), nil
 }
 
 // connectionLost reports whether a probe failed because the libvirt connection ended under
