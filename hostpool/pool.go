@@ -423,6 +423,15 @@ func (p *Pool) State(addr string) HostState {
 	return HostIdle
 }
 
+// Probing reports whether a probe of addr is running (abandoned or not), without waiting.
+func (p *Pool) Probing(addr string) bool {
+	addr = p.normalize(addr)
+	p.mu.Lock()
+	h := p.hosts[addr]
+	p.mu.Unlock()
+	return h != nil && len(h.probe) > 0
+}
+
 // setUnresponsive records whether the host's last dial or probe ran out its bound, and keeps the
 // provider's count of such hosts.
 func (p *Pool) setUnresponsive(h *host, v bool) {

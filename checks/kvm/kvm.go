@@ -356,6 +356,7 @@ func (c *Checker) ProbeTarget(ctx context.Context, target string, trace *checks.
 	}
 	r, err := c.probeHost(ctx, i, time.Now(), opts, trace)
 	if errors.Is(err, hostpool.ErrHostBusy) {
+		r.NotContacted = true
 		return r, checks.ErrBusy
 	}
 	return r, nil
