@@ -240,6 +240,9 @@ func (h *probeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(statusOf(err))
+		if res.Message != "" {
+			err = fmt.Errorf("%w (%s)", err, res.Message)
+		}
 		fmt.Fprintf(w, "probe of target %q of provider %q: %v\n", target, provider, err)
 		return
 	}
@@ -252,11 +255,15 @@ type errProbeWait struct{ msg string }
 func (e *errProbeWait) Error() string { return e.msg }
 
 // statusOf is the HTTP status of a probe that gave no verdict: 503 when it found the target
-// or the exporter busy (retry later), 500 otherwise.
+// or the exporter busy (retry later), 400 for a target a reload removed meanwhile, 500
+// otherwise.
 func statusOf(err error) int {
 	var pw *errProbeWait
-	if errors.As(err, &pw) || errors.Is(err, checks.ErrBusy) {
+	switch {
+	case errors.As(err, &pw) || errors.Is(err, checks.ErrBusy):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, checks.ErrUnknownTarget):
+		return http.StatusBadRequest
 	}
 	return http.StatusInternalServerError
 }

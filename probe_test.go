@@ -21,8 +21,13 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
-// ProbeTarget makes the tests' fake checkers probeable: one Check, the target's verdict.
+// ProbeTarget makes the tests' fake checkers probeable: one Check, the target's verdict. A
+// target named busy-* is busy, as a KVM host whose round's check held it past the deadline.
 func (c *fakeChecker) ProbeTarget(ctx context.Context, target string, trace *checks.Trace) (checks.TargetResult, error) {
+	if strings.HasPrefix(target, "busy-") {
+		return checks.TargetResult{Target: target, Reason: checks.ReasonTimeout, Message: "waiting for the running check to finish",
+			NotContacted: true}, checks.ErrBusy
+	}
 	end := trace.Begin("fake check")
 	for _, r := range c.Check(ctx) {
 		if r.Target == target {
@@ -122,7 +127,7 @@ func verdictLines(body string) string {
 func TestProbe(t *testing.T) {
 	f := newFakeChecks()
 	f.use(t)
-	e, srv := probeTestExporter(t, f, maxProbesInFlight, provider{"alpha", "alpha-project", "a1,down-a2"})
+	e, srv := probeTestExporter(t, f, maxProbesInFlight, provider{"alpha", "alpha-project", "a1,down-a2,busy-a3"})
 	client := srv.Client()
 	snap := e.runner.Current()
 	_, metricsBefore := fetch(t, client, srv.URL+"/metrics")
@@ -139,6 +144,13 @@ func TestProbe(t *testing.T) {
 	s = probeSamples(t, body)
 	if code != http.StatusOK || s["probe_success"] != 0 || s[`probe_reason{reason="APIError"}`] != 1 {
 		t.Errorf("down target: %d %v, want 200 with probe_success 0 and reason APIError", code, s)
+	}
+
+	// Busy (another check held the target until the deadline): 503, no verdict made up.
+	code, body = fetch(t, client, srv.URL+"/probe?provider=alpha&target=busy-a3")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "busy with another check") ||
+		!strings.Contains(body, "waiting for the running check") || strings.Contains(body, "probe_success") {
+		t.Errorf("a busy target: %d %q, want 503 saying it was busy, without probe_success", code, body)
 	}
 
 	code, body = fetch(t, client, srv.URL+"/probe?provider=alpha&target=down-a2&debug=true&timeout=3s")
