@@ -78,7 +78,7 @@ func TestEndToEnd(t *testing.T) {
 	write(kubernetesBlock, gcpBlock, kvmBlock)
 
 	x := startExporter(t, "http", "--config.file="+providers, "--provider-check-interval=10s",
-		"--crd.enabled", "--crd.kubeconfig="+env.Kubeconfig, "--crd.heartbeat-interval=1m")
+		"--crd.enabled", "--crd.kubeconfig="+env.Kubeconfig, "--crd.heartbeat-interval=1m", "--web.enable-lifecycle")
 	testutil.Eventually(t, 30*time.Second, "/-/ready", func() bool { code, _ := x.get("/-/ready"); return code == http.StatusOK })
 
 	// The verdicts in /metrics: every target up.

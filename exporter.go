@@ -34,6 +34,11 @@ type exporter struct {
 	// ProviderHealthChecksStale and ProviderHealthChecksSlow).
 	checkInterval prometheus.Gauge
 	checkTimeout  prometheus.Gauge
+	// lifecycle: POST /-/reload is served (--web.enable-lifecycle); else it answers 403.
+	lifecycle bool
+
+	// landingSlots bounds the status page renders in flight (landingMaxInFlight).
+	landingSlots chan struct{}
 
 	// mu serializes reloads (SIGHUP and POST /-/reload may race) and the final close.
 	mu      sync.Mutex
@@ -46,11 +51,12 @@ type exporter struct {
 // library registers globally leaks into /metrics).
 func newExporter(configFile string, interval, timeout time.Duration, logger *slog.Logger) (*exporter, error) {
 	e := &exporter{
-		logger:     logger,
-		configFile: configFile,
-		interval:   interval,
-		timeout:    timeout,
-		registry:   prometheus.NewRegistry(),
+		logger:       logger,
+		configFile:   configFile,
+		interval:     interval,
+		timeout:      timeout,
+		registry:     prometheus.NewRegistry(),
+		landingSlots: make(chan struct{}, landingMaxInFlight),
 		reloadSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: collector.Namespace,
 			Name:      "config_last_reload_successful",

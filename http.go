@@ -61,9 +61,15 @@ func (e *exporter) ready() bool {
 	}
 }
 
-// serveReload re-reads the providers file; a failure answers 500 with the reason.
+// serveReload re-reads the providers file; a failure answers 500 with the reason. Without
+// --web.enable-lifecycle it answers 403, as Prometheus does.
 func (e *exporter) serveReload(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if !e.lifecycle {
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprintln(w, "Lifecycle API is not enabled: start the exporter with --web.enable-lifecycle (SIGHUP reloads without it)")
+		return
+	}
 	if err := e.reload(); err != nil {
 		w.WriteHeader(http.StatusInternalServerError)
 		fmt.Fprintf(w, "failed to reload %s:\n%v\n", e.configFile, err)

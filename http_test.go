@@ -142,7 +142,7 @@ func TestReload(t *testing.T) {
 	f := newFakeChecks()
 	f.use(t)
 	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
-	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s")
+	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s", "--web.enable-lifecycle")
 	testutil.Eventually(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
 	_, metrics := x.get("/metrics")
 	if v, ok := metric(t, metrics, "proxy_operator_config_last_reload_successful"); !ok || v != 1 {
@@ -245,6 +245,48 @@ func TestReload(t *testing.T) {
 	}
 	if n := f.count(f.closed, "alpha"); n != 0 {
 		t.Errorf("alpha closed %d times before exit, want 0", n)
+	}
+}
+
+// TestReloadNeedsLifecycleFlag: without --web.enable-lifecycle, POST /-/reload answers 403
+// (as Prometheus does) with a message naming the flag and reloads nothing; SIGHUP still reloads.
+func TestReloadNeedsLifecycleFlag(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
+	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s")
+	testutil.Eventually(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
+	_, metrics := x.get("/metrics")
+	startTS, ok := metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds")
+	if !ok {
+		t.Fatal("no reload timestamp at start")
+	}
+
+	time.Sleep(10 * time.Millisecond) // a reload's timestamp must be told apart from the start's
+	writeProviders(t, path, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
+	code, body := x.do(http.MethodPost, "/-/reload")
+	if code != http.StatusForbidden || !strings.Contains(body, "--web.enable-lifecycle") {
+		t.Fatalf("POST /-/reload without --web.enable-lifecycle: %d %q, want 403 naming the flag", code, body)
+	}
+	_, metrics = x.get("/metrics")
+	if ts, _ := metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds"); ts != startTS {
+		t.Errorf("the refused POST reloaded: timestamp %v, was %v", ts, startTS)
+	}
+	if n := f.count(f.built, "beta"); n != 0 {
+		t.Errorf("the refused POST built beta %d times, want 0", n)
+	}
+	if code, _ := x.get("/-/reload"); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET /-/reload: %d, want 405", code)
+	}
+
+	x.signals <- syscall.SIGHUP
+	testutil.Eventually(t, 20*time.Second, "the SIGHUP reload", func() bool {
+		_, metrics := x.get("/metrics")
+		ts, _ := metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds")
+		return ts > startTS
+	})
+	if n := f.count(f.built, "beta"); n != 1 {
+		t.Errorf("beta (added) built %d times by the SIGHUP reload, want 1", n)
 	}
 }
 
@@ -444,7 +486,7 @@ func TestInsecureHostKeyWarningAtEveryLoad(t *testing.T) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=0")
+	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=0", "--web.enable-lifecycle")
 	count := func() int {
 		n := 0
 		for _, r := range x.logs.records() {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/common/version"
@@ -80,6 +81,7 @@ Version {{.Version}}.</p>
 </form>
 {{- end}}
 {{if .Providers -}}
+{{template "pager" .Pager}}
 <table id="providers">
 <thead><tr><th>Target</th><th>Verdict</th><th>Reason</th><th>Message</th><th>Since</th><th>Last contacted</th></tr></thead>
 {{range .Providers -}}
@@ -96,7 +98,7 @@ Version {{.Version}}.</p>
 {{range .Down}}{{template "row" .}}{{end -}}
 {{if .Up -}}
 {{if .FoldUp -}}
-<tr class="folded"><td colspan="6"><details><summary>{{len .Up}} ready target{{if gt (len .Up) 1}}s{{end}}</summary>
+<tr class="folded"><td colspan="6"><details><summary>{{len .Up}} ready target{{if gt (len .Up) 1}}s{{end}}{{if lt (len .Up) .Ready}} of {{.Ready}}{{end}}</summary>
 <table>
 {{range .Up}}{{template "row" .}}{{end -}}
 </table>
@@ -106,9 +108,11 @@ Version {{.Version}}.</p>
 {{end}}
 {{end -}}
 {{if .Hidden}}<tr><td colspan="6" class="note">{{.Hidden}}</td></tr>{{end}}
+{{if .Elsewhere}}<tr><td colspan="6" class="note">{{.Elsewhere}}</td></tr>{{end}}
 </tbody>
 {{end -}}
 </table>
+{{template "pager" .Pager}}
 {{- else if .AllProviders -}}
 <p class="note">{{.NoMatch}}</p>
 {{- else -}}
@@ -119,6 +123,11 @@ when it last turned down (its first target down) or ready (its last target back)
 ProviderHealth object; a target's is when its verdict last changed.</p>
 </body>
 </html>
+{{define "pager" -}}
+{{if gt .Pages 1}}<p class="pager">{{if .Last}}Targets {{.First}}&ndash;{{.Last}} of {{.Total}}{{else}}No targets on this page: the filter selects {{.Total}}{{end}} (down targets first), page {{.Page}} of {{.Pages}}:
+{{if .Prev}}<a href="{{.Prev}}">&larr; previous</a>{{end}}
+{{if .Next}}<a href="{{.Next}}">next &rarr;</a>{{end}}</p>{{end}}
+{{- end}}
 {{define "row" -}}
 <tr class="target"><td>{{.Target}}</td>
 <td class="{{if .Up}}up{{else}}down{{end}}">{{if .Up}}up{{else}}down{{end}}</td>
@@ -126,6 +135,16 @@ ProviderHealth object; a target's is when its verdict last changed.</p>
 <td class="time">{{.Since}}<br><span class="note">for {{.SinceFor}}</span></td>
 <td class="time">{{.CheckedAt}}<br><span class="note">{{.CheckedAgo}} ago, took {{.Duration}}</span></td></tr>
 {{end}}`))
+
+// landingPageRows bounds the target rows of one page, listed or folded, so that a page's size
+// and the memory a render takes stay the same whatever the fleet's size (about 300 bytes of HTML
+// a row: well under 1 MB a page). The rows run in the page's order, down targets first; the pages
+// reach every target, and the filters narrow them.
+const landingPageRows = 250
+
+// landingMaxInFlight bounds the renders of the status page running at once; a request beyond
+// it answers 503, as /metrics does past its own limit.
+const landingMaxInFlight = 4
 
 type landingData struct {
 	Version       string
@@ -143,29 +162,74 @@ type landingData struct {
 	AllProviders []string
 	Filter       landingFilter
 	// Providers are those the filter selects: the ones with down targets first, then those not
-	// checked yet, then the healthy ones, each group in the providers file's order.
+	// checked yet, then the healthy ones, each group in the providers file's order. Every
+	// selected provider's row is on every page; its targets only on the pages whose window
+	// holds them.
 	Providers []landingProvider
+	Pager     landingPager
 	// NoMatch says why no provider is shown.
 	NoMatch string
 	Now     string
 }
 
-// landingFilter is the page's query: provider (empty: all) and state ("", "down" or "up").
+// landingFilter is the page's query: provider (empty: all), state ("", "down" or "up") and the
+// page (from 1).
 type landingFilter struct {
 	Provider string
 	State    string
+	Page     int
 }
 
-// errBadState is answered with 400 for an unknown state filter.
-var errBadState = errors.New(`unknown state: use "down", "up" or nothing`)
+// landingPager says which of the selected target rows this page shows, and links its
+// neighbours.
+type landingPager struct {
+	Page, Pages int
+	// First and Last number the rows shown (from 1); both 0 when the page shows none.
+	First, Last int
+	// Total counts the rows the filter selects, over all pages.
+	Total      int
+	Prev, Next string
+}
+
+// Errors answered with 400.
+var (
+	errBadState = errors.New(`unknown state: use "down", "up" or nothing`)
+	errBadPage  = errors.New("page must be a whole number from 1")
+)
 
 func parseLandingFilter(q url.Values) (landingFilter, error) {
-	f := landingFilter{Provider: q.Get("provider"), State: q.Get("state")}
+	f := landingFilter{Provider: q.Get("provider"), State: q.Get("state"), Page: 1}
 	switch f.State {
 	case "", "down", "up":
-		return f, nil
+	default:
+		return f, errBadState
 	}
-	return f, errBadState
+	if p := q.Get("page"); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			return f, errBadPage
+		}
+		f.Page = n
+	}
+	return f, nil
+}
+
+// url is the page's address with filter f on page n, relative to the page itself.
+func (f landingFilter) url(n int) string {
+	v := url.Values{}
+	if f.Provider != "" {
+		v.Set("provider", f.Provider)
+	}
+	if f.State != "" {
+		v.Set("state", f.State)
+	}
+	if n > 1 {
+		v.Set("page", strconv.Itoa(n))
+	}
+	if len(v) == 0 {
+		return "./"
+	}
+	return "?" + v.Encode()
 }
 
 // landingProvider is one provider's row and the targets listed under it.
@@ -191,12 +255,19 @@ type landingProvider struct {
 	// LastChecked is the newest CheckedAt of its targets.
 	LastChecked    string
 	LastCheckedAgo string
-	// Down are the down targets, listed; Up the ready ones, folded when FoldUp.
+	// Down are the down targets on this page, listed; Up the ready ones, folded when FoldUp.
 	Down   []landingRow
 	Up     []landingRow
 	FoldUp bool
-	// Hidden says which targets the state filter leaves out.
-	Hidden string
+	// Hidden says which targets the state filter leaves out; Elsewhere, which of the selected
+	// ones are on other pages.
+	Hidden    string
+	Elsewhere string
+
+	ps *checks.ProviderState
+	// selected counts the rows the state filter selects: its down targets unless state is
+	// "up", its ready ones unless state is "down".
+	selected int
 }
 
 // landingRow is one target.
@@ -212,8 +283,17 @@ type landingRow struct {
 	Duration   time.Duration
 }
 
-// serveLanding renders the status page from the current snapshot.
+// serveLanding renders the status page from the current snapshot, at most landingMaxInFlight
+// at once.
 func (e *exporter) serveLanding(w http.ResponseWriter, r *http.Request) {
+	select {
+	case e.landingSlots <- struct{}{}:
+		defer func() { <-e.landingSlots }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, fmt.Sprintf("too many renders of the status page in flight (at most %d): retry in a moment", cap(e.landingSlots)), http.StatusServiceUnavailable)
+		return
+	}
 	e.renderLanding(w, r, e.runner.Current(), time.Now())
 }
 
@@ -237,6 +317,7 @@ func (e *exporter) renderLanding(w http.ResponseWriter, r *http.Request, s *chec
 }
 
 func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Time) landingData {
+	f.Page = max(f.Page, 1)
 	d := landingData{
 		Version:       version.Version,
 		ChecksOn:      e.checksOn(),
@@ -284,6 +365,7 @@ func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 		}
 	}
 	d.Providers = slices.Concat(down, unchecked, healthy)
+	d.Pager = paginate(d.Providers, f, now)
 	d.Summary = landingSummary(len(s.Providers), downProviders, uncheckedProviders, targets, ready)
 	switch {
 	case f.Provider != "" && !slices.Contains(d.AllProviders, f.Provider):
@@ -296,9 +378,59 @@ func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 	return d
 }
 
-// landingProviderOf summarizes one provider and sorts its targets for the page.
+// paginate lays the selected target rows end to end in the page's order (the down targets of
+// every provider first, provider by provider, then the ready ones) and fills in those of page
+// f.Page: only the rows on the page are built, so a render's memory does not grow with the fleet.
+func paginate(providers []landingProvider, f landingFilter, now time.Time) landingPager {
+	lo := (f.Page - 1) * landingPageRows
+	hi := lo + landingPageRows
+	offset := 0
+	shown := make([]int, len(providers))
+	for _, up := range []bool{false, true} {
+		if up && f.State == "down" || !up && f.State == "up" {
+			continue
+		}
+		for i := range providers {
+			p := &providers[i]
+			n := p.DownTotal
+			if up {
+				n = p.Ready
+			}
+			if from, to := max(lo-offset, 0), min(hi-offset, n); from < to {
+				p.fill(up, from, to, now)
+				shown[i] += to - from
+			}
+			offset += n
+		}
+	}
+	for i := range providers {
+		switch p := &providers[i]; {
+		case shown[i] == p.selected:
+		case shown[i] == 0 && p.selected == 1:
+			p.Elsewhere = "Its target is on another page."
+		case shown[i] == 0:
+			p.Elsewhere = fmt.Sprintf("Its %d targets are on other pages.", p.selected)
+		default:
+			p.Elsewhere = fmt.Sprintf("%d of its %d targets are on this page, the others on other pages.", shown[i], p.selected)
+		}
+	}
+	pg := landingPager{Page: f.Page, Pages: max(1, (offset+landingPageRows-1)/landingPageRows), Total: offset}
+	if lo < offset {
+		pg.First, pg.Last = lo+1, min(hi, offset)
+	}
+	if f.Page > 1 {
+		pg.Prev = f.url(min(f.Page-1, pg.Pages))
+	}
+	if f.Page < pg.Pages {
+		pg.Next = f.url(f.Page + 1)
+	}
+	return pg
+}
+
+// landingProviderOf summarizes one provider for the page; fill builds the rows of its targets
+// that the page shows.
 func landingProviderOf(ps *checks.ProviderState, state string, now time.Time) landingProvider {
-	p := landingProvider{Name: ps.Name, Type: ps.Type, Checked: len(ps.Targets) > 0, Total: len(ps.Targets), FoldUp: state == ""}
+	p := landingProvider{Name: ps.Name, Type: ps.Type, Checked: len(ps.Targets) > 0, Total: len(ps.Targets), FoldUp: state == "", ps: ps}
 	if !p.Checked {
 		return p
 	}
@@ -312,22 +444,8 @@ func landingProviderOf(ps *checks.ProviderState, state string, now time.Time) la
 		if t.Since.After(lastFlip) {
 			lastFlip = t.Since
 		}
-		row := landingRow{
-			Target:     t.Target,
-			Up:         t.Up,
-			Reason:     t.Reason,
-			Message:    t.Message,
-			Since:      formatTime(t.Since),
-			SinceFor:   humanDuration(now.Sub(t.Since)),
-			CheckedAt:  formatTime(t.CheckedAt),
-			CheckedAgo: humanDuration(now.Sub(t.CheckedAt)),
-			Duration:   roundDuration(t.Duration),
-		}
 		if t.Up {
 			p.Ready++
-			if state != "down" {
-				p.Up = append(p.Up, row)
-			}
 			continue
 		}
 		p.DownTotal++
@@ -335,9 +453,12 @@ func landingProviderOf(ps *checks.ProviderState, state string, now time.Time) la
 		if firstDown.IsZero() || t.Since.Before(firstDown) {
 			firstDown = t.Since
 		}
-		if state != "up" {
-			p.Down = append(p.Down, row)
-		}
+	}
+	if state != "up" {
+		p.selected += p.DownTotal
+	}
+	if state != "down" {
+		p.selected += p.Ready
 	}
 	since := lastFlip
 	if p.DownTotal > 0 {
@@ -354,6 +475,43 @@ func landingProviderOf(ps *checks.ProviderState, state string, now time.Time) la
 		p.Hidden = fmt.Sprintf("%d down target%s not shown (state filter: ready only).", p.DownTotal, plural(p.DownTotal))
 	}
 	return p
+}
+
+// fill builds the rows from..to-1 of the provider's down targets (up false) or ready ones (up
+// true), in the providers file's order.
+func (p *landingProvider) fill(up bool, from, to int, now time.Time) {
+	k := 0
+	for i := range p.ps.Targets {
+		t := &p.ps.Targets[i]
+		if t.Up != up {
+			continue
+		}
+		if k >= to {
+			return
+		}
+		if k >= from {
+			if up {
+				p.Up = append(p.Up, landingRowOf(t, now))
+			} else {
+				p.Down = append(p.Down, landingRowOf(t, now))
+			}
+		}
+		k++
+	}
+}
+
+func landingRowOf(t *checks.TargetState, now time.Time) landingRow {
+	return landingRow{
+		Target:     t.Target,
+		Up:         t.Up,
+		Reason:     t.Reason,
+		Message:    t.Message,
+		Since:      formatTime(t.Since),
+		SinceFor:   humanDuration(now.Sub(t.Since)),
+		CheckedAt:  formatTime(t.CheckedAt),
+		CheckedAgo: humanDuration(now.Sub(t.CheckedAt)),
+		Duration:   roundDuration(t.Duration),
+	}
 }
 
 // worstReason returns the reason most down targets share; a tie goes to the reason listed first

@@ -110,7 +110,9 @@ func TestLandingData(t *testing.T) {
 		t.Errorf("summary %q, want %q", d.Summary, want)
 	}
 	east := d.Providers[0]
-	if east.Ready != 573 || east.Total != 600 || east.DownTotal != 27 || len(east.Down) != 27 || len(east.Up) != 573 || !east.FoldUp {
+	// Page 1 holds 250 rows: the 28 down targets of every provider first, then 222 of
+	// kvm-east's ready ones.
+	if east.Ready != 573 || east.Total != 600 || east.DownTotal != 27 || len(east.Down) != 27 || len(east.Up) != 222 || !east.FoldUp {
 		t.Errorf("kvm-east: %d/%d ready, %d down (%d listed), %d up (folded %v)", east.Ready, east.Total, east.DownTotal, len(east.Down), len(east.Up), east.FoldUp)
 	}
 	if east.WorstReason != checks.ReasonTCPUnreachable || east.WorstCount != 20 || east.OtherReasons != 2 {
@@ -135,7 +137,7 @@ func TestLandingData(t *testing.T) {
 		t.Errorf("state=down: %d providers, first with %d ready listed and note %q", len(down.Providers), len(down.Providers[0].Up), down.Providers[0].Hidden)
 	}
 	up := e.landingData(f.snap, landingFilter{Provider: "kvm-east", State: "up"}, f.now)
-	if len(up.Providers) != 1 || len(up.Providers[0].Down) != 0 || len(up.Providers[0].Up) != 573 || up.Providers[0].FoldUp {
+	if len(up.Providers) != 1 || len(up.Providers[0].Down) != 0 || len(up.Providers[0].Up) != landingPageRows || up.Providers[0].FoldUp {
 		t.Errorf("provider=kvm-east&state=up: %d providers, %d down listed, %d up (folded %v)", len(up.Providers), len(up.Providers[0].Down), len(up.Providers[0].Up), up.Providers[0].FoldUp)
 	}
 	none := e.landingData(f.snap, landingFilter{Provider: "nope"}, f.now)
@@ -238,13 +240,14 @@ func TestLandingPageInChromium(t *testing.T) {
 		if !(east < gcp && gcp < fresh && fresh < cluster && cluster < west) {
 			t.Errorf("provider rows out of order (down, not checked, healthy): kvm-east %d, gcp-prod %d, kvm-new %d, cluster-main %d, kvm-west %d", east, gcp, fresh, cluster, west)
 		}
-		fold := at(t, page, "573 ready targets")
+		fold := at(t, page, "222 ready targets of 573")
 		for _, name := range f.down {
 			if i := at(t, page, name+"\tdown\t"); name[:3] == "hv-" && (i < east || i > fold) {
 				t.Errorf("down target %s is not listed under kvm-east before its folded ready targets", name)
 			}
 		}
-		at(t, page, "398 ready targets")
+		at(t, page, "Its 398 targets are on other pages.")
+		at(t, page, "Targets 1–250 of 1000 (down targets first), page 1 of 4:")
 		at(t, page, "storage pool default is inactive <b>boom</b>") // escaped: shown as text
 		for _, hidden := range append(f.upEast, "hv-west-000", "hv-west-397") {
 			if strings.Contains(page, hidden) {
@@ -271,7 +274,12 @@ func TestLandingPageInChromium(t *testing.T) {
 	t.Run("ready only", func(t *testing.T) {
 		page := text(t, "provider=kvm-west&state=up")
 		at(t, page, "hv-west-000\tup\tReady") // unfolded
-		at(t, page, "hv-west-397\tup\tReady")
+		at(t, page, "hv-west-249\tup\tReady")
+		at(t, page, "250 of its 398 targets are on this page")
+		if strings.Contains(page, "hv-west-250") {
+			t.Error("page 1 displays the 251st row")
+		}
+		at(t, text(t, "provider=kvm-west&state=up&page=2"), "hv-west-397\tup\tReady")
 		if strings.Contains(page, "kvm-east (kvm)") {
 			t.Error("provider=kvm-west displays kvm-east")
 		}

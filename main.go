@@ -71,6 +71,9 @@ type options struct {
 	web     *web.FlagConfig
 	log     *promslog.Config
 	crd     crdOptions
+
+	// enableLifecycle turns on POST /-/reload (--web.enable-lifecycle).
+	enableLifecycle bool
 }
 
 // crdOptions are the --crd.* flags: mirroring the verdicts into ProviderHealth objects.
@@ -114,6 +117,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code in
 	app.Flag("crd.lease-namespace", "Namespace of the Lease; empty: the pod's namespace in a cluster, else default.").StringVar(&opts.crd.leaseNamespace)
 	app.Flag("crd.lease-name", "Name of the Lease; empty: the instance (--crd.instance).").StringVar(&opts.crd.leaseName)
 	opts.web = kingpinflag.AddFlags(app, defaultListenAddress)
+	app.Flag("web.enable-lifecycle", "Serve POST /-/reload (without it the endpoint answers 403; SIGHUP reloads either way).").BoolVar(&opts.enableLifecycle)
 	promslogflag.AddFlags(app, opts.log)
 
 	_, err := app.Parse(args)
@@ -265,6 +269,7 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 		logger.Error("cannot load the providers file", "file", opts.configFile, "err", err)
 		return 1
 	}
+	e.lifecycle = opts.enableLifecycle
 	if e.checksOn() {
 		logger.Info("checks on", "interval", opts.interval, "timeout", timeout, "providers", e.providerCount())
 	} else {

@@ -57,7 +57,7 @@ var (
 func BenchmarkScrape(b *testing.B) {
 	for _, r := range benchRequests {
 		for _, mode := range []string{"cached", "new-snapshot"} {
-			for _, n := range []int{100, 1000, 10000} {
+			for _, n := range []int{100, 1000, 5000, 10000} {
 				b.Run(fmt.Sprintf("%s/%s/targets=%d", r.name, mode, n), func(b *testing.B) {
 					benchmarkScrape(b, r.accept, r.acceptEncoding, mode, n)
 				})

@@ -327,7 +327,7 @@ func (d *decoder) kvm(e entry, path string) (*KVMConfig, bool) {
 		k.Socket = socket
 	}
 	k.StoragePool, _, _ = d.required(m, "storagePool", "")
-	k.Concurrency = DefaultKVMConcurrency
+	k.Concurrency = 0 // derived from the host count below unless set
 	if c, cv, set, ok := d.integer(m, "concurrency"); ok && set {
 		if c < 1 || c > MaxKVMConcurrency {
 			d.add(cv, join(path, "concurrency"), "concurrency %d is out of range (allowed: 1-%d)", c, MaxKVMConcurrency)
@@ -344,6 +344,9 @@ func (d *decoder) kvm(e entry, path string) (*KVMConfig, bool) {
 			d.roundTimeout, k.HostBoundArithmetic())
 	}
 	k.Hosts = d.hosts(m, path, k.Port)
+	if k.Concurrency == 0 {
+		k.Concurrency = DefaultKVMConcurrencyFor(len(k.Hosts))
+	}
 	return k, len(d.errs) == errs
 }
 

@@ -24,8 +24,12 @@ const (
 	DefaultKVMPort = 22
 	// DefaultLibvirtSocket is the libvirt socket path on a kvm host.
 	DefaultLibvirtSocket = "/var/run/libvirt/libvirt-sock"
-	// DefaultKVMConcurrency is how many hosts of one kvm provider are checked at once.
+	// DefaultKVMConcurrency is how many hosts of one kvm provider are checked at once, at
+	// least: see DefaultKVMConcurrencyFor.
 	DefaultKVMConcurrency = 32
+	// hostsPerSlot is how many hosts one concurrency slot is given by default in a large
+	// provider (DefaultKVMConcurrencyFor).
+	hostsPerSlot = 20
 	// MaxKVMConcurrency bounds concurrency: more SSH sessions at once than this only queues
 	// inside the exporter.
 	MaxKVMConcurrency = 1024
@@ -150,4 +154,14 @@ type KVMHost struct {
 	Address string `yaml:"address"`
 	// Name is the target name; after loading it is never empty (it defaults to the address).
 	Name string `yaml:"name,omitempty"`
+}
+
+// DefaultKVMConcurrencyFor is a kvm provider's concurrency when its block sets none: 32, or one
+// slot per 20 hosts in a provider of more than 640 (250 at 5,000 hosts), at most
+// MaxKVMConcurrency. A slot then dials at most 20 hosts in the first round after a start; a
+// dial costs about a dozen network round trips (TCP, the SSH handshake and authentication,
+// the channel, libvirt's connect, the first check's calls), 0.6 s at 50 ms, so the first
+// round's dials fit in 12 s of the default 15 s timeout (docs/benchmarks.md, KVM over latency).
+func DefaultKVMConcurrencyFor(hosts int) int {
+	return min(MaxKVMConcurrency, max(DefaultKVMConcurrency, (hosts+hostsPerSlot-1)/hostsPerSlot))
 }

@@ -22,6 +22,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -145,7 +146,7 @@ func TestRenderedManifests(t *testing.T) {
 	}
 	for _, want := range []string{"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
 		"ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service",
-		"PodDisruptionBudget", "ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"} {
+		"PodDisruptionBudget", "ServiceMonitor", "PrometheusRule", "AlertmanagerConfig", "NetworkPolicy"} {
 		if !slices.Contains(kinds, want) {
 			t.Errorf("the rendered manifests hold no %s (kinds: %v)", want, kinds)
 		}
@@ -300,6 +301,8 @@ func TestRenderedManifests(t *testing.T) {
 		t.Errorf("no rule of the PrometheusRule selects a job: want %s", wantJob)
 	}
 
+	checkNetworkPolicy(t, r, podLabels, c.Ports[0])
+
 	// PodDisruptionBudget: keeps one replica, selects the pods.
 	var pdb policyv1.PodDisruptionBudget
 	r.one(t, "PodDisruptionBudget", "", &pdb)
@@ -366,6 +369,44 @@ func TestRenderedManifests(t *testing.T) {
 	}
 
 	checkProvidersFile(t, r, pod, c, arg("--config.file"))
+}
+
+// checkNetworkPolicy: the NetworkPolicy isolates the exporter's pods for ingress only (egress
+// stays open: docs/deploy.md says why), and admits the scrape port, by the container's port name,
+// from pods labelled as the Prometheus Operator labels Prometheus, in any namespace, and from
+// nothing else: no other port, no ipBlock, no peer without a pod selector.
+func checkNetworkPolicy(t *testing.T, r rendered, podLabels labels.Set, port corev1.ContainerPort) {
+	t.Helper()
+	var np networkingv1.NetworkPolicy
+	r.one(t, "NetworkPolicy", "", &np)
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil || !sel.Matches(podLabels) {
+		t.Errorf("the NetworkPolicy's podSelector %v does not select the exporter's pods (%v)", np.Spec.PodSelector, podLabels)
+	}
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) || len(np.Spec.Egress) != 0 {
+		t.Errorf("NetworkPolicy policyTypes %v, egress %v: want Ingress only, egress unrestricted", np.Spec.PolicyTypes, np.Spec.Egress)
+	}
+	if len(np.Spec.Ingress) != 1 {
+		t.Fatalf("NetworkPolicy: %d ingress rules, want 1 (the scrape port)", len(np.Spec.Ingress))
+	}
+	rule := np.Spec.Ingress[0]
+	if len(rule.Ports) != 1 || rule.Ports[0].Port == nil || rule.Ports[0].Port.String() != port.Name ||
+		rule.Ports[0].Protocol == nil || *rule.Ports[0].Protocol != corev1.ProtocolTCP || rule.Ports[0].EndPort != nil {
+		t.Errorf("NetworkPolicy ports %+v, want only TCP %s (the container's port %d)", rule.Ports, port.Name, port.ContainerPort)
+	}
+	prometheus := labels.Set{"app.kubernetes.io/name": "prometheus", "app.kubernetes.io/managed-by": "prometheus-operator", "prometheus": "k8s"}
+	other := labels.Set{"app.kubernetes.io/name": "grafana"}
+	if len(rule.From) != 1 {
+		t.Fatalf("NetworkPolicy: %d peers, want 1 (Prometheus)", len(rule.From))
+	}
+	peer := rule.From[0]
+	if peer.IPBlock != nil || peer.PodSelector == nil || peer.NamespaceSelector == nil {
+		t.Fatalf("NetworkPolicy peer %+v: want a pod selector in a namespace selector, no ipBlock", peer)
+	}
+	podSel, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+	if err != nil || !podSel.Matches(prometheus) || podSel.Matches(other) || podSel.Matches(podLabels) {
+		t.Errorf("NetworkPolicy pod selector %v: want it to match a Prometheus Operator pod %v, not %v nor the exporter", peer.PodSelector, prometheus, other)
+	}
 }
 
 // checkProvidersFile: the ConfigMap the Deployment mounts holds the file --config.file names,

@@ -151,7 +151,7 @@ func TestCredentialsReadOncePerChange(t *testing.T) {
 		p.mu.Unlock()
 		h.slot <- struct{}{}
 		if h.link != nil {
-			h.link.client.Close()
+			h.link.conn.Close()
 			h.link = nil
 		}
 		<-h.slot

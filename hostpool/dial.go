@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -311,11 +312,13 @@ func (p *Pool) dialLink(ctx context.Context, addr string, tr Tracer) (*link, err
 	trace.finish("ok: authenticated as " + p.opts.User)
 	p.countHandshake()
 	l := &link{
-		id:     linkSeq.Add(1),
-		addr:   addr,
-		client: ssh.NewClient(conn, chans, reqs),
-		done:   make(chan struct{}),
-		check:  make(chan struct{}, 1),
+		id:              linkSeq.Add(1),
+		addr:            addr,
+		conn:            conn,
+		done:            make(chan struct{}),
+		channelRequests: make(chan (<-chan *ssh.Request), 1),
+		reqs:            reqs,
+		chans:           chans,
 	}
 	return l, nil
 }
@@ -437,7 +440,7 @@ func (p *Pool) openLibvirt(ctx context.Context, l *link, tr Tracer) (*Conn, erro
 	trace := &stageTrace{tr: tr}
 	trace.next(StageLibvirtSocket, "")
 	st := newStage(ctx, StageLibvirtSocket, p.opts.LibvirtTimeout)
-	ch, err := l.client.DialContext(st.ctx, "unix", p.opts.Socket)
+	ch, err := p.openSocket(st.ctx, l)
 	st.cancel()
 	if err != nil {
 		de := st.fail(l.addr, err)
@@ -466,6 +469,65 @@ func (p *Pool) openLibvirt(ctx context.Context, l *link, tr Tracer) (*Conn, erro
 	}
 	return &Conn{addr: l.addr, link: l, lv: lv, ch: wc}, nil
 }
+
+// openSocket opens a direct-streamlocal channel to the libvirt socket, as OpenSSH's
+// `ssh -L local:/socket` does, bounded by ctx. It opens the channel itself rather than through
+// x/crypto's Client.DialContext, which keeps two goroutines per channel for its life (one
+// draining its requests, which the link's serve goroutine does here, one copying its stderr, of
+// which a streamlocal channel has none: the channel's window bounds what a host could buffer).
+func (p *Pool) openSocket(ctx context.Context, l *link) (net.Conn, error) {
+	type opened struct {
+		ch   ssh.Channel
+		reqs <-chan *ssh.Request
+		err  error
+	}
+	res := make(chan opened)
+	go func() {
+		ch, reqs, err := l.conn.OpenChannel("direct-streamlocal@openssh.com", ssh.Marshal(&struct {
+			SocketPath, Reserved0 string
+			Reserved1             uint32
+		}{SocketPath: p.opts.Socket}))
+		select {
+		case res <- opened{ch, reqs, err}:
+		case <-ctx.Done():
+			if ch != nil {
+				ch.Close()
+			}
+		}
+	}()
+	select {
+	case o := <-res:
+		if o.err != nil {
+			return nil, o.err
+		}
+		select {
+		case l.channelRequests <- o.reqs:
+		case <-l.done:
+			o.ch.Close()
+			return nil, io.EOF
+		}
+		return &channelConn{Channel: o.ch}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// channelConn is an SSH channel as a net.Conn, for go-libvirt: no addresses, no deadlines
+// (x/crypto's own wrapper has neither).
+type channelConn struct{ ssh.Channel }
+
+var errNoDeadline = errors.New("ssh channel: deadlines are not supported")
+
+func (c *channelConn) LocalAddr() net.Addr              { return channelAddr{} }
+func (c *channelConn) RemoteAddr() net.Addr             { return channelAddr{} }
+func (c *channelConn) SetDeadline(time.Time) error      { return errNoDeadline }
+func (c *channelConn) SetReadDeadline(time.Time) error  { return errNoDeadline }
+func (c *channelConn) SetWriteDeadline(time.Time) error { return errNoDeadline }
+
+type channelAddr struct{}
+
+func (channelAddr) Network() string { return "unix" }
+func (channelAddr) String() string  { return "libvirt-socket" }
 
 // watchedConn is the libvirt channel; done closes when it ends (a read fails or it is
 // closed), which is how the pool learns that a libvirt connection is gone without depending on

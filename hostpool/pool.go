@@ -181,6 +181,9 @@ type Pool struct {
 	closed bool
 	hosts  map[string]*host
 	links  map[*link]struct{}
+	// keepaliveStarted: the keepalive loop runs (from the first link on); checkNow feeds it.
+	keepaliveStarted bool
+	checkNow         chan *link
 
 	bg     sync.WaitGroup // the pool's own goroutines: link watchers, keepalives, disconnects
 	probes sync.WaitGroup // probes, abandoned or not
@@ -216,15 +219,23 @@ type host struct {
 
 var linkSeq atomic.Uint64
 
-// link is one SSH connection.
+// link is one SSH connection. Its goroutines are x/crypto's three (transport, key exchange,
+// multiplexer), go-libvirt's two on its libvirt channel, and one of the pool's, serve, which
+// answers what the host sends unasked and notices the link's end: ssh.NewClient would add three,
+// a channel opened with its DialContext two more, and a keepalive loop per link one.
 type link struct {
-	id     uint64
-	addr   string
-	client *ssh.Client
-	done   chan struct{} // closed when the SSH connection has ended
-	// check asks the keepalive to test the link now (capacity 1): a probe abandoned on it may
-	// mean the link died silently, which the next scheduled keepalive would notice only later.
-	check chan struct{}
+	id   uint64
+	addr string
+	conn ssh.Conn
+	done chan struct{} // closed when the SSH connection has ended
+	// channelRequests hands serve the requests channel of each libvirt channel opened on the
+	// link, which must be drained for the link to keep moving.
+	channelRequests chan (<-chan *ssh.Request)
+	// keepaliveRunning is set while a keepalive of the link awaits its reply.
+	keepaliveRunning atomic.Bool
+	// reqs and chans are what the host sends unasked, for serve.
+	reqs  <-chan *ssh.Request
+	chans <-chan ssh.NewChannel
 }
 
 func (l *link) alive() bool {
@@ -292,12 +303,13 @@ func New(opts Options) *Pool {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	p := &Pool{
-		opts:    opts,
-		logger:  logger,
-		closing: make(chan struct{}),
-		hosts:   map[string]*host{},
-		links:   map[*link]struct{}{},
-		local:   newCounters(),
+		opts:     opts,
+		logger:   logger,
+		closing:  make(chan struct{}),
+		hosts:    map[string]*host{},
+		links:    map[*link]struct{}{},
+		checkNow: make(chan *link, 1),
+		local:    newCounters(),
 	}
 	p.closeCtx, p.stopAll = context.WithCancelCause(context.Background())
 	p.stats = shared.join(opts.Name)
@@ -478,7 +490,7 @@ func (p *Pool) connect(ctx context.Context, h *host, tr Tracer) (*Conn, error) {
 				return nil, err
 			}
 			if !p.adopt(l) {
-				l.client.Close()
+				l.conn.Close()
 				return nil, ErrClosed
 			}
 			h.link = l
@@ -495,7 +507,7 @@ func (p *Pool) connect(ctx context.Context, h *host, tr Tracer) (*Conn, error) {
 			// not to blame. A new link says which stage fails now, if any.
 			p.logger.Debug("ssh link found dead when opening the libvirt channel: redialling", "hostpool", p.opts.Name,
 				"addr", h.addr, "link", h.link.id, "err", err)
-			h.link.client.Close()
+			h.link.conn.Close()
 			h.link = nil
 			continue
 		}
@@ -560,8 +572,8 @@ func (p *Pool) Forget(addr string) {
 	}
 }
 
-// adopt registers a new link and starts its watcher and keepalive; false when the pool closed
-// meanwhile.
+// adopt registers a new link and starts its goroutine (serve), and the pool's keepalive loop
+// with the first link; false when the pool closed meanwhile.
 func (p *Pool) adopt(l *link) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -571,63 +583,109 @@ func (p *Pool) adopt(l *link) bool {
 	p.links[l] = struct{}{}
 	p.local.links.Add(1)
 	p.stats.links.Add(1)
-	p.bg.Add(2)
-	go func() {
-		defer p.bg.Done()
-		err := l.client.Wait()
-		close(l.done)
-		p.mu.Lock()
-		delete(p.links, l)
-		p.mu.Unlock()
-		p.local.links.Add(-1)
-		p.stats.links.Add(-1)
-		p.logger.Debug("ssh link closed", "hostpool", p.opts.Name, "addr", l.addr, "link", l.id, "err", err)
-	}()
-	go func() {
-		defer p.bg.Done()
-		p.keepalive(l)
-	}()
+	if !p.keepaliveStarted {
+		p.keepaliveStarted = true
+		p.bg.Go(p.keepaliveLoop)
+	}
+	p.bg.Go(func() { p.serve(l, l.reqs, l.chans) })
 	return true
 }
 
-// keepalive sends a keepalive request every interval and closes the link when one goes
-// unanswered for the timeout or fails. Closing wakes every pending RPC on the link.
-func (p *Pool) keepalive(l *link) {
+// serve is the link's one goroutine: it answers the host's global requests (OpenSSH sends
+// hostkeys-00@openssh.com after authentication) and the requests on the link's libvirt channel
+// with a refusal, refuses every channel the host opens, and once the connection has ended
+// closes l.done and unregisters the link. Requests left unread would stall the whole link.
+func (p *Pool) serve(l *link, reqs <-chan *ssh.Request, chans <-chan ssh.NewChannel) {
+	var chanReqs <-chan *ssh.Request
+	for reqs != nil || chans != nil {
+		select {
+		case r, ok := <-reqs:
+			if !ok {
+				reqs = nil
+			} else if r.WantReply {
+				_ = r.Reply(false, nil)
+			}
+		case nc, ok := <-chans:
+			if !ok {
+				chans = nil
+			} else {
+				_ = nc.Reject(ssh.Prohibited, "the provider-health-exporter accepts no channels")
+			}
+		case cr := <-l.channelRequests:
+			chanReqs = cr // the previous libvirt channel is closed
+		case r, ok := <-chanReqs:
+			if !ok {
+				chanReqs = nil
+			} else if r.WantReply {
+				_ = r.Reply(false, nil)
+			}
+		}
+	}
+	err := l.conn.Wait()
+	close(l.done)
+	p.mu.Lock()
+	delete(p.links, l)
+	p.mu.Unlock()
+	p.local.links.Add(-1)
+	p.stats.links.Add(-1)
+	p.logger.Debug("ssh link closed", "hostpool", p.opts.Name, "addr", l.addr, "link", l.id, "err", err)
+}
+
+// keepaliveLoop checks every link of the pool every KeepaliveInterval, and a link at once when
+// a probe on it was abandoned (checkNow), until the pool closes. One loop for the whole pool.
+func (p *Pool) keepaliveLoop() {
 	t := time.NewTicker(p.opts.KeepaliveInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-l.done:
+		case <-p.closing:
 			return
+		case l := <-p.checkNow:
+			p.keepalive(l)
 		case <-t.C:
-		case <-l.check:
-		}
-		reply := make(chan error, 1)
-		p.bg.Add(1)
-		go func() {
-			defer p.bg.Done()
-			// Blocks without a bound; closing the link below ends it.
-			_, _, err := l.client.SendRequest(keepaliveRequest, true, nil)
-			reply <- err
-		}()
-		timer := time.NewTimer(p.opts.KeepaliveTimeout)
-		select {
-		case err := <-reply:
-			timer.Stop()
-			if err != nil {
-				p.logger.Info("ssh keepalive failed: closing the link", "hostpool", p.opts.Name, "addr", l.addr, "err", err)
-				l.client.Close()
-				return
+			p.mu.Lock()
+			links := make([]*link, 0, len(p.links))
+			for l := range p.links {
+				links = append(links, l)
 			}
-		case <-timer.C:
+			p.mu.Unlock()
+			for _, l := range links {
+				p.keepalive(l)
+			}
+		}
+	}
+}
+
+// keepalive sends l a keepalive request, unless one is awaiting its reply already, and closes
+// the link when it fails or goes unanswered for KeepaliveTimeout. Closing the link wakes every
+// pending RPC on it. It does not wait for the reply.
+func (p *Pool) keepalive(l *link) {
+	if !l.alive() || !l.keepaliveRunning.CompareAndSwap(false, true) {
+		return
+	}
+	p.bg.Go(func() {
+		defer l.keepaliveRunning.Store(false)
+		unanswered := time.AfterFunc(p.opts.KeepaliveTimeout, func() {
 			p.logger.Warn("ssh keepalive unanswered: closing the link as dead", "hostpool", p.opts.Name, "addr", l.addr,
 				"timeout", p.opts.KeepaliveTimeout)
-			l.client.Close()
-			return
-		case <-l.done:
-			timer.Stop()
-			return
+			l.conn.Close()
+		})
+		// Blocks without a bound; the timer above closing the link ends it.
+		_, _, err := l.conn.SendRequest(keepaliveRequest, true, nil)
+		if unanswered.Stop() && err != nil {
+			p.logger.Info("ssh keepalive failed: closing the link", "hostpool", p.opts.Name, "addr", l.addr, "err", err)
+			l.conn.Close()
 		}
+	})
+}
+
+// checkSoon asks the keepalive loop to check l now (a probe on it was abandoned: a hung
+// libvirtd or a link that died without a word, which a keepalive tells apart). A request
+// that finds the loop busy is dropped: the loop is already checking links.
+func (p *Pool) checkSoon(l *link) {
+	select {
+	case p.checkNow <- l:
+	default:
 	}
 }
 
@@ -730,10 +788,7 @@ func (p *Pool) ProbeWith(ctx context.Context, addr string, opts ProbeOptions, fn
 		h.setAbandoned()
 		// A hung libvirtd or a link that died without a word: a keepalive now tells them apart,
 		// and closes a dead link, which ends the abandoned calls so that the next check redials.
-		select {
-		case c.link.check <- struct{}{}:
-		default:
-		}
+		p.checkSoon(c.link)
 		p.local.abandoned.Add(1)
 		p.stats.abandoned.Add(1)
 		close(counted)
@@ -859,7 +914,7 @@ func (p *Pool) Close() error {
 	}
 	p.mu.Unlock()
 	for _, l := range rest {
-		l.client.Close()
+		l.conn.Close()
 	}
 	p.bg.Wait()
 
@@ -902,6 +957,6 @@ func (p *Pool) closeHost(h *host) {
 		h.conn.ch.Close()
 	}
 	if h.link != nil {
-		h.link.client.Close()
+		h.link.conn.Close()
 	}
 }

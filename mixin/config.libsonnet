@@ -44,6 +44,24 @@
     // ProviderHealthExporterDown.
     exporterDownFor: '5m',
 
+    // The ProviderHealth writer (--crd.enabled): its alerts read the proxy_operator_crd_writer_*
+    // metrics, which exist only where the writer is on, so they never fire without it.
+    // ProviderHealthCRDWriteErrors: more than crdWriteErrorsRatio of the writer's writes to the
+    // API server failed (errors; conflicts are part of normal operation) over crdWriteErrorsWindow.
+    crdWriteErrorsWindow: '10m',
+    crdWriteErrorsRatio: 0.1,
+    crdWriteErrorsFor: '15m',
+    // ProviderHealthCRDWriterLagging: the writing replica's last fully mirrored round is more than
+    // crdWriterLagRounds behind its rounds of checks.
+    crdWriterLagRounds: 2,
+    crdWriterLagFor: '10m',
+    // ProviderHealthCRDWriterNoLeader: no replica writes although checks are on. Above a
+    // leader's takeover (at worst about 24s with the default lease, docs/crd.md).
+    crdWriterNoLeaderFor: '5m',
+    // ProviderHealthCRDNameClash: a configured provider's object name is held by another
+    // instance's object (or one not managed by the exporter).
+    crdNameClashFor: '15m',
+
     // Availability (recording rules, dashboard row): every availabilityInterval one sample of
     // each target's verdict (up on any replica) is recorded; a target's availability over a
     // window is its up samples divided by the samples the window should hold, so a gap (the
@@ -69,6 +87,10 @@
       hostKeyMismatch: 'critical',
       configReloadFailed: 'warning',
       exporterDown: 'critical',
+      crdWriteErrors: 'warning',
+      crdWriterLagging: 'warning',
+      crdWriterNoLeader: 'warning',
+      crdNameClash: 'warning',
     },
 
     // The runbook of an alert: this pattern with %s replaced by the alert's name in lower case

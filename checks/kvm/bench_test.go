@@ -154,3 +154,46 @@ func BenchmarkRound(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSteadyCheck measures a steady round over 10 real hosts (sshd + libvirtd each) side by
+// side in one run: every check making the four calls of a connection's first check (the check
+// before it kept what a connection told), and the check as it is, one call on a connection
+// checked before. Reported per check of one host: the libvirt calls the hosts' libvirtd
+// dispatched (calls/check, from their logs), the hosts' CPU (host-cpu-ms/check: sshd and
+// libvirtd) and the exporter's (cpu-ms/check).
+func BenchmarkSteadyCheck(b *testing.B) {
+	const n = 10
+	f := kvmhost.Start(b, n)
+	p := provider("bench-steady", f, f.Hosts)
+	p.KVM.Concurrency = n
+	calls := func() int {
+		total := 0
+		for _, h := range f.Hosts {
+			total += h.RPCs()
+		}
+		return total
+	}
+	for _, tc := range []struct {
+		name    string
+		relearn bool
+	}{{"four-calls", true}, {"one-call", false}} {
+		b.Run(tc.name, func(b *testing.B) {
+			c, err := newTuned(p, nil, tuning{relearn: tc.relearn})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			benchRound(b, c) // the first round dials every host
+			rpcs, cpu, hostCPU := calls(), cpuTime(b), fleetCPU(b, f.Dir)
+			b.ResetTimer()
+			for b.Loop() {
+				benchRound(b, c)
+			}
+			b.StopTimer()
+			checks := float64(b.N * n)
+			b.ReportMetric(float64(calls()-rpcs)/checks, "calls/check")
+			b.ReportMetric(float64(cpuTime(b)-cpu)/float64(time.Millisecond)/checks, "cpu-ms/check")
+			b.ReportMetric(float64(fleetCPU(b, f.Dir)-hostCPU)/float64(time.Millisecond)/checks, "host-cpu-ms/check")
+		})
+	}
+}

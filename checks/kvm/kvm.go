@@ -38,6 +38,10 @@ type tuning struct {
 	KeepaliveInterval time.Duration
 	KeepaliveTimeout  time.Duration
 	DisconnectTimeout time.Duration
+	// relearn forgets what each connection told after every check, so that every check makes
+	// the four calls of a connection's first one: the way before one call per steady check,
+	// for benchmarks side by side.
+	relearn bool
 }
 
 // Checker checks one kvm provider. It owns the provider's connection pool: Close closes it.
@@ -56,6 +60,10 @@ type Checker struct {
 	provider    config.Provider
 	tuning      tuning
 	logger      *slog.Logger
+
+	// facts holds what each host's current libvirt connection told its first check.
+	factsMu sync.Mutex
+	facts   map[string]linkFacts
 }
 
 // sharedPool is a provider's connection pool, shared by the checkers a reload builds for the
@@ -298,6 +306,45 @@ func (c *Checker) order() []int {
 	return order
 }
 
+// linkFacts is what checks learned on one libvirt connection (l), which later checks on it
+// reuse: the library version and the hostname do not change while the connection lives (a
+// restarted libvirtd means a new connection), and the storage pool's handle stays good until the
+// pool is undefined.
+type linkFacts struct {
+	l          *libvirt.Libvirt
+	known      bool // libVersion and hostname were read on l
+	libVersion uint64
+	hostname   string
+	havePool   bool
+	pool       libvirt.StoragePool
+}
+
+// factsOf returns what is known of addr's connection l: nothing when l is a new connection.
+func (c *Checker) factsOf(addr string, l *libvirt.Libvirt) linkFacts {
+	c.factsMu.Lock()
+	defer c.factsMu.Unlock()
+	if f, ok := c.facts[addr]; ok && f.l == l {
+		return f
+	}
+	return linkFacts{l: l}
+}
+
+// keepFacts records what a check learned on addr's connection.
+func (c *Checker) keepFacts(addr string, f linkFacts) {
+	c.factsMu.Lock()
+	defer c.factsMu.Unlock()
+	if c.facts == nil {
+		c.facts = map[string]linkFacts{}
+	}
+	c.facts[addr] = f
+}
+
+func (c *Checker) forgetFacts(addr string) {
+	c.factsMu.Lock()
+	defer c.factsMu.Unlock()
+	delete(c.facts, addr)
+}
+
 // hostInfo is what the RPCs of one check learn.
 type hostInfo struct {
 	libVersion uint64
@@ -406,37 +453,70 @@ func (c *Checker) probeHost(ctx context.Context, i int, start time.Time, opts ho
 					bound.Stop()
 				}
 			}()
-			var in hostInfo
+			// A connection's first check learns the library version, the hostname and the
+			// pool's handle; later checks on it make one call, StoragePoolGetInfo.
+			f := c.factsOf(addr, l)
 			var err error
-			if err = call(rpcLibVersion); err != nil {
-				return err
+			if !f.known {
+				if err = call(rpcLibVersion); err != nil {
+					return err
+				}
+				if f.libVersion, err = l.ConnectGetLibVersion(); done(err) != nil {
+					return &rpcError{rpcLibVersion, err}
+				}
+				if err = call(rpcHostname); err != nil {
+					return err
+				}
+				if f.hostname, err = l.ConnectGetHostname(); done(err) != nil {
+					return &rpcError{rpcHostname, err}
+				}
+				f.known = true
+				c.keepFacts(addr, f)
 			}
-			in.libVersion, err = l.ConnectGetLibVersion()
-			if done(err) != nil {
-				return &rpcError{rpcLibVersion, err}
+			lookup := func() error {
+				if err := call(rpcPoolLookup); err != nil {
+					return err
+				}
+				p, err := l.StoragePoolLookupByName(c.storagePool)
+				if done(err) != nil {
+					f.havePool = false
+					c.keepFacts(addr, f)
+					return &rpcError{rpcPoolLookup, err}
+				}
+				f.pool, f.havePool = p, true
+				c.keepFacts(addr, f)
+				return nil
 			}
-			if err = call(rpcHostname); err != nil {
-				return err
+			cached := f.havePool
+			if !cached {
+				if err := lookup(); err != nil {
+					return err
+				}
 			}
-			in.hostname, err = l.ConnectGetHostname()
-			if done(err) != nil {
-				return &rpcError{rpcHostname, err}
+			var in hostInfo
+			for {
+				if err = call(rpcPoolGetInfo); err != nil {
+					return err
+				}
+				st, capacity, allocation, available, err := l.StoragePoolGetInfo(f.pool)
+				done(err)
+				var le libvirt.Error
+				if cached && errors.As(err, &le) && le.Code == uint32(libvirt.ErrNoStoragePool) {
+					// The handle went stale (the pool was undefined, and maybe defined again
+					// with a new UUID): look it up once more before saying it is gone.
+					cached = false
+					if err := lookup(); err != nil {
+						return err
+					}
+					continue
+				}
+				if err != nil {
+					return &rpcError{rpcPoolGetInfo, err}
+				}
+				in.state, in.capacity, in.allocation, in.available = libvirt.StoragePoolState(st), capacity, allocation, available
+				break
 			}
-			if err = call(rpcPoolLookup); err != nil {
-				return err
-			}
-			p, err := l.StoragePoolLookupByName(c.storagePool)
-			if done(err) != nil {
-				return &rpcError{rpcPoolLookup, err}
-			}
-			if err = call(rpcPoolGetInfo); err != nil {
-				return err
-			}
-			st, capacity, allocation, available, err := l.StoragePoolGetInfo(p)
-			if done(err) != nil {
-				return &rpcError{rpcPoolGetInfo, err}
-			}
-			in.state, in.capacity, in.allocation, in.available = libvirt.StoragePoolState(st), capacity, allocation, available
+			in.libVersion, in.hostname = f.libVersion, f.hostname
 			info = in
 			return nil
 		}
@@ -460,6 +540,9 @@ func (c *Checker) probeHost(ctx context.Context, i int, start time.Time, opts ho
 		err = run()
 	}
 	if err != nil {
+		// What the connection told may no longer hold (and a dead connection is not kept
+		// alive by it): the next check that gets answers learns it again.
+		c.forgetFacts(addr)
 		if errors.Is(err, hostpool.ErrProbeBusy) || errors.Is(err, hostpool.ErrProbeRunning) {
 			// No call was made: the host was not contacted this round.
 			_, msg := classify(err, "")
@@ -468,6 +551,9 @@ func (c *Checker) probeHost(ctx context.Context, i int, start time.Time, opts ho
 		s, _ := step.Load().(string)
 		reason, msg := classify(err, s)
 		return verdict(target, start, reason, msg, nil), err
+	}
+	if c.tuning.relearn {
+		c.forgetFacts(addr)
 	}
 	return c.poolVerdict(target, start, info), nil
 }

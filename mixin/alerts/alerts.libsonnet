@@ -176,6 +176,68 @@ local promql = import '../lib/promql.libsonnet';
             + '{{ else }}Prometheus has no scrape target matching ' + std.strReplace(c.jobSelector, '"', "'")
             + ' (for more than ' + c.exporterDownFor + '): no verdict is current and no provider alert can fire.{{ end }}',
           ),
+          // The ProviderHealth writer. Its metrics exist only where --crd.enabled is on; with
+          // leader election only the leader writes, so the writing replica is the one whose
+          // proxy_operator_crd_writer_leader is 1.
+          alert(
+            'ProviderHealthCRDWriteErrors',
+            'crdWriteErrors',
+            'sum %(by)s (rate(%(errors)s[%(w)s]))\n/\nsum %(by)s (rate(%(all)s[%(w)s]))\n> %(ratio)s' % {
+              by: by([]),
+              errors: sel('proxy_operator_crd_writer_writes_total', ['result="error"']),
+              all: sel('proxy_operator_crd_writer_writes_total'),
+              w: c.crdWriteErrorsWindow,
+              ratio: std.format('%g', c.crdWriteErrorsRatio),
+            },
+            c.crdWriteErrorsFor,
+            'The ProviderHealth writer fails to write to the Kubernetes API.',
+            '{{ $value | humanizePercentage }} of the ProviderHealth writes to the Kubernetes API failed over the last '
+            + c.crdWriteErrorsWindow + ' (threshold ' + std.toString(c.crdWriteErrorsRatio * 100)
+            + '%, conflicts not counted), for more than ' + c.crdWriteErrorsFor
+            + '; the ProviderHealth objects fall behind the verdicts. Writing replica: '
+            + instances('proxy_operator_crd_writer_leader', '== 1') + '.',
+          ),
+          alert(
+            'ProviderHealthCRDWriterLagging',
+            'crdWriterLagging',
+            'max %(by)s (\n  (%(rounds)s - %(on)s %(synced)s)\n  and %(on)s (%(leader)s == 1)\n)\n> %(lag)d' % {
+              by: by([]),
+              on: on,
+              rounds: sel('proxy_operator_provider_check_rounds_total'),
+              synced: sel('proxy_operator_crd_writer_synced_round'),
+              leader: sel('proxy_operator_crd_writer_leader'),
+              lag: c.crdWriterLagRounds,
+            },
+            c.crdWriterLagFor,
+            'The ProviderHealth objects lag behind the checks.',
+            'The ProviderHealth writer on ' + instances('proxy_operator_crd_writer_leader', '== 1')
+            + ' has mirrored no round of checks for {{ $value }} rounds (more than ' + c.crdWriterLagRounds
+            + ', for more than ' + c.crdWriterLagFor + '): the ProviderHealth objects show older verdicts than the metrics.',
+          ),
+          alert(
+            'ProviderHealthCRDWriterNoLeader',
+            'crdWriterNoLeader',
+            'max %(by)s (%(leader)s) == 0\nand\nmax %(by)s (%(interval)s) > 0' % {
+              by: by([]),
+              leader: sel('proxy_operator_crd_writer_leader'),
+              interval: sel('proxy_operator_provider_check_interval_seconds'),
+            },
+            c.crdWriterNoLeaderFor,
+            'No replica writes the ProviderHealth objects.',
+            'The ProviderHealth writer is on but none of its replicas ('
+            + instances('proxy_operator_crd_writer_leader', '== 0') + ') has been writing for more than '
+            + c.crdWriterNoLeaderFor + ' (none holds the Lease): the ProviderHealth objects are not updated.',
+          ),
+          alert(
+            'ProviderHealthCRDNameClash',
+            'crdNameClash',
+            'max %s (%s) > 0' % [by([]), sel('proxy_operator_crd_writer_name_clashes')],
+            c.crdNameClashFor,
+            'A provider has no ProviderHealth object: another object holds its name.',
+            '{{ $value }} configured provider(s) of the exporter on ' + instances('proxy_operator_crd_writer_name_clashes', '> 0')
+            + " have a ProviderHealth object name held by another exporter instance's object (or one not managed by the exporter), for more than "
+            + c.crdNameClashFor + ': those objects are left alone and these providers have none of their own.',
+          ),
         ],
       },
     ],

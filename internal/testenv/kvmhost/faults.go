@@ -355,3 +355,24 @@ func (h *Host) Logins() int {
 	}
 	return strings.Count(string(data), "Accepted publickey for ")
 }
+
+// rpcLog is the file, in the host's directory, where its libvirtd logs each RPC it dispatches.
+const rpcLog = "rpc.log"
+
+// RPCs counts the calls of libvirt's remote program (the calls a client makes: the check's,
+// not keepalives) that the host's libvirtd dispatched since it first started, read from its log.
+func (h *Host) RPCs() int {
+	b, err := os.ReadFile(filepath.Join(h.Dir, rpcLog))
+	if err != nil {
+		h.fatal(fmt.Errorf("read %s: %w", rpcLog, err))
+	}
+	n := 0
+	for line := range strings.SplitSeq(string(b), "\n") {
+		// virNetServerProgramDispatch logs "prog=536903814 ver=1 type=0 status=0 serial=… proc=…"
+		// for every message; type=0 is a call (replies and streams are other types).
+		if strings.Contains(line, "prog=536903814 ") && strings.Contains(line, " type=0 ") {
+			n++
+		}
+	}
+	return n
+}

@@ -347,7 +347,8 @@ func eachHost(hosts []*Host, fn func(*Host) error) error {
 
 // prepare writes the host's files and starts the process that holds its namespaces.
 func (h *Host) prepare(ctx context.Context, authorizedKeys []byte) error {
-	if err := os.WriteFile(filepath.Join(h.Dir, "etc", "libvirtd.conf"), []byte(libvirtdConf), 0o644); err != nil {
+	conf := libvirtdConf + fmt.Sprintf("log_outputs = \"3:stderr 1:file:%s\"\n", filepath.Join(h.Dir, rpcLog))
+	if err := os.WriteFile(filepath.Join(h.Dir, "etc", "libvirtd.conf"), []byte(conf), 0o644); err != nil {
 		return fmt.Errorf("write libvirtd.conf: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(h.Dir, "authorized_keys"), authorizedKeys, 0o600); err != nil {
@@ -499,7 +500,9 @@ unix_sock_ro_perms = "0700"
 unix_sock_rw_perms = "0700"
 auth_unix_ro = "none"
 auth_unix_rw = "none"
-log_outputs = "3:stderr"
+# Every RPC the daemon dispatches is logged to rpc.log (Host.RPCs counts them); the rest, warnings
+# and errors, to stderr as before.
+log_filters = "1:rpc.netserverprogram"
 `
 
 func (h *Host) sshdConfig(penalties bool) string {

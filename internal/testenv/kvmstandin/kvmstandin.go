@@ -16,6 +16,9 @@
 //     connection starts late (SetSSHDelay), or a key offered for authentication is answered
 //     late (SetAuthDelay).
 //   - ReplaceHostKey: new connections see a new host key (known_hosts then mismatches).
+//
+// SetRTT gives a host a network's round trip (and jitter): every reply of its SSH and libvirt
+// sides reaches the client that much later, so that rounds cost what a network makes them cost.
 package kvmstandin
 
 import (
@@ -99,6 +102,8 @@ type Host struct {
 	rpcDelay  atomic.Int64
 	sshDelay  atomic.Int64
 	authDelay atomic.Int64
+	rtt       atomic.Int64
+	jitter    atomic.Int64
 
 	ln      net.Listener // healthy, silent
 	dropFD  int          // dropping: the listening socket, never accepted from
@@ -120,13 +125,22 @@ type Counts struct {
 // Start starts the hosts and stops them in tb's cleanup.
 func Start(tb testing.TB, c Counts) *Fleet {
 	tb.Helper()
-	f := &Fleet{dir: tb.TempDir()}
+	f, err := New(tb.TempDir(), c)
+	if err != nil {
+		tb.Fatalf("kvmstandin: %v", err)
+	}
+	tb.Cleanup(f.Close)
+	return f
+}
+
+// New starts the hosts, keeping their client key and known_hosts in dir; Close stops them.
+func New(dir string, c Counts) (*Fleet, error) {
+	f := &Fleet{dir: dir}
 	f.ClientKeyPath = filepath.Join(f.dir, "id_ed25519")
 	f.KnownHostsPath = filepath.Join(f.dir, "known_hosts")
 	if err := f.RotateClientKey(); err != nil {
-		tb.Fatalf("kvmstandin: %v", err)
+		return nil, err
 	}
-	tb.Cleanup(f.stop)
 	var modes []Mode
 	for range c.Healthy {
 		modes = append(modes, Healthy)
@@ -138,22 +152,24 @@ func Start(tb testing.TB, c Counts) *Fleet {
 		modes = append(modes, Dropping)
 	}
 	if len(modes) > 250*250 {
-		tb.Fatalf("kvmstandin: %d hosts asked for, at most %d are possible", len(modes), 250*250)
+		return nil, fmt.Errorf("%d hosts asked for, at most %d are possible", len(modes), 250*250)
 	}
 	var known []byte
 	for i, m := range modes {
 		h, err := f.startHost(i, m)
 		if err != nil {
-			tb.Fatalf("kvmstandin: start host %d (%s): %v", i, m, err)
+			f.Close()
+			return nil, fmt.Errorf("start host %d (%s): %w", i, m, err)
 		}
 		f.Hosts = append(f.Hosts, h)
 		known = append(known, knownhosts.Line([]string{knownhosts.Normalize(h.Addr)}, (*h.hostKey.Load()).PublicKey())...)
 		known = append(known, '\n')
 	}
 	if err := os.WriteFile(f.KnownHostsPath, known, 0o600); err != nil {
-		tb.Fatalf("kvmstandin: %v", err)
+		f.Close()
+		return nil, err
 	}
-	return f
+	return f, nil
 }
 
 // RotateClientKey writes a new client key to ClientKeyPath (replacing the file, as a Secret
@@ -184,10 +200,19 @@ func (f *Fleet) RotateClientKey() error {
 
 // KVMConfig is the fleet as a kvm provider block, with the loader's defaults.
 func (f *Fleet) KVMConfig() config.KVMConfig {
-	c := config.KVMConfig{
+	c := kvmConfig(f.ClientKeyPath, f.KnownHostsPath)
+	for _, h := range f.Hosts {
+		c.Hosts = append(c.Hosts, config.KVMHost{Address: h.Addr, Name: h.Name})
+	}
+	return c
+}
+
+// kvmConfig is a kvm provider block with the loader's defaults and no hosts.
+func kvmConfig(key, knownHosts string) config.KVMConfig {
+	return config.KVMConfig{
 		User:           User,
-		PrivateKeyFile: f.ClientKeyPath,
-		KnownHostsFile: f.KnownHostsPath,
+		PrivateKeyFile: key,
+		KnownHostsFile: knownHosts,
 		Port:           config.DefaultKVMPort,
 		Socket:         Socket,
 		StoragePool:    Pool,
@@ -195,11 +220,8 @@ func (f *Fleet) KVMConfig() config.KVMConfig {
 		TCPTimeout:     config.DefaultKVMTCPTimeout,
 		SSHTimeout:     config.DefaultKVMSSHTimeout,
 		LibvirtTimeout: config.DefaultKVMLibvirtTimeout,
+		RPCTimeout:     config.DefaultKVMRPCTimeout,
 	}
-	for _, h := range f.Hosts {
-		c.Hosts = append(c.Hosts, config.KVMHost{Address: h.Addr, Name: h.Name})
-	}
-	return c
 }
 
 // Authentications counts the SSH logins every host of the fleet accepted (one per new link).
@@ -211,7 +233,8 @@ func (f *Fleet) Authentications() int64 {
 	return n
 }
 
-func (f *Fleet) stop() {
+// Close stops every host.
+func (f *Fleet) Close() {
 	for _, h := range f.Hosts {
 		h.stop()
 	}
@@ -358,7 +381,7 @@ func (h *Host) acceptLoop() {
 			if d := time.Duration(h.sshDelay.Load()); d > 0 {
 				time.Sleep(d)
 			}
-			h.serveSSH(c)
+			h.serveSSH(&delayedConn{Conn: c, h: h})
 		})
 	}
 }

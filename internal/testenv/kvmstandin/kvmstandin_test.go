@@ -114,3 +114,54 @@ func TestStandIn(t *testing.T) {
 		t.Errorf("rotated key: %d logins, want %d", slow.Authentications(), logins+1)
 	}
 }
+
+// TestStandInRTT: with a round trip set, every libvirt call on a live link takes at least that
+// round trip; calls in flight together on one link all get their own replies through the
+// delay queue (in order, whatever the jitter); turning it off leaves the link working. Only
+// lower bounds of time are asserted: a reply cannot arrive early.
+func TestStandInRTT(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 1})
+	h := f.Hosts[0]
+	p := hostpool.New(hostpool.Options{Name: "standin-rtt", User: kvmstandin.User, PrivateKeyFile: f.ClientKeyPath,
+		KnownHostsFile: f.KnownHostsPath, Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour,
+		TCPTimeout: 5 * time.Second, SSHTimeout: 5 * time.Second, LibvirtTimeout: 5 * time.Second})
+	t.Cleanup(func() { p.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	call := func() (time.Duration, error) {
+		start := time.Now()
+		err := p.Probe(ctx, h.Addr, func(l *libvirt.Libvirt) error { _, err := l.ConnectGetLibVersion(); return err })
+		return time.Since(start), err
+	}
+	if _, err := call(); err != nil { // the link, without delay
+		t.Fatal(err)
+	}
+	const rtt = 80 * time.Millisecond
+	f.SetRTT(rtt, 10*time.Millisecond)
+	for range 3 {
+		if d, err := call(); err != nil || d < rtt-10*time.Millisecond {
+			t.Errorf("a call with a %v round trip: %v after %v, want at least %v", rtt, err, d, rtt-10*time.Millisecond)
+		}
+	}
+	// Four calls in flight on the one link: each reply reaches its caller.
+	start := time.Now()
+	err := p.Probe(ctx, h.Addr, func(l *libvirt.Libvirt) error {
+		errs := make(chan error, 4)
+		for range 4 {
+			go func() { _, err := l.ConnectGetLibVersion(); errs <- err }()
+		}
+		for range 4 {
+			if err := <-errs; err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if d := time.Since(start); err != nil || d < rtt-10*time.Millisecond {
+		t.Errorf("four calls in flight: %v after %v, want at least one round trip", err, d)
+	}
+	f.SetRTT(0, 0)
+	if _, err := call(); err != nil {
+		t.Errorf("after the round trip is turned off: %v", err)
+	}
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/demo"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+)
+
+// TestWriterAlertsOnRealStack runs the exporter with the ProviderHealth writer on against a real
+// API server, as the ServiceAccount of deploy/rbac/ (its RBAC and the optional admission policy
+// of deploy/optional/ applied), scraped by a real Prometheus that evaluates the mixin's rules
+// (test-sized windows) and notifies a real Alertmanager:
+//   - the CRD is not installed: the writer cannot mirror a round, ProviderHealthCRDWriterLagging
+//     fires; the CRD installed, the writer writes its objects under the admission policy and the
+//     alert resolves;
+//   - a provider added by a reload (POST /-/reload with --web.enable-lifecycle) whose object was
+//     written before instances existed (no instance label): the writer takes it as its own, the
+//     admission policy refuses every status write, ProviderHealthCRDWriteErrors fires; labelling
+//     the object as docs/deploy.md says resolves it;
+//   - a provider whose name another instance's object holds: ProviderHealthCRDNameClash fires.
+//
+// The checks themselves are fakes (gcp providers through newFakeChecks): only the rounds matter.
+func TestWriterAlertsOnRealStack(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		testenv.Unavailable(t, "kubectl is not on PATH")
+	}
+	f := newFakeChecks()
+	f.use(t)
+	env := kube.Start(t) // without the CRD, for now
+	run := func(stdin string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(kubectl, append([]string{"--kubeconfig", env.Kubeconfig}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	run("", "apply", "-f", filepath.Join("deploy", "namespace.yaml"))
+	run("", "apply", "-k", filepath.Join("deploy", "rbac"))
+	run("", "apply", "-f", filepath.Join("deploy", "optional", "validatingadmissionpolicy.yaml"))
+	const serviceAccount = "system:serviceaccount:provider-health-exporter:provider-health-exporter"
+	env.AddUser(serviceAccount)
+
+	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
+	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s", "--web.enable-lifecycle",
+		"--crd.enabled", "--crd.kubeconfig="+env.KubeconfigFor(serviceAccount), "--crd.heartbeat-interval=1m")
+	addr := strings.TrimPrefix(x.base, "http://")
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, r := range x.logs.records() {
+				if r["component"] == "crdwriter" || r["component"] == "client-go" {
+					t.Logf("exporter: %v", r)
+				}
+			}
+		}
+	})
+	rules := demo.MixinRules(t, ".", `{crdWriterLagFor: "10s", crdWriteErrorsWindow: "1m", crdWriteErrorsFor: "10s", crdNameClashFor: "10s"}`)
+	stack := promstack.Start(t, promstack.Options{ScrapeTargets: []string{addr}, RuleFiles: rules})
+	stack.WaitTargetUp(t, addr, 60*time.Second)
+
+	firing := func(alertname string) string {
+		return `ALERTS{alertname="` + alertname + `", alertstate="firing"}`
+	}
+	resolved := func(alertname string) {
+		t.Helper()
+		stack.WaitForQuery(t, firing(alertname), func(s []promstack.Sample) bool { return len(s) == 0 }, 3*time.Minute)
+	}
+
+	// No CRD: the writer retries listing the objects and mirrors no round.
+	a := stack.WaitForAlert(t, "ProviderHealthCRDWriterLagging", 3*time.Minute)
+	if d := a.Annotations["description"]; !strings.Contains(d, "The ProviderHealth writer on "+addr+" has mirrored no round") {
+		t.Errorf("ProviderHealthCRDWriterLagging's description does not name the writing replica %s: %q", addr, d)
+	}
+	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	testutil.Eventually(t, 2*time.Minute, "the writer to write its objects as the ServiceAccount, under the admission policy", func() bool {
+		out, err := exec.Command(kubectl, "--kubeconfig", env.Kubeconfig, "get", "ph", "alpha", "beta", "-o", "name").CombinedOutput()
+		return err == nil && strings.Contains(string(out), "/alpha\n") && strings.Contains(string(out), "/beta\n")
+	})
+	resolved("ProviderHealthCRDWriterLagging")
+
+	// An object of a configured provider written before instances existed: the writer owns it,
+	// the policy refuses the ServiceAccount's writes to it.
+	legacy := "apiVersion: providerhealth.io/v1alpha1\nkind: ProviderHealth\nmetadata:\n  name: gamma\n  labels:\n    app.kubernetes.io/managed-by: provider-health-exporter\n"
+	run(legacy, "create", "-f", "-")
+	writeProviders(t, path, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"}, provider{"gamma", "gamma-project", "g1"})
+	if code, body := x.do(http.MethodPost, "/-/reload"); code != http.StatusOK {
+		t.Fatalf("POST /-/reload: %d %s", code, body)
+	}
+	a = stack.WaitForAlert(t, "ProviderHealthCRDWriteErrors", 3*time.Minute)
+	if d := a.Annotations["description"]; !strings.Contains(d, "of the ProviderHealth writes to the Kubernetes API failed") || !strings.Contains(d, "Writing replica: "+addr+".") {
+		t.Errorf("ProviderHealthCRDWriteErrors's description: %q", d)
+	}
+	if r := x.logs.find("writing ProviderHealth objects failed; retrying with backoff"); r == nil || !strings.Contains(fmt.Sprint(r["err"]), "ValidatingAdmissionPolicy 'provider-health-exporter'") {
+		t.Errorf("the writer's log does not give the policy's refusal: %v", r)
+	}
+	// The fix of docs/deploy.md: label it as the instance's.
+	run("", "label", "ph", "-l", "app.kubernetes.io/managed-by=provider-health-exporter,!providerhealth.io/instance", "providerhealth.io/instance=provider-health-exporter")
+	resolved("ProviderHealthCRDWriteErrors")
+
+	// A name another instance's object holds.
+	theirs := "apiVersion: providerhealth.io/v1alpha1\nkind: ProviderHealth\nmetadata:\n  name: delta\n  labels:\n    app.kubernetes.io/managed-by: provider-health-exporter\n    providerhealth.io/instance: site-b\n"
+	run(theirs, "create", "-f", "-")
+	writeProviders(t, path, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"},
+		provider{"gamma", "gamma-project", "g1"}, provider{"delta", "delta-project", "d1"})
+	if code, body := x.do(http.MethodPost, "/-/reload"); code != http.StatusOK {
+		t.Fatalf("POST /-/reload: %d %s", code, body)
+	}
+	a = stack.WaitForAlert(t, "ProviderHealthCRDNameClash", 3*time.Minute)
+	if d := a.Annotations["description"]; !strings.HasPrefix(d, "1 configured provider(s) of the exporter on "+addr+" have a ProviderHealth object name held by another") {
+		t.Errorf("ProviderHealthCRDNameClash's description: %q", d)
+	}
+	// The writer was on and leading throughout: no NoLeader alert.
+	if s, err := stack.Query(context.Background(), firing("ProviderHealthCRDWriterNoLeader")); err != nil || len(s) != 0 {
+		t.Errorf("ProviderHealthCRDWriterNoLeader fires while the only replica writes: %v %v", s, err)
+	}
+}
