@@ -20,6 +20,8 @@ func (e *exporter) handler() http.Handler {
 			// anyway so that a flood of scrapes cannot pile up.
 			MaxRequestsInFlight: 10,
 		})))
+	// One check of one target now (blackbox's multi-target convention); see probe.go.
+	mux.Handle("GET /probe", newProbeHandler(e, maxProbesInFlight))
 	mux.HandleFunc("GET /{$}", e.serveLanding)
 	mux.HandleFunc("GET /-/healthy", e.serveHealthy)
 	mux.HandleFunc("GET /-/ready", e.serveReady)

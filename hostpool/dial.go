@@ -239,30 +239,44 @@ func (s *stage) fail(addr string, err error) *DialError {
 // to the host key's acceptance (bounded by SSHTimeout), then the rest, authentication (bounded by
 // SSHTimeout again, from the moment the host key callback accepted the key), each also bounded
 // by ctx (x/crypto's own timeout covers only the TCP connect).
-func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
+func (p *Pool) dialLink(ctx context.Context, addr string, tr Tracer) (*link, error) {
+	trace := &stageTrace{tr: tr}
+	trace.next(StageKeyMaterial, "")
 	signer, err := p.signer()
 	if err != nil {
-		return nil, &DialError{Stage: StageKeyMaterial, Addr: addr, Err: err}
+		de := &DialError{Stage: StageKeyMaterial, Addr: addr, Err: err}
+		trace.finish(de.Error())
+		return nil, de
 	}
 	cb, err := p.hostKeyCallback()
 	if err != nil {
-		return nil, &DialError{Stage: StageKeyMaterial, Addr: addr, Err: err}
+		de := &DialError{Stage: StageKeyMaterial, Addr: addr, Err: err}
+		trace.finish(de.Error())
+		return nil, de
 	}
 
+	trace.next(StageTCP, "ok: private key and known_hosts usable")
 	st := newStage(ctx, StageTCP, p.opts.TCPTimeout)
 	var d net.Dialer
 	tcp, err := d.DialContext(st.ctx, "tcp", addr)
 	st.cancel()
 	if err != nil {
-		return nil, st.fail(addr, err)
+		de := st.fail(addr, err)
+		trace.finish(de.Error())
+		return nil, de
 	}
+	trace.next(StageSSHHandshake, "ok: connected to "+tcp.RemoteAddr().String())
 	hs := &handshake{ctx: ctx, tcp: tcp, authBound: p.opts.SSHTimeout}
 	cfg := &ssh.ClientConfig{
 		User: p.opts.User,
 		Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
 		HostKeyCallback: func(hostname string, remote net.Addr, key ssh.PublicKey) error {
+			trace.next(StageHostKey, "ok: key exchange done, host key "+key.Type()+" offered")
 			err := cb(hostname, remote, key)
 			hs.hostKeyChecked(err)
+			if err == nil {
+				trace.next(StageSSHAuth, "ok: host key "+ssh.FingerprintSHA256(key)+" matches known_hosts")
+			}
 			return err
 		},
 		ClientVersion: "SSH-2.0-provider-health-exporter",
@@ -291,8 +305,11 @@ func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
 			// it is the host known_hosts knows, as surely as a key that differs.
 			st.name, err = StageHostKey, &hostKeyTypesError{offered: ane.RequestedAlgorithms, known: cfg.HostKeyAlgorithms, err: err}
 		}
-		return nil, st.fail(addr, err)
+		de := st.fail(addr, err)
+		trace.finish(de.Error())
+		return nil, de
 	}
+	trace.finish("ok: authenticated as " + p.opts.User)
 	p.countHandshake()
 	l := &link{
 		id:              linkSeq.Add(1),
@@ -304,6 +321,47 @@ func (p *Pool) dialLink(ctx context.Context, addr string) (*link, error) {
 		chans:           chans,
 	}
 	return l, nil
+}
+
+// stageTrace reports the stages of one dial to a Tracer: next ends the stage in progress with
+// its result and begins the next one; finish ends the last. Everything is a no-op without a
+// Tracer. The host key callback runs on x/crypto's key exchange goroutine, hence the lock; a
+// later key exchange (a rekey) after finish records nothing.
+type stageTrace struct {
+	tr   Tracer
+	mu   sync.Mutex
+	end  func(string)
+	done bool
+}
+
+func (t *stageTrace) next(stage Stage, prevResult string) {
+	if t.tr == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return
+	}
+	if t.end != nil {
+		t.end(prevResult)
+	}
+	t.end = t.tr.Begin(stage.describe())
+}
+
+func (t *stageTrace) finish(result string) {
+	if t.tr == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return
+	}
+	t.done = true
+	if t.end != nil {
+		t.end(result)
+	}
 }
 
 // handshake is the stage in progress while ssh.NewClientConn runs: StageSSHHandshake until the
@@ -378,13 +436,19 @@ func (e *hostKeyTypesError) Unwrap() error { return e.err }
 // openLibvirt opens a direct-streamlocal channel to the libvirt socket over l and connects
 // libvirt's RPC protocol over it, each bounded by LibvirtTimeout and by ctx. A failure closes
 // the channel, never l.
-func (p *Pool) openLibvirt(ctx context.Context, l *link) (*Conn, error) {
+func (p *Pool) openLibvirt(ctx context.Context, l *link, tr Tracer) (*Conn, error) {
+	trace := &stageTrace{tr: tr}
+	trace.next(StageLibvirtSocket, "")
 	st := newStage(ctx, StageLibvirtSocket, p.opts.LibvirtTimeout)
 	ch, err := p.openSocket(st.ctx, l)
 	st.cancel()
 	if err != nil {
-		return nil, st.fail(l.addr, err)
+		de := st.fail(l.addr, err)
+		trace.finish(de.Error())
+		return nil, de
 	}
+	trace.next(StageLibvirtConnect, "ok: channel to "+p.opts.Socket+" open")
+	defer func() { trace.finish(result(err)) }()
 	st = newStage(ctx, StageLibvirtConnect, p.opts.LibvirtTimeout)
 	defer st.cancel()
 	wc := newWatchedConn(ch)
@@ -399,7 +463,9 @@ func (p *Pool) openLibvirt(ctx context.Context, l *link) (*Conn, error) {
 	}
 	if err != nil {
 		wc.Close()
-		return nil, st.fail(l.addr, err)
+		de := st.fail(l.addr, err)
+		err = de
+		return nil, de
 	}
 	return &Conn{addr: l.addr, link: l, lv: lv, ch: wc}, nil
 }

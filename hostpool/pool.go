@@ -66,7 +66,46 @@ var (
 	ErrProbeAbandoned = errors.New("probe abandoned when its context ended")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("host pool closed")
+	// ErrHostBusy is joined to the error of a caller whose context ended while it waited for
+	// the host: for its connection slot (another caller dialing), or, on an on-demand probe,
+	// for another probe of the host to finish. Nothing is known about the host from it.
+	ErrHostBusy = errors.New("the host was busy with another caller until the deadline")
 )
+
+// Tracer receives the stages of a probe (waiting for the host, each dial stage, the reuse of
+// the pooled connection) for a diagnostic trace; *checks.Trace is one. Begin returns the
+// function that ends the stage with its result. A nil Tracer records nothing.
+type Tracer interface {
+	Begin(stage string) (end func(result string))
+}
+
+func noEnd(string) {}
+
+// begin starts a stage on tr; nothing (and no allocation) when tr is nil, as in the rounds.
+func begin(tr Tracer, stage string) func(string) {
+	if tr == nil {
+		return noEnd
+	}
+	return tr.Begin(stage)
+}
+
+// result renders an error as a trace result.
+func result(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
+}
+
+// waitError is the error of a wait for the host that ended with the caller's context: its text
+// says what was awaited; it unwraps to ErrHostBusy and the context's cause.
+type waitError struct {
+	msg   string
+	cause error
+}
+
+func (e *waitError) Error() string   { return e.msg + ": " + e.cause.Error() }
+func (e *waitError) Unwrap() []error { return []error{ErrHostBusy, e.cause} }
 
 // IsTimeout reports whether err means "no answer in time" rather than an answer that was an
 // error: a context that ended (waiting for the slot, dialing, or during a probe), an abandoned
@@ -167,6 +206,12 @@ type host struct {
 	live atomic.Pointer[Conn]
 	// abandoned is set while the probe holding probe was abandoned at its deadline.
 	abandoned atomic.Bool
+	// onDemand is set while probe is held by an on-demand probe (ProbeOptions.OnDemand).
+	onDemand atomic.Bool
+	// freed is closed (and replaced) whenever probe is given back or its holder is
+	// abandoned, waking the callers waiting for it; guarded by mu.
+	mu    sync.Mutex
+	freed chan struct{}
 	// unresponsive is set when the host's last dial ran out a stage's bound or its last probe
 	// was abandoned, and cleared when a dial or a probe gets its answers in time.
 	unresponsive atomic.Bool
@@ -304,7 +349,7 @@ func (p *Pool) entry(addr string) (*host, error) {
 	}
 	h, ok := p.hosts[addr]
 	if !ok {
-		h = &host{addr: addr, slot: make(chan struct{}, 1), probe: make(chan struct{}, 1)}
+		h = &host{addr: addr, slot: make(chan struct{}, 1), probe: make(chan struct{}, 1), freed: make(chan struct{})}
 		p.hosts[addr] = h
 	}
 	return h, nil
@@ -315,7 +360,11 @@ func (p *Pool) entry(addr string) (*host, error) {
 // ends; the dial itself is bounded by ctx. The connection is shared: release says the caller is
 // done with it (it stays open for the next user). A dial failure is a *DialError.
 func (p *Pool) Acquire(ctx context.Context, addr string) (*Conn, func(), error) {
-	addr = p.normalize(addr)
+	return p.acquire(ctx, p.normalize(addr), nil)
+}
+
+// acquire is Acquire of a normalized address, reporting its stages to tr.
+func (p *Pool) acquire(ctx context.Context, addr string, tr Tracer) (*Conn, func(), error) {
 	h, err := p.entry(addr)
 	if err != nil {
 		return nil, nil, err
@@ -323,15 +372,20 @@ func (p *Pool) Acquire(ctx context.Context, addr string) (*Conn, func(), error) 
 	select {
 	case h.slot <- struct{}{}:
 	default:
+		end := begin(tr, "wait for the host's connection slot")
 		select {
 		case h.slot <- struct{}{}:
+			end("ok")
 		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("waiting for the connection slot of %s (another caller is dialing it): %w", addr, context.Cause(ctx))
+			err := &waitError{fmt.Sprintf("waiting for the connection slot of %s (another caller is dialing it)", addr), context.Cause(ctx)}
+			end(err.Error())
+			return nil, nil, err
 		case <-p.closing:
+			end(ErrClosed.Error())
 			return nil, nil, ErrClosed
 		}
 	}
-	c, err := p.connect(ctx, h)
+	c, err := p.connect(ctx, h, tr)
 	<-h.slot
 	if err != nil {
 		return nil, nil, err
@@ -381,6 +435,15 @@ func (p *Pool) State(addr string) HostState {
 	return HostIdle
 }
 
+// Probing reports whether a probe of addr is running (abandoned or not), without waiting.
+func (p *Pool) Probing(addr string) bool {
+	addr = p.normalize(addr)
+	p.mu.Lock()
+	h := p.hosts[addr]
+	p.mu.Unlock()
+	return h != nil && len(h.probe) > 0
+}
+
 // setUnresponsive records whether the host's last dial or probe ran out its bound, and keeps the
 // provider's count of such hosts.
 func (p *Pool) setUnresponsive(h *host, v bool) {
@@ -396,8 +459,11 @@ func (p *Pool) setUnresponsive(h *host, v bool) {
 }
 
 // connect returns h's live connection or makes one. The caller holds h.slot.
-func (p *Pool) connect(ctx context.Context, h *host) (*Conn, error) {
+func (p *Pool) connect(ctx context.Context, h *host, tr Tracer) (*Conn, error) {
 	if h.conn != nil && h.conn.alive() {
+		if tr != nil {
+			begin(tr, "pooled connection")(fmt.Sprintf("ok: reusing the live link %d (no dial)", h.conn.link.id))
+		}
 		return h.conn, nil
 	}
 	if h.conn != nil {
@@ -417,7 +483,7 @@ func (p *Pool) connect(ctx context.Context, h *host) (*Conn, error) {
 	var c *Conn
 	for redialled := false; ; redialled = true {
 		if h.link == nil {
-			l, err := p.dialLink(dctx, h.addr)
+			l, err := p.dialLink(dctx, h.addr, tr)
 			if err != nil {
 				p.dialFailed(h, err)
 				p.logger.Debug("dial failed", "hostpool", p.opts.Name, "addr", h.addr, "err", err)
@@ -428,9 +494,11 @@ func (p *Pool) connect(ctx context.Context, h *host) (*Conn, error) {
 				return nil, ErrClosed
 			}
 			h.link = l
+		} else if tr != nil {
+			begin(tr, "pooled ssh link")(fmt.Sprintf("ok: reusing the live link %d (no ssh dial)", h.link.id))
 		}
 		var err error
-		c, err = p.openLibvirt(dctx, h.link)
+		c, err = p.openLibvirt(dctx, h.link, tr)
 		if err == nil {
 			break
 		}
@@ -628,22 +696,38 @@ func (p *Pool) checkSoon(l *link) {
 // probed on the same connection again. fn must only make RPCs on the connection: they end with
 // their reply or with the link.
 func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt) error) error {
+	return p.ProbeWith(ctx, addr, ProbeOptions{}, fn)
+}
+
+// ProbeOptions adjust a probe.
+type ProbeOptions struct {
+	// OnDemand marks a probe made outside the rounds (the exporter's /probe). It waits for a
+	// running probe of the host until ctx ends, instead of returning ErrProbeRunning at once,
+	// and then fails with an error that unwraps to ErrHostBusy; it still returns ErrProbeBusy
+	// at once while an abandoned probe of the host has not returned (the host is hung: there is
+	// nothing to wait for). A probe that is not on demand and finds an on-demand probe running
+	// waits for it until its own ctx ends, so that an on-demand probe never costs a round its
+	// verdict; it then fails as it would have at once (ErrProbeBusy when the on-demand probe
+	// was abandoned, ErrProbeRunning otherwise).
+	OnDemand bool
+	// Trace, when set, receives the probe's stages: the waits for the host, the reuse of its
+	// connection or each stage of the dial. fn reports its own calls.
+	Trace Tracer
+}
+
+// ProbeWith is Probe with options.
+func (p *Pool) ProbeWith(ctx context.Context, addr string, opts ProbeOptions, fn func(*libvirt.Libvirt) error) error {
 	addr = p.normalize(addr)
 	h, err := p.entry(addr)
 	if err != nil {
 		return err
 	}
-	select {
-	case h.probe <- struct{}{}:
-	default:
-		if h.abandoned.Load() {
-			return fmt.Errorf("probe %s: %w", addr, ErrProbeBusy)
-		}
-		return fmt.Errorf("probe %s: %w", addr, ErrProbeRunning)
+	if err := p.takeProbe(ctx, h, opts); err != nil {
+		return err
 	}
-	c, release, err := p.Acquire(ctx, addr)
+	c, release, err := p.acquire(ctx, addr, opts.Trace)
 	if err != nil {
-		<-h.probe
+		h.releaseProbe()
 		return err
 	}
 	if testHookAcquired != nil {
@@ -655,7 +739,7 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 	if p.closed {
 		p.mu.Unlock()
 		release()
-		<-h.probe
+		h.releaseProbe()
 		return ErrClosed
 	}
 	p.probes.Add(1)
@@ -679,13 +763,13 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 		p.local.abandoned.Add(-1)
 		p.stats.abandoned.Add(-1)
 		h.abandoned.Store(false)
-		<-h.probe
+		h.releaseProbe()
 		p.logger.Debug("abandoned probe returned", "hostpool", p.opts.Name, "addr", addr, "err", err)
 	}()
 
 	finish := func(err error) error {
 		release()
-		<-h.probe
+		h.releaseProbe()
 		return err
 	}
 	select {
@@ -701,7 +785,7 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 		if testHookAbandoned != nil {
 			testHookAbandoned()
 		}
-		h.abandoned.Store(true)
+		h.setAbandoned()
 		// A hung libvirtd or a link that died without a word: a keepalive now tells them apart,
 		// and closes a dead link, which ends the abandoned calls so that the next check redials.
 		p.checkSoon(c.link)
@@ -710,6 +794,78 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 		close(counted)
 		return fmt.Errorf("probe %s: %w", addr, errors.Join(ErrProbeAbandoned, context.Cause(ctx)))
 	}
+}
+
+// takeProbe takes h.probe for a probe with opts, waiting as ProbeOptions describes.
+func (p *Pool) takeProbe(ctx context.Context, h *host, opts ProbeOptions) error {
+	end, waiting := noEnd, false
+	for {
+		h.mu.Lock()
+		select {
+		case h.probe <- struct{}{}:
+			h.onDemand.Store(opts.OnDemand)
+			h.mu.Unlock()
+			end("ok")
+			return nil
+		default:
+		}
+		abandoned, heldOnDemand, freed := h.abandoned.Load(), h.onDemand.Load(), h.freed
+		h.mu.Unlock()
+		refuse := func() error {
+			if abandoned {
+				return fmt.Errorf("probe %s: %w", h.addr, ErrProbeBusy)
+			}
+			return fmt.Errorf("probe %s: %w", h.addr, ErrProbeRunning)
+		}
+		switch {
+		case opts.OnDemand && abandoned, !opts.OnDemand && !heldOnDemand:
+			err := refuse()
+			end(err.Error())
+			return err
+		}
+		if !waiting {
+			waiting, end = true, begin(opts.Trace, "wait for the host's running check")
+		}
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			var err error
+			if opts.OnDemand {
+				err = &waitError{fmt.Sprintf("waiting for the running check of %s to finish", h.addr), context.Cause(ctx)}
+			} else {
+				abandoned = h.abandoned.Load()
+				err = refuse()
+			}
+			end(err.Error())
+			return err
+		case <-p.closing:
+			end(ErrClosed.Error())
+			return ErrClosed
+		}
+	}
+}
+
+// releaseProbe gives h.probe back and wakes the probes waiting for it.
+func (h *host) releaseProbe() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.onDemand.Store(false)
+	<-h.probe
+	h.notifyLocked()
+}
+
+// setAbandoned marks the probe holding h.probe as abandoned and wakes the probes waiting for
+// it (an on-demand probe stops waiting for a hung host).
+func (h *host) setAbandoned() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.abandoned.Store(true)
+	h.notifyLocked()
+}
+
+func (h *host) notifyLocked() {
+	close(h.freed)
+	h.freed = make(chan struct{})
 }
 
 // testHookAbandoned, when set by a test, runs in Probe between abandoning a probe and counting it.

@@ -671,3 +671,10 @@ func truncate(s string) string {
 	}
 	return s[:cut] + ellipsis
 }
+
+// ProbeTarget checks the one target (the project) now, on demand: the same single
+// instances.aggregatedList request as a round's check, bounded by ctx, with the same
+// credentials and token cache.
+func (c *Checker) ProbeTarget(ctx context.Context, target string, trace *checks.Trace) (checks.TargetResult, error) {
+	return checks.ProbeSingle(ctx, c, target, trace, "compute instances.aggregatedList of project "+c.project+" (maxResults 1)")
+}

@@ -63,7 +63,10 @@ type Checker struct {
 	kubeconfigAt checks.FileState
 }
 
-var _ checks.Checker = (*Checker)(nil)
+var (
+	_ checks.Checker      = (*Checker)(nil)
+	_ checks.TargetProber = (*Checker)(nil)
+)
 
 // New builds the checker of a kubernetes provider; logger is expected to be scoped to the
 // provider already. It reads the kubeconfig (or the in-cluster configuration when none is
@@ -321,4 +324,10 @@ func hostOf(host string) string {
 		return u.Host
 	}
 	return strings.TrimSuffix(host, "/")
+}
+
+// ProbeTarget checks the one target now, on demand: the same single LIST request as a round's
+// check, bounded by ctx. It shares nothing with a round in progress but the HTTP connections.
+func (c *Checker) ProbeTarget(ctx context.Context, target string, trace *checks.Trace) (checks.TargetResult, error) {
+	return checks.ProbeSingle(ctx, c, target, trace, "list "+c.what+c.selectorText()+" (limit 1)")
 }

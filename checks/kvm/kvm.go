@@ -78,6 +78,7 @@ type sharedPool struct {
 
 var (
 	_ checks.Checker             = (*Checker)(nil)
+	_ checks.TargetProber        = (*Checker)(nil)
 	_ interface{ Close() error } = (*Checker)(nil)
 )
 
@@ -382,6 +383,35 @@ func (e *hostBoundError) Error() string {
 }
 
 func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.TargetResult {
+	r, _ := c.probeHost(ctx, i, start, hostpool.ProbeOptions{}, nil)
+	return r
+}
+
+// ProbeTarget checks one host now, on demand, through the same pool as the rounds: it waits for
+// a check of the host in progress (a round's) only until ctx ends, and then returns
+// checks.ErrBusy; it never opens a second link to the host. A round that finds this probe
+// running waits for it. trace, when set, receives the waits, the dial stages (or the reuse of
+// the pooled connection) and every libvirt call.
+func (c *Checker) ProbeTarget(ctx context.Context, target string, trace *checks.Trace) (checks.TargetResult, error) {
+	i := slices.Index(c.targets, target)
+	if i < 0 {
+		return checks.TargetResult{}, checks.ErrUnknownTarget
+	}
+	opts := hostpool.ProbeOptions{OnDemand: true}
+	if trace != nil {
+		opts.Trace = trace
+	}
+	r, err := c.probeHost(ctx, i, time.Now(), opts, trace)
+	if errors.Is(err, hostpool.ErrHostBusy) {
+		r.NotContacted = true
+		return r, checks.ErrBusy
+	}
+	return r, nil
+}
+
+// probeHost checks host i with the pool's probe options, and returns the verdict and the error
+// it came from (nil for a host that answered every call).
+func (c *Checker) probeHost(ctx context.Context, i int, start time.Time, opts hostpool.ProbeOptions, trace *checks.Trace) (checks.TargetResult, error) {
 	target, addr := c.targets[i], c.addrs[i]
 	// The host holds its slot at most for its own bound, whatever it does: a retry after a lost
 	// connection included. config checks that the bound fits the round.
@@ -394,12 +424,23 @@ func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.
 	// and the probe is abandoned (never the connection) when a call runs it out.
 	probe := func(pctx context.Context, cut context.CancelCauseFunc) func(*libvirt.Libvirt) error {
 		var bound *time.Timer
+		// endCall ends the trace's stage of the call in progress (a no-op without a trace).
+		endCall := func(string) {}
+		done := func(err error) error {
+			if err != nil {
+				endCall(err.Error())
+			} else {
+				endCall("ok")
+			}
+			return err
+		}
 		call := func(name string) error {
 			if pctx.Err() != nil {
 				// Abandoned: the calls left are not made.
 				return context.Cause(pctx)
 			}
 			step.Store(name)
+			endCall = trace.Begin("libvirt " + name)
 			if bound != nil {
 				bound.Stop()
 			}
@@ -420,13 +461,13 @@ func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.
 				if err = call(rpcLibVersion); err != nil {
 					return err
 				}
-				if f.libVersion, err = l.ConnectGetLibVersion(); err != nil {
+				if f.libVersion, err = l.ConnectGetLibVersion(); done(err) != nil {
 					return &rpcError{rpcLibVersion, err}
 				}
 				if err = call(rpcHostname); err != nil {
 					return err
 				}
-				if f.hostname, err = l.ConnectGetHostname(); err != nil {
+				if f.hostname, err = l.ConnectGetHostname(); done(err) != nil {
 					return &rpcError{rpcHostname, err}
 				}
 				f.known = true
@@ -437,7 +478,7 @@ func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.
 					return err
 				}
 				p, err := l.StoragePoolLookupByName(c.storagePool)
-				if err != nil {
+				if done(err) != nil {
 					f.havePool = false
 					c.keepFacts(addr, f)
 					return &rpcError{rpcPoolLookup, err}
@@ -458,6 +499,7 @@ func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.
 					return err
 				}
 				st, capacity, allocation, available, err := l.StoragePoolGetInfo(f.pool)
+				done(err)
 				var le libvirt.Error
 				if cached && errors.As(err, &le) && le.Code == uint32(libvirt.ErrNoStoragePool) {
 					// The handle went stale (the pool was undefined, and maybe defined again
@@ -482,7 +524,7 @@ func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.
 	run := func() error {
 		pctx, cut := context.WithCancelCause(hctx)
 		defer cut(nil)
-		return c.pool.Probe(pctx, addr, probe(pctx, cut))
+		return c.pool.ProbeWith(pctx, addr, opts, probe(pctx, cut))
 	}
 	err := run()
 	if c.closed.Load() {
@@ -504,16 +546,16 @@ func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.
 		if errors.Is(err, hostpool.ErrProbeBusy) || errors.Is(err, hostpool.ErrProbeRunning) {
 			// No call was made: the host was not contacted this round.
 			_, msg := classify(err, "")
-			return notContacted(target, start, msg)
+			return notContacted(target, start, msg), err
 		}
 		s, _ := step.Load().(string)
 		reason, msg := classify(err, s)
-		return verdict(target, start, reason, msg, nil)
+		return verdict(target, start, reason, msg, nil), err
 	}
 	if c.tuning.relearn {
 		c.forgetFacts(addr)
 	}
-	return c.poolVerdict(target, start, info)
+	return c.poolVerdict(target, start, info), nil
 }
 
 // connectionLost reports whether a probe failed because the libvirt connection ended under

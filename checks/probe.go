@@ -1,0 +1,144 @@
+package checks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// TargetProber is an optional ability of a Checker: check one of its targets now, on demand
+// (the exporter's /probe endpoint), through the same machinery as the rounds but outside them.
+// A probe's verdict is returned only: it never enters the runner's memory, so the snapshot, the
+// metrics and the ProviderHealth objects do not change.
+type TargetProber interface {
+	// ProbeTarget checks target once, within ctx. trace, when not nil, receives the stages of
+	// the check. The error is ErrUnknownTarget for a target the checker does not list, or
+	// ErrBusy when the target could not be checked before ctx ended because another check of
+	// it held it (the verdict is then not about the target); otherwise nil, and the verdict is
+	// the target's.
+	ProbeTarget(ctx context.Context, target string, trace *Trace) (TargetResult, error)
+}
+
+var (
+	// ErrUnknownTarget is ProbeTarget's error for a target the checker does not list.
+	ErrUnknownTarget = errors.New("unknown target")
+	// ErrBusy is ProbeTarget's error when another check of the target (a round's, or another
+	// user of the same connection) held it until the probe's deadline.
+	ErrBusy = errors.New("the target was busy with another check until the deadline")
+)
+
+// Trace records the stages of one on-demand check, each with its start, duration and result, so
+// that on-call sees where a check hangs. It is safe for concurrent use: a call abandoned at the
+// deadline may end its stage after the trace was read. A nil *Trace records nothing and costs
+// nothing: the rounds pass nil. Results are error texts and short descriptions, never secrets
+// (the checks' messages carry none).
+type Trace struct {
+	start time.Time
+
+	mu     sync.Mutex
+	stages []*traceStage
+}
+
+type traceStage struct {
+	name   string
+	start  time.Time
+	end    time.Time // zero while running
+	result string
+}
+
+// NewTrace returns a trace whose offsets count from now.
+func NewTrace() *Trace { return &Trace{start: time.Now()} }
+
+// noEnd is the end function of a nil trace.
+func noEnd(string) {}
+
+// Begin starts a stage; the returned function ends it with its result ("ok", or what went
+// wrong). Ending a stage twice keeps the first result. On a nil trace it does nothing.
+func (t *Trace) Begin(name string) (end func(result string)) {
+	if t == nil {
+		return noEnd
+	}
+	s := &traceStage{name: name, start: time.Now()}
+	t.mu.Lock()
+	t.stages = append(t.stages, s)
+	t.mu.Unlock()
+	return func(result string) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if s.end.IsZero() {
+			s.end, s.result = time.Now(), result
+		}
+	}
+}
+
+// Stage is one recorded stage of a trace.
+type Stage struct {
+	Name string
+	// Offset is when the stage started, counted from the start of the trace.
+	Offset time.Duration
+	// Duration is how long it took; for a stage still running, how long it has run so far.
+	Duration time.Duration
+	// Running is true when the stage had not ended when the trace was read (a call abandoned
+	// at the deadline, still waiting for its reply).
+	Running bool
+	Result  string
+}
+
+// Stages returns the stages recorded so far, in the order they started.
+func (t *Trace) Stages() []Stage {
+	if t == nil {
+		return nil
+	}
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]Stage, len(t.stages))
+	for i, s := range t.stages {
+		st := Stage{Name: s.name, Offset: s.start.Sub(t.start), Result: s.result}
+		if s.end.IsZero() {
+			st.Running, st.Duration = true, now.Sub(s.start)
+		} else {
+			st.Duration = s.end.Sub(s.start)
+		}
+		out[i] = st
+	}
+	return out
+}
+
+// String renders the stages one a line: offset, duration, name, result.
+func (t *Trace) String() string {
+	var b strings.Builder
+	for _, s := range t.Stages() {
+		result := s.Result
+		if s.Running {
+			result = fmt.Sprintf("NO RESULT: still running after %s (abandoned at the deadline)", s.Duration.Round(time.Millisecond))
+		}
+		fmt.Fprintf(&b, "+%-9s %9s  %-26s %s\n", s.Offset.Round(time.Microsecond*100), s.Duration.Round(time.Microsecond*100), s.Name, result)
+	}
+	return b.String()
+}
+
+// ProbeSingle is ProbeTarget for a checker with exactly one target (kubernetes, gcp): it runs
+// the checker's own Check with ctx's deadline, as one stage named what.
+func ProbeSingle(ctx context.Context, c Checker, target string, trace *Trace, what string) (TargetResult, error) {
+	if ts := c.Targets(); len(ts) != 1 || ts[0] != target {
+		return TargetResult{}, ErrUnknownTarget
+	}
+	end := trace.Begin(what)
+	rs := c.Check(ctx)
+	if len(rs) != 1 {
+		end("no verdict")
+		return TargetResult{}, fmt.Errorf("check returned %d verdicts, want 1", len(rs))
+	}
+	r := rs[0]
+	r.Up = r.Reason == ReasonReady
+	if r.Up {
+		end("ok: " + r.Message)
+	} else {
+		end(string(r.Reason) + ": " + r.Message)
+	}
+	return r, nil
+}

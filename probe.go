@@ -1,0 +1,380 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+)
+
+const (
+	// maxProbesInFlight bounds the on-demand probes running at once, whatever their targets: a
+	// probe beyond it waits for a place until its deadline, then answers 503.
+	maxProbesInFlight = 10
+	// probeTimeoutMargin is taken off Prometheus's scrape timeout (the
+	// X-Prometheus-Scrape-Timeout-Seconds header) so that the answer, a timeout verdict
+	// included, reaches Prometheus before it gives up; at most a quarter of the timeout.
+	probeTimeoutMargin = 500 * time.Millisecond
+	// scrapeTimeoutHeader is the header in which Prometheus sends its scrape timeout.
+	scrapeTimeoutHeader = "X-Prometheus-Scrape-Timeout-Seconds"
+	// maxTargetsNamed bounds how many targets an "unknown target" answer lists.
+	maxTargetsNamed = 20
+)
+
+// probeHandler serves GET /probe?provider=P&target=T: one check of one target now, answered in
+// the Prometheus text format (probe_success, probe_duration_seconds, probe_reason), or with
+// &debug=true as a plain-text trace of its stages. It goes through the provider's own checker
+// (checks.TargetProber), so a KVM host is reached over its pooled connection, and it never
+// touches the runner: the snapshot, /metrics and the ProviderHealth objects do not change.
+type probeHandler struct {
+	e *exporter
+	// inFlight holds one token per running probe (capacity maxProbesInFlight).
+	inFlight chan struct{}
+
+	mu sync.Mutex
+	// targets holds, per provider and target with a probe running or waiting, the one-slot
+	// channel that lets one probe of the target run at a time.
+	targets map[string]*targetSlot
+}
+
+type targetSlot struct {
+	ch    chan struct{}
+	users int
+}
+
+func newProbeHandler(e *exporter, limit int) *probeHandler {
+	return &probeHandler{e: e, inFlight: make(chan struct{}, limit), targets: map[string]*targetSlot{}}
+}
+
+// badRequest answers 400 with what is wrong.
+func badRequest(w http.ResponseWriter, format string, args ...any) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusBadRequest)
+	fmt.Fprintf(w, format+"\n", args...)
+}
+
+// probeDeadline is the probe's timeout and how it was decided, for the trace.
+type probeDeadline struct {
+	timeout time.Duration
+	why     string
+}
+
+// probeTimeout decides the probe's timeout from the scrape timeout header (less the margin) and
+// the timeout= parameter, the shorter of both when both are given, capped by the round timeout
+// (the derived default when checks are off).
+func (e *exporter) probeTimeout(r *http.Request) (probeDeadline, error) {
+	capAt, capName := e.timeout, "--provider-check-timeout"
+	if capAt <= 0 {
+		capAt, capName = maxDerivedTimeout, "the default round timeout (checks are off)"
+	}
+	var d probeDeadline
+	var whys []string
+	if h := r.Header.Get(scrapeTimeoutHeader); h != "" {
+		secs, err := strconv.ParseFloat(h, 64)
+		if err != nil || secs <= 0 || math.IsInf(secs, 0) || math.IsNaN(secs) {
+			return d, fmt.Errorf("header %s: %q is not a positive number of seconds", scrapeTimeoutHeader, h)
+		}
+		t := time.Duration(secs * float64(time.Second))
+		margin := min(probeTimeoutMargin, t/4)
+		d.timeout = t - margin
+		whys = append(whys, fmt.Sprintf("%s %s less a margin of %s", scrapeTimeoutHeader, h, margin))
+	}
+	if p := r.URL.Query().Get("timeout"); p != "" || r.URL.Query().Has("timeout") {
+		t, err := parseProbeTimeout(p)
+		if err != nil {
+			return d, err
+		}
+		if d.timeout == 0 || t < d.timeout {
+			d.timeout = t
+		}
+		whys = append(whys, "timeout="+p)
+	}
+	switch {
+	case d.timeout == 0:
+		d.timeout, d.why = capAt, capName
+	case d.timeout > capAt:
+		d.timeout, d.why = capAt, strings.Join(whys, ", ")+", capped by "+capName+" "+capAt.String()
+	default:
+		d.why = strings.Join(whys, ", ")
+	}
+	return d, nil
+}
+
+// parseProbeTimeout reads the timeout= parameter: a Go duration (2s, 1500ms) or a number of
+// seconds (2, 1.5), positive.
+func parseProbeTimeout(s string) (time.Duration, error) {
+	bad := fmt.Errorf("parameter timeout=%q: want a positive duration (examples: 2s, 1500ms) or number of seconds (2, 1.5)", s)
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		secs, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || math.IsInf(secs, 0) || math.IsNaN(secs) {
+			return 0, bad
+		}
+		d = time.Duration(secs * float64(time.Second))
+	}
+	if d <= 0 {
+		return 0, bad
+	}
+	return d, nil
+}
+
+// lookup returns the checker of a provider, or the names of the configured ones; closed is
+// true once the exporter has closed its checkers (shutting down).
+func (e *exporter) lookup(provider string) (c checks.Checker, names []string, closed bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, nil, true
+	}
+	if en, ok := e.entries[provider]; ok {
+		return en.checker, nil, false
+	}
+	names = make([]string, 0, len(e.entries))
+	for name := range e.entries {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return nil, names, false
+}
+
+// quoteList renders names for a message, at most maxTargetsNamed of them.
+func quoteList(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	q := make([]string, 0, min(len(names), maxTargetsNamed))
+	for _, n := range names[:min(len(names), maxTargetsNamed)] {
+		q = append(q, strconv.Quote(n))
+	}
+	s := strings.Join(q, ", ")
+	if len(names) > maxTargetsNamed {
+		s += fmt.Sprintf(" and %d more", len(names)-maxTargetsNamed)
+	}
+	return s
+}
+
+func (h *probeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	provider, target := q.Get("provider"), q.Get("target")
+	var missing []string
+	if provider == "" {
+		missing = append(missing, "provider")
+	}
+	if target == "" {
+		missing = append(missing, "target")
+	}
+	if len(missing) > 0 {
+		badRequest(w, "missing parameter %s: want /probe?provider=NAME&target=NAME (optional: &timeout=DURATION, &debug=true)",
+			strings.Join(missing, " and "))
+		return
+	}
+	debug := false
+	if v := q.Get("debug"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			badRequest(w, "parameter debug=%q: want true or false", v)
+			return
+		}
+		debug = b
+	}
+	deadline, err := h.e.probeTimeout(r)
+	if err != nil {
+		badRequest(w, "%v", err)
+		return
+	}
+	c, known, closed := h.e.lookup(provider)
+	if closed {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "the exporter is shutting down")
+		return
+	}
+	if c == nil {
+		badRequest(w, "unknown provider %q (configured providers: %s)", provider, quoteList(known))
+		return
+	}
+	targets := c.Targets()
+	if !slices.Contains(targets, target) {
+		badRequest(w, "unknown target %q of provider %q (its targets: %s)", target, provider, quoteList(targets))
+		return
+	}
+	prober, ok := c.(checks.TargetProber)
+	if !ok {
+		w.WriteHeader(http.StatusNotImplemented)
+		fmt.Fprintf(w, "provider %q (type %s) cannot be probed on demand\n", provider, c.Type())
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(r.Context(), deadline.timeout)
+	defer cancel()
+	start := time.Now()
+	var trace *checks.Trace
+	if debug {
+		trace = checks.NewTrace()
+	}
+	res, err := h.run(ctx, prober, provider, target, trace)
+	elapsed := time.Since(start)
+	if err == nil && !checks.ValidReason(c.Type(), res.Reason) {
+		res.Message = fmt.Sprintf("check reported reason %q, which is not in the %s catalogue (a bug in the checker): %s", res.Reason, c.Type(), res.Message)
+		res.Reason = checks.ReasonTimeout
+	}
+	res.Up = res.Reason == checks.ReasonReady
+	h.e.logger.Debug("probe", "provider", provider, "target", target, "reason", string(res.Reason),
+		"duration", elapsed, "err", err)
+
+	if debug {
+		h.writeTrace(w, c, target, deadline, trace, res, elapsed, err)
+		return
+	}
+	if err != nil {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(statusOf(err))
+		if res.Message != "" {
+			err = fmt.Errorf("%w (%s)", err, res.Message)
+		}
+		fmt.Fprintf(w, "probe of target %q of provider %q: %v\n", target, provider, err)
+		return
+	}
+	h.writeMetrics(w, r, res, elapsed)
+}
+
+// errProbeWait is the error of a probe that waited for its turn until its deadline.
+type errProbeWait struct{ msg string }
+
+func (e *errProbeWait) Error() string { return e.msg }
+
+// statusOf is the HTTP status of a probe that gave no verdict: 503 when it found the target
+// or the exporter busy (retry later), 400 for a target a reload removed meanwhile, 500
+// otherwise.
+func statusOf(err error) int {
+	var pw *errProbeWait
+	switch {
+	case errors.As(err, &pw) || errors.Is(err, checks.ErrBusy):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, checks.ErrUnknownTarget):
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}
+
+// run waits for the target's turn and a place among the probes in flight, both within ctx,
+// then probes. An error means no verdict about the target.
+func (h *probeHandler) run(ctx context.Context, p checks.TargetProber, provider, target string, trace *checks.Trace) (checks.TargetResult, error) {
+	key := provider + "\x00" + target
+	h.mu.Lock()
+	ts := h.targets[key]
+	if ts == nil {
+		ts = &targetSlot{ch: make(chan struct{}, 1)}
+		h.targets[key] = ts
+	}
+	ts.users++
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		if ts.users--; ts.users == 0 {
+			delete(h.targets, key)
+		}
+		h.mu.Unlock()
+	}()
+
+	wait := func(slot chan struct{}, stage, busy string) error {
+		select {
+		case slot <- struct{}{}:
+			return nil
+		default:
+		}
+		end := trace.Begin(stage)
+		select {
+		case slot <- struct{}{}:
+			end("ok")
+			return nil
+		case <-ctx.Done():
+			err := &errProbeWait{busy}
+			end(err.Error())
+			return err
+		}
+	}
+	if err := wait(ts.ch, "wait for another probe of this target",
+		"another probe of this target was still running at the deadline (one probe per target at a time)"); err != nil {
+		return checks.TargetResult{}, err
+	}
+	defer func() { <-ts.ch }()
+	if err := wait(h.inFlight, "wait for a place among the probes in flight",
+		fmt.Sprintf("%d probes were still running at the deadline (at most %d at once)", cap(h.inFlight), cap(h.inFlight))); err != nil {
+		return checks.TargetResult{}, err
+	}
+	defer func() { <-h.inFlight }()
+	return p.ProbeTarget(ctx, target, trace)
+}
+
+// writeMetrics answers the verdict in the Prometheus exposition format, negotiated by promhttp
+// as on /metrics.
+func (h *probeHandler) writeMetrics(w http.ResponseWriter, r *http.Request, res checks.TargetResult, elapsed time.Duration) {
+	reg := prometheus.NewRegistry()
+	success := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "probe_success",
+		Help: "Whether the target's verdict is Ready (1) or not (0).",
+	})
+	duration := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "probe_duration_seconds",
+		Help: "How long the probe took, waits for the target's turn included.",
+	})
+	reason := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "probe_reason",
+		Help: "The verdict's reason (docs/reasons.md): 1 for the current reason only.",
+	}, []string{"reason"})
+	reg.MustRegister(success, duration, reason)
+	if res.Up {
+		success.Set(1)
+	}
+	duration.Set(elapsed.Seconds())
+	reason.WithLabelValues(string(res.Reason)).Set(1)
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: promhttpLogger{h.e}}).ServeHTTP(w, r)
+}
+
+// writeTrace answers the plain-text trace of &debug=true.
+func (h *probeHandler) writeTrace(w http.ResponseWriter, c checks.Checker, target string, d probeDeadline,
+	trace *checks.Trace, res checks.TargetResult, elapsed time.Duration, err error) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err != nil {
+		w.WriteHeader(statusOf(err))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "probe of target %q of provider %q (type %s)\n", target, c.Name(), c.Type())
+	fmt.Fprintf(&b, "deadline: %s (%s)\n\n", d.timeout, d.why)
+	b.WriteString("stages (start offset, duration, stage, result):\n")
+	if s := trace.String(); s != "" {
+		b.WriteString(s)
+	} else {
+		b.WriteString("(none)\n")
+	}
+	b.WriteString("\n")
+	if err != nil {
+		fmt.Fprintf(&b, "no verdict after %s: %v\n", elapsed.Round(time.Millisecond), err)
+	} else {
+		state := "down"
+		if res.Up {
+			state = "up"
+		}
+		fmt.Fprintf(&b, "verdict: %s (%s) after %s\n", res.Reason, state, elapsed.Round(time.Millisecond))
+		fmt.Fprintf(&b, "message: %s\n", res.Message)
+		success := 0
+		if res.Up {
+			success = 1
+		}
+		fmt.Fprintf(&b, "probe_success %d\n", success)
+	}
+	b.WriteString("\nThis probe did not change the exporter's cached verdicts (/metrics, the status page, ProviderHealth).\n")
+	_, _ = w.Write([]byte(b.String()))
+}

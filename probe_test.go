@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+)
+
+// ProbeTarget makes the tests' fake checkers probeable: one Check, the target's verdict. A
+// target named busy-* is busy, as a KVM host whose round's check held it past the deadline.
+func (c *fakeChecker) ProbeTarget(ctx context.Context, target string, trace *checks.Trace) (checks.TargetResult, error) {
+	if strings.HasPrefix(target, "busy-") {
+		return checks.TargetResult{Target: target, Reason: checks.ReasonTimeout, Message: "waiting for the running check to finish",
+			NotContacted: true}, checks.ErrBusy
+	}
+	end := trace.Begin("fake check")
+	for _, r := range c.Check(ctx) {
+		if r.Target == target {
+			end(string(r.Reason))
+			return r, nil
+		}
+	}
+	end("unknown target")
+	return checks.TargetResult{}, checks.ErrUnknownTarget
+}
+
+// probeTestExporter builds an exporter over fake gcp providers, its first round done, and
+// serves its handler; limit is the probes-in-flight bound of its /probe.
+func probeTestExporter(t *testing.T, f *fakeChecks, limit int, ps ...provider) (*exporter, *httptest.Server) {
+	t.Helper()
+	path := writeProviders(t, "", ps...)
+	e, err := newExporter(path, time.Minute, 15*time.Second, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.runner.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		e.close()
+	})
+	<-e.runner.FirstRound()
+	mux := http.NewServeMux()
+	mux.Handle("GET /probe", newProbeHandler(e, limit))
+	mux.Handle("/", e.handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return e, srv
+}
+
+// fetch GETs url with the headers (name, value pairs) and returns the status and body.
+func fetch(t *testing.T, client *http.Client, url string, headers ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// probeSamples parses a /probe answer: the value of each series, keyed as name{labels}.
+func probeSamples(t *testing.T, body string) map[string]float64 {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("the answer is not the Prometheus text format: %v\n%s", err, body)
+	}
+	out := map[string]float64{}
+	for name, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := name
+			for _, lp := range m.GetLabel() {
+				key += fmt.Sprintf("{%s=%q}", lp.GetName(), lp.GetValue())
+			}
+			out[key] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+// verdictLines returns the provider verdict series of a /metrics answer.
+func verdictLines(body string) string {
+	var keep []string
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, "proxy_operator_provider_") && !strings.HasPrefix(line, "proxy_operator_provider_check_rounds") {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+// TestProbe checks /probe over fake checkers: the Prometheus answer of an up and a down target,
+// the debug trace, and that a probe changes neither the snapshot nor /metrics.
+func TestProbe(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	e, srv := probeTestExporter(t, f, maxProbesInFlight, provider{"alpha", "alpha-project", "a1,down-a2,busy-a3"})
+	client := srv.Client()
+	snap := e.runner.Current()
+	_, metricsBefore := fetch(t, client, srv.URL+"/metrics")
+
+	code, body := fetch(t, client, srv.URL+"/probe?provider=alpha&target=a1")
+	s := probeSamples(t, body)
+	if code != http.StatusOK || s["probe_success"] != 1 || s[`probe_reason{reason="Ready"}`] != 1 || len(s) != 3 {
+		t.Errorf("up target: %d %v, want 200 with probe_success 1, probe_reason Ready, probe_duration_seconds", code, s)
+	}
+	if _, ok := s["probe_duration_seconds"]; !ok {
+		t.Errorf("no probe_duration_seconds in %v", s)
+	}
+	code, body = fetch(t, client, srv.URL+"/probe?provider=alpha&target=down-a2")
+	s = probeSamples(t, body)
+	if code != http.StatusOK || s["probe_success"] != 0 || s[`probe_reason{reason="APIError"}`] != 1 {
+		t.Errorf("down target: %d %v, want 200 with probe_success 0 and reason APIError", code, s)
+	}
+
+	// Busy (another check held the target until the deadline): 503, no verdict made up.
+	code, body = fetch(t, client, srv.URL+"/probe?provider=alpha&target=busy-a3")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "busy with another check") ||
+		!strings.Contains(body, "waiting for the running check") || strings.Contains(body, "probe_success") {
+		t.Errorf("a busy target: %d %q, want 503 saying it was busy, without probe_success", code, body)
+	}
+
+	code, body = fetch(t, client, srv.URL+"/probe?provider=alpha&target=down-a2&debug=true&timeout=3s")
+	for _, want := range []string{`probe of target "down-a2" of provider "alpha"`, "deadline: 3s (timeout=3s)",
+		"fake check", "verdict: APIError (down)", "message: <b>boom</b> from down-a2", "probe_success 0"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the debug answer lacks %q:\n%s", want, body)
+		}
+	}
+	if code != http.StatusOK {
+		t.Errorf("debug answer: %d, want 200", code)
+	}
+
+	if e.runner.Current() != snap {
+		t.Error("a probe published a new snapshot")
+	}
+	if _, after := fetch(t, client, srv.URL+"/metrics"); verdictLines(after) != verdictLines(metricsBefore) {
+		t.Errorf("the verdicts on /metrics changed after probes:\nbefore:\n%s\nafter:\n%s", verdictLines(metricsBefore), verdictLines(after))
+	}
+}
+
+// TestProbeBadInput: every malformed request answers 400 saying what is wrong.
+func TestProbeBadInput(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	_, srv := probeTestExporter(t, f, maxProbesInFlight, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
+	for _, c := range []struct {
+		query  string
+		header string
+		want   []string
+	}{
+		{"", "", []string{"missing parameter provider and target"}},
+		{"?provider=alpha", "", []string{"missing parameter target"}},
+		{"?target=a1", "", []string{"missing parameter provider"}},
+		{"?provider=gamma&target=a1", "", []string{`unknown provider "gamma"`, `"alpha", "beta"`}},
+		{"?provider=alpha&target=b1", "", []string{`unknown target "b1" of provider "alpha"`, `its targets: "a1"`}},
+		{"?provider=alpha&target=a1&timeout=soon", "", []string{`parameter timeout="soon"`, "positive duration"}},
+		{"?provider=alpha&target=a1&timeout=0", "", []string{`parameter timeout="0"`}},
+		{"?provider=alpha&target=a1&timeout=-2s", "", []string{`parameter timeout="-2s"`}},
+		{"?provider=alpha&target=a1&timeout=", "", []string{`parameter timeout=""`}},
+		{"?provider=alpha&target=a1", "ten", []string{`header X-Prometheus-Scrape-Timeout-Seconds: "ten"`}},
+		{"?provider=alpha&target=a1", "0", []string{`header X-Prometheus-Scrape-Timeout-Seconds: "0"`}},
+		{"?provider=alpha&target=a1", "+Inf", []string{"not a positive number of seconds"}},
+		{"?provider=alpha&target=a1&debug=yes-please", "", []string{`parameter debug="yes-please"`}},
+	} {
+		var headers []string
+		if c.header != "" {
+			headers = []string{scrapeTimeoutHeader, c.header}
+		}
+		code, body := fetch(t, srv.Client(), srv.URL+"/probe"+c.query, headers...)
+		if code != http.StatusBadRequest {
+			t.Errorf("%q (header %q): %d, want 400; body %q", c.query, c.header, code, body)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(body, w) {
+				t.Errorf("%q (header %q): body %q lacks %q", c.query, c.header, body, w)
+			}
+		}
+	}
+	resp, err := srv.Client().Post(srv.URL+"/probe?provider=alpha&target=a1", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /probe: %d, want 405", resp.StatusCode)
+	}
+}
+
+// TestProbeTimeout: the deadline comes from the header (less the margin) or timeout=, the
+// shorter of both, capped by the round timeout.
+func TestProbeTimeout(t *testing.T) {
+	for _, c := range []struct {
+		round          time.Duration
+		header, param  string
+		want           time.Duration
+		wantWhyContain string
+	}{
+		{15 * time.Second, "", "", 15 * time.Second, "--provider-check-timeout"},
+		{0, "", "", maxDerivedTimeout, "checks are off"},
+		{15 * time.Second, "10", "", 9500 * time.Millisecond, "less a margin of 500ms"},
+		{15 * time.Second, "1", "", 750 * time.Millisecond, "less a margin of 250ms"},
+		{15 * time.Second, "60", "", 15 * time.Second, "capped by --provider-check-timeout 15s"},
+		{15 * time.Second, "", "2s", 2 * time.Second, "timeout=2s"},
+		{15 * time.Second, "", "2.5", 2500 * time.Millisecond, "timeout=2.5"},
+		{15 * time.Second, "", "1m", 15 * time.Second, "capped"},
+		{15 * time.Second, "10", "2s", 2 * time.Second, "timeout=2s"},
+		{15 * time.Second, "2", "5s", 1500 * time.Millisecond, "X-Prometheus-Scrape-Timeout-Seconds 2"},
+	} {
+		e := &exporter{timeout: c.round}
+		r := httptest.NewRequest(http.MethodGet, "/probe?provider=p&target=t", nil)
+		if c.param != "" {
+			r = httptest.NewRequest(http.MethodGet, "/probe?provider=p&target=t&timeout="+c.param, nil)
+		}
+		if c.header != "" {
+			r.Header.Set(scrapeTimeoutHeader, c.header)
+		}
+		d, err := e.probeTimeout(r)
+		if err != nil || d.timeout != c.want || !strings.Contains(d.why, c.wantWhyContain) {
+			t.Errorf("round %s, header %q, timeout=%q: %s (%s) %v, want %s (%q)", c.round, c.header, c.param, d.timeout, d.why, err, c.want, c.wantWhyContain)
+		}
+	}
+}
+
+// TestProbeConcurrency: one probe per target at a time, and a bounded number in flight; a probe
+// that cannot start before its deadline answers 503 saying why, and the first one still answers.
+func TestProbeConcurrency(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	_, srv := probeTestExporter(t, f, 1, provider{"alpha", "alpha-project", "a1,a2"})
+	checksBefore := f.count(f.checks, "alpha")
+	release := f.gate("alpha-project")
+	defer release()
+	type answer struct {
+		code int
+		body string
+	}
+	first := make(chan answer, 1)
+	go func() {
+		code, body := fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a1&timeout=30s")
+		first <- answer{code, body}
+	}()
+	testutil.Eventually(t, 20*time.Second, "the first probe to be running", func() bool {
+		return f.count(f.checks, "alpha") == checksBefore+1
+	})
+
+	code, body := fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a1&timeout=300ms")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "another probe of this target was still running") {
+		t.Errorf("a second probe of the same target: %d %q, want 503 naming the probe of the target", code, body)
+	}
+	code, body = fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a2&timeout=300ms&debug=true")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "1 probes were still running at the deadline (at most 1 at once)") ||
+		!strings.Contains(body, "wait for a place among the probes in flight") {
+		t.Errorf("a probe beyond the limit: %d %q, want 503 naming the limit, with the wait in the trace", code, body)
+	}
+	if n := f.count(f.checks, "alpha"); n != checksBefore+1 {
+		t.Errorf("%d checks ran, want only the first probe's", n-checksBefore)
+	}
+	release()
+	a := <-first
+	if s := probeSamples(t, a.body); a.code != http.StatusOK || s["probe_success"] != 1 {
+		t.Errorf("the first probe: %d %v, want 200 with probe_success 1", a.code, s)
+	}
+	// Waiting, not refusing: a probe that arrives while another of the same target runs gets
+	// its turn when that one ends within its deadline.
+	release2 := f.gate("alpha-project")
+	go func() {
+		code, body := fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a1&timeout=30s")
+		first <- answer{code, body}
+	}()
+	testutil.Eventually(t, 20*time.Second, "the next probe to be running", func() bool {
+		return f.count(f.checks, "alpha") == checksBefore+2
+	})
+	second := make(chan answer, 1)
+	go func() {
+		code, body := fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a1&timeout=30s")
+		second <- answer{code, body}
+	}()
+	release2()
+	for _, ch := range []chan answer{first, second} {
+		if a := <-ch; a.code != http.StatusOK {
+			t.Errorf("probes of one target in turn: %d %q, want 200", a.code, a.body)
+		}
+	}
+}
+
+// TestProbeNeedsCredentials: /probe is served through exporter-toolkit like /metrics, so a web
+// config with basic auth protects it.
+func TestProbeNeedsCredentials(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	dir := t.TempDir()
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webConfig := filepath.Join(dir, "web.yml")
+	if err := os.WriteFile(webConfig, []byte(fmt.Sprintf("basic_auth_users:\n  prometheus: %s\n", hash)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
+	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=0", "--web.config.file="+webConfig)
+	get := func(user, password string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, x.base+"/probe?provider=alpha&target=a1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if user != "" {
+			req.SetBasicAuth(user, password)
+		}
+		resp, err := x.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("", ""); code != http.StatusUnauthorized || strings.Contains(body, "probe_success") {
+		t.Errorf("no credentials: %d %q, want 401 without a verdict", code, body)
+	}
+	if code, _ := get("prometheus", "wrong"); code != http.StatusUnauthorized {
+		t.Errorf("wrong password: %d, want 401", code)
+	}
+	code, body := get("prometheus", "s3cret")
+	if s := probeSamples(t, body); code != http.StatusOK || s["probe_success"] != 1 {
+		t.Errorf("right password: %d %v, want 200 with probe_success 1", code, s)
+	}
+}
