@@ -236,9 +236,10 @@ func TestEndToEnd(t *testing.T) {
 }
 
 // TestChecksOffDeletesOursOnly runs the exporter with checks off and the writer on, against the
-// real API server: ProviderHealth objects carrying the exporter's label are deleted, even those of
-// providers still in the file (they would only go stale), and an object without the label is left
-// alone.
+// real API server: ProviderHealth objects of this deployment (its labels and deployment
+// annotation) are deleted, even those of providers still in the file (they would only go stale);
+// an object of another tool, and one with the exporter's managed-by label but no deployment it can
+// be told to belong to, are left alone.
 func TestChecksOffDeletesOursOnly(t *testing.T) {
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
@@ -250,13 +251,21 @@ func TestChecksOffDeletesOursOnly(t *testing.T) {
 kind: ProviderHealth
 metadata:
   name: ours-configured
+  labels: {app.kubernetes.io/managed-by: provider-health-exporter, providerhealth.io/instance: provider-health-exporter}
+  annotations: {providerhealth.io/deployment: default/provider-health-exporter}
+---
+apiVersion: providerhealth.io/v1alpha1
+kind: ProviderHealth
+metadata:
+  name: no-deployment
   labels: {app.kubernetes.io/managed-by: provider-health-exporter}
 ---
 apiVersion: providerhealth.io/v1alpha1
 kind: ProviderHealth
 metadata:
   name: ours-removed
-  labels: {app.kubernetes.io/managed-by: provider-health-exporter}
+  labels: {app.kubernetes.io/managed-by: provider-health-exporter, providerhealth.io/instance: provider-health-exporter}
+  annotations: {providerhealth.io/deployment: default/provider-health-exporter}
 ---
 apiVersion: providerhealth.io/v1alpha1
 kind: ProviderHealth
@@ -276,7 +285,7 @@ metadata:
 		}
 		return strings.Join(strings.Fields(string(out)), " ")
 	}
-	if got := names(); got != "providerhealth.providerhealth.io/ours-configured providerhealth.providerhealth.io/ours-removed providerhealth.providerhealth.io/someone-elses" {
+	if got := names(); got != "providerhealth.providerhealth.io/no-deployment providerhealth.providerhealth.io/ours-configured providerhealth.providerhealth.io/ours-removed providerhealth.providerhealth.io/someone-elses" {
 		t.Fatalf("objects before the exporter starts: %s", got)
 	}
 
@@ -286,7 +295,7 @@ metadata:
 	x := startExporter(t, "http", "--config.file="+providers, "--provider-check-interval=0",
 		"--crd.enabled", "--crd.kubeconfig="+env.Kubeconfig)
 	testutil.Eventually(t, 30*time.Second, "the exporter's objects to be deleted", func() bool {
-		return names() == "providerhealth.providerhealth.io/someone-elses"
+		return names() == "providerhealth.providerhealth.io/no-deployment providerhealth.providerhealth.io/someone-elses"
 	})
 	if code, _ := x.get("/-/ready"); code != http.StatusOK {
 		t.Errorf("/-/ready with checks off: %d, want 200", code)

@@ -24,10 +24,10 @@ import (
 //   - the CRD is not installed: the writer cannot mirror a round, ProviderHealthCRDWriterLagging
 //     fires; the CRD installed, the writer writes its objects under the admission policy and the
 //     alert resolves;
-//   - a provider added by a reload (POST /-/reload with --web.enable-lifecycle) whose object was
-//     written before instances existed (no instance label): the writer takes it as its own, the
-//     admission policy refuses every status write, ProviderHealthCRDWriteErrors fires; labelling
-//     the object as docs/deploy.md says resolves it;
+//   - the ServiceAccount's ClusterRoleBinding deleted, a provider added by a reload (POST
+//     /-/reload with --web.enable-lifecycle): the API server refuses the create of its object,
+//     ProviderHealthCRDWriteErrors fires; the RBAC applied again, the object is written and the
+//     alert resolves;
 //   - a provider whose name another instance's object holds: ProviderHealthCRDNameClash fires.
 //
 // The checks themselves are fakes (gcp providers through newFakeChecks): only the rounds matter.
@@ -90,10 +90,9 @@ func TestWriterAlertsOnRealStack(t *testing.T) {
 	})
 	resolved("ProviderHealthCRDWriterLagging")
 
-	// An object of a configured provider written before instances existed: the writer owns it,
-	// the policy refuses the ServiceAccount's writes to it.
-	legacy := "apiVersion: providerhealth.io/v1alpha1\nkind: ProviderHealth\nmetadata:\n  name: gamma\n  labels:\n    app.kubernetes.io/managed-by: provider-health-exporter\n"
-	run(legacy, "create", "-f", "-")
+	// The ServiceAccount loses its ClusterRoleBinding (a broken RBAC rollout): the object of a
+	// provider added by a reload cannot be created.
+	run("", "delete", "clusterrolebinding", "provider-health-exporter")
 	writeProviders(t, path, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"}, provider{"gamma", "gamma-project", "g1"})
 	if code, body := x.do(http.MethodPost, "/-/reload"); code != http.StatusOK {
 		t.Fatalf("POST /-/reload: %d %s", code, body)
@@ -102,11 +101,15 @@ func TestWriterAlertsOnRealStack(t *testing.T) {
 	if d := a.Annotations["description"]; !strings.Contains(d, "of the ProviderHealth writes to the Kubernetes API failed") || !strings.Contains(d, "Writing replica: "+addr+".") {
 		t.Errorf("ProviderHealthCRDWriteErrors's description: %q", d)
 	}
-	if r := x.logs.find("writing ProviderHealth objects failed; retrying with backoff"); r == nil || !strings.Contains(fmt.Sprint(r["err"]), "ValidatingAdmissionPolicy 'provider-health-exporter'") {
-		t.Errorf("the writer's log does not give the policy's refusal: %v", r)
+	if r := x.logs.find("writing ProviderHealth objects failed; retrying with backoff"); r == nil || !strings.Contains(fmt.Sprint(r["err"]), "forbidden") {
+		t.Errorf("the writer's log does not give the API server's refusal: %v", r)
 	}
-	// The fix of docs/deploy.md: label it as the instance's.
-	run("", "label", "ph", "-l", "app.kubernetes.io/managed-by=provider-health-exporter,!providerhealth.io/instance", "providerhealth.io/instance=provider-health-exporter")
+	// The RBAC of deploy/ applied again.
+	run("", "apply", "-k", filepath.Join("deploy", "rbac"))
+	testutil.Eventually(t, 2*time.Minute, "the object of the added provider to be written", func() bool {
+		out, err := exec.Command(kubectl, "--kubeconfig", env.Kubeconfig, "get", "ph", "gamma", "-o", "name").CombinedOutput()
+		return err == nil && strings.Contains(string(out), "/gamma")
+	})
 	resolved("ProviderHealthCRDWriteErrors")
 
 	// A name another instance's object holds.

@@ -534,6 +534,24 @@ func linkEnded(l *link, err error) bool {
 	return !l.alive()
 }
 
+// ConnectionLost tells the pool that a call on addr's libvirt connection found it ended (EOF, a
+// reset, go-libvirt's ErrInterrupted): the connection's channel is closed now, so that the next
+// Acquire opens a new channel (and redials the link when the link is dead too) rather than
+// finding the connection alive until go-libvirt's reader notices the end. A probe still running
+// on it gets ErrInterrupted.
+func (p *Pool) ConnectionLost(addr string) {
+	addr = p.normalize(addr)
+	p.mu.Lock()
+	h := p.hosts[addr]
+	p.mu.Unlock()
+	if h == nil {
+		return
+	}
+	if c := h.live.Load(); c != nil {
+		c.ch.abort()
+	}
+}
+
 // dialFailed counts a failed dial and records whether its stage ran out its own bound (the
 // host did not answer in time) or the host answered. A dial cut short by the caller says
 // nothing about the host. The caller holds h.slot.

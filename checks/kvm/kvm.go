@@ -537,6 +537,9 @@ func (c *Checker) probeHost(ctx context.Context, i int, start time.Time, opts ho
 		// before the first one: one more attempt within the host's bound redials and says
 		// which stage fails now.
 		c.logger.Debug("connection lost during the check: retrying once", "target", target, "err", err)
+		// The pool may not have noticed yet (go-libvirt's reader sees the end a moment after the
+		// call did): without this the retry could be handed the same dead connection.
+		c.pool.ConnectionLost(addr)
 		err = run()
 	}
 	if err != nil {
@@ -561,9 +564,11 @@ func (c *Checker) probeHost(ctx context.Context, i int, start time.Time, opts ho
 // connectionLost reports whether a probe failed because the libvirt connection ended under
 // it: during a call (ErrInterrupted), or between the pool's liveness check and the first call,
 // which go-libvirt reports as EINVAL without sending anything, or as EOF when its write meets
-// the closed channel.
+// the closed channel, or as the TCP connection's own end (ECONNRESET, EPIPE) when its write
+// reaches a socket the host reset.
 func connectionLost(err error) bool {
-	return errors.Is(err, libvirt.ErrInterrupted) || errors.Is(err, syscall.EINVAL) || errors.Is(err, io.EOF)
+	return errors.Is(err, libvirt.ErrInterrupted) || errors.Is(err, syscall.EINVAL) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // poolVerdict decides on a host that answered every RPC: the decision comes after the calls
