@@ -211,6 +211,7 @@ func (h *probeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	prober, ok := c.(checks.TargetProber)
 	if !ok {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusNotImplemented)
 		fmt.Fprintf(w, "provider %q (type %s) cannot be probed on demand\n", provider, c.Type())
 		return

@@ -32,6 +32,16 @@ func startProbeExporter(t *testing.T, providers string, interval, timeout time.D
 	if err := os.WriteFile(path, []byte(providers), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	e := runExporter(t, path, interval, timeout)
+	srv := httptest.NewServer(e.handler())
+	t.Cleanup(srv.Close)
+	return e, srv
+}
+
+// runExporter builds the exporter of the providers file at path as run() does, runs its rounds
+// until the test ends, and returns it once its first round is done.
+func runExporter(t *testing.T, path string, interval, timeout time.Duration) *exporter {
+	t.Helper()
 	e, err := newExporter(path, interval, timeout, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -52,9 +62,7 @@ func startProbeExporter(t *testing.T, providers string, interval, timeout time.D
 	case <-time.After(60 * time.Second):
 		t.Fatal("the first round did not finish within 60s")
 	}
-	srv := httptest.NewServer(e.handler())
-	t.Cleanup(srv.Close)
-	return e, srv
+	return e
 }
 
 // pemLines returns the base64 lines of the PEM blocks (or JSON-escaped PEM) in the file: key

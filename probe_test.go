@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -44,22 +43,7 @@ func (c *fakeChecker) ProbeTarget(ctx context.Context, target string, trace *che
 func probeTestExporter(t *testing.T, f *fakeChecks, limit int, ps ...provider) (*exporter, *httptest.Server) {
 	t.Helper()
 	path := writeProviders(t, "", ps...)
-	e, err := newExporter(path, time.Minute, 15*time.Second, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		e.runner.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		e.close()
-	})
-	<-e.runner.FirstRound()
+	e := runExporter(t, path, time.Minute, 15*time.Second)
 	mux := http.NewServeMux()
 	mux.Handle("GET /probe", newProbeHandler(e, limit))
 	mux.Handle("/", e.handler())
