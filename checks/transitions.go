@@ -43,7 +43,7 @@ func (pm *providerMemory) apply(logger *slog.Logger, provider string, th Thresho
 		st, verdictMessage := threshold(prev, raw, th)
 		v := &st.TargetResult
 		st.Since = observed
-		tr := Transition{At: observed, Up: v.Up, Reason: v.Reason, Message: clipMessage(verdictMessage)}
+		tr := Transition{At: observed, Up: v.Up, Reason: v.Reason, Message: Clip(verdictMessage, maxHistoryMessage)}
 		switch {
 		case prev == nil:
 			tr.First = true
@@ -98,12 +98,13 @@ func appendHistory(h []Transition, t Transition) []Transition {
 	return append(append(out, keep...), t)
 }
 
-// clipMessage bounds a message kept in the history, at a UTF-8 boundary.
-func clipMessage(s string) string {
-	if len(s) <= maxHistoryMessage {
+// Clip cuts a message to at most n bytes at a UTF-8 boundary, marking the cut with "...": for
+// the transition history here, and the ProviderHealth object's messages and Events.
+func Clip(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	cut := maxHistoryMessage - len("...")
+	cut := n - len("...")
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 )
 
@@ -200,7 +201,7 @@ func (s *session) clash(obj *v1alpha1.ProviderHealth) {
 	s.w.logger.Warn("the ProviderHealth object of this provider's name belongs to someone else; leaving it alone (rename one of the providers)",
 		"provider", obj.Name, "owner", owner, "instance", s.w.opts.Instance, "deployment", s.w.deployment)
 	if s.mayWrite() {
-		s.recorder.Event(obj, corev1.EventTypeWarning, ReasonNameClash, clip(fmt.Sprintf(
+		s.recorder.Event(obj, corev1.EventTypeWarning, ReasonNameClash, checks.Clip(fmt.Sprintf(
 			"exporter instance %q (Lease %s) also has a provider named %s and leaves this object alone: it belongs to %s; rename one of the providers",
 			s.w.opts.Instance, s.w.deployment, obj.Name, owner), maxEventMessage))
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -141,7 +140,7 @@ func (m *providerMem) observe(ps *checks.ProviderState, now time.Time, staleAfte
 				prev.since = flipAt
 			case !ts.Up && prev.reason != reason:
 				events = append(events, targetEvent{eventType: "Warning", reason: reason,
-					message: clip(fmt.Sprintf("target %s is still down, now %s (was %s): %s", ts.Target, reason, prev.reason, ts.Message), maxEventMessage)})
+					message: checks.Clip(fmt.Sprintf("target %s is still down, now %s (was %s): %s", ts.Target, reason, prev.reason, ts.Message), maxEventMessage)})
 			}
 			prev.up, prev.reason, prev.message = ts.Up, reason, ts.Message
 		}
@@ -161,7 +160,7 @@ func downEvent(target, reason, message string) targetEvent {
 	if message != "" {
 		msg += ": " + message
 	}
-	return targetEvent{eventType: "Warning", reason: reason, message: clip(msg, maxEventMessage)}
+	return targetEvent{eventType: "Warning", reason: reason, message: checks.Clip(msg, maxEventMessage)}
 }
 
 func upEvent(target, prevReason string, downFor time.Duration) targetEvent {
@@ -219,7 +218,7 @@ func (m *providerMem) readyCondition(now time.Time, staleAfter time.Duration) me
 		case len(down) == 1:
 			c.Message = fmt.Sprintf("1 of %d targets down: %s (%s)", total, down[0], first.reason)
 			if first.message != "" {
-				c.Message += ": " + clip(first.message, maxInlineMessage)
+				c.Message += ": " + checks.Clip(first.message, maxInlineMessage)
 			}
 		case len(reasons) == 1:
 			c.Message = fmt.Sprintf("%d of %d targets down (%s): %s", len(down), total, first.reason, listNames(down, nil))
@@ -329,7 +328,7 @@ func (m *providerMem) render() v1alpha1.ProviderHealthStatus {
 		t := m.targets[name]
 		st.Targets = append(st.Targets, v1alpha1.TargetStatus{
 			Name: name, Up: t.up, Reason: t.reason,
-			Message:            clip(t.message, v1alpha1.MaxTargetMessageLength),
+			Message:            checks.Clip(t.message, v1alpha1.MaxTargetMessageLength),
 			LastTransitionTime: metav1.NewTime(t.since),
 		})
 	}
@@ -394,16 +393,4 @@ func normalized(st *v1alpha1.ProviderHealthStatus) v1alpha1.ProviderHealthStatus
 		c.Conditions = nil
 	}
 	return c
-}
-
-// clip cuts s to at most n bytes at a UTF-8 boundary, marking the cut with "...".
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("...")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
 }

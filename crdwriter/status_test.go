@@ -223,11 +223,11 @@ func TestMessageOnlyChangeIsNotVisible(t *testing.T) {
 
 func TestClip(t *testing.T) {
 	s := strings.Repeat("é", 600) // 1200 bytes
-	got := clip(s, v1alpha1.MaxTargetMessageLength)
+	got := checks.Clip(s, v1alpha1.MaxTargetMessageLength)
 	if len(got) > v1alpha1.MaxTargetMessageLength || !utf8.ValidString(got) || !strings.HasSuffix(got, "...") {
 		t.Errorf("clip gave %d bytes, valid %v", len(got), utf8.ValidString(got))
 	}
-	if clip("short", 10) != "short" {
+	if checks.Clip("short", 10) != "short" {
 		t.Error("clip changed a short string")
 	}
 }
