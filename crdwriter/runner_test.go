@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	// The runner accepts only reasons of a registered type's catalogue.
+	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 )
 
 // The check runner is the writer's Source.
