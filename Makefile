@@ -15,7 +15,7 @@ GOTOOL   := $(GO) tool -modfile=tools/go.mod
 BINARY   := provider_health_exporter
 PKGS     := ./...
 
-.PHONY: all build generate test test-mixin test-deps kube-binaries prom-binaries mixin bench fuzz lint vet fmt-check staticcheck fmt clean demo soak
+.PHONY: all build generate test test-unit test-mixin test-deps kube-binaries prom-binaries mixin bench fuzz lint vet fmt-check staticcheck fmt clean demo soak
 .PHONY: docker docker-binary deploy-rules
 
 all: lint test build
@@ -42,6 +42,15 @@ docker: docker-binary
 ## -count=1: Go's test cache cannot see the systems the tests start, so results are never reused.
 test: test-deps kube-binaries prom-binaries test-mixin
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+## test-unit: the tests that need no real system, for the edit-test loop: go test -short, under
+## which every integration test skips (no kube-apiserver, KVM host, Prometheus, Alertmanager or
+## promtool, no root, no go build of a binary), in this module and the mixin's. It needs nothing
+## but Go: no test-deps, no bin/ (see docs/testing.md). -count=1: some tests read their inputs
+## through a child process (go tool jsonnet, controller-gen), which Go's test cache cannot see.
+test-unit:
+	$(GO) test -short -count=1 $(PKGS)
+	cd mixin && $(GO) test -short -count=1 ./...
 
 ## soak: the long form of the ground-truth soak (internal/soak, docs/testing.md): the real round
 ## runner and checkers against the real test environment (KVM hosts, the GCE wire server, a

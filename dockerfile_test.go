@@ -170,6 +170,7 @@ func TestDockerfile(t *testing.T) {
 	if runtime.GOARCH != arch {
 		t.Skipf("building the %s binary on %s is not checked here", arch, runtime.GOARCH)
 	}
+	testenv.SkipIfShort(t, "builds the binary with make docker-binary (promu)")
 
 	// Build as `make docker` does, into a copy of nothing: promu writes into the worktree's
 	// .build/, which is ignored by git.

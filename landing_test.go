@@ -174,6 +174,7 @@ func TestWorstReasonTies(t *testing.T) {
 // browser and its helpers run in a process group of their own, killed if it overstays.
 func chromium(t *testing.T, args ...string) []byte {
 	t.Helper()
+	testenv.SkipIfShort(t, "runs headless Chromium")
 	path, err := exec.LookPath("chromium")
 	if err != nil {
 		testenv.Unavailable(t, "no chromium on PATH: install Debian's chromium package (scripts/install-test-deps.sh installs it)")

@@ -60,3 +60,44 @@ func TestMakeFindsGoUnderSudo(t *testing.T) {
 		}
 	}
 }
+
+// TestMakeTestUnitNeedsOnlyGo: `make test-unit` (README.md, docs/testing.md) runs go test -short
+// in both modules and nothing else: none of the steps `make test` takes first (the Debian
+// packages, which need root, and the kube and Prometheus builds into bin/), and no
+// REQUIRE_INTEGRATION, so it works on a machine with nothing but Go.
+func TestMakeTestUnitNeedsOnlyGo(t *testing.T) {
+	makePath, err := exec.LookPath("make")
+	if err != nil {
+		testenv.Unavailable(t, "no make on PATH: install Debian's make package")
+	}
+	cmd := exec.Command(makePath, "--no-print-directory", "-n", "test-unit")
+	cmd.Env = append(os.Environ(), "REQUIRE_INTEGRATION=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n test-unit: %v\n%s", err, out)
+	}
+	var root, mixin bool
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		dir, command, inMixin := strings.Cut(line, " && ")
+		if !inMixin {
+			command = dir
+		} else if dir != "cd mixin" {
+			t.Errorf("make test-unit runs %q, want go test in this module or cd mixin", line)
+		}
+		fields := strings.Fields(command)
+		if len(fields) < 2 || filepath.Base(fields[0]) != "go" || fields[1] != "test" ||
+			!strings.Contains(command, " -short ") || !strings.HasSuffix(command, " ./...") ||
+			strings.Contains(command, "REQUIRE_INTEGRATION") {
+			t.Errorf("make test-unit runs %q, want only go test -short ... ./... (no install or build step, no REQUIRE_INTEGRATION)", line)
+			continue
+		}
+		if inMixin {
+			mixin = true
+		} else {
+			root = true
+		}
+	}
+	if !root || !mixin {
+		t.Errorf("make test-unit tests this module: %v, the mixin's: %v; want both:\n%s", root, mixin, out)
+	}
+}

@@ -553,7 +553,10 @@ func TestWriterFencedByRenewalAge(t *testing.T) {
 	fresh := time.Now()
 	renewed.Store(&fresh)
 	eventually(t, "the change is written once the lease is renewed", func() bool { return readyOf(objs.get("p")).Reason == "Forbidden" })
-	if ev := drainEvents(h.rec); len(ev) != 1 {
+	// The writer records the transition's Event after the status write returns.
+	var ev []string
+	eventually(t, "the transition's Event", func() bool { ev = append(ev, drainEvents(h.rec)...); return len(ev) > 0 })
+	if ev = append(ev, drainEvents(h.rec)...); len(ev) != 1 {
 		t.Errorf("events after the renewal = %q, want the one transition", ev)
 	}
 }

@@ -78,11 +78,12 @@ func sources(t *testing.T) []string {
 }
 
 // unavailable mirrors internal/testenv.Unavailable: a missing part fails under REQUIRE_INTEGRATION=1
-// and skips otherwise (this module cannot import the main module's internal packages).
+// (except under -short) and skips otherwise (this module cannot import the main module's internal
+// packages).
 func unavailable(t *testing.T, format string, args ...any) {
 	t.Helper()
 	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("REQUIRE_INTEGRATION") == "1" {
+	if os.Getenv("REQUIRE_INTEGRATION") == "1" && !testing.Short() {
 		t.Fatalf("REQUIRE_INTEGRATION=1 and a part of the test environment is missing: %s", msg)
 	}
 	t.Skipf("skipped: %s", msg)
@@ -90,8 +91,12 @@ func unavailable(t *testing.T, format string, args ...any) {
 
 // promtool returns the Prometheus 3 promtool: PROMTOOL_BIN, or the one the main module's
 // builder puts into bin/ (building it on first use: `make prom-binaries` does it beforehand).
+// Under -short it skips the test, as internal/testenv.SkipIfShort does.
 func promtool(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("skipped: runs promtool (Prometheus 3, built from the Go module proxy) (-short)")
+	}
 	if p := os.Getenv("PROMTOOL_BIN"); p != "" {
 		return p
 	}

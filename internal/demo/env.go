@@ -139,9 +139,10 @@ func (e *Env) firewall(i int, op string) string {
 
 // BuildExporter builds the exporter binary from the repository at root (the directory of
 // go.mod) into a temporary directory of tb, as a user would run it, and returns its path. A
-// machine without Go ends tb through testenv.Unavailable.
+// machine without Go ends tb through testenv.Unavailable; under -short it skips the test.
 func BuildExporter(tb testing.TB, root string) string {
 	tb.Helper()
+	testenv.SkipIfShort(tb, "builds the exporter binary with go build")
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		testenv.Unavailable(tb, "building the exporter binary needs Go on PATH: %v", err)

@@ -33,6 +33,7 @@ func TestNothingLeftAfterFailure(t *testing.T) {
 		startEverythingThenFail(t, mode)
 		return
 	}
+	testenv.SkipIfShort(t, "starts every part of the test environment in a child test process")
 	if os.Geteuid() != 0 {
 		testenv.Unavailable(t, "the KVM hosts of the test environment need root")
 	}

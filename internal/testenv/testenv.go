@@ -4,6 +4,7 @@
 package testenv
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -16,14 +17,31 @@ func RequireIntegration() bool { return os.Getenv("REQUIRE_INTEGRATION") == "1" 
 
 // Unavailable ends the test because a part of the test environment cannot run here: it skips
 // with the message (which should say what to install), or fails under REQUIRE_INTEGRATION=1.
+// Under -short it always skips: the test needed a real system, which -short leaves out.
 func Unavailable(tb testing.TB, format string, args ...any) {
 	tb.Helper()
 	msg := fmt.Sprintf(format, args...)
-	if RequireIntegration() {
+	if RequireIntegration() && !Short() {
 		tb.Fatalf("REQUIRE_INTEGRATION=1 and a part of the test environment is missing: %s", msg)
 	}
 	tb.Skipf("skipped: %s", msg)
 }
+
+// SkipIfShort skips the test under go test -short (make test-unit): what names the real system
+// it would start or the root it would need. REQUIRE_INTEGRATION=1 does not turn this skip into a
+// failure: -short asks for the tests that need no real system, and CI never runs it. Outside a
+// test binary (the demo launcher passes its own testing.TB) it does nothing.
+func SkipIfShort(tb testing.TB, what string) {
+	tb.Helper()
+	if Short() {
+		tb.Skipf("skipped: %s (-short)", what)
+	}
+}
+
+// Short reports whether this is a test binary run with -short. Unlike testing.Short it is false,
+// instead of a panic, outside a test binary and before the test flags are parsed (a TestMain that
+// runs something else, as the demo launcher's does).
+func Short() bool { return testing.Testing() && flag.Parsed() && testing.Short() }
 
 // ChildEnv is the environment of a test process that a test starts by re-running its own binary:
 // this process's environment plus extra ("KEY=value"), with TMPDIR and GOTMPDIR, where the child's

@@ -103,7 +103,7 @@ func WithAPIServerFlags(flags ...string) Option {
 // waits until the API server is ready and the default and kube-system namespaces exist. Both
 // processes are killed when the test ends, and with the test process if it dies. When this
 // machine cannot build the binaries (no Go, no module proxy), the test ends through
-// testenv.Unavailable; any other failure fails it.
+// testenv.Unavailable; any other failure fails it. Under -short it skips the test.
 func Start(t testing.TB, opts ...Option) *Env {
 	t.Helper()
 	var o options
@@ -139,9 +139,10 @@ func Start(t testing.TB, opts ...Option) *Env {
 // requireBinaries returns the paths of kube-apiserver and etcd, building them first if needed
 // (EnsureBinaries). It ends the test through testenv.Unavailable when this machine cannot build
 // them (no Go, no module proxy), and fails it on any other error, a compile error or a build cut
-// short by the test's timeout included.
+// short by the test's timeout included. Under -short it skips the test: every caller starts them.
 func requireBinaries(t testing.TB, logf func(format string, args ...any)) (apiserver, etcd string) {
 	t.Helper()
+	testenv.SkipIfShort(t, "starts etcd and kube-apiserver")
 	buildCtx, cancel := toolbuild.BuildContext(t)
 	defer cancel()
 	apiserver, etcd, err := EnsureBinaries(buildCtx, logf)

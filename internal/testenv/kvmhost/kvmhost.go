@@ -161,7 +161,8 @@ func LeaveVethToKernel() Option { return func(o *options) { o.leaveVethToKernel 
 var hostSeq atomic.Uint64
 
 // Start starts n hosts and stops them in tb's cleanup. It calls testenv.Unavailable when the
-// machine cannot run them (not root, a tool missing, namespaces not allowed).
+// machine cannot run them (not root, a tool missing, namespaces not allowed), and skips the test
+// under -short.
 func Start(tb testing.TB, n int, opts ...Option) *Fleet {
 	tb.Helper()
 	if n < 1 || n > maxHostsPerNet {
@@ -246,9 +247,11 @@ func refusedByKernel(err error) error {
 	return err
 }
 
-// requireMachine ends the test through testenv.Unavailable when hosts cannot run here.
+// requireMachine ends the test through testenv.Unavailable when hosts cannot run here, and
+// skips it under -short.
 func requireMachine(tb testing.TB) {
 	tb.Helper()
+	testenv.SkipIfShort(tb, "starts KVM test hosts (sshd and libvirtd in network namespaces, as root)")
 	if os.Geteuid() != 0 {
 		testenv.Unavailable(tb, "KVM test hosts must run as root (they create network namespaces and mounts)")
 	}

@@ -730,6 +730,7 @@ func TestOwners(t *testing.T) {
 // the real output of the tools: a namespace the kernel refuses to an unprivileged process does,
 // a failure of any other kind does not.
 func TestRefusedByKernel(t *testing.T) {
+	testenv.SkipIfShort(t, "runs unshare (new namespaces) and ip")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	argv := []string{"unshare", "--net", "--mount", "true"}

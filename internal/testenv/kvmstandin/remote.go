@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"net/http"
 	"net/url"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 )
 
 // RemoteFleet is a fleet served by the kvmstandin command in a process of its own
@@ -48,9 +49,10 @@ func (c RemoteCounts) Add(d RemoteCounts) RemoteCounts {
 
 // StartProcess builds the kvmstandin command and runs it with the hosts of c, every one at
 // round trip rtt (give or take jitter), until tb's cleanup. Every goroutine, byte and file
-// descriptor of the hosts is then the other process's.
+// descriptor of the hosts is then the other process's. Under -short it skips the test.
 func StartProcess(tb testing.TB, c Counts, rtt, jitter time.Duration) *RemoteFleet {
 	tb.Helper()
+	testenv.SkipIfShort(tb, "builds the kvmstandin command with go build and runs it")
 	dir := tb.TempDir()
 	bin := filepath.Join(dir, "kvmstandin")
 	build := exec.Command("go", "build", "-o", bin, "github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin/cmd/kvmstandin")

@@ -92,9 +92,11 @@ func EnsureBinaries(ctx context.Context, logf func(format string, args ...any)) 
 // RequireBinaries returns the stack's binaries: each from its environment variable
 // (PROMETHEUS_BIN, PROMTOOL_BIN, ALERTMANAGER_BIN, AMTOOL_BIN) when set, otherwise from the build cache,
 // building it if needed. It ends the test through testenv.Unavailable when this machine cannot
-// build them and fails it on any other error.
+// build them and fails it on any other error. Under -short it skips the test: every caller runs
+// one of them.
 func RequireBinaries(tb testing.TB) Binaries {
 	tb.Helper()
+	testenv.SkipIfShort(tb, "runs Prometheus, Alertmanager or promtool (built from the Go module proxy)")
 	overrides := Binaries{
 		Prometheus:   os.Getenv("PROMETHEUS_BIN"),
 		Promtool:     os.Getenv("PROMTOOL_BIN"),

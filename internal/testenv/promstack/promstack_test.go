@@ -288,6 +288,7 @@ func TestNoProcessOutlivesKilledTest(t *testing.T) {
 		holdStack(t, pidFile)
 		return
 	}
+	testenv.SkipIfShort(t, "starts Prometheus and Alertmanager in a child test process")
 	t.Parallel()
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pids")

@@ -183,6 +183,7 @@ func TestPortInUse(t *testing.T) {
 // down and its repair command brings it back; and after SIGINT nothing it started is left: no
 // process, no network namespace (nor veth pair), no temporary directory.
 func TestDemo(t *testing.T) {
+	testenv.SkipIfShort(t, "runs the demo: a kube-apiserver, KVM hosts as root, Prometheus and Alertmanager")
 	if os.Geteuid() != 0 {
 		testenv.Unavailable(t, "the demo's KVM hosts need root")
 	}
