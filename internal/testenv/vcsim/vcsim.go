@@ -12,7 +12,8 @@
 //
 // API:
 //
-//	sim := vcsim.Start(t, vcsim.Options{})   // Port 0: a free port; Datacenters 0: one (DC0)
+//	sim := vcsim.Start(t, vcsim.Options{})   // Port 0: a free port; Datacenters 0: one (DC0);
+//	                                         // ListenIP "": 127.0.0.1; Username/Password "": generated
 //	sim.URL()                                // "https://127.0.0.1:PORT/sdk"
 //	sim.Host()                               // "127.0.0.1:PORT"
 //	sim.CAFile(), sim.OtherCAFile()          // PEM files
@@ -57,6 +58,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -75,6 +77,10 @@ type Options struct {
 	Username, Password string
 	// Datacenters is how many datacenters the model has (DC0, DC1, ...); 0 means one.
 	Datacenters int
+	// ListenIP is the loopback address the SDK listens on; empty means 127.0.0.1. The
+	// certificate is always for 127.0.0.1 and localhost: another address (127.0.0.2) gives a
+	// certificate that does not match the URL's host.
+	ListenIP string
 }
 
 // Session is one live session of the simulator.
@@ -185,6 +191,9 @@ func Start(tb testing.TB, opts Options) *Sim {
 	if opts.Datacenters <= 0 {
 		opts.Datacenters = 1
 	}
+	if opts.ListenIP == "" {
+		opts.ListenIP = "127.0.0.1"
+	}
 	dir := tb.TempDir()
 	s := &Sim{tb: tb, dir: dir, bin: bin, opts: opts,
 		caFile: filepath.Join(dir, "ca.pem"), otherCAFile: filepath.Join(dir, "other-ca.pem"),
@@ -213,7 +222,7 @@ func Start(tb testing.TB, opts Options) *Sim {
 func (s *Sim) start(port int) {
 	s.tb.Helper()
 	_ = os.Remove(s.statePath)
-	cmd := exec.Command(s.bin, "-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+	cmd := exec.Command(s.bin, "-listen", net.JoinHostPort(s.opts.ListenIP, strconv.Itoa(port)),
 		"-cert", s.certFile, "-key", s.keyFile, "-username", s.opts.Username, "-password-file", s.passwordFile,
 		"-datacenters", strconv.Itoa(s.opts.Datacenters), "-state", s.statePath)
 	// The model's datastores are temporary directories: keep them in the test's.
@@ -321,7 +330,41 @@ func (s *Sim) Restart() {
 }
 
 // Pause stops the process (SIGSTOP): the kernel still accepts TCP connections, nothing answers.
-func (s *Sim) Pause() { s.signal(syscall.SIGSTOP, true) }
+// It returns once every thread of the process is stopped.
+func (s *Sim) Pause() {
+	s.tb.Helper()
+	s.signal(syscall.SIGSTOP, true)
+	s.mu.Lock()
+	pid := s.daemon.PID()
+	s.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for !allStopped(pid) {
+		if time.Now().After(deadline) {
+			s.tb.Fatalf("vcsim: not stopped 10s after SIGSTOP")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// allStopped reports whether every thread of pid is in state T (stopped), from /proc.
+func allStopped(pid int) bool {
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(stats) == 0 {
+		return false
+	}
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return false
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses; the state follows the last ")".
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
+}
 
 // Resume continues a paused process (SIGCONT).
 func (s *Sim) Resume() { s.signal(syscall.SIGCONT, false) }
