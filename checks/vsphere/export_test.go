@@ -6,3 +6,6 @@ func SetPageSize(n int32) (restore func()) {
 	pageSize = n
 	return func() { pageSize = old }
 }
+
+// Busy reports whether a check holds the turn (is making calls).
+func (c *Checker) Busy() bool { return len(c.turn) == 0 }

@@ -682,3 +682,9 @@ func (c *Checker) result(start time.Time, reason checks.Reason, msg string) []ch
 	c.logger.Debug("vsphere check done", "target", c.target, "reason", string(reason), "message", msg, "duration", r.Duration)
 	return []checks.TargetResult{r}
 }
+
+// ProbeTarget checks the one target now, on demand: the same calls as a round's check, on the
+// same session.
+func (c *Checker) ProbeTarget(ctx context.Context, target string, trace *checks.Trace) (checks.TargetResult, error) {
+	return checks.ProbeSingle(ctx, c, target, trace, "vSphere RetrievePropertiesEx on "+c.target)
+}

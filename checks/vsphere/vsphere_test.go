@@ -3,6 +3,7 @@ package vsphere_test
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/vcsim"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // config is a block that logs in to sim, verified with its CA.
@@ -22,13 +24,22 @@ func config(sim *vcsim.Sim) *vsphere.Config {
 	return &vsphere.Config{URL: sim.URL(), UsernameFile: sim.UsernameFile(), PasswordFile: sim.PasswordFile(), CAFile: sim.CAFile()}
 }
 
+// newChecker builds a checker whose debug log is checked for secrets at the test's end.
 func newChecker(t *testing.T, cfg *vsphere.Config) *vsphere.Checker {
 	t.Helper()
-	c, err := vsphere.New("vc", cfg, nil)
+	var logs testutil.SyncBuffer
+	c, err := vsphere.New("vc", cfg, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() {
+		_ = c.Close()
+		for _, s := range secrets {
+			if s != "" && strings.Contains(logs.String(), s) {
+				t.Errorf("the checker's log holds a secret:\n%s", logs.String())
+			}
+		}
+	})
 	return c
 }
 
@@ -327,6 +338,32 @@ func TestSilentListenerCut(t *testing.T) {
 			break
 		}
 	}
+}
+
+// Close does not wait for a check that is stuck on a paused server; the session is logged out
+// once that check ends.
+func TestCloseDoesNotWaitForAStuckCheck(t *testing.T) {
+	sim := start(t, vcsim.Options{})
+	c := newChecker(t, config(sim))
+	want(t, check(t, c, 30*time.Second), checks.ReasonReady, "")
+	sim.Pause()
+	done := make(chan checks.TargetResult, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		done <- c.Check(ctx)[0]
+	}()
+	testutil.Eventually(t, 30*time.Second, "the check is making its call", c.Busy)
+	closed := make(chan struct{})
+	go func() { _ = c.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case r := <-done:
+		t.Fatalf("the check on a paused server returned first: %s (%q)", r.Reason, r.Message)
+	}
+	sim.Resume()
+	<-done
+	testutil.Eventually(t, 30*time.Second, "the session is logged out", func() bool { return len(sim.Sessions()) == 0 })
 }
 
 func TestAPIError(t *testing.T) {
