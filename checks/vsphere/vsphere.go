@@ -292,7 +292,9 @@ type outcome struct {
 func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 	start := time.Now()
 	if ctx.Err() != nil {
-		return c.result(start, checks.ReasonTimeout, "check not started: the check's deadline had already passed")
+		rs := c.result(start, checks.ReasonTimeout, "check not started: the check's deadline had already passed")
+		rs[0].NotContacted = true
+		return rs
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -312,11 +314,17 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 			o = outcome{checks.ReasonTimeout, ""}
 		}
 	}
+	notContacted := false
 	if o.reason == checks.ReasonTimeout && o.msg == "" {
+		st := stage.Load()
 		o.msg = fmt.Sprintf("%s did not finish within %s; the call is abandoned",
-			stageNames[stage.Load()], time.Since(start).Round(time.Millisecond))
+			stageNames[st], time.Since(start).Round(time.Millisecond))
+		// Cut before any call: the server was not contacted this round.
+		notContacted = st == stageWait || st == stageCredentials
 	}
-	return c.result(start, o.reason, o.msg)
+	rs := c.result(start, o.reason, o.msg)
+	rs[0].NotContacted = notContacted
+	return rs
 }
 
 // round runs in its own goroutine and holds the turn while it makes calls.

@@ -376,6 +376,49 @@ func TestAPIError(t *testing.T) {
 	want(t, check(t, c, 30*time.Second), checks.ReasonReady, "")
 }
 
+// A wrong path answers 404: the server is there, the SDK is not.
+func TestWrongPath(t *testing.T) {
+	sim := start(t, vcsim.Options{})
+	cfg := config(sim)
+	cfg.URL = strings.TrimSuffix(sim.URL(), "/sdk") + "/wrong"
+	want(t, check(t, newChecker(t, cfg), 30*time.Second), checks.ReasonAPIError, "404")
+}
+
+// A CA file without a certificate is a credentials problem: nothing is sent.
+func TestCAFileWithoutCertificate(t *testing.T) {
+	sim := start(t, vcsim.Options{})
+	cfg := config(sim)
+	cfg.CAFile = filepath.Join(t.TempDir(), "ca.pem")
+	writeFile(t, cfg.CAFile, "not a certificate\n")
+	c := newChecker(t, cfg)
+	want(t, check(t, c, 30*time.Second), checks.ReasonCredentialsError, "no PEM certificate")
+	if c.Logins() != 0 {
+		t.Errorf("a login was attempted with an unusable CA file")
+	}
+	// Fixed in place: read again at the next check.
+	data, err := os.ReadFile(sim.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, cfg.CAFile, string(data))
+	want(t, check(t, c, 30*time.Second), checks.ReasonReady, "")
+}
+
+// A check whose deadline has passed contacts nothing and says so.
+func TestDeadlinePassed(t *testing.T) {
+	sim := start(t, vcsim.Options{})
+	c := newChecker(t, config(sim))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := c.Check(ctx)[0]
+	if r.Reason != checks.ReasonTimeout || !r.NotContacted {
+		t.Errorf("verdict %+v, want Timeout, not contacted", r)
+	}
+	if n := len(sim.Sessions()); n != 0 {
+		t.Errorf("%d sessions: a check past its deadline logged in", n)
+	}
+}
+
 func TestUnreachable(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "u"), "user")

@@ -33,6 +33,9 @@
 // cleanup, dies with the test binary (Pdeathsig), and its log (in t.TempDir()) is printed when
 // the test failed.
 //
+// Start uses only what the demo's Session implements of testing.TB (Helper, Logf, Errorf,
+// Fatalf, Skip, TempDir, Cleanup, Failed), so the demo launcher can start it too.
+//
 // Start skips under -short. When the simulator cannot be built here (no Go, no module proxy)
 // the test skips, or fails under REQUIRE_INTEGRATION=1 (testenv.Unavailable).
 package vcsim
@@ -178,7 +181,8 @@ func sourceHash(dir string) (string, error) {
 // Start builds (once) and starts a simulator, stopped at tb's cleanup.
 func Start(tb testing.TB, opts Options) *Sim {
 	tb.Helper()
-	if testing.Short() {
+	// testing.Short panics outside a test binary (the demo launcher runs this with its own TB).
+	if testing.Testing() && testing.Short() {
 		tb.Skip("skipped under -short: starts the vCenter simulator")
 	}
 	bin := binary(tb)
