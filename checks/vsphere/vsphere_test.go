@@ -370,10 +370,36 @@ func TestAPIError(t *testing.T) {
 	sim := start(t, vcsim.Options{})
 	c := newChecker(t, config(sim))
 	want(t, check(t, c, 30*time.Second), checks.ReasonReady, "")
-	sim.InjectFault("RetrievePropertiesEx")
+	sim.InjectFault("RetrievePropertiesEx", vcsim.SystemError, 0)
 	want(t, check(t, c, 30*time.Second), checks.ReasonAPIError, "SystemError")
 	sim.ClearFaults()
 	want(t, check(t, c, 30*time.Second), checks.ReasonReady, "")
+}
+
+// Real vCenter answers a call on a dead session with a NotAuthenticated fault (the simulator
+// with a missingSet, see TestSessionDropped): the round logs in again and reads Ready.
+func TestNotAuthenticatedFault(t *testing.T) {
+	sim := start(t, vcsim.Options{})
+	c := newChecker(t, config(sim))
+	want(t, check(t, c, 30*time.Second), checks.ReasonReady, "")
+	sim.InjectFault("RetrievePropertiesEx", vcsim.NotAuthenticated, 1)
+	want(t, check(t, c, 30*time.Second), checks.ReasonReady, "")
+	if n := c.Logins(); n != 2 {
+		t.Errorf("%d logins, want 2", n)
+	}
+	// A NotAuthenticated right after a login is not retried forever.
+	sim.InjectFault("RetrievePropertiesEx", vcsim.NotAuthenticated, 2)
+	want(t, check(t, c, 30*time.Second), checks.ReasonAPIError, "right after Login")
+	if n := c.Logins(); n != 3 {
+		t.Errorf("%d logins, want 3 (one retry only)", n)
+	}
+}
+
+// A Login refused for lack of permission is Unauthorized too.
+func TestLoginNoPermission(t *testing.T) {
+	sim := start(t, vcsim.Options{})
+	sim.InjectFault("Login", vcsim.NoPermission, 0)
+	want(t, check(t, newChecker(t, config(sim)), 30*time.Second), checks.ReasonUnauthorized, "NoPermission")
 }
 
 // A wrong path answers 404: the server is there, the SDK is not.

@@ -21,7 +21,8 @@
 //	sim.UsernameFile(), sim.PasswordFile()   // the same, as files
 //	sim.Sessions()                           // live sessions: key, user, callCount (logins count 1)
 //	sim.DropSessions()                       // terminate every live session server-side
-//	sim.InjectFault("RetrievePropertiesEx")  // that method answers a SystemError fault from now on
+//	sim.InjectFault("RetrievePropertiesEx", vcsim.SystemError, 0) // that method answers a fault
+//	                                         // (SystemError, NotAuthenticated, NoPermission), N times or always
 //	sim.ClearFaults()
 //	sim.Stop(), sim.Restart()                // kill, and start again on the same port and cert
 //	sim.Pause(), sim.Resume()                // SIGSTOP / SIGCONT: calls hang, TCP still accepted
@@ -414,11 +415,19 @@ func (s *Sim) DropSessions() int {
 	return n
 }
 
-// InjectFault makes every later call of method (e.g. "RetrievePropertiesEx") answer a
-// SystemError fault, until ClearFaults.
-func (s *Sim) InjectFault(method string) {
+// The faults InjectFault can make a method answer.
+const (
+	SystemError      = "SystemError"
+	NotAuthenticated = "NotAuthenticated" // as a fault, as real vCenter answers a dead session
+	NoPermission     = "NoPermission"
+)
+
+// InjectFault makes the next count calls of method (e.g. "RetrievePropertiesEx"; 0: every
+// later call, until ClearFaults) answer fault (SystemError, NotAuthenticated or NoPermission),
+// through the simulator's own fault injector.
+func (s *Sim) InjectFault(method, fault string, count int) {
 	s.tb.Helper()
-	s.adminCall(http.MethodPost, "/fault?"+url.Values{"method": {method}}.Encode(), nil)
+	s.adminCall(http.MethodPost, "/fault?"+url.Values{"method": {method}, "fault": {fault}, "count": {strconv.Itoa(count)}}.Encode(), nil)
 }
 
 // ClearFaults removes every injected fault.

@@ -10,7 +10,8 @@
 //
 //	GET  /sessions            the live sessions: [{"key","userName","callCount"}]
 //	POST /sessions/terminate  ends every live session server-side; answers how many
-//	POST /fault?method=M      the next calls of method M answer a SystemError fault
+//	POST /fault?method=M&fault=F&count=N  the next N calls (0: all) of method M answer fault F
+//	                                      (SystemError, NotAuthenticated or NoPermission)
 //	DELETE /fault             no more injected faults
 package main
 
@@ -26,6 +27,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/vmware/govmomi/simulator"
@@ -119,17 +121,30 @@ func main() {
 		_ = json.NewEncoder(w).Encode(len(req.SessionId))
 	})
 	mux.HandleFunc("POST /fault", func(w http.ResponseWriter, r *http.Request) {
-		method := r.URL.Query().Get("method")
-		if method == "" {
-			http.Error(w, "method is required", http.StatusBadRequest)
+		q := r.URL.Query()
+		method := q.Get("method")
+		count, err := strconv.Atoi(q.Get("count"))
+		if method == "" || err != nil || count < 0 {
+			http.Error(w, "method and count (0: unlimited) are required", http.StatusBadRequest)
 			return
 		}
-		model.Service.AddFaultRule(&simulator.FaultInjectionRule{
-			MethodName: method, ObjectType: "*", ObjectName: "*", Probability: 1,
-			FaultType: simulator.FaultTypeCustom, Fault: &types.SystemError{Reason: "injected by the test"},
+		rule := &simulator.FaultInjectionRule{
+			MethodName: method, ObjectType: "*", ObjectName: "*", Probability: 1, MaxCount: count,
 			Message: "injected fault", Enabled: true,
-		})
-		log.Printf("vcsim: %s answers a SystemError from now on", method)
+		}
+		switch kind := q.Get("fault"); kind {
+		case "SystemError":
+			rule.FaultType, rule.Fault = simulator.FaultTypeCustom, &types.SystemError{Reason: "injected by the test"}
+		case "NotAuthenticated":
+			rule.FaultType = simulator.FaultTypeNotAuthenticated
+		case "NoPermission":
+			rule.FaultType = simulator.FaultTypeNoPermission
+		default:
+			http.Error(w, "fault must be SystemError, NotAuthenticated or NoPermission", http.StatusBadRequest)
+			return
+		}
+		model.Service.AddFaultRule(rule)
+		log.Printf("vcsim: %s answers %s from now on (count %d, 0: unlimited)", method, q.Get("fault"), count)
 	})
 	mux.HandleFunc("DELETE /fault", func(w http.ResponseWriter, r *http.Request) {
 		model.Service.ClearFaultRules()
