@@ -117,8 +117,13 @@ func ParseURL(raw string) (*url.URL, error) {
 	const want = "want an absolute https URL with a host, such as https://vcenter.example.com/sdk, without user, query or fragment"
 	u, err := url.Parse(raw)
 	if err != nil {
-		// url's error quotes the input; the input carries no secret (a user part is refused).
-		return nil, fmt.Errorf("%w: %s", err, want)
+		// url.Error quotes the whole input, which may hold a password in a user part: keep
+		// only what is wrong.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return nil, fmt.Errorf("%v: %s", err, want)
 	}
 	switch {
 	case u.Scheme != "https":

@@ -488,7 +488,8 @@ func TestParseURL(t *testing.T) {
 	}
 	for _, bad := range []string{
 		"http://vcenter.example.com/sdk", "vcenter.example.com/sdk", "https:///sdk",
-		"https://admin:hunter2@vcenter.example.com/sdk", "https://vcenter.example.com/sdk?x=1",
+		"https://admin:hunter2@vcenter.example.com/sdk", "https://admin:hunter2 x@vcenter.example.com/sdk",
+		"https://vcenter.example.com/sdk?x=1", "https://vcenter.example.com:44x/sdk",
 		"https://vcenter.example.com:99999/sdk", "https://vcenter.example.com/sdk#frag",
 	} {
 		_, err := vsphere.ParseURL(bad)
