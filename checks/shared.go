@@ -67,3 +67,21 @@ func Unreachable(err error) bool {
 	// unexported.
 	return errors.As(err, &urlErr)
 }
+
+// ErrorDetail describes a transport failure by its innermost network error (the operation and
+// address, or the name lookup), without the request URL: for the messages of API-backed checks.
+func ErrorDetail(err error) string {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		return opErr.Error()
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return dnsErr.Error()
+	}
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		return urlErr.Err.Error()
+	}
+	return err.Error()
+}

@@ -599,21 +599,7 @@ func netMessage(err error) string {
 	return innerMessage(err)
 }
 
-func innerMessage(err error) string {
-	var opErr *net.OpError
-	if errors.As(err, &opErr) {
-		return opErr.Error()
-	}
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) {
-		return dnsErr.Error()
-	}
-	var uerr *url.Error
-	if errors.As(err, &uerr) {
-		return uerr.Err.Error()
-	}
-	return err.Error()
-}
+func innerMessage(err error) string { return checks.ErrorDetail(err) }
 
 // tokenMessage describes a failed exchange by the OAuth error code and description the token
 // endpoint answered, or the local failure (e.g. a key that does not parse).

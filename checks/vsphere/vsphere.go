@@ -519,22 +519,22 @@ func (c *Checker) classify(ctx context.Context, err error, call string) outcome 
 		if c.cfg.CAFile != "" {
 			what = "caFile " + c.cfg.CAFile
 		}
-		return outcome{ReasonTLSError, fmt.Sprintf("%s: the server's certificate is not signed by %s: %s", call, what, innermost(err))}
+		return outcome{ReasonTLSError, fmt.Sprintf("%s: the server's certificate is not signed by %s: %s", call, what, checks.ErrorDetail(err))}
 	case errors.As(err, &hostnameErr):
-		return outcome{ReasonTLSError, fmt.Sprintf("%s: the server's certificate is not for %s: %s", call, c.sdk.Hostname(), innermost(err))}
+		return outcome{ReasonTLSError, fmt.Sprintf("%s: the server's certificate is not for %s: %s", call, c.sdk.Hostname(), checks.ErrorDetail(err))}
 	case errors.As(err, &invalidErr), errors.As(err, &verifyErr):
-		return outcome{ReasonTLSError, fmt.Sprintf("%s: the server's certificate is not valid: %s", call, innermost(err))}
+		return outcome{ReasonTLSError, fmt.Sprintf("%s: the server's certificate is not valid: %s", call, checks.ErrorDetail(err))}
 	case errors.As(err, &recordErr):
-		return outcome{ReasonTLSError, fmt.Sprintf("%s: the server does not speak TLS: %s", call, innermost(err))}
+		return outcome{ReasonTLSError, fmt.Sprintf("%s: the server does not speak TLS: %s", call, checks.ErrorDetail(err))}
 	case errors.As(err, &alertErr):
-		return outcome{ReasonTLSError, fmt.Sprintf("%s: the server refused the TLS handshake: %s", call, innermost(err))}
+		return outcome{ReasonTLSError, fmt.Sprintf("%s: the server refused the TLS handshake: %s", call, checks.ErrorDetail(err))}
 	case soap.IsSoapFault(err) || soap.IsVimFault(err):
 		return outcome{checks.ReasonAPIError, fmt.Sprintf("%s: the server answered a fault: %s", call, describe(err))}
 	}
 	if unreachable(err) {
-		return outcome{checks.ReasonAPIUnreachable, fmt.Sprintf("%s: %s unreachable: %s", call, c.sdk.Host, innermost(err))}
+		return outcome{checks.ReasonAPIUnreachable, fmt.Sprintf("%s: %s unreachable: %s", call, c.sdk.Host, checks.ErrorDetail(err))}
 	}
-	return outcome{checks.ReasonAPIError, fmt.Sprintf("%s failed: %s", call, innermost(err))}
+	return outcome{checks.ReasonAPIError, fmt.Sprintf("%s failed: %s", call, checks.ErrorDetail(err))}
 }
 
 // unreachable reports a failure to get any answer: name resolution, connect, a connection
@@ -569,7 +569,7 @@ func describe(err error) string {
 	case soap.IsVimFault(err):
 		return faultName(soap.ToVimFault(err))
 	}
-	return innermost(err)
+	return checks.ErrorDetail(err)
 }
 
 func faultName(f any) string {
@@ -581,23 +581,6 @@ func faultName(f any) string {
 		t = t.Elem()
 	}
 	return t.Name()
-}
-
-// innermost describes a transport failure by its innermost network error, without the URL.
-func innermost(err error) string {
-	var opErr *net.OpError
-	if errors.As(err, &opErr) {
-		return opErr.Error()
-	}
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) {
-		return dnsErr.Error()
-	}
-	var uerr *url.Error
-	if errors.As(err, &uerr) {
-		return uerr.Err.Error()
-	}
-	return err.Error()
 }
 
 // quoteUser names the user in a message (a username is not a secret), shortened.
