@@ -7,20 +7,23 @@ import (
 	"log/slog"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
-// newChecker builds the Checker of one provider, by provider type. A provider type without an
-// entry cannot be checked by this build, and a providers file that uses it is rejected.
-// Constructors must not contact the provider: connections are opened by the checks themselves,
-// so that building is cheap and --config.check can build every checker without side effects.
-var newChecker = map[checks.ProviderType]func(config.Provider, *slog.Logger) (checks.Checker, error){
-	checks.TypeKubernetes: kubernetes.New,
-	checks.TypeGCP:        gcp.New,
-	checks.TypeKVM:        kvm.New,
+// newChecker builds the Checker of one provider with its registered type's constructor
+// (checks.Register; providers.go lists the types of this build). Constructors must not contact
+// the provider: connections are opened by the checks themselves, so that building is cheap and
+// --config.check can build every checker without side effects.
+var newChecker = func(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
+	t, ok := checks.Lookup(checks.ProviderType(p.Type))
+	if !ok {
+		return nil, errNotInBuild(p.Type)
+	}
+	return t.New(p, logger)
+}
+
+func errNotInBuild(typ string) error {
+	return fmt.Errorf("checks of type %s are not available in this build", typ)
 }
 
 // entry is one running provider: the configuration its checker was built from, and the checker.
@@ -47,7 +50,8 @@ type checkerSet struct {
 func (s *checkerSet) providers() []checks.Provider {
 	ps := make([]checks.Provider, len(s.checkers))
 	for i, c := range s.checkers {
-		ps[i] = checks.Provider{Checker: c, Thresholds: s.entries[c.Name()].provider.Thresholds()}
+		p := s.entries[c.Name()].provider
+		ps[i] = checks.Provider{Checker: c, Thresholds: checks.Thresholds{Failure: p.FailureThreshold, Success: p.SuccessThreshold}}
 	}
 	return ps
 }
@@ -81,7 +85,7 @@ func buildCheckers(cfg *config.Config, old map[string]entry, logger *slog.Logger
 		if prev, ok := old[p.Name]; ok && !isStale(prev.checker) {
 			// A provider whose connections can carry over (a kvm provider whose host list
 			// alone changed) gets a checker sharing them: unchanged hosts keep their links.
-			if r, ok := prev.checker.(retargeter); ok {
+			if r, ok := prev.checker.(checks.Retargeter); ok {
 				if c, ok := r.Retarget(p, logger.With("provider", p.Name)); ok {
 					if cl, ok := c.(io.Closer); ok {
 						built = append(built, cl)
@@ -93,12 +97,7 @@ func buildCheckers(cfg *config.Config, old map[string]entry, logger *slog.Logger
 				}
 			}
 		}
-		newFn, ok := newChecker[p.Type]
-		if !ok {
-			errs = append(errs, fmt.Errorf("provider %s: checks of type %s are not available in this build", p.Name, p.Type))
-			continue
-		}
-		c, err := newFn(p, logger.With("provider", p.Name))
+		c, err := newChecker(p, logger.With("provider", p.Name))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("provider %s: %w", p.Name, err))
 			continue
@@ -133,13 +132,6 @@ func buildCheckers(cfg *config.Config, old map[string]entry, logger *slog.Logger
 	return set, nil
 }
 
-// retargeter is a checker that can hand its connections to the checker of a changed version of
-// its provider (kvm: when only the host list changed). The new checker shares what carries over;
-// closing the old one then closes only what the new one does not use.
-type retargeter interface {
-	Retarget(config.Provider, *slog.Logger) (checks.Checker, bool)
-}
-
 // closeAll closes every closer, logging (not returning) failures: a checker that cannot close
 // cleanly must not keep the others open.
 func closeAll(cs []io.Closer, logger *slog.Logger) {
@@ -158,6 +150,6 @@ func closeAll(cs []io.Closer, logger *slog.Logger) {
 // change: a file it read when it was built (a kubeconfig) has changed since, or could not be
 // used. A reload then re-reads it.
 func isStale(c checks.Checker) bool {
-	s, ok := c.(interface{ Stale() bool })
+	s, ok := c.(checks.Staler)
 	return ok && s.Stale()
 }

@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,7 +20,7 @@ import (
 )
 
 func gcpProvider(name, project, filter string) config.Provider {
-	return config.Provider{Name: name, Type: checks.TypeGCP, GCP: &config.GCPConfig{Project: project, Filter: filter}}
+	return config.Provider{Name: name, Type: "gcp", Block: &gcp.Config{Project: project, Filter: filter}}
 }
 
 // TestBuildCheckers: a reload keeps the checker of an unchanged provider, builds changed and
@@ -84,10 +88,7 @@ func TestBuildCheckers(t *testing.T) {
 func TestBuildCheckersFailure(t *testing.T) {
 	f := newFakeChecks()
 	f.use(t)
-	if prev, ok := newChecker[checks.TypeKVM]; ok {
-		delete(newChecker, checks.TypeKVM)
-		t.Cleanup(func() { newChecker[checks.TypeKVM] = prev })
-	}
+	withoutType(t, checks.TypeKVM)
 	logger := slog.New(slog.DiscardHandler)
 	old, err := buildCheckers(&config.Config{Providers: []config.Provider{gcpProvider("old", "old-project", "o1")}}, nil, logger)
 	if err != nil {
@@ -97,7 +98,7 @@ func TestBuildCheckersFailure(t *testing.T) {
 	_, err = buildCheckers(&config.Config{Providers: []config.Provider{
 		gcpProvider("fresh", "fresh-project", "f1"),
 		gcpProvider("broken", "fail-to-build", "b1"),
-		{Name: "lab", Type: checks.TypeKVM, KVM: &config.KVMConfig{User: "root"}},
+		{Name: "lab", Type: "kvm", Block: &kvm.Config{User: "root"}},
 	}}, old.entries, logger)
 	want := "provider broken: cannot build this one\nprovider lab: checks of type kvm are not available in this build"
 	if err == nil || err.Error() != want {
@@ -118,8 +119,8 @@ func TestBuildCheckersRebuildsStale(t *testing.T) {
 	logger := slog.New(slog.DiscardHandler)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	cfg := &config.Config{Providers: []config.Provider{{
-		Name: "cluster", Type: checks.TypeKubernetes,
-		Kubernetes: &config.KubernetesConfig{Kubeconfig: kubeconfig, Version: "v1", Resource: "pods"},
+		Name: "cluster", Type: "kubernetes",
+		Block: &kubernetes.Config{Kubeconfig: kubeconfig, Version: "v1", Resource: "pods"},
 	}}}
 
 	first, err := buildCheckers(cfg, nil, logger)
@@ -182,12 +183,12 @@ func TestReloadKeepsUnchangedHostsLinks(t *testing.T) {
 	fleet := kvmhost.Start(t, 3)
 	logger := slog.New(slog.DiscardHandler)
 	kvmProvider := func(hosts ...*kvmhost.Host) config.Provider {
-		k := fleet.KVMConfig()
+		k := kvmBlock(fleet.KVMConfig())
 		k.Hosts = nil
 		for _, h := range hosts {
-			k.Hosts = append(k.Hosts, config.KVMHost{Address: h.Addr, Name: h.Name})
+			k.Hosts = append(k.Hosts, kvm.Host{Address: h.Addr, Name: h.Name})
 		}
-		return config.Provider{Name: "kvm-lab", Type: checks.TypeKVM, KVM: &k}
+		return config.Provider{Name: "kvm-lab", Type: "kvm", Block: &k}
 	}
 	check := func(c checks.Checker) map[string]checks.TargetResult {
 		t.Helper()
@@ -249,4 +250,16 @@ func TestReloadKeepsUnchangedHostsLinks(t *testing.T) {
 	if n := h1.TCPConnections(); n != 1 {
 		t.Errorf("kept host %s: %d TCP connections, want its 1 link", h1.Name, n)
 	}
+}
+
+// kvmBlock is a test fleet as a kvm block, with the loader's defaults.
+func kvmBlock(b testenv.KVMBlock) kvm.Config {
+	k := kvm.Config{User: b.User, PrivateKeyFile: b.PrivateKeyFile, KnownHostsFile: b.KnownHostsFile,
+		Port: kvm.DefaultPort, Socket: b.Socket, StoragePool: b.StoragePool, Concurrency: kvm.DefaultConcurrency,
+		TCPTimeout: kvm.DefaultTCPTimeout, SSHTimeout: kvm.DefaultSSHTimeout, LibvirtTimeout: kvm.DefaultLibvirtTimeout,
+		RPCTimeout: kvm.DefaultRPCTimeout}
+	for _, h := range b.Hosts {
+		k.Hosts = append(k.Hosts, kvm.Host(h))
+	}
+	return k
 }

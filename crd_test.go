@@ -157,11 +157,14 @@ func TestSinceAgreesOnPageAndObject(t *testing.T) {
 	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
 	var reason atomic.Value
 	reason.Store(checks.ReasonAPIError)
-	prev := newChecker[checks.TypeKubernetes]
-	newChecker[checks.TypeKubernetes] = func(config.Provider, *slog.Logger) (checks.Checker, error) {
-		return &sinceChecker{reason: &reason}, nil
+	prev := newChecker
+	newChecker = func(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
+		if p.Type == string(checks.TypeKubernetes) {
+			return &sinceChecker{reason: &reason}, nil
+		}
+		return prev(p, logger)
 	}
-	t.Cleanup(func() { newChecker[checks.TypeKubernetes] = prev })
+	t.Cleanup(func() { newChecker = prev })
 	providers := filepath.Join(t.TempDir(), "providers.yml")
 	if err := os.WriteFile(providers, []byte("providers:\n  - name: since\n    type: kubernetes\n    kubernetes: {}\n"), 0o600); err != nil {
 		t.Fatal(err)

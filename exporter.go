@@ -58,22 +58,22 @@ func newExporter(configFile string, interval, timeout time.Duration, logger *slo
 		registry:     prometheus.NewRegistry(),
 		landingSlots: make(chan struct{}, landingMaxInFlight),
 		reloadSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: collector.Namespace,
+			Namespace: checks.MetricNamespace,
 			Name:      "config_last_reload_successful",
 			Help:      "Whether the last load of the providers file succeeded (1) or failed (0).",
 		}),
 		reloadTimestamp: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: collector.Namespace,
+			Namespace: checks.MetricNamespace,
 			Name:      "config_last_reload_success_timestamp_seconds",
 			Help:      "When the providers file was last loaded successfully, in seconds since the Unix epoch.",
 		}),
 		checkInterval: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: collector.Namespace,
+			Namespace: checks.MetricNamespace,
 			Name:      "provider_check_interval_seconds",
 			Help:      "The interval between two rounds of checks (--provider-check-interval); 0 when checks are off.",
 		}),
 		checkTimeout: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: collector.Namespace,
+			Namespace: checks.MetricNamespace,
 			Name:      "provider_check_timeout_seconds",
 			Help:      "The deadline of one round of checks in effect (--provider-check-timeout, or the value derived from the interval); 0 when checks are off.",
 		}),
@@ -96,7 +96,7 @@ func newExporter(configFile string, interval, timeout time.Duration, logger *slo
 
 	e.providerMetrics = collector.NewGatherer(e.runner.Current)
 	e.registry.MustRegister(
-		versioncollector.NewCollector(collector.Namespace),
+		versioncollector.NewCollector(checks.MetricNamespace),
 		e.reloadSuccess,
 		e.reloadTimestamp,
 		e.checkInterval,

@@ -17,7 +17,7 @@ func bigFleet(providers, hosts int) (*checks.Snapshot, time.Time) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	s := &checks.Snapshot{Round: 7, RoundStarted: now.Add(-10 * time.Second), RoundDuration: 3 * time.Second}
 	for p := range providers {
-		ps := checks.ProviderState{Name: fmt.Sprintf("kvm-%02d", p), Type: checks.TypeKVM}
+		ps := checks.ProviderState{Name: fmt.Sprintf("kvm-%02d", p), Type: "kvm"}
 		for h := range hosts {
 			t := checks.TargetState{TargetResult: checks.TargetResult{Target: fmt.Sprintf("hv-%02d-%04d", p, h), Up: true,
 				Reason: checks.ReasonReady, Message: "pool default running", Duration: 3 * time.Millisecond, CheckedAt: now.Add(-5 * time.Second)},

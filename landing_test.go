@@ -82,12 +82,12 @@ func newFleet() fleet {
 	f.snap = &checks.Snapshot{
 		Round: 42, RoundStarted: now.Add(-25 * time.Second), RoundDuration: 2100 * time.Millisecond,
 		Providers: []checks.ProviderState{
-			{Name: "cluster-main", Type: checks.TypeKubernetes, Targets: []checks.TargetState{ready("cluster-main", now.Add(-24*time.Hour))}},
-			{Name: "kvm-east", Type: checks.TypeKVM, Targets: east},
-			{Name: "gcp-prod", Type: checks.TypeGCP, Targets: []checks.TargetState{
+			{Name: "cluster-main", Type: "kubernetes", Targets: []checks.TargetState{ready("cluster-main", now.Add(-24*time.Hour))}},
+			{Name: "kvm-east", Type: "kvm", Targets: east},
+			{Name: "gcp-prod", Type: "gcp", Targets: []checks.TargetState{
 				downT("my-project-123456", checks.ReasonForbidden, "permission compute.instances.list denied", now.Add(-2*time.Minute))}},
-			{Name: "kvm-west", Type: checks.TypeKVM, Targets: west},
-			{Name: "kvm-new", Type: checks.TypeKVM},
+			{Name: "kvm-west", Type: "kvm", Targets: west},
+			{Name: "kvm-new", Type: "kvm"},
 		},
 	}
 	return f
@@ -396,7 +396,7 @@ func TestLandingHistoryAndProbeLink(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	ts := historyTarget(now)
 	snap := &checks.Snapshot{Round: 3, RoundStarted: now.Add(-15 * time.Second), Providers: []checks.ProviderState{
-		{Name: "kvm-east", Type: checks.TypeKVM, Targets: []checks.TargetState{ts}}}}
+		{Name: "kvm-east", Type: "kvm", Targets: []checks.TargetState{ts}}}}
 	rec := httptest.NewRecorder()
 	landingExporter().renderLanding(rec, httptest.NewRequest("GET", "/", nil), snap, now)
 	page := rec.Body.String()

@@ -357,30 +357,13 @@ loop:
 // deployment (in CI, on a laptop) does not see the files mounted into it.
 func unreadableFiles(cfg *config.Config) []string {
 	var ws []string
-	check := func(provider, field, path string) {
-		if path == "" {
-			return
-		}
-		f, err := os.Open(path)
+	for _, pf := range cfg.Files() {
+		f, err := os.Open(pf.Path)
 		if err != nil {
-			ws = append(ws, fmt.Sprintf("provider %s: %s: %v (its checks will fail until the file is readable)", provider, field, err))
-			return
+			ws = append(ws, fmt.Sprintf("provider %s: %s: %v (its checks will fail until the file is readable)", pf.Provider, pf.Field, err))
+			continue
 		}
 		f.Close()
-	}
-	for _, p := range cfg.Providers {
-		switch {
-		case p.Kubernetes != nil:
-			check(p.Name, "kubeconfig", p.Kubernetes.Kubeconfig)
-		case p.GCP != nil:
-			check(p.Name, "credentialsFile", p.GCP.CredentialsFile)
-		case p.KVM != nil:
-			check(p.Name, "privateKeyFile", p.KVM.PrivateKeyFile)
-			check(p.Name, "passphraseFile", p.KVM.PassphraseFile)
-			if !p.KVM.InsecureSkipHostKeyVerification {
-				check(p.Name, "knownHostsFile", p.KVM.KnownHostsFile)
-			}
-		}
 	}
 	return ws
 }

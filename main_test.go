@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
 	"io"
 	"log/slog"
 	"net/http"
@@ -31,7 +32,7 @@ const envRunMain = "PROVIDER_HEALTH_EXPORTER_TEST_RUN_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(envRunMain) == "1" {
-		newChecker[checks.TypeGCP] = newFakeChecks().constructor
+		newChecker = newFakeChecks().wrap(newChecker)
 		main()
 		return
 	}
@@ -59,18 +60,35 @@ func newFakeChecks() *fakeChecks {
 	}
 }
 
-// use registers f as the constructor of gcp providers for the duration of the test.
+// use makes f the constructor of gcp providers for the duration of the test.
 func (f *fakeChecks) use(t *testing.T) {
 	t.Helper()
-	prev, had := newChecker[checks.TypeGCP]
-	newChecker[checks.TypeGCP] = f.constructor
-	t.Cleanup(func() {
-		if had {
-			newChecker[checks.TypeGCP] = prev
-		} else {
-			delete(newChecker, checks.TypeGCP)
+	prev := newChecker
+	newChecker = f.wrap(prev)
+	t.Cleanup(func() { newChecker = prev })
+}
+
+// wrap returns next with gcp providers built by f.
+func (f *fakeChecks) wrap(next func(config.Provider, *slog.Logger) (checks.Checker, error)) func(config.Provider, *slog.Logger) (checks.Checker, error) {
+	return func(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
+		if p.Type == string(checks.TypeGCP) {
+			return f.constructor(p, logger)
 		}
-	})
+		return next(p, logger)
+	}
+}
+
+// withoutType makes the exporter a build without provider type typ for the duration of the
+// test: building a checker of that type fails as it would then.
+func withoutType(t *testing.T, typ checks.ProviderType) {
+	prev := newChecker
+	newChecker = func(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
+		if p.Type == string(typ) {
+			return nil, errNotInBuild(p.Type)
+		}
+		return prev(p, logger)
+	}
+	t.Cleanup(func() { newChecker = prev })
 }
 
 // gate makes the provider's checks wait until the returned function is called.
@@ -90,16 +108,17 @@ func (f *fakeChecks) count(m map[string]int, name string) int {
 }
 
 func (f *fakeChecks) constructor(p config.Provider, _ *slog.Logger) (checks.Checker, error) {
-	if p.GCP == nil {
+	g, ok := p.Block.(*gcp.Config)
+	if !ok {
 		return nil, fmt.Errorf("no gcp block")
 	}
-	if p.GCP.Project == "fail-to-build" {
+	if g.Project == "fail-to-build" {
 		return nil, fmt.Errorf("cannot build this one")
 	}
 	f.mu.Lock()
 	f.built[p.Name]++
 	f.mu.Unlock()
-	return &fakeChecker{f: f, name: p.Name, project: p.GCP.Project, targets: strings.Split(p.GCP.Filter, ",")}, nil
+	return &fakeChecker{f: f, name: p.Name, project: g.Project, targets: strings.Split(g.Filter, ",")}, nil
 }
 
 type fakeChecker struct {
@@ -448,10 +467,7 @@ func TestConfigCheck(t *testing.T) {
 	f.use(t)
 	// kvm checks are absent from this test's build whatever the binary registers, so that the
 	// "not available" problem is reported.
-	if prev, ok := newChecker[checks.TypeKVM]; ok {
-		delete(newChecker, checks.TypeKVM)
-		t.Cleanup(func() { newChecker[checks.TypeKVM] = prev })
-	}
+	withoutType(t, checks.TypeKVM)
 	dir := t.TempDir()
 
 	t.Run("ok", func(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -172,9 +173,9 @@ func TestMetricsDocumented(t *testing.T) {
 			t.Errorf("%s is registered by the exporter but has no row in docs/metrics.md", name)
 		}
 	}
-	kvm := &checks.Snapshot{Round: 1, Providers: []checks.ProviderState{{Name: "kvm", Type: checks.TypeKVM,
+	kvm := &checks.Snapshot{Round: 1, Providers: []checks.ProviderState{{Name: "kvm", Type: "kvm",
 		Targets: []checks.TargetState{{TargetResult: checks.TargetResult{Target: "hv1", Up: true, Reason: checks.ReasonReady,
-			Pool: &checks.StoragePool{Name: "default"}}}}}}}
+			Samples: kvm.PoolSamples("default", 0, 0, 0)}}}}}}
 	kvmFamilies, err := collector.NewGatherer(func() *checks.Snapshot { return kvm }).Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -6,22 +6,22 @@ package checks
 
 import (
 	"context"
-	"slices"
+	"io"
+	"log/slog"
 	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
 // ProviderType is the kind of infrastructure a provider is. The providers file's `type` field.
 type ProviderType string
 
-// The provider types the exporter knows.
+// The names of the provider types this module ships (each registers itself: checks.Register).
 const (
 	TypeKubernetes ProviderType = "kubernetes"
 	TypeGCP        ProviderType = "gcp"
 	TypeKVM        ProviderType = "kvm"
 )
-
-// Types lists every provider type, in the order the docs present them.
-var Types = []ProviderType{TypeKubernetes, TypeGCP, TypeKVM}
 
 // Reason is one CamelCase word that explains a verdict. ReasonReady means up; every other
 // reason means down. The same word appears in the reason metric label, the ProviderHealth
@@ -73,35 +73,6 @@ const (
 	ReasonPoolInaccessible         Reason = "PoolInaccessible"
 )
 
-// catalogue is the one source of truth for which reasons each provider type may report.
-// docs/reasons.md (checks/reasons_doc_test.go) and the tests are checked against it.
-var catalogue = map[ProviderType][]Reason{
-	TypeKubernetes: {ReasonReady, ReasonTimeout, ReasonUnauthorized, ReasonForbidden,
-		ReasonResourceNotFound, ReasonAPIUnreachable, ReasonAPIError, ReasonConfigError},
-	TypeGCP: {ReasonReady, ReasonTimeout, ReasonCredentialsError, ReasonUnauthorized,
-		ReasonForbidden, ReasonProjectNotFound, ReasonRateLimited, ReasonAPIUnreachable, ReasonAPIError},
-	TypeKVM: {ReasonReady, ReasonTimeout, ReasonKeyMaterialError, ReasonTCPUnreachable,
-		ReasonSSHHandshakeFailed, ReasonSSHAuthFailed, ReasonHostKeyUnknown, ReasonHostKeyMismatch,
-		ReasonLibvirtSocketUnreachable, ReasonLibvirtConnectFailed, ReasonLibvirtError,
-		ReasonPoolNotFound, ReasonPoolInactive, ReasonPoolBuilding, ReasonPoolDegraded,
-		ReasonPoolInaccessible},
-}
-
-// Reasons returns the closed catalogue of reasons a provider type may report (a copy).
-func Reasons(t ProviderType) []Reason { return slices.Clone(catalogue[t]) }
-
-// ValidReason reports whether r belongs to the catalogue of provider type t.
-func ValidReason(t ProviderType, r Reason) bool { return slices.Contains(catalogue[t], r) }
-
-// StoragePool is what a KVM check learned about the host's storage pool.
-type StoragePool struct {
-	Name            string
-	State           string // libvirt's pool state: running, inactive, building, degraded, inaccessible
-	CapacityBytes   uint64
-	AllocationBytes uint64
-	AvailableBytes  uint64
-}
-
 // TargetResult is the verdict of one check of one target.
 type TargetResult struct {
 	Target string
@@ -120,8 +91,9 @@ type TargetResult struct {
 	// but the runner keeps the CheckedAt of the last check that contacted the target, so that
 	// the check timestamp moves only when the target was contacted.
 	NotContacted bool
-	// Pool holds typed extras of KVM checks: nil when the pool was not read.
-	Pool *StoragePool
+	// Samples are the values of the provider type's own gauges (Type.Gauges) for the target,
+	// from this check: none when the check did not read them.
+	Samples []Sample
 }
 
 // Checker checks one provider. Check never fails as a whole: every problem is a verdict on a
@@ -139,7 +111,26 @@ type Checker interface {
 	Check(ctx context.Context) []TargetResult
 }
 
-// A Checker that holds resources (connections) may also implement io.Closer; the exporter
-// closes it when its provider is removed or changed by a reload, and at exit. Close may be called
-// while a Check abandoned at a deadline is still running: it must not wait for that call, and the
-// call must then return promptly.
+// Optional abilities of a Checker, besides the interface itself.
+
+// Retargeter is a checker that can hand its connections to the checker of a changed version of
+// its provider (kvm: when only the host list changed). The new checker shares what carries
+// over; closing the old one then closes only what the new one does not use. ok false means
+// the change needs a new checker.
+type Retargeter interface {
+	Retarget(config.Provider, *slog.Logger) (c Checker, ok bool)
+}
+
+// Staler is a checker that asks to be rebuilt at a reload although its providers-file block
+// did not change (it could not be built from what it read).
+type Staler interface {
+	Stale() bool
+}
+
+// Closer is a checker that holds resources (connections, sessions): the exporter closes it
+// when its provider is removed or changed by a reload, and at exit. Close is idempotent, and
+// may be called while a Check abandoned at a deadline is still running: it must not wait for
+// that call, and the call must then return promptly.
+type Closer interface {
+	io.Closer
+}

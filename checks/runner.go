@@ -438,10 +438,9 @@ func (r *Runner) verdicts(s *slot, targets []string, o outcome, start, deadline 
 		if v.CheckedAt.IsZero() {
 			v.CheckedAt = o.at
 		}
-		if v.Pool != nil {
+		if len(v.Samples) > 0 {
 			// A private copy: the snapshot must not share memory the checker may reuse.
-			p := *v.Pool
-			v.Pool = &p
+			v.Samples = s.ownSamples(t, v.Samples, bug)
 		}
 		if !ValidReason(s.typ, v.Reason) {
 			bug("reason\x00"+t+"\x00"+string(v.Reason), slog.LevelError, "checker reported a reason outside its type's catalogue (a bug in the checker)", "target", t, "reason", string(v.Reason), "type", string(s.typ))
@@ -519,4 +518,26 @@ func (pm *providerMemory) prune(targets []string) {
 			delete(pm.targets, t)
 		}
 	}
+}
+
+// ownSamples copies the samples a checker reported for target t, dropping (and reporting as a
+// bug in the checker) those of a gauge its type does not declare or with the wrong number of
+// label values.
+func (s *slot) ownSamples(t string, in []Sample, bug func(key string, level slog.Level, msg string, args ...any)) []Sample {
+	typ, _ := Lookup(s.typ)
+	out := make([]Sample, 0, len(in))
+	for _, sm := range in {
+		if typ == nil || sm.Gauge == nil || !slices.Contains(typ.Gauges, sm.Gauge) || len(sm.LabelValues) != len(sm.Gauge.Labels) {
+			name := "<nil>"
+			if sm.Gauge != nil {
+				name = sm.Gauge.Name
+			}
+			bug("sample\x00"+t+"\x00"+name, slog.LevelError, "checker reported a sample of a gauge its type does not declare, or with the wrong labels (a bug in the checker)",
+				"target", t, "gauge", name, "type", string(s.typ))
+			continue
+		}
+		sm.LabelValues = slices.Clone(sm.LabelValues)
+		out = append(out, sm)
+	}
+	return out
 }

@@ -697,17 +697,40 @@ func TestPanickingCheckerIsAVerdict(t *testing.T) {
 	}
 }
 
-func TestPoolIsCopiedIntoTheSnapshot(t *testing.T) {
-	pool := &StoragePool{Name: "default", State: "running", CapacityBytes: 100}
+// TestSamplesAreCopiedIntoTheSnapshot: a type's samples reach the snapshot as the checker
+// reported them, in a copy; a sample of a gauge the type does not declare, or with the wrong
+// labels, is dropped and logged as a bug in the checker.
+func TestSamplesAreCopiedIntoTheSnapshot(t *testing.T) {
+	kvm, ok := Lookup(TypeKVM)
+	if !ok || len(kvm.Gauges) == 0 {
+		t.Fatal("the kvm type is not registered with its gauges")
+	}
+	declared := kvm.Gauges[0]
+	stranger := &Gauge{Name: "proxy_operator_stranger", Help: "not declared by kvm", Labels: []string{"pool"}}
+	labels := []string{"default"}
 	f := newFake("kvm", TypeKVM, "h1")
 	f.results = func() []TargetResult {
-		return []TargetResult{{Target: "h1", Up: true, Reason: ReasonReady, Pool: pool}}
+		return []TargetResult{{Target: "h1", Up: true, Reason: ReasonReady, Samples: []Sample{
+			{Gauge: declared, Value: 100, LabelValues: labels},
+			{Gauge: stranger, Value: 1, LabelValues: labels},
+			{Gauge: declared, Value: 2, LabelValues: nil},
+		}}}
 	}
-	r, _ := newTestRunner(t, time.Second, f)
+	r, rec := newTestRunner(t, time.Second, f)
 	r.round(context.Background())
-	pool.CapacityBytes = 1 // the checker reuses its struct
-	if got := mustTarget(t, r.Current(), "kvm", "h1").Pool; got == nil || got.CapacityBytes != 100 {
-		t.Errorf("published pool changed with the checker's memory: %+v", got)
+	labels[0] = "reused" // the checker reuses its memory
+	got := mustTarget(t, r.Current(), "kvm", "h1").Samples
+	if len(got) != 1 || got[0].Gauge != declared || got[0].Value != 100 || len(got[0].LabelValues) != 1 || got[0].LabelValues[0] != "default" {
+		t.Errorf("published samples %+v, want only the declared one, as reported", got)
+	}
+	bugs := 0
+	for _, l := range rec.take() {
+		if l.level == slog.LevelError && strings.Contains(l.msg, "sample of a gauge") {
+			bugs++
+		}
+	}
+	if bugs != 2 {
+		t.Errorf("%d bug logs for the two bad samples, want 2", bugs)
 	}
 }
 

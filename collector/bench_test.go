@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"fmt"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -112,7 +113,7 @@ func (m manyTargets) Check(context.Context) []checks.TargetResult {
 	out := make([]checks.TargetResult, len(m.targets))
 	for i, t := range m.targets {
 		out[i] = checks.TargetResult{Target: t, Up: true, Reason: checks.ReasonReady, Duration: time.Millisecond,
-			Pool: &checks.StoragePool{Name: "default", State: "running", CapacityBytes: 1 << 40, AvailableBytes: 1 << 39}}
+			Samples: kvm.PoolSamples("default", 1<<40, 0, 1<<39)}
 	}
 	return out
 }

@@ -23,10 +23,6 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 )
 
-// Namespace prefixes every metric the exporter exports, this package's and every other
-// package's (hostpool, crdwriter, the exporter's own).
-const Namespace = "proxy_operator"
-
 // family is the name, help and type of one family the snapshot is served as.
 type family struct {
 	name, help string
@@ -34,7 +30,7 @@ type family struct {
 }
 
 func gaugeFamily(subsystem, name, help string) family {
-	return family{prometheus.BuildFQName(Namespace, subsystem, name), help, dto.MetricType_GAUGE}
+	return family{prometheus.BuildFQName(checks.MetricNamespace, subsystem, name), help, dto.MetricType_GAUGE}
 }
 
 var (
@@ -52,17 +48,11 @@ var (
 		"Checks of the target that failed in a row up to the last one, before the provider's failureThreshold (0 when the last check succeeded). Above 0 while target_up is 1: failures pending.")
 	providerInfo = gaugeFamily("provider", "info",
 		"1 for every configured provider, with its type.")
-	poolCapacity = gaugeFamily("kvm", "storage_pool_capacity_bytes",
-		"Capacity of the KVM host's storage pool, as read by the last check.")
-	poolAllocation = gaugeFamily("kvm", "storage_pool_allocation_bytes",
-		"Bytes allocated in the KVM host's storage pool, as read by the last check.")
-	poolAvailable = gaugeFamily("kvm", "storage_pool_available_bytes",
-		"Bytes available in the KVM host's storage pool, as read by the last check.")
 	roundDuration = gaugeFamily("provider", "check_round_duration_seconds",
 		"How long the last completed round of provider checks took.")
-	roundsTotal = family{prometheus.BuildFQName(Namespace, "provider", "check_rounds_total"),
+	roundsTotal = family{prometheus.BuildFQName(checks.MetricNamespace, "provider", "check_rounds_total"),
 		"Rounds of provider checks completed since the exporter started.", dto.MetricType_COUNTER}
-	abandonedTotal = family{prometheus.BuildFQName(Namespace, "provider", "checkers_abandoned_total"),
+	abandonedTotal = family{prometheus.BuildFQName(checks.MetricNamespace, "provider", "checkers_abandoned_total"),
 		"Checkers that had not returned by a round's deadline and were abandoned (their targets read Timeout).",
 		dto.MetricType_COUNTER}
 )
@@ -124,7 +114,7 @@ func (g *Gatherer) With(reg prometheus.Gatherer) prometheus.Gatherer {
 }
 
 // Label names, shared by every label pair.
-var lProvider, lTarget, lReason, lPool, lType = new("provider"), new("target"), new("reason"), new("pool"), new("type")
+var lProvider, lTarget, lReason, lType = new("provider"), new("target"), new("reason"), new("type")
 
 func newFamily(f family, n int) *dto.MetricFamily {
 	return &dto.MetricFamily{Name: new(f.name), Help: new(f.help), Type: f.typ.Enum(), Metric: make([]*dto.Metric, 0, n)}
@@ -168,9 +158,16 @@ func families(s *checks.Snapshot) ([]*dto.MetricFamily, error) {
 	transition := newFamily(lastTransition, len(refs))
 	reason := newFamily(targetReason, len(refs))
 	failures := newFamily(consecutiveFailures, len(refs))
-	capacity := newFamily(poolCapacity, len(refs))
-	allocation := newFamily(poolAllocation, len(refs))
-	available := newFamily(poolAvailable, len(refs))
+	// The provider types' own gauges, by gauge.
+	own := map[*checks.Gauge]*dto.MetricFamily{}
+	var ownOrder []*dto.MetricFamily
+	for _, typ := range checks.Registered() {
+		for _, g := range typ.Gauges {
+			f := newFamily(family{g.Name, g.Help, dto.MetricType_GAUGE}, 0)
+			own[g] = f
+			ownOrder = append(ownOrder, f)
+		}
+	}
 	for _, r := range refs {
 		v := 0.0
 		if r.t.Up {
@@ -183,11 +180,17 @@ func families(s *checks.Snapshot) ([]*dto.MetricFamily, error) {
 		reason.Metric = append(reason.Metric, &dto.Metric{
 			Label: []*dto.LabelPair{r.labels[0], labelPair(lReason, string(r.t.Reason)), r.labels[1]}, Gauge: gauge(1)})
 		failures.Metric = append(failures.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(float64(r.t.ConsecutiveFailures))})
-		if p := r.t.Pool; p != nil {
-			labels := []*dto.LabelPair{labelPair(lPool, p.Name), r.labels[0], r.labels[1]}
-			capacity.Metric = append(capacity.Metric, &dto.Metric{Label: labels, Gauge: gauge(float64(p.CapacityBytes))})
-			allocation.Metric = append(allocation.Metric, &dto.Metric{Label: labels, Gauge: gauge(float64(p.AllocationBytes))})
-			available.Metric = append(available.Metric, &dto.Metric{Label: labels, Gauge: gauge(float64(p.AvailableBytes))})
+		for _, sm := range r.t.Samples {
+			f := own[sm.Gauge]
+			if f == nil {
+				continue // the runner keeps only the samples of declared gauges
+			}
+			labels := append(make([]*dto.LabelPair, 0, 2+len(sm.LabelValues)), r.labels...)
+			for i, name := range sm.Gauge.Labels {
+				labels = append(labels, labelPair(new(name), sm.LabelValues[i]))
+			}
+			slices.SortFunc(labels, func(a, b *dto.LabelPair) int { return strings.Compare(a.GetName(), b.GetName()) })
+			f.Metric = append(f.Metric, &dto.Metric{Label: labels, Gauge: gauge(sm.Value)})
 		}
 	}
 
@@ -200,7 +203,7 @@ func families(s *checks.Snapshot) ([]*dto.MetricFamily, error) {
 		rd.Metric = append(rd.Metric, &dto.Metric{Gauge: gauge(s.RoundDuration.Seconds())})
 		mfs = append(mfs, rd)
 	}
-	for _, f := range []*dto.MetricFamily{info, up, duration, timestamp, transition, reason, failures, capacity, allocation, available} {
+	for _, f := range append([]*dto.MetricFamily{info, up, duration, timestamp, transition, reason, failures}, ownOrder...) {
 		if len(f.Metric) > 0 {
 			slices.SortStableFunc(f.Metric, byLabelValues)
 			mfs = append(mfs, f)

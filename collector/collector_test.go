@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	kvmcheck "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -45,19 +46,19 @@ func fullSnapshot() *checks.Snapshot {
 		RoundDuration:  2500 * time.Millisecond,
 		AbandonedTotal: 2,
 		Providers: []checks.ProviderState{
-			{Name: "kvm-lab", Type: checks.TypeKVM, Targets: []checks.TargetState{
+			{Name: "kvm-lab", Type: "kvm", Targets: []checks.TargetState{
 				// Failures pending: up, but its last 2 checks failed.
 				{Since: t0, ConsecutiveFailures: 2, TargetResult: checks.TargetResult{Target: "hv2", Up: true, Reason: checks.ReasonReady,
 					Duration: 12 * time.Millisecond, CheckedAt: t0.Add(500 * time.Millisecond),
-					Pool: &checks.StoragePool{Name: "default", State: "running", CapacityBytes: 1000, AllocationBytes: 400, AvailableBytes: 600}}},
+					Samples: kvmcheck.PoolSamples("default", 1000, 400, 600)}},
 				{Since: t0.Add(-90 * time.Second), ConsecutiveFailures: 4, TargetResult: checks.TargetResult{Target: "hv1", Up: false, Reason: checks.ReasonTCPUnreachable,
 					Message: "dial tcp 198.18.0.1:22: connection refused", Duration: 3 * time.Millisecond, CheckedAt: t0.Add(time.Second)}},
 			}},
-			{Name: "gcp-prod", Type: checks.TypeGCP, Targets: []checks.TargetState{
+			{Name: "gcp-prod", Type: "gcp", Targets: []checks.TargetState{
 				{Since: t0, TargetResult: checks.TargetResult{Target: "my-project", Up: true, Reason: checks.ReasonReady,
 					Duration: 250 * time.Millisecond, CheckedAt: t0.Add(2 * time.Second)}},
 			}},
-			{Name: "cluster-new", Type: checks.TypeKubernetes}, // added by a reload, not checked yet
+			{Name: "cluster-new", Type: "kubernetes"}, // added by a reload, not checked yet
 		},
 	}
 }
@@ -127,7 +128,7 @@ func TestCollectFullSnapshot(t *testing.T) {
 }
 
 func TestCollectBeforeFirstRound(t *testing.T) {
-	s := &checks.Snapshot{Providers: []checks.ProviderState{{Name: "kvm-lab", Type: checks.TypeKVM}}}
+	s := &checks.Snapshot{Providers: []checks.ProviderState{{Name: "kvm-lab", Type: "kvm"}}}
 	const want = `
 # HELP proxy_operator_provider_check_rounds_total Rounds of provider checks completed since the exporter started.
 # TYPE proxy_operator_provider_check_rounds_total counter
@@ -156,9 +157,9 @@ func TestCollectFollowsSnapshotChanges(t *testing.T) {
 	next := fullSnapshot()
 	next.Round = 8
 	kvm := &next.Providers[0]
-	kvm.Targets[0].Up, kvm.Targets[0].Reason, kvm.Targets[0].Pool = false, checks.ReasonPoolInactive, nil
+	kvm.Targets[0].Up, kvm.Targets[0].Reason, kvm.Targets[0].Samples = false, checks.ReasonPoolInactive, nil
 	kvm.Targets[1].Up, kvm.Targets[1].Reason = true, checks.ReasonReady
-	kvm.Targets[1].Pool = &checks.StoragePool{Name: "default", CapacityBytes: 10, AllocationBytes: 1, AvailableBytes: 9}
+	kvm.Targets[1].Samples = kvmcheck.PoolSamples("default", 10, 1, 9)
 	next.Providers = []checks.ProviderState{next.Providers[0], next.Providers[2]}
 	cur.Store(next)
 
@@ -191,7 +192,7 @@ proxy_operator_provider_target_up{provider="kvm-lab",target="hv2"} 0
 }
 
 func TestInvalidUTF8LabelValueDoesNotFailTheScrape(t *testing.T) {
-	s := &checks.Snapshot{Round: 1, Providers: []checks.ProviderState{{Name: "kvm", Type: checks.TypeKVM,
+	s := &checks.Snapshot{Round: 1, Providers: []checks.ProviderState{{Name: "kvm", Type: "kvm",
 		Targets: []checks.TargetState{{TargetResult: checks.TargetResult{Target: "hv\xff1", Up: true, Reason: checks.ReasonReady}}}}}}
 	// prometheus.Gatherers checks every label value, as the scrape does.
 	g := prometheus.Gatherers{NewGatherer(fixed(s))}
@@ -368,8 +369,8 @@ func TestMetricsDocMatchesCollector(t *testing.T) {
 		all[m[1]]++
 		// /probe answers in the multi-target exporters' own names (probe_success...), as
 		// blackbox_exporter does; everything else carries the prefix.
-		if !strings.HasPrefix(m[1], Namespace+"_") && !strings.HasPrefix(section, "/probe") {
-			t.Errorf("%s is documented without the %s_ prefix", m[1], Namespace)
+		if !strings.HasPrefix(m[1], checks.MetricNamespace+"_") && !strings.HasPrefix(section, "/probe") {
+			t.Errorf("%s is documented without the %s_ prefix", m[1], checks.MetricNamespace)
 		}
 		if section == "Provider checks" {
 			documented[m[1]] = doc{m[2], strings.TrimSpace(m[3])}

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"fmt"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
@@ -14,7 +15,7 @@ func bigSnapshot(n int) *checks.Snapshot {
 	now := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	s := &checks.Snapshot{Round: 42, RoundStarted: now, RoundDuration: 1500 * time.Millisecond, AbandonedTotal: 3}
 	for p := 0; n > 0; p++ {
-		ps := checks.ProviderState{Name: fmt.Sprintf("kvm-%02d", p), Type: checks.TypeKVM}
+		ps := checks.ProviderState{Name: fmt.Sprintf("kvm-%02d", p), Type: "kvm"}
 		for h := 0; h < 1000 && n > 0; h, n = h+1, n-1 {
 			ts := checks.TargetState{Since: now.Add(-time.Hour), TargetResult: checks.TargetResult{
 				Target:    fmt.Sprintf("hv-%02d-%04d.example.internal", p, h),
@@ -26,8 +27,7 @@ func bigSnapshot(n int) *checks.Snapshot {
 			if h%10 == 9 {
 				ts.Up, ts.Reason, ts.Message = false, checks.ReasonTCPUnreachable, "dial tcp: connection refused"
 			} else {
-				ts.Pool = &checks.StoragePool{Name: "default", State: "running",
-					CapacityBytes: 1 << 40, AllocationBytes: uint64(h) << 30, AvailableBytes: 1<<40 - uint64(h)<<30}
+				ts.Samples = kvm.PoolSamples("default", 1<<40, uint64(h)<<30, 1<<40-uint64(h)<<30)
 			}
 			ps.Targets = append(ps.Targets, ts)
 		}

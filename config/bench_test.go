@@ -1,7 +1,9 @@
-package config
+package config_test
 
 import (
 	"fmt"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,13 +27,13 @@ func largeFile(providers, hosts int) []byte {
 // TestLargeFile: a file of 10,000 targets, the size the exporter is benchmarked at, loads; the
 // bound on alias expansion must not refuse a large file that has no aliases.
 func TestLargeFile(t *testing.T) {
-	cfg, err := Parse("large.yml", largeFile(10, 1000))
+	cfg, err := config.Parse("large.yml", largeFile(10, 1000))
 	if err != nil {
 		t.Fatal(firstLine(err))
 	}
 	n := 0
 	for _, p := range cfg.Providers {
-		n += len(p.KVM.Hosts)
+		n += len(p.Block.(*kvm.Config).Hosts)
 	}
 	if n != 10_000 {
 		t.Errorf("%d hosts, want 10000", n)
@@ -54,7 +56,7 @@ func BenchmarkParse(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(bc.data)))
 			for b.Loop() {
-				if _, err := Parse("providers.yml", bc.data); err != nil {
+				if _, err := config.Parse("providers.yml", bc.data); err != nil {
 					b.Fatal(err)
 				}
 			}

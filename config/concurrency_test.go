@@ -1,7 +1,9 @@
-package config
+package config_test
 
 import (
 	"fmt"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"strings"
 	"testing"
 )
@@ -9,9 +11,9 @@ import (
 // TestDefaultKVMConcurrency: a block without concurrency gets 32 up to 640 hosts and one slot
 // per 20 hosts above (rounded up), at most the maximum; a block that sets it keeps its value.
 func TestDefaultKVMConcurrency(t *testing.T) {
-	for hosts, want := range map[int]int{1: 32, 100: 32, 640: 32, 641: 33, 1000: 50, 5000: 250, 100000: MaxKVMConcurrency} {
-		if got := DefaultKVMConcurrencyFor(hosts); got != want {
-			t.Errorf("DefaultKVMConcurrencyFor(%d) = %d, want %d", hosts, got, want)
+	for hosts, want := range map[int]int{1: 32, 100: 32, 640: 32, 641: 33, 1000: 50, 5000: 250, 100000: kvm.MaxConcurrency} {
+		if got := kvm.DefaultConcurrencyFor(hosts); got != want {
+			t.Errorf("kvm.DefaultConcurrencyFor(%d) = %d, want %d", hosts, got, want)
 		}
 	}
 	file := func(hosts int, extra string) string {
@@ -27,11 +29,11 @@ func TestDefaultKVMConcurrency(t *testing.T) {
 		extra string
 		want  int
 	}{{10, "", 32}, {1000, "", 50}, {5000, "", 250}, {5000, "      concurrency: 16\n", 16}} {
-		c, err := Parse("providers.yml", []byte(file(tc.hosts, tc.extra)))
+		c, err := config.Parse("providers.yml", []byte(file(tc.hosts, tc.extra)))
 		if err != nil {
 			t.Fatalf("%d hosts: %v", tc.hosts, err)
 		}
-		if got := c.Providers[0].KVM.Concurrency; got != tc.want {
+		if got := c.Providers[0].Block.(*kvm.Config).Concurrency; got != tc.want {
 			t.Errorf("%d hosts%s: concurrency %d, want %d", tc.hosts, tc.extra, got, tc.want)
 		}
 	}

@@ -1,9 +1,13 @@
-package config
+package config_test
 
 import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,8 +16,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/provider-health-exporter/provider-health-exporter/checks"
 )
 
 var update = flag.Bool("update", false, "rewrite the testdata/invalid-*.yml.err golden files")
@@ -21,13 +23,13 @@ var update = flag.Bool("update", false, "rewrite the testdata/invalid-*.yml.err 
 const testdata = "../testdata"
 
 // parseTestdata parses a file of testdata under the name a user at the repository root sees.
-func parseTestdata(t *testing.T, name string) (*Config, error) {
+func parseTestdata(t *testing.T, name string) (*config.Config, error) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(testdata, name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Parse(filepath.Join("testdata", name), data)
+	return config.Parse(filepath.Join("testdata", name), data)
 }
 
 // TestInvalidFiles checks every testdata/invalid-*.yml against the exact, complete error text in
@@ -47,7 +49,7 @@ func TestInvalidFiles(t *testing.T) {
 			if cfg != nil {
 				t.Errorf("returned a config along with the error")
 			}
-			var es Errors
+			var es config.Errors
 			if !errors.As(err, &es) || len(es) == 0 {
 				t.Fatalf("error is not a non-empty Errors: %T %v", err, err)
 			}
@@ -94,7 +96,7 @@ func TestInvalidCategories(t *testing.T) {
 		{"duplicate name", "invalid-duplicate-name.yml",
 			`testdata/invalid-duplicate-name.yml:9:11: providers[2].name: duplicate provider name "cluster-main" (first used by providers[0] at line 2)`},
 		{"unknown type", "invalid-unknown-type.yml",
-			`testdata/invalid-unknown-type.yml:3:11: providers[0].type: unknown provider type "vmware" (allowed: kubernetes, gcp, kvm)`},
+			`testdata/invalid-unknown-type.yml:3:11: providers[0].type: unknown provider type "vmware" (allowed: gcp, kubernetes, kvm)`},
 		{"missing required kubernetes", "invalid-missing-required-kubernetes.yml",
 			"testdata/invalid-missing-required-kubernetes.yml:4:5: providers[0].kubernetes.resource: missing required field (required when group or version is set)"},
 		{"missing required gcp", "invalid-missing-required-gcp.yml",
@@ -138,9 +140,9 @@ func TestInvalidCategories(t *testing.T) {
 // TestSeveralErrorsAllReported: one file, one problem per provider and more, all reported.
 func TestSeveralErrorsAllReported(t *testing.T) {
 	_, err := parseTestdata(t, "invalid-many-errors.yml")
-	var es Errors
+	var es config.Errors
 	if !errors.As(err, &es) {
-		t.Fatalf("want Errors, got %T %v", err, err)
+		t.Fatalf("want config.Errors, got %T %v", err, err)
 	}
 	var fields []string
 	for _, e := range es {
@@ -165,7 +167,7 @@ func TestSeveralErrorsAllReported(t *testing.T) {
 
 // TestExample loads the complete annotated example and checks every value, defaults included.
 func TestExample(t *testing.T) {
-	cfg, err := Load(filepath.Join(testdata, "providers.yml"))
+	cfg, err := config.Load(filepath.Join(testdata, "providers.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,24 +175,24 @@ func TestExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Config{Providers: []Provider{
-		{Name: "cluster-main", Type: checks.TypeKubernetes, FailureThreshold: 1, SuccessThreshold: 1, Kubernetes: &KubernetesConfig{
+	want := &config.Config{Providers: []config.Provider{
+		{Name: "cluster-main", Type: "kubernetes", FailureThreshold: 1, SuccessThreshold: 1, Block: &kubernetes.Config{
 			Kubeconfig: "/etc/phe/kubeconfig", Version: "v1", Resource: "pods",
-			LabelSelector: DefaultLabelSelector,
+			LabelSelector: kubernetes.DefaultLabelSelector,
 		}},
-		{Name: "cluster-edge", Type: checks.TypeKubernetes, FailureThreshold: 1, SuccessThreshold: 1, Kubernetes: &KubernetesConfig{
+		{Name: "cluster-edge", Type: "kubernetes", FailureThreshold: 1, SuccessThreshold: 1, Block: &kubernetes.Config{
 			Kubeconfig: filepath.Join(dir, "secrets/edge.kubeconfig"), Context: "edge-admin",
 			Group: "apps", Version: "v1", Resource: "deployments", Namespace: "ingress", LabelSelector: "",
 		}},
-		{Name: "gcp-prod", Type: checks.TypeGCP, FailureThreshold: 1, SuccessThreshold: 1, GCP: &GCPConfig{
-			Project: "my-project-123456", CredentialsFile: "/etc/phe/gcp-key.json", Filter: DefaultGCPFilter,
+		{Name: "gcp-prod", Type: "gcp", FailureThreshold: 1, SuccessThreshold: 1, Block: &gcp.Config{
+			Project: "my-project-123456", CredentialsFile: "/etc/phe/gcp-key.json", Filter: gcp.DefaultFilter,
 		}},
-		{Name: "kvm-lab", Type: checks.TypeKVM, FailureThreshold: 3, SuccessThreshold: 1, KVM: &KVMConfig{
+		{Name: "kvm-lab", Type: "kvm", FailureThreshold: 3, SuccessThreshold: 1, Block: &kvm.Config{
 			User: "root", PrivateKeyFile: "/etc/phe/ssh/id_ed25519", KnownHostsFile: "/etc/phe/ssh/known_hosts",
-			Port: DefaultKVMPort, Socket: DefaultLibvirtSocket, StoragePool: "default", Concurrency: DefaultKVMConcurrency,
-			TCPTimeout: DefaultKVMTCPTimeout, SSHTimeout: DefaultKVMSSHTimeout, LibvirtTimeout: DefaultKVMLibvirtTimeout,
-			RPCTimeout: DefaultKVMRPCTimeout,
-			Hosts: []KVMHost{
+			Port: kvm.DefaultPort, Socket: kvm.DefaultSocket, StoragePool: "default", Concurrency: kvm.DefaultConcurrency,
+			TCPTimeout: kvm.DefaultTCPTimeout, SSHTimeout: kvm.DefaultSSHTimeout, LibvirtTimeout: kvm.DefaultLibvirtTimeout,
+			RPCTimeout: kvm.DefaultRPCTimeout,
+			Hosts: []kvm.Host{
 				{Address: "198.18.0.11", Name: "hv1"},
 				{Address: "198.18.0.12:2222", Name: "hv2"},
 				{Address: "[::ffff:198.18.0.13]:22", Name: "[::ffff:198.18.0.13]:22"},
@@ -208,27 +210,18 @@ func TestExample(t *testing.T) {
 	}
 }
 
-func dump(c *Config) string {
+func dump(c *config.Config) string {
 	var b strings.Builder
 	for _, p := range c.Providers {
-		fmt.Fprintf(&b, "%s %s %+v", p.Name, p.Type, p.Thresholds())
-		switch {
-		case p.Kubernetes != nil:
-			fmt.Fprintf(&b, " %+v", *p.Kubernetes)
-		case p.GCP != nil:
-			fmt.Fprintf(&b, " %+v", *p.GCP)
-		case p.KVM != nil:
-			fmt.Fprintf(&b, " %+v", *p.KVM)
-		}
-		b.WriteString("\n")
+		fmt.Fprintf(&b, "%s %s %d/%d %+v\n", p.Name, p.Type, p.FailureThreshold, p.SuccessThreshold, p.Block)
 	}
 	return b.String()
 }
 
 // TestValidFiles loads every testdata/valid-*.yml and checks what each is there to show.
 func TestValidFiles(t *testing.T) {
-	checks := map[string]func(t *testing.T, c *Config){
-		"valid-empty-providers.yml": func(t *testing.T, c *Config) {
+	checks := map[string]func(t *testing.T, c *config.Config){
+		"valid-empty-providers.yml": func(t *testing.T, c *config.Config) {
 			if len(c.Providers) != 0 || c.Providers == nil {
 				t.Errorf("providers = %#v, want an empty list", c.Providers)
 			}
@@ -236,21 +229,21 @@ func TestValidFiles(t *testing.T) {
 				t.Errorf("warnings = %q, want one about no providers", ws)
 			}
 		},
-		"valid-minimal.yml": func(t *testing.T, c *Config) {
-			k := c.Providers[0].Kubernetes
-			if k.Version != DefaultKubernetesVersion || k.Resource != DefaultKubernetesResource ||
-				k.LabelSelector != DefaultLabelSelector || k.Kubeconfig != "" || k.Group != "" {
+		"valid-minimal.yml": func(t *testing.T, c *config.Config) {
+			k := c.Providers[0].Block.(*kubernetes.Config)
+			if k.Version != kubernetes.DefaultVersion || k.Resource != kubernetes.DefaultResource ||
+				k.LabelSelector != kubernetes.DefaultLabelSelector || k.Kubeconfig != "" || k.Group != "" {
 				t.Errorf("kubernetes defaults not applied: %+v", *k)
 			}
-			if g := c.Providers[1].GCP; g.Filter != "" {
+			if g := c.Providers[1].Block.(*gcp.Config); g.Filter != "" {
 				t.Errorf(`filter: "" must mean no filter, got %q`, g.Filter)
 			}
-			v := c.Providers[2].KVM
+			v := c.Providers[2].Block.(*kvm.Config)
 			abs, _ := filepath.Abs(filepath.Join(testdata, "keys/id_ed25519"))
 			if v.PrivateKeyFile != abs {
 				t.Errorf("privateKeyFile = %q, want %q (relative to the file's directory)", v.PrivateKeyFile, abs)
 			}
-			if v.Port != DefaultKVMPort || v.Socket != DefaultLibvirtSocket || v.Concurrency != DefaultKVMConcurrency ||
+			if v.Port != kvm.DefaultPort || v.Socket != kvm.DefaultSocket || v.Concurrency != kvm.DefaultConcurrency ||
 				v.KnownHostsFile != "" || !v.InsecureSkipHostKeyVerification {
 				t.Errorf("kvm defaults not applied: %+v", *v)
 			}
@@ -262,8 +255,8 @@ func TestValidFiles(t *testing.T) {
 				t.Errorf("warnings = %q, want one about kvm-lab's host keys", ws)
 			}
 		},
-		"valid-anchors.yml": func(t *testing.T, c *Config) {
-			a, b := c.Providers[0].KVM, c.Providers[1].KVM
+		"valid-anchors.yml": func(t *testing.T, c *config.Config) {
+			a, b := c.Providers[0].Block.(*kvm.Config), c.Providers[1].Block.(*kvm.Config)
 			if b.User != "root" || b.PrivateKeyFile != a.PrivateKeyFile || b.KnownHostsFile != a.KnownHostsFile {
 				t.Errorf("merged fields not taken: %+v", *b)
 			}
@@ -283,7 +276,7 @@ func TestValidFiles(t *testing.T) {
 			if !ok {
 				t.Fatalf("no check for %s: add one saying what the file shows", name)
 			}
-			c, err := Load(file)
+			c, err := config.Load(file)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -303,31 +296,39 @@ func TestParseCases(t *testing.T) {
 		name, yaml string
 		// wantErr is the complete error text; empty means the file must load and check must pass.
 		wantErr string
-		check   func(c *Config) string
+		check   func(c *config.Config) string
 	}{
 		{name: "absent labelSelector takes the default",
 			yaml: "providers:\n- name: a\n  type: kubernetes\n  kubernetes: {}\n",
-			check: func(c *Config) string {
-				return want(c.Providers[0].Kubernetes.LabelSelector, DefaultLabelSelector)
+			check: func(c *config.Config) string {
+				return want(c.Providers[0].Block.(*kubernetes.Config).LabelSelector, kubernetes.DefaultLabelSelector)
 			}},
 		{name: "empty labelSelector means none",
-			yaml:  "providers:\n- name: a\n  type: kubernetes\n  kubernetes:\n    labelSelector: \"\"\n",
-			check: func(c *Config) string { return want(c.Providers[0].Kubernetes.LabelSelector, "") }},
+			yaml: "providers:\n- name: a\n  type: kubernetes\n  kubernetes:\n    labelSelector: \"\"\n",
+			check: func(c *config.Config) string {
+				return want(c.Providers[0].Block.(*kubernetes.Config).LabelSelector, "")
+			}},
 		{name: "null labelSelector means none",
-			yaml:  "providers:\n- name: a\n  type: kubernetes\n  kubernetes:\n    labelSelector:\n",
-			check: func(c *Config) string { return want(c.Providers[0].Kubernetes.LabelSelector, "") }},
+			yaml: "providers:\n- name: a\n  type: kubernetes\n  kubernetes:\n    labelSelector:\n",
+			check: func(c *config.Config) string {
+				return want(c.Providers[0].Block.(*kubernetes.Config).LabelSelector, "")
+			}},
 		{name: "null kubernetes block is an empty block",
 			yaml:  "providers:\n- name: a\n  type: kubernetes\n  kubernetes:\n",
-			check: func(c *Config) string { return want(c.Providers[0].Kubernetes.Resource, "pods") }},
+			check: func(c *config.Config) string { return want(c.Providers[0].Block.(*kubernetes.Config).Resource, "pods") }},
 		{name: "absent gcp filter takes the default",
-			yaml:  "providers:\n- name: g\n  type: gcp\n  gcp: {project: abcdef}\n",
-			check: func(c *Config) string { return want(c.Providers[0].GCP.Filter, DefaultGCPFilter) }},
+			yaml: "providers:\n- name: g\n  type: gcp\n  gcp: {project: abcdef}\n",
+			check: func(c *config.Config) string {
+				return want(c.Providers[0].Block.(*gcp.Config).Filter, gcp.DefaultFilter)
+			}},
 		{name: "gcp endpoint accepted",
-			yaml:  "providers:\n- name: g\n  type: gcp\n  gcp: {project: abcdef, endpoint: 'http://127.0.0.1:8080/'}\n",
-			check: func(c *Config) string { return want(c.Providers[0].GCP.Endpoint, "http://127.0.0.1:8080/") }},
+			yaml: "providers:\n- name: g\n  type: gcp\n  gcp: {project: abcdef, endpoint: 'http://127.0.0.1:8080/'}\n",
+			check: func(c *config.Config) string {
+				return want(c.Providers[0].Block.(*gcp.Config).Endpoint, "http://127.0.0.1:8080/")
+			}},
 		{name: "null providers is an empty list",
 			yaml: "providers:\n",
-			check: func(c *Config) string {
+			check: func(c *config.Config) string {
 				if len(c.Providers) != 0 {
 					return "want no providers"
 				}
@@ -335,22 +336,24 @@ func TestParseCases(t *testing.T) {
 			}},
 		{name: "port and concurrency set",
 			yaml: kvmBase + "    port: 2022\n    concurrency: 1\n    hosts: [{address: h1}]\n",
-			check: func(c *Config) string {
-				k := c.Providers[0].KVM
+			check: func(c *config.Config) string {
+				k := c.Providers[0].Block.(*kvm.Config)
 				if k.Port != 2022 || k.Concurrency != 1 {
 					return "port/concurrency not taken"
 				}
 				return want(k.Hosts[0].DialAddress(k.Port), "h1:2022")
 			}},
 		{name: "same host on two ports is two targets",
-			yaml:  kvmBase + "    hosts: [{address: 198.18.0.1}, {address: '198.18.0.1:2222'}]\n",
-			check: func(c *Config) string { return want(c.Providers[0].KVM.Hosts[1].Name, "198.18.0.1:2222") }},
+			yaml: kvmBase + "    hosts: [{address: 198.18.0.1}, {address: '198.18.0.1:2222'}]\n",
+			check: func(c *config.Config) string {
+				return want(c.Providers[0].Block.(*kvm.Config).Hosts[1].Name, "198.18.0.1:2222")
+			}},
 		{name: "address equal to the default port form is a duplicate",
 			yaml:    kvmBase + "    port: 2222\n    hosts: [{address: 198.18.0.1}, {address: '198.18.0.1:2222'}]\n",
 			wantErr: `f.yml:10:46: providers[0].kvm.hosts[1].address: duplicate address "198.18.0.1:2222" (first used by hosts[0] at line 10)`},
 		{name: "insecure with known hosts still loads",
 			yaml: kvmBase + "    insecureSkipHostKeyVerification: true\n    hosts: [{address: h1}]\n",
-			check: func(c *Config) string {
+			check: func(c *config.Config) string {
 				ws := c.Warnings()
 				if len(ws) != 1 || !strings.Contains(ws[0], "knownHostsFile is ignored") {
 					return "want a warning that knownHostsFile is ignored, got " + strings.Join(ws, "|")
@@ -359,7 +362,7 @@ func TestParseCases(t *testing.T) {
 			}},
 		{name: "a number is taken as written for a string field",
 			yaml:  "providers:\n- name: '123'\n  type: gcp\n  gcp: {project: abcdef, filter: 1e3}\n",
-			check: func(c *Config) string { return want(c.Providers[0].GCP.Filter, "1e3") }},
+			check: func(c *config.Config) string { return want(c.Providers[0].Block.(*gcp.Config).Filter, "1e3") }},
 		{name: "bool for a string field",
 			yaml:    "providers:\n- name: a\n  type: gcp\n  gcp: {project: true}\n",
 			wantErr: "f.yml:4:18: providers[0].gcp.project: must be a string, got boolean true (quote it to mean the text)"},
@@ -389,8 +392,8 @@ func TestParseCases(t *testing.T) {
 			wantErr: "f.yml:9:11: providers[0].kvm.port: integer 4294967296 is out of range"},
 		{name: "hex port",
 			yaml: kvmBase + "    port: 0x16\n    hosts: [{address: h}]\n",
-			check: func(c *Config) string {
-				if c.Providers[0].KVM.Port != 22 {
+			check: func(c *config.Config) string {
+				if c.Providers[0].Block.(*kvm.Config).Port != 22 {
 					return "0x16 must be 22"
 				}
 				return ""
@@ -418,12 +421,12 @@ func TestParseCases(t *testing.T) {
 			wantErr: "f.yml:3: invalid YAML: mapping values are not allowed in this context"},
 		{name: "alias of a provider list",
 			yaml: "providers:\n- &a {name: a, type: gcp, gcp: {project: abcdef}}\n- <<: *a\n  name: b\n",
-			check: func(c *Config) string {
-				return want(strings.Join(names(c), ","), "a,b") + want(c.Providers[1].GCP.Project, "abcdef")
+			check: func(c *config.Config) string {
+				return want(strings.Join(names(c), ","), "a,b") + want(c.Providers[1].Block.(*gcp.Config).Project, "abcdef")
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := Parse("f.yml", []byte(tc.yaml))
+			c, err := config.Parse("f.yml", []byte(tc.yaml))
 			if tc.wantErr != "" {
 				if err == nil {
 					t.Fatalf("parsed without error, want\n%s", tc.wantErr)
@@ -445,7 +448,7 @@ func TestParseCases(t *testing.T) {
 
 func want(got, want string) string {
 	if got != want {
-		return "got " + quote(got) + ", want " + quote(want)
+		return "got " + config.Quote(got) + ", want " + config.Quote(want)
 	}
 	return ""
 }
@@ -453,7 +456,7 @@ func want(got, want string) string {
 // TestAliasExpansionBounded: a few lines that alias a large list over and over are refused
 // instead of being walked for minutes.
 func TestAliasExpansionBounded(t *testing.T) {
-	_, err := Parse("f.yml", []byte("providers:\n- &x {name: a, type: gcp, gcp: {project: abcdef}}\n- *x\n"))
+	_, err := config.Parse("f.yml", []byte("providers:\n- &x {name: a, type: gcp, gcp: {project: abcdef}}\n- *x\n"))
 	if err == nil || !strings.Contains(err.Error(), "duplicate provider name") {
 		t.Errorf("an aliased provider must be checked like any other: %v", err)
 	}
@@ -467,7 +470,7 @@ func TestAliasExpansionBounded(t *testing.T) {
 	for i := 1; i < 2000; i++ {
 		fmt.Fprintf(&big, "- {name: p%d, type: kvm, kvm: *kvm}\n", i)
 	}
-	_, err = Parse("f.yml", []byte(big.String()))
+	_, err = config.Parse("f.yml", []byte(big.String()))
 	want := "f.yml:1:1: the file expands to too many nodes through anchors and aliases"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("want %q, got %v", want, firstLine(err))
@@ -482,7 +485,7 @@ func firstLine(err error) string {
 	return s
 }
 
-// TestRelativePaths: every local path is taken from the providers file's directory, so Load
+// TestRelativePaths: every local path is taken from the providers file's directory, so config.Load
 // returns absolute paths whatever the working directory.
 func TestRelativePaths(t *testing.T) {
 	dir := t.TempDir()
@@ -511,19 +514,19 @@ func TestRelativePaths(t *testing.T) {
 	if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Load(file)
+	c, err := config.Load(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	conf := filepath.Dir(file)
 	for _, tc := range [][2]string{
-		{c.Providers[0].Kubernetes.Kubeconfig, filepath.Join(conf, "kube/config")},
-		{c.Providers[1].GCP.CredentialsFile, filepath.Join(dir, "key.json")},
-		{c.Providers[2].KVM.PrivateKeyFile, filepath.Join(conf, "ssh/id")},
-		{c.Providers[2].KVM.PassphraseFile, filepath.Join(conf, "ssh/pass")},
-		{c.Providers[2].KVM.KnownHostsFile, "/abs/known_hosts"},
+		{c.Providers[0].Block.(*kubernetes.Config).Kubeconfig, filepath.Join(conf, "kube/config")},
+		{c.Providers[1].Block.(*gcp.Config).CredentialsFile, filepath.Join(dir, "key.json")},
+		{c.Providers[2].Block.(*kvm.Config).PrivateKeyFile, filepath.Join(conf, "ssh/id")},
+		{c.Providers[2].Block.(*kvm.Config).PassphraseFile, filepath.Join(conf, "ssh/pass")},
+		{c.Providers[2].Block.(*kvm.Config).KnownHostsFile, "/abs/known_hosts"},
 		// The socket is a path on the remote host, never resolved locally.
-		{c.Providers[2].KVM.Socket, "/run/libvirt/libvirt-sock"},
+		{c.Providers[2].Block.(*kvm.Config).Socket, "/run/libvirt/libvirt-sock"},
 	} {
 		if tc[0] != tc[1] {
 			t.Errorf("path %q, want %q", tc[0], tc[1])
@@ -532,11 +535,11 @@ func TestRelativePaths(t *testing.T) {
 }
 
 func TestLoadMissingFile(t *testing.T) {
-	_, err := Load(filepath.Join(t.TempDir(), "providers.yml"))
+	_, err := config.Load(filepath.Join(t.TempDir(), "providers.yml"))
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("want a not-exist error, got %v", err)
 	}
-	var es Errors
+	var es config.Errors
 	if errors.As(err, &es) {
 		t.Errorf("a read error must not be reported as validation problems")
 	}
@@ -545,11 +548,11 @@ func TestLoadMissingFile(t *testing.T) {
 // TestEqual changes each field of a provider in turn (found by reflection, so a field added
 // later is covered) and expects Equal to notice.
 func TestEqual(t *testing.T) {
-	c, err := Load(filepath.Join(testdata, "providers.yml"))
+	c, err := config.Load(filepath.Join(testdata, "providers.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	reload, err := Load(filepath.Join(testdata, "providers.yml"))
+	reload, err := config.Load(filepath.Join(testdata, "providers.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,46 +581,35 @@ func TestEqual(t *testing.T) {
 }
 
 type mutation struct {
-	apply func(p *Provider) string
+	apply func(p *config.Provider) string
 }
 
-// mutations returns one change per leaf field of p, the set block's fields included.
-func mutations(p Provider) []mutation {
+// mutations returns one change per leaf field of p, the block's fields included.
+func mutations(p config.Provider) []mutation {
 	var ms []mutation
-	//lint:ignore S1021 walk calls itself, so it is declared before it is assigned.
-	var walk func(path []int, t reflect.Type, name string)
-	walk = func(path []int, t reflect.Type, name string) {
-		for i := range t.NumField() {
-			f := t.Field(i)
-			fp := append(slices.Clone(path), i)
-			fname := name + "." + f.Name
-			switch f.Type.Kind() {
-			case reflect.Pointer:
-				if reflect.ValueOf(p).FieldByIndex(fp).IsNil() {
-					continue
-				}
-				ms = append(ms, mutation{func(q *Provider) string {
-					reflect.ValueOf(q).Elem().FieldByIndex(fp).SetZero()
-					return fname + " (removed)"
-				}})
-				elem := f.Type.Elem()
-				for j := range elem.NumField() {
-					jf := elem.Field(j)
-					ms = append(ms, mutation{func(q *Provider) string {
-						v := reflect.ValueOf(q).Elem().FieldByIndex(fp).Elem().Field(j)
-						change(v)
-						return fname + "." + jf.Name
-					}})
-				}
-			default:
-				ms = append(ms, mutation{func(q *Provider) string {
-					change(reflect.ValueOf(q).Elem().FieldByIndex(fp))
-					return fname
-				}})
-			}
+	pt := reflect.TypeFor[config.Provider]()
+	for i := range pt.NumField() {
+		f := pt.Field(i)
+		if f.Name == "Block" {
+			continue
 		}
+		ms = append(ms, mutation{func(q *config.Provider) string {
+			change(reflect.ValueOf(q).Elem().Field(i))
+			return "Provider." + f.Name
+		}})
 	}
-	walk(nil, reflect.TypeFor[Provider](), "Provider")
+	ms = append(ms, mutation{func(q *config.Provider) string {
+		q.Block = nil
+		return "Provider.Block (removed)"
+	}})
+	bt := reflect.TypeOf(p.Block).Elem()
+	for j := range bt.NumField() {
+		jf := bt.Field(j)
+		ms = append(ms, mutation{func(q *config.Provider) string {
+			change(reflect.ValueOf(q.Block).Elem().Field(j))
+			return "Provider.Block." + jf.Name
+		}})
+	}
 	return ms
 }
 
@@ -641,102 +633,44 @@ func change(v reflect.Value) {
 	}
 }
 
-func clone(p Provider) Provider {
+// clone copies p and its block, slices included, so that changing the copy leaves p alone.
+func clone(p config.Provider) config.Provider {
 	q := p
-	if p.Kubernetes != nil {
-		k := *p.Kubernetes
-		q.Kubernetes = &k
+	v := reflect.ValueOf(p.Block).Elem()
+	n := reflect.New(v.Type())
+	n.Elem().Set(v)
+	for i := range v.NumField() {
+		if f := n.Elem().Field(i); f.Kind() == reflect.Slice && !f.IsNil() {
+			c := reflect.MakeSlice(f.Type(), f.Len(), f.Len())
+			reflect.Copy(c, f)
+			f.Set(c)
+		}
 	}
-	if p.GCP != nil {
-		g := *p.GCP
-		q.GCP = &g
-	}
-	if p.KVM != nil {
-		k := *p.KVM
-		k.Hosts = slices.Clone(k.Hosts)
-		q.KVM = &k
-	}
+	q.Block = n.Interface().(config.Block)
 	return q
-}
-
-func TestSplitAddress(t *testing.T) {
-	for _, tc := range []struct {
-		addr, dial string // dial empty: invalid
-	}{
-		{"198.18.0.1", "198.18.0.1:22"},
-		{"198.18.0.1:2222", "198.18.0.1:2222"},
-		{"hv1", "hv1:22"},
-		{"hv1.lab.example.com:22", "hv1.lab.example.com:22"},
-		{"HV1.Lab", "HV1.Lab:22"},
-		{"[fd00::1]:2222", "[fd00::1]:2222"},
-		{"[fd00::1]", "[fd00::1]:22"},
-		{"fd00::1", ""},
-		{"fd00::1:22", ""},
-		{"[fe80::1%eth0]:22", "[fe80::1%eth0]:22"},
-		{"", ""},
-		{":22", ""},
-		{"hv1:", ""},
-		{"hv1:0", ""},
-		{"hv1:+22", ""},
-		{"hv1:65536", ""},
-		{"hv1:22:33", ""},
-		{"[fd00::1", ""},
-		{"[fd00::1]x", ""},
-		{"[198.18.0.1]:22", ""},
-		{"fd00::1::2", ""},
-		{"-hv1", ""},
-		{"hv1-", ""},
-		{"hv..lab", ""},
-		{"hv_1", ""},
-		{"198.18.0.256", ""},
-		{strings.Repeat("a", 64), ""},
-		{strings.Repeat("a.", 127) + "aa", ""},
-	} {
-		_, _, _, problem := splitAddress(tc.addr)
-		if (problem == "") != (tc.dial != "") {
-			t.Errorf("splitAddress(%q): problem %q, want valid=%v", tc.addr, problem, tc.dial != "")
-			continue
-		}
-		if tc.dial != "" {
-			if got := (KVMHost{Address: tc.addr}).DialAddress(22); got != tc.dial {
-				t.Errorf("DialAddress(%q) = %q, want %q", tc.addr, got, tc.dial)
-			}
-		}
-	}
-}
-
-func TestDNSLabel(t *testing.T) {
-	for s, ok := range map[string]bool{
-		"a": true, "cluster-main": true, "123": true, "a1-b2": true, strings.Repeat("a", 63): true,
-		"": false, "-a": false, "a-": false, "A": false, "a_b": false, "a.b": false, strings.Repeat("a", 64): false,
-	} {
-		if got := dnsLabel(s) == ""; got != ok {
-			t.Errorf("dnsLabel(%q) valid=%v, want %v", s, got, ok)
-		}
-	}
 }
 
 func TestFieldErrorFormat(t *testing.T) {
 	for _, tc := range []struct {
-		e    FieldError
+		e    config.FieldError
 		want string
 	}{
-		{FieldError{"p.yml", 3, 5, "providers[0].name", "bad"}, "p.yml:3:5: providers[0].name: bad"},
-		{FieldError{"p.yml", 3, 0, "", "bad"}, "p.yml:3: bad"},
-		{FieldError{"p.yml", 0, 0, "", "bad"}, "p.yml: bad"},
+		{config.FieldError{"p.yml", 3, 5, "providers[0].name", "bad"}, "p.yml:3:5: providers[0].name: bad"},
+		{config.FieldError{"p.yml", 3, 0, "", "bad"}, "p.yml:3: bad"},
+		{config.FieldError{"p.yml", 0, 0, "", "bad"}, "p.yml: bad"},
 	} {
 		if got := tc.e.Error(); got != tc.want {
 			t.Errorf("got %q, want %q", got, tc.want)
 		}
 	}
-	es := Errors{{"a", 1, 1, "x", "m"}, {"a", 2, 1, "y", "n"}}
+	es := config.Errors{{"a", 1, 1, "x", "m"}, {"a", 2, 1, "y", "n"}}
 	if got := es.Error(); got != "a:1:1: x: m\na:2:1: y: n" {
 		t.Errorf("Errors.Error() = %q", got)
 	}
 }
 
 // names returns the provider names of c in file order.
-func names(c *Config) []string {
+func names(c *config.Config) []string {
 	var out []string
 	for _, p := range c.Providers {
 		out = append(out, p.Name)
@@ -767,7 +701,7 @@ func TestHostBoundMustFitTheRound(t *testing.T) {
       storagePool: default
       hosts: [{address: 198.18.0.2}]
 `
-	_, err := ParseFor("p.yml", []byte(file), 10*time.Second)
+	_, err := config.ParseFor("p.yml", []byte(file), 10*time.Second)
 	want := "p.yml:4:5: providers[0].kvm: a host's bounds add up to more than a round's deadline of 10s (--provider-check-timeout): " +
 		"tcpTimeout 2s + 2 × sshTimeout 4s + 2 × libvirtTimeout 1s + 4 calls × rpcTimeout 500ms = 14s; " +
 		"a host that runs them out would hold its concurrency slot past the round. Lower the bounds or raise the timeout"
@@ -775,12 +709,12 @@ func TestHostBoundMustFitTheRound(t *testing.T) {
 		t.Fatalf("got %v\nwant %s", err, want)
 	}
 	for _, timeout := range []time.Duration{14 * time.Second, 0} {
-		if _, err := ParseFor("p.yml", []byte(file), timeout); err != nil {
+		if _, err := config.ParseFor("p.yml", []byte(file), timeout); err != nil {
 			t.Errorf("round deadline %v: %v, want accepted", timeout, err)
 		}
 	}
-	k := KVMConfig{TCPTimeout: DefaultKVMTCPTimeout, SSHTimeout: DefaultKVMSSHTimeout,
-		LibvirtTimeout: DefaultKVMLibvirtTimeout, RPCTimeout: DefaultKVMRPCTimeout}
+	k := kvm.Config{TCPTimeout: kvm.DefaultTCPTimeout, SSHTimeout: kvm.DefaultSSHTimeout,
+		LibvirtTimeout: kvm.DefaultLibvirtTimeout, RPCTimeout: kvm.DefaultRPCTimeout}
 	if b := k.HostBound(); b > 10*time.Second {
 		t.Errorf("the default bounds add up to %v: they must fit the shortest round the flags derive (10s)", b)
 	}

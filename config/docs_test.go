@@ -1,6 +1,10 @@
-package config
+package config_test
 
 import (
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -32,7 +36,7 @@ func TestDocsExample(t *testing.T) {
 	if block != string(example) {
 		t.Errorf("the docs' first yaml block differs from testdata/providers.yml; copy the file into the docs")
 	}
-	if _, err := Parse("docs/configuration.md", []byte(block)); err != nil {
+	if _, err := config.Parse("docs/configuration.md", []byte(block)); err != nil {
 		t.Errorf("the docs' example does not load: %v", err)
 	}
 }
@@ -49,7 +53,7 @@ func TestDocsYAMLBlocksLoad(t *testing.T) {
 	}
 	for i, b := range blocks {
 		b, _, _ = strings.Cut(b, "```")
-		if _, err := Parse("docs/configuration.md", []byte(dedent(b))); err != nil {
+		if _, err := config.Parse("docs/configuration.md", []byte(dedent(b))); err != nil {
 			t.Errorf("yaml block %d of the docs does not load: %v", i+1, err)
 		}
 	}
@@ -83,21 +87,22 @@ func TestDocsFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(data)
-	for _, list := range [][]string{rootFields, providerFields, kubernetesFields, gcpFields, kvmFields, hostFields} {
+	for _, list := range [][]string{config.YAMLKeys[config.Config](), config.YAMLKeys[config.Provider](), config.YAMLKeys[kubernetes.Config](),
+		config.YAMLKeys[gcp.Config](), config.YAMLKeys[kvm.Config](), config.YAMLKeys[kvm.Host]()} {
 		for _, f := range list {
 			if !strings.Contains(doc, "| `"+f+"` |") {
 				t.Errorf("field %s has no table row in %s", f, docsFile)
 			}
 		}
 	}
-	for _, v := range []string{DefaultLabelSelector, DefaultGCPFilter, DefaultKubernetesVersion, DefaultKubernetesResource,
-		DefaultLibvirtSocket, strconv.Itoa(DefaultKVMPort), strconv.Itoa(DefaultKVMConcurrency),
-		"1-" + strconv.Itoa(MaxKVMConcurrency)} {
+	for _, v := range []string{kubernetes.DefaultLabelSelector, gcp.DefaultFilter, kubernetes.DefaultVersion, kubernetes.DefaultResource,
+		kvm.DefaultSocket, strconv.Itoa(kvm.DefaultPort), strconv.Itoa(kvm.DefaultConcurrency),
+		"1-" + strconv.Itoa(kvm.MaxConcurrency)} {
 		if !strings.Contains(doc, "`"+v+"`") && !strings.Contains(doc, "("+v+")") {
 			t.Errorf("default %q is not in %s", v, docsFile)
 		}
 	}
-	for _, ty := range typeNames {
+	for _, ty := range config.TypeNames() {
 		if !strings.Contains(doc, "### Type `"+ty+"`") {
 			t.Errorf("type %s has no section in %s", ty, docsFile)
 		}

@@ -1,17 +1,19 @@
-package config
+package config_test
 
 import (
 	"errors"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/provider-health-exporter/provider-health-exporter/checks"
 )
 
 // FuzzParse feeds the parser arbitrary bytes, seeded with every file of testdata/*.yml. Whatever
-// the input, Parse must return either a config that keeps the loader's promises or Errors whose
+// the input, config.Parse must return either a config that keeps the loader's promises or config.Errors whose
 // every line is a placed problem; it must never panic.
 func FuzzParse(f *testing.F) {
 	files, err := filepath.Glob(filepath.Join(testdata, "*.yml"))
@@ -26,12 +28,12 @@ func FuzzParse(f *testing.F) {
 		f.Add(data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, err := Parse("/etc/phe/providers.yml", data)
+		cfg, err := config.Parse("/etc/phe/providers.yml", data)
 		if err != nil {
 			if cfg != nil {
 				t.Fatal("a config returned along with an error")
 			}
-			var es Errors
+			var es config.Errors
 			if !errors.As(err, &es) || len(es) == 0 {
 				t.Fatalf("error is not a non-empty Errors: %T %v", err, err)
 			}
@@ -53,40 +55,31 @@ func FuzzParse(f *testing.F) {
 }
 
 // checkInvariants asserts what every loaded config guarantees to its users.
-func checkInvariants(t *testing.T, cfg *Config) {
+func checkInvariants(t *testing.T, cfg *config.Config) {
 	t.Helper()
 	seen := map[string]bool{}
 	for _, p := range cfg.Providers {
-		if dnsLabel(p.Name) != "" || seen[p.Name] {
+		if config.DNSLabelProblem("name", p.Name) != "" || seen[p.Name] {
 			t.Fatalf("bad or duplicate name %q", p.Name)
 		}
 		seen[p.Name] = true
-		blocks := 0
-		for _, set := range []bool{p.Kubernetes != nil, p.GCP != nil, p.KVM != nil} {
-			if set {
-				blocks++
-			}
-		}
-		if blocks != 1 {
-			t.Fatalf("%s: %d blocks", p.Name, blocks)
-		}
 		switch p.Type {
-		case checks.TypeKubernetes:
-			k := p.Kubernetes
+		case "kubernetes":
+			k, _ := p.Block.(*kubernetes.Config)
 			if k == nil || k.Version == "" || k.Resource == "" {
 				t.Fatalf("%s: kubernetes defaults missing: %+v", p.Name, k)
 			}
 			if k.Kubeconfig != "" && !filepath.IsAbs(k.Kubeconfig) {
 				t.Fatalf("%s: relative kubeconfig %q", p.Name, k.Kubeconfig)
 			}
-		case checks.TypeGCP:
-			if p.GCP == nil || !gcpProjectID.MatchString(p.GCP.Project) {
-				t.Fatalf("%s: bad gcp block %+v", p.Name, p.GCP)
+		case "gcp":
+			if g, _ := p.Block.(*gcp.Config); g == nil || len(g.Project) < 6 || len(g.Project) > 30 {
+				t.Fatalf("%s: bad gcp block %+v", p.Name, p.Block)
 			}
-		case checks.TypeKVM:
-			k := p.KVM
+		case "kvm":
+			k, _ := p.Block.(*kvm.Config)
 			if k == nil || k.User == "" || !filepath.IsAbs(k.PrivateKeyFile) || k.StoragePool == "" ||
-				k.Port < 1 || k.Port > 65535 || k.Concurrency < 1 || k.Concurrency > MaxKVMConcurrency ||
+				k.Port < 1 || k.Port > 65535 || k.Concurrency < 1 || k.Concurrency > kvm.MaxConcurrency ||
 				!strings.HasPrefix(k.Socket, "/") || len(k.Hosts) == 0 ||
 				(k.KnownHostsFile == "" && !k.InsecureSkipHostKeyVerification) {
 				t.Fatalf("%s: bad kvm block %+v", p.Name, k)

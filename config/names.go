@@ -3,8 +3,6 @@ package config
 import (
 	"fmt"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 )
 
@@ -19,21 +17,12 @@ import (
 //     API server's URL from the kubeconfig, read at check time, which the writer reports as
 //     that provider's own rejected object if the API server refuses it.
 
-// targetNameProblem says what is wrong with a target name the object would carry, or "".
-func targetNameProblem(name string) string {
+// TargetNameProblem says what is wrong with a target name the object would carry, or "": a
+// provider type whose target names come from the providers file checks each with it.
+func TargetNameProblem(name string) string {
 	if len(name) > v1alpha1.MaxTargetNameLength {
 		return fmt.Sprintf("target name of %d bytes: the ProviderHealth object's status.targets[].name holds at most %d bytes (set a shorter name)",
 			len(name), v1alpha1.MaxTargetNameLength)
 	}
 	return ""
-}
-
-// targetName checks the name of the KVM host at path: nv holds its name, or is av, its
-// address, when the name defaults to the address.
-func (d *decoder) targetName(path string, nv, av *yaml.Node, name string) {
-	field := join(path, "name")
-	if nv == av {
-		field = join(path, "address")
-	}
-	d.record(nv, field, targetNameProblem(name))
 }

@@ -1,6 +1,7 @@
-package config
+package config_test
 
 import (
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"strings"
 	"testing"
 
@@ -27,13 +28,13 @@ func TestTargetNamesFitTheCRD(t *testing.T) {
           name: ` + atLimit + `
         - address: ` + strings.Repeat(strings.Repeat("b", 62)+".", 4) + `e:2222
 `
-	_, err := Parse("providers.yml", []byte(file))
+	_, err := config.Parse("providers.yml", []byte(file))
 	if err == nil {
 		t.Fatal("a 300-byte target name was accepted")
 	}
-	es, ok := err.(Errors)
+	es, ok := err.(config.Errors)
 	if !ok {
-		t.Fatalf("err = %T %v, want Errors", err, err)
+		t.Fatalf("err = %T %v, want config.Errors", err, err)
 	}
 	want := []string{
 		"providers.yml:11:17: providers[0].kvm.hosts[0].name: target name of 300 bytes: the ProviderHealth object's status.targets[].name holds at most 253 bytes",

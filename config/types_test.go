@@ -1,17 +1,19 @@
-package config
+package config_test
 
 import (
 	"slices"
 	"testing"
+
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
-// TestBlockKeysAreTheTypes: a provider's block is named by its type, so the Provider fields
-// after name, type and the thresholds are the provider types of package checks, in the same order.
-func TestBlockKeysAreTheTypes(t *testing.T) {
-	if got := providerFields[4:]; !slices.Equal(got, typeNames) {
-		t.Errorf("Provider's block keys %q, provider types %q", got, typeNames)
+// TestProviderKeys: a provider's own keys are name, type and the thresholds; its block's key is
+// its type, one of the registered ones.
+func TestProviderKeys(t *testing.T) {
+	if want, got := []string{"name", "type", "failureThreshold", "successThreshold"}, config.YAMLKeys[config.Provider](); !slices.Equal(got, want) {
+		t.Errorf("Provider's keys %q, want %q", got, want)
 	}
-	if want := []string{"name", "type", "failureThreshold", "successThreshold"}; !slices.Equal(providerFields[:4], want) {
-		t.Errorf("Provider's first keys %q, want %q", providerFields[:4], want)
+	if got := config.TypeNames(); !slices.Equal(got, []string{"gcp", "kubernetes", "kvm"}) {
+		t.Errorf("registered types %q, want the ones this module ships", got)
 	}
 }

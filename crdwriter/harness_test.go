@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/collector"
 	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
@@ -113,11 +112,11 @@ func (h *harness) writes(kind, result string) float64 {
 }
 
 // metric reads what an operator scrapes: the value of the series of the family
-// collector.Namespace_name with exactly these label pairs (name, value, ...), gathered from the
+// checks.MetricNamespace_name with exactly these label pairs (name, value, ...), gathered from the
 // registry the writer registered its metrics into. A missing series fails the test.
 func (h *harness) metric(name string, labels ...string) float64 {
 	h.t.Helper()
-	name = prometheus.BuildFQName(collector.Namespace, "", name)
+	name = prometheus.BuildFQName(checks.MetricNamespace, "", name)
 	mfs, err := h.reg.Gather()
 	if err != nil {
 		h.t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/provider-health-exporter/provider-health-exporter/collector"
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
 )
 
 // Kinds of writes the writer counts.
@@ -48,31 +48,31 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "writes_total",
+			Namespace: checks.MetricNamespace, Subsystem: "crd_writer", Name: "writes_total",
 			Help: "Writes of the ProviderHealth writer to the Kubernetes API, by kind (create, status, delete, event) and result (success, conflict, error, rejected).",
 		}, []string{"kind", "result"}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "last_success_timestamp_seconds",
+			Namespace: checks.MetricNamespace, Subsystem: "crd_writer", Name: "last_success_timestamp_seconds",
 			Help: "When the ProviderHealth writer last wrote to the Kubernetes API successfully, in seconds since the epoch.",
 		}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "leader",
+			Namespace: checks.MetricNamespace, Subsystem: "crd_writer", Name: "leader",
 			Help: "1 when this replica's ProviderHealth writer is writing (holds the lease, or runs without leader election), else 0.",
 		}),
 		nameClashes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "name_clashes",
+			Namespace: checks.MetricNamespace, Subsystem: "crd_writer", Name: "name_clashes",
 			Help: "Configured providers whose ProviderHealth object name is held by an object of another exporter instance (or not managed by the exporter); those objects are left alone.",
 		}),
 		syncedRound: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "synced_round",
-			Help: "The round of the newest snapshot the ProviderHealth writer has fully mirrored into the Kubernetes API (compare with " + prometheus.BuildFQName(collector.Namespace, "provider", "check_rounds_total") + ": a gap means the writer lags).",
+			Namespace: checks.MetricNamespace, Subsystem: "crd_writer", Name: "synced_round",
+			Help: "The round of the newest snapshot the ProviderHealth writer has fully mirrored into the Kubernetes API (compare with " + prometheus.BuildFQName(checks.MetricNamespace, "provider", "check_rounds_total") + ": a gap means the writer lags).",
 		}),
 		rejected: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "rejected_objects",
+			Namespace: checks.MetricNamespace, Subsystem: "crd_writer", Name: "rejected_objects",
 			Help: "Configured providers whose ProviderHealth object or status the API server refuses as invalid (422); the other providers are written as usual.",
 		}),
 		crdMismatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: collector.Namespace, Subsystem: "crd_writer", Name: "crd_mismatch",
+			Namespace: checks.MetricNamespace, Subsystem: "crd_writer", Name: "crd_mismatch",
 			Help: "1 while the installed ProviderHealth CRD does not fit this writer, by problem: no_status_subresource (no status can be written), fields_pruned (the API server drops status fields the writer sets: an older CRD).",
 		}, []string{"problem"}),
 	}

@@ -38,7 +38,7 @@ func TestReadyCondition(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &providerMem{}
-			m.observe(&checks.ProviderState{Name: "p", Type: checks.TypeKVM, Targets: tc.targets}, time.Now(), time.Minute)
+			m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Targets: tc.targets}, time.Now(), time.Minute)
 			st := m.render()
 			if len(st.Conditions) != 1 {
 				t.Fatalf("conditions = %+v, want one", st.Conditions)
@@ -61,7 +61,7 @@ func TestManyDownTargetsListedWithLimit(t *testing.T) {
 	}
 	ts[0].Reason = checks.ReasonPoolNotFound
 	m := &providerMem{}
-	m.observe(&checks.ProviderState{Name: "p", Type: checks.TypeKVM, Targets: ts}, time.Now(), 0)
+	m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Targets: ts}, time.Now(), 0)
 	c := m.render().Conditions[0]
 	want := "12 of 12 targets down: hv00 (PoolNotFound), hv01 (Timeout), hv02 (Timeout), hv03 (Timeout), hv04 (Timeout), hv05 (Timeout), hv06 (Timeout), hv07 (Timeout), hv08 (Timeout), hv09 (Timeout) and 2 more"
 	if c.Message != want || c.Reason != v1alpha1.ReasonMultipleReasons {
@@ -80,7 +80,7 @@ func TestTargetListBounded(t *testing.T) {
 		ts = append(ts, target(fmt.Sprintf("hv%03d", i), r, "", time.Time{}))
 	}
 	m := &providerMem{}
-	m.observe(&checks.ProviderState{Name: "p", Type: checks.TypeKVM, Targets: ts}, time.Now(), 0)
+	m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Targets: ts}, time.Now(), 0)
 	st := m.render()
 	if len(st.Targets) != v1alpha1.MaxTargets || int(st.OmittedTargets) != total-v1alpha1.MaxTargets {
 		t.Fatalf("targets %d omitted %d, want %d and %d", len(st.Targets), st.OmittedTargets, v1alpha1.MaxTargets, total-v1alpha1.MaxTargets)
@@ -111,7 +111,7 @@ func TestTransitionTimes(t *testing.T) {
 	t0 := now.Add(-10 * time.Minute)
 	m := &providerMem{}
 	ps := func(ts ...checks.TargetState) *checks.ProviderState {
-		return &checks.ProviderState{Name: "p", Type: checks.TypeKVM, Targets: ts}
+		return &checks.ProviderState{Name: "p", Type: "kvm", Targets: ts}
 	}
 	ev := m.observe(ps(target("a", checks.ReasonReady, "", t0), target("b", checks.ReasonReady, "", t0)), now, time.Hour)
 	if len(ev) != 0 {
@@ -188,7 +188,7 @@ func TestStaleness(t *testing.T) {
 	m := &providerMem{}
 	old := target("a", checks.ReasonReady, "", now.Add(-time.Hour))
 	old.CheckedAt = now.Add(-4 * time.Minute)
-	m.observe(&checks.ProviderState{Name: "p", Type: checks.TypeGCP, Targets: []checks.TargetState{old}}, now, 3*time.Minute)
+	m.observe(&checks.ProviderState{Name: "p", Type: "gcp", Targets: []checks.TargetState{old}}, now, 3*time.Minute)
 	st := m.render()
 	c := st.Conditions[0]
 	if c.Status != metav1.ConditionUnknown || c.Reason != v1alpha1.ReasonChecksStale || !strings.Contains(c.Message, "stale after 3m0s") {
@@ -199,7 +199,7 @@ func TestStaleness(t *testing.T) {
 	}
 	// Fresh again: True, since now.
 	fresh := target("a", checks.ReasonReady, "", now.Add(-time.Hour))
-	m.observe(&checks.ProviderState{Name: "p", Type: checks.TypeGCP, Targets: []checks.TargetState{fresh}}, now.Add(time.Minute), 3*time.Minute)
+	m.observe(&checks.ProviderState{Name: "p", Type: "gcp", Targets: []checks.TargetState{fresh}}, now.Add(time.Minute), 3*time.Minute)
 	c = m.render().Conditions[0]
 	if c.Status != metav1.ConditionTrue || !c.LastTransitionTime.Time.Equal(now.Add(time.Minute)) {
 		t.Errorf("condition = %s since %s, want True since %s", c.Status, c.LastTransitionTime, now.Add(time.Minute))
@@ -209,9 +209,9 @@ func TestStaleness(t *testing.T) {
 func TestMessageOnlyChangeIsNotVisible(t *testing.T) {
 	now := time.Now()
 	m := &providerMem{}
-	m.observe(&checks.ProviderState{Name: "p", Type: checks.TypeKVM, Targets: []checks.TargetState{target("a", checks.ReasonTimeout, "after 10.1s", now)}}, now, 0)
+	m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Targets: []checks.TargetState{target("a", checks.ReasonTimeout, "after 10.1s", now)}}, now, 0)
 	a := m.render()
-	m.observe(&checks.ProviderState{Name: "p", Type: checks.TypeKVM, Targets: []checks.TargetState{target("a", checks.ReasonTimeout, "after 10.2s", now)}}, now, 0)
+	m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Targets: []checks.TargetState{target("a", checks.ReasonTimeout, "after 10.2s", now)}}, now, 0)
 	b := m.render()
 	if !sameVisible(&a, &b) {
 		t.Error("a change of message alone counts as visible")
@@ -241,7 +241,7 @@ func BenchmarkObserveRender(b *testing.B) {
 	for i := range 300 {
 		ts = append(ts, target(fmt.Sprintf("hv%03d", i), checks.ReasonReady, "pool default running", time.Now()))
 	}
-	ps := &checks.ProviderState{Name: "p", Type: checks.TypeKVM, Targets: ts}
+	ps := &checks.ProviderState{Name: "p", Type: "kvm", Targets: ts}
 	m := &providerMem{}
 	m.observe(ps, time.Now(), time.Hour)
 	prev := m.render()

@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	_ "github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	"io"
 	"os"
 	"os/exec"
@@ -33,7 +35,6 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
@@ -438,17 +439,12 @@ func checkProvidersFile(t *testing.T, r rendered, pod corev1.PodSpec, c corev1.C
 	if err != nil {
 		t.Fatalf("the example providers file: %v", err)
 	}
-	types := map[checks.ProviderType]bool{}
+	types := map[string]bool{}
 	var files []string
 	for _, p := range cfg.Providers {
 		types[p.Type] = true
-		switch {
-		case p.Kubernetes != nil:
-			files = append(files, p.Kubernetes.Kubeconfig)
-		case p.GCP != nil:
-			files = append(files, p.GCP.CredentialsFile)
-		case p.KVM != nil:
-			files = append(files, p.KVM.PrivateKeyFile, p.KVM.KnownHostsFile, p.KVM.PassphraseFile)
+		for _, f := range p.Block.Files() {
+			files = append(files, f.Path)
 		}
 	}
 	if len(types) != 3 {

@@ -1,13 +1,12 @@
 package deploy_test
 
 import (
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
 // TestSizingTable keeps docs/deploy.md's sizing by fleet size consistent with the code and with
@@ -36,7 +35,7 @@ func TestSizingTable(t *testing.T) {
 		if r[4] == "Gi" {
 			limit *= 1024
 		}
-		if want := config.DefaultKVMConcurrencyFor(hosts); conc != want {
+		if want := kvm.DefaultConcurrencyFor(hosts); conc != want {
 			t.Errorf("%d hosts: concurrency %d in the table, the default is %d", hosts, conc, want)
 		}
 		if fds < 3*hosts {

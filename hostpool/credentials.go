@@ -4,41 +4,13 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"net"
-	"os"
 	"sync"
-	"syscall"
-	"time"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 )
-
-// fileVersion identifies one version of a file. A Kubernetes Secret rotated in place swaps a
-// symlink (new inode), an editor rewrites the file (new mtime or size): any change of these
-// fields means the file must be read again. The zero value is "never read".
-type fileVersion struct {
-	dev, ino uint64
-	size     int64
-	mod      time.Time
-}
-
-// versionOf stats path (following symlinks, as a Secret mount needs). An empty path has the
-// zero version.
-func versionOf(path string) (fileVersion, error) {
-	if path == "" {
-		return fileVersion{}, nil
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fileVersion{}, err
-	}
-	v := fileVersion{size: fi.Size(), mod: fi.ModTime()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		v.dev, v.ino = uint64(st.Dev), st.Ino
-	}
-	return v, nil
-}
 
 // credentials caches what the dials read from files: the client key (with its passphrase) and
 // the known_hosts callback, each read again only when its file changed. Every dial checks the
@@ -47,13 +19,13 @@ func versionOf(path string) (fileVersion, error) {
 type credentials struct {
 	mu sync.Mutex
 
-	keyVer, passVer fileVersion
+	keyVer, passVer checks.FileState
 	keyRead         bool
 	signer          ssh.Signer
 	signerErr       error
 	keyLoads        int // how many times the key was read: a test's view of the cache
 
-	khVer   fileVersion
+	khVer   checks.FileState
 	khRead  bool
 	cb      ssh.HostKeyCallback
 	cbErr   error
@@ -69,11 +41,11 @@ func (p *Pool) signer() (ssh.Signer, error) {
 		return p.opts.Signer, nil
 	}
 	c := &p.creds
-	keyVer, err := versionOf(p.opts.PrivateKeyFile)
+	keyVer, err := checks.StatFile(p.opts.PrivateKeyFile)
 	if err != nil && p.opts.PrivateKeyFile != "" {
 		return nil, fmt.Errorf("read private key: %w", err)
 	}
-	passVer, err := versionOf(p.opts.PassphraseFile)
+	passVer, err := checks.StatFile(p.opts.PassphraseFile)
 	if err != nil {
 		return nil, fmt.Errorf("read passphrase file: %w", err)
 	}
@@ -105,7 +77,7 @@ func (p *Pool) hostKeyCallback() (ssh.HostKeyCallback, error) {
 		return nil, errors.New("no known_hosts file configured (and host key verification is not switched off)")
 	}
 	c := &p.creds
-	ver, err := versionOf(p.opts.KnownHostsFile)
+	ver, err := checks.StatFile(p.opts.KnownHostsFile)
 	if err != nil {
 		return nil, fmt.Errorf("read known_hosts: %w", err)
 	}

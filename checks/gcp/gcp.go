@@ -108,7 +108,7 @@ var discard = slog.New(slog.DiscardHandler)
 
 // New returns the checker of a gcp provider; logger is expected to be scoped to the provider
 // already. Configuration errors (no gcp block, no project, a malformed endpoint) are errors.
-// The filter is used as given: the config loader fills in config.DefaultGCPFilter when the
+// The filter is used as given: the config loader fills in DefaultFilter when the
 // providers file has none; an empty filter lists every instance.
 //
 // A credentials problem (an unreadable or invalid key file, no Application Default
@@ -116,10 +116,10 @@ var discard = slog.New(slog.DiscardHandler)
 // every check, loading the credentials again each time until they load, so a key that
 // appears later (a mounted secret) is picked up without a reload. New makes no request.
 func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
-	if p.GCP == nil {
+	g, ok := p.Block.(*Config)
+	if !ok {
 		return nil, fmt.Errorf("provider %q: type gcp needs a gcp block", p.Name)
 	}
-	g := p.GCP
 	if g.Project == "" {
 		return nil, fmt.Errorf("provider %q: gcp.project is required", p.Name)
 	}

@@ -38,10 +38,10 @@ var managed = map[string]string{"managed-by": "proxy-operator"}
 
 // provider is a providers-file entry as the loader hands it over (default filter filled in).
 func provider(s *gcefake.Server, keyPath string) config.Provider {
-	return config.Provider{Name: "gcp-test", Type: "gcp", GCP: &config.GCPConfig{
+	return config.Provider{Name: "gcp-test", Type: "gcp", Block: &gcp.Config{
 		Project:         project,
 		CredentialsFile: keyPath,
-		Filter:          config.DefaultGCPFilter,
+		Filter:          gcp.DefaultFilter,
 		Endpoint:        s.URL(),
 	}}
 }
@@ -85,12 +85,12 @@ func TestNewAndIdentity(t *testing.T) {
 	}
 	for name, p := range map[string]config.Provider{
 		"no gcp block": {Name: "x", Type: "gcp"},
-		"no project":   {Name: "x", Type: "gcp", GCP: &config.GCPConfig{}},
-		"bad endpoint": {Name: "x", Type: "gcp", GCP: &config.GCPConfig{Project: "p", Endpoint: "ftp://host"}},
-		"no host":      {Name: "x", Type: "gcp", GCP: &config.GCPConfig{Project: "p", Endpoint: "https://"}},
+		"no project":   {Name: "x", Type: "gcp", Block: &gcp.Config{}},
+		"bad endpoint": {Name: "x", Type: "gcp", Block: &gcp.Config{Project: "p", Endpoint: "ftp://host"}},
+		"no host":      {Name: "x", Type: "gcp", Block: &gcp.Config{Project: "p", Endpoint: "https://"}},
 	} {
 		if _, err := gcp.New(p, nil); err == nil {
-			t.Errorf("%s: New accepted %+v", name, p.GCP)
+			t.Errorf("%s: New accepted %+v", name, p.Block)
 		}
 	}
 	// An unreadable key is not an error of New: it is a verdict of every check.
@@ -114,13 +114,13 @@ func TestReady(t *testing.T) {
 		t.Errorf("requests: instances %d, token %d; want 1 and 1", s.InstancesRequests(), s.TokenRequests())
 	}
 	q := s.LastQuery()
-	if q.Get("maxResults") != "1" || q.Get("filter") != config.DefaultGCPFilter || q.Has("pageToken") {
+	if q.Get("maxResults") != "1" || q.Get("filter") != gcp.DefaultFilter || q.Has("pageToken") {
 		t.Errorf("query = %v, want maxResults=1 and the default filter", q)
 	}
 
 	// Ready too when nothing matches: the API answered and the identity may list.
 	p := provider(s, s.ServiceAccountKey(t))
-	p.GCP.Filter = `labels.managed-by = "nobody"`
+	p.Block.(*gcp.Config).Filter = `labels.managed-by = "nobody"`
 	r = check(t, newChecker(t, p, nil), 5*time.Second)
 	if r.Reason != checks.ReasonReady || !strings.Contains(r.Message, "no instance matches") {
 		t.Errorf("no match: got %s: %s", r.Reason, r.Message)
@@ -317,7 +317,7 @@ func TestReasons(t *testing.T) {
 		}, checks.ReasonForbidden, "compute.instances.list", 1, nil},
 		{"unknown project", func(t *testing.T, s *gcefake.Server) config.Provider {
 			p := provider(s, s.ServiceAccountKey(t))
-			p.GCP.Project = "no-such-project"
+			p.Block.(*gcp.Config).Project = "no-such-project"
 			return p
 		}, checks.ReasonProjectNotFound, "projects/no-such-project", 1, nil},
 		{"404", func(t *testing.T, s *gcefake.Server) config.Provider {
@@ -348,22 +348,22 @@ func TestReasons(t *testing.T) {
 		}, checks.ReasonAPIError, "answered 503", 1, nil},
 		{"invalid filter", func(t *testing.T, s *gcefake.Server) config.Provider {
 			p := provider(s, s.ServiceAccountKey(t))
-			p.GCP.Filter = "labels.team ~ a"
+			p.Block.(*gcp.Config).Filter = "labels.team ~ a"
 			return p
 		}, checks.ReasonAPIError, "Invalid value for field 'filter'", 1, nil},
 		{"API unreachable", func(t *testing.T, s *gcefake.Server) config.Provider {
 			p := provider(s, s.ServiceAccountKey(t))
-			p.GCP.Endpoint = "http://" + closedAddr(t)
+			p.Block.(*gcp.Config).Endpoint = "http://" + closedAddr(t)
 			return p
 		}, checks.ReasonAPIUnreachable, "connection refused", 0, nil},
 		{"API closes the connection at once", func(t *testing.T, s *gcefake.Server) config.Provider {
 			p := provider(s, s.ServiceAccountKey(t))
-			p.GCP.Endpoint = "http://" + closingListener(t)
+			p.Block.(*gcp.Config).Endpoint = "http://" + closingListener(t)
 			return p
 		}, checks.ReasonAPIUnreachable, "before an answer", 0, nil},
 		{"TLS handshake times out", func(t *testing.T, s *gcefake.Server) config.Provider {
 			p := provider(s, s.ServiceAccountKey(t))
-			p.GCP.Endpoint = "https://" + silentListener(t)
+			p.Block.(*gcp.Config).Endpoint = "https://" + silentListener(t)
 			return p
 		}, checks.ReasonAPIUnreachable, "TLS handshake timed out", 0, func(c checks.Checker) {
 			// Well inside the round's deadline (3s): the transport's bound, not the round's.
@@ -583,7 +583,7 @@ func TestNoSecretsInMessagesOrLogs(t *testing.T) {
 	s.SetTokenFailure(0)
 	run(newChecker(t, provider(s, rewriteKey(t, good, "type", "authorized_user")), logger), 5*time.Second)
 	bad := provider(s, good)
-	bad.GCP.Endpoint = "http://" + closedAddr(t)
+	bad.Block.(*gcp.Config).Endpoint = "http://" + closedAddr(t)
 	run(newChecker(t, bad, logger), 5*time.Second)
 
 	tokens := s.IssuedTokens()
@@ -662,7 +662,7 @@ func BenchmarkCheckVsDrain(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer func() { _ = client.Close() }()
-		req := &computepb.AggregatedListInstancesRequest{Project: project, Filter: proto.String(config.DefaultGCPFilter)}
+		req := &computepb.AggregatedListInstancesRequest{Project: project, Filter: proto.String(gcp.DefaultFilter)}
 		if n := drainCount(b, client, req); n != 10000 {
 			b.Fatalf("drained %d instances, want 10000", n)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -146,7 +147,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	})
 
 	t.Run("ReadyWithDefaultsLeftEmpty", func(t *testing.T) {
-		r := run(t, provider("cluster-main", env.Kubeconfig, "admin@testenv", func(kc *config.KubernetesConfig) {
+		r := run(t, provider("cluster-main", env.Kubeconfig, "admin@testenv", func(kc *Config) {
 			kc.Version, kc.Resource, kc.LabelSelector = "", "", ""
 		}))
 		expect(t, r, checks.ReasonReady, "admin@testenv")
@@ -192,18 +193,66 @@ func TestAgainstAPIServer(t *testing.T) {
 		expect(t, run(t, provider("cluster-main", intruder, "")), checks.ReasonUnauthorized, "intruder@testenv")
 	})
 
+	// A kubeconfig rotated in place (a Secret's symlink swap: a new file renamed over the old)
+	// is read again at the next check of the same checker, without a reload; one that names
+	// another context says a reload is needed rather than checking it under the old name.
+	t.Run("KubeconfigRotatedIsReadAgain", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "kubeconfig")
+		good, err := os.ReadFile(podLister)
+		if err != nil {
+			t.Fatal(err)
+		}
+		listerToken := tokens[1]
+		if !strings.Contains(string(good), listerToken) {
+			t.Fatal("the pod-lister kubeconfig does not hold the pod-lister token")
+		}
+		rotate := func(content string) {
+			t.Helper()
+			tmp := path + ".new"
+			if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, path); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rotate(string(good))
+		c := newChecker(t, provider("cluster-main", path, ""), logger)
+		expect(t, checkOnce(t, c, context.Background()), checks.ReasonReady, "pod-lister@testenv")
+		rotate(strings.ReplaceAll(string(good), listerToken, badToken))
+		expect(t, checkOnce(t, c, context.Background()), checks.ReasonUnauthorized, "pod-lister@testenv")
+		rotate(string(good))
+		expect(t, checkOnce(t, c, context.Background()), checks.ReasonReady, "pod-lister@testenv")
+		if c.Stale() {
+			t.Error("a checker that read its rotated kubeconfig asks to be rebuilt")
+		}
+		other, err := os.ReadFile(intruder)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rotate(string(other))
+		r := checkOnce(t, c, context.Background())
+		expect(t, r, checks.ReasonConfigError, "pod-lister@testenv")
+		if !strings.Contains(r.Message, `"intruder@testenv"`) || !strings.Contains(r.Message, "reload") {
+			t.Errorf("message %q does not name the new target and the reload it needs", r.Message)
+		}
+		if !c.Stale() {
+			t.Error("a checker whose kubeconfig names another target does not ask to be rebuilt")
+		}
+	})
+
 	t.Run("ResourceNotFound", func(t *testing.T) {
-		r := run(t, provider("cluster-main", env.Kubeconfig, "", func(kc *config.KubernetesConfig) {
+		r := run(t, provider("cluster-main", env.Kubeconfig, "", func(kc *Config) {
 			kc.Group, kc.Version, kc.Resource = "gadgets.example.com", "v1", "gizmos"
 		}))
 		expect(t, r, checks.ReasonResourceNotFound, "admin@testenv")
-		r = run(t, provider("cluster-main", env.Kubeconfig, "", func(kc *config.KubernetesConfig) { kc.Resource = "podz" }))
+		r = run(t, provider("cluster-main", env.Kubeconfig, "", func(kc *Config) { kc.Resource = "podz" }))
 		expect(t, r, checks.ReasonResourceNotFound, "admin@testenv")
 	})
 
 	t.Run("CustomResourceInNamespace", func(t *testing.T) {
 		env.ApplyCRD(t, []byte(gadgetCRD))
-		r := run(t, provider("cluster-main", env.Kubeconfig, "", func(kc *config.KubernetesConfig) {
+		r := run(t, provider("cluster-main", env.Kubeconfig, "", func(kc *Config) {
 			kc.Group, kc.Version, kc.Resource, kc.Namespace = "gadgets.example.com", "v1", "gadgets", "default"
 		}))
 		expect(t, r, checks.ReasonReady, "admin@testenv")
@@ -221,7 +270,7 @@ func TestAgainstAPIServer(t *testing.T) {
 
 	t.Run("OneSmallListAmongThousands", func(t *testing.T) {
 		createBulk(t, env.AdminConfig, "bulk", bulkObjects)
-		c := newChecker(t, provider("cluster-main", bulkChecker, "", func(kc *config.KubernetesConfig) {
+		c := newChecker(t, provider("cluster-main", bulkChecker, "", func(kc *Config) {
 			kc.Resource = "configmaps"
 		}), logger)
 		const rounds = 3
@@ -337,7 +386,7 @@ spec:
 func BenchmarkCheck(b *testing.B) {
 	env := kube.Start(b)
 	createBulkB(b, env.AdminConfig, "bench", 500)
-	c, err := New(provider("bench", env.Kubeconfig, "", func(kc *config.KubernetesConfig) { kc.Resource = "configmaps" }), nil)
+	c, err := New(provider("bench", env.Kubeconfig, "", func(kc *Config) { kc.Resource = "configmaps" }), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

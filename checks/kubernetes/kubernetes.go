@@ -3,12 +3,14 @@
 // platform's managed-by label), which proves in one small round trip that the API server
 // answers and that the exporter's identity may list what the platform needs.
 //
-// The kubeconfig is read when the checker is built (at load, and at a reload that rebuilds it:
-// see Stale). A problem with it does not stop the exporter: the checker then reports
-// ConfigError on every check, with a message that says what is wrong.
+// The kubeconfig is read when the checker is built, and again at the first check after the
+// file changed (a rotated Secret: checks.FileState), like every credential file of every
+// provider type. A problem with it does not stop the exporter: the checker then reports
+// ConfigError on every check, with a message that says what is wrong, until the file is fixed.
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
@@ -51,16 +54,23 @@ type Checker struct {
 	selector  string
 	what      string // "pods in all namespaces", for messages
 
-	// configErr is set when the configuration could not be turned into a client; every
-	// check then reports ConfigError with it.
-	configErr error
-	client    *rest.RESTClient
-	http      *http.Client
-	secrets   []string // never shown in messages
+	block Config
 
-	// kubeconfig and its state when it was read, for Stale.
-	kubeconfig   string
-	kubeconfigAt checks.FileState
+	// mu guards state, which a check replaces when the kubeconfig changed.
+	mu    sync.Mutex
+	state *clientState
+}
+
+// clientState is what the checker built from one read of its configuration.
+type clientState struct {
+	// err is set when the configuration could not be turned into a client; every check then
+	// reports ConfigError with it.
+	err     error
+	client  *rest.RESTClient
+	http    *http.Client
+	secrets []string // never shown in messages
+	// at is the kubeconfig's state when it was read (zero in-cluster).
+	at checks.FileState
 }
 
 var (
@@ -73,13 +83,14 @@ var (
 // given) now, but contacts no server. It returns an error only when p is not a kubernetes
 // provider; a kubeconfig that cannot be read or used makes a checker that reports ConfigError.
 func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
-	if p.Type != checks.TypeKubernetes || p.Kubernetes == nil {
+	kcp, ok := p.Block.(*Config)
+	if !ok {
 		return nil, fmt.Errorf("provider %q is not a kubernetes provider (type %q)", p.Name, p.Type)
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	kc := *p.Kubernetes
+	kc := *kcp
 	c := &Checker{
 		name:      p.Name,
 		logger:    logger,
@@ -88,22 +99,30 @@ func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 	}
 	c.gvr = schema.GroupVersionResource{Group: kc.Group, Version: kc.Version, Resource: kc.Resource}
 	if c.gvr.Version == "" {
-		c.gvr.Version = config.DefaultKubernetesVersion
+		c.gvr.Version = DefaultVersion
 	}
 	if c.gvr.Resource == "" {
-		c.gvr.Resource = config.DefaultKubernetesResource
+		c.gvr.Resource = DefaultResource
 	}
 	c.what = describe(c.gvr, c.namespace)
 
-	if kc.Kubeconfig != "" {
-		c.kubeconfig = kc.Kubeconfig
-		// Taken before reading, so that a change during the read still counts as one.
-		c.kubeconfigAt, _ = checks.StatFile(kc.Kubeconfig)
-	}
-	restConfig, target, err := loadConfig(kc)
-	c.target = target
-	if c.target == "" {
-		c.target = p.Name
+	c.block = kc
+	c.state = c.load()
+	return c, nil
+}
+
+// load reads the configuration and builds a client from it. The first load names the target;
+// a later one whose kubeconfig names another target is a ConfigError until a reload renames it.
+func (c *Checker) load() *clientState {
+	st := &clientState{}
+	// Taken before reading, so that a change during the read still counts as one.
+	st.at, _ = checks.StatFile(c.block.Kubeconfig)
+	restConfig, target, err := loadConfig(c.block)
+	switch {
+	case c.target == "":
+		c.target = cmp.Or(target, c.name)
+	case err == nil && target != "" && target != c.target:
+		err = fmt.Errorf("the kubeconfig now names the target %q, not %q: reload the exporter (SIGHUP or /-/reload) to check it", target, c.target)
 	}
 	if err == nil {
 		if _, perr := labels.Parse(c.selector); perr != nil {
@@ -111,19 +130,38 @@ func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 		}
 	}
 	if err == nil {
-		err = c.buildClient(restConfig)
+		err = st.build(restConfig)
 	}
 	if err != nil {
-		c.configErr = err
-		c.logger.Warn("kubernetes provider configuration unusable; every check reports ConfigError",
-			"target", c.target, "err", c.redact(err.Error()))
+		st.err = err
+		c.logger.Warn("kubernetes provider configuration unusable; every check reports ConfigError until it is fixed",
+			"target", c.target, "err", st.redact(err.Error()))
 	}
-	return c, nil
+	return st
+}
+
+// current returns the client state, reading the kubeconfig again first when it changed since
+// it was read.
+func (c *Checker) current() *clientState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.block.Kubeconfig == "" || !c.state.at.Changed(c.block.Kubeconfig) {
+		return c.state
+	}
+	old := c.state
+	c.state = c.load()
+	if c.state.err == nil {
+		c.logger.Info("kubeconfig changed; read again", "kubeconfig", c.block.Kubeconfig)
+	}
+	if old.http != nil {
+		utilnet.CloseIdleConnectionsFor(old.http.Transport)
+	}
+	return c.state
 }
 
 // loadConfig turns the provider's block into a client configuration and names the target: the
 // kubeconfig context in use, or the API server's host when there is none (in-cluster).
-func loadConfig(kc config.KubernetesConfig) (*rest.Config, string, error) {
+func loadConfig(kc Config) (*rest.Config, string, error) {
 	if kc.Kubeconfig == "" {
 		cfg, err := rest.InClusterConfig()
 		if err != nil {
@@ -150,7 +188,7 @@ func loadConfig(kc config.KubernetesConfig) (*rest.Config, string, error) {
 	return cfg, contextName, nil
 }
 
-func (c *Checker) buildClient(cfg *rest.Config) error {
+func (st *clientState) build(cfg *rest.Config) error {
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = userAgent
 	cfg.AcceptContentTypes = "application/json"
@@ -167,7 +205,7 @@ func (c *Checker) buildClient(cfg *rest.Config) error {
 	for _, s := range []string{cfg.BearerToken, cfg.Password} {
 		// Shorter strings are no real credential and would garble every message.
 		if len(s) >= minSecretLen {
-			c.secrets = append(c.secrets, s)
+			st.secrets = append(st.secrets, s)
 		}
 	}
 	// Building the HTTP client reads the certificate and key files the kubeconfig names, so
@@ -180,7 +218,7 @@ func (c *Checker) buildClient(cfg *rest.Config) error {
 	if err != nil {
 		return fmt.Errorf("client configuration: %w", err)
 	}
-	c.client, c.http = rc, hc
+	st.client, st.http = rc, hc
 	return nil
 }
 
@@ -195,25 +233,21 @@ func (c *Checker) Targets() []string { return []string{c.target} }
 
 // Stale reports whether the checker should be rebuilt at a reload even though its providers
 // file block did not change: its configuration was unusable (ConfigError), or the kubeconfig
-// file changed since it was read (modification time or size), e.g. a rotated token in a
-// mounted Secret. Token files named by the kubeconfig, and the in-cluster token, are re-read
-// by the client itself and need no rebuild.
+// changed since it was read (a check would read it again; a reload starts afresh).
 func (c *Checker) Stale() bool {
-	if c.configErr != nil {
-		return true
-	}
-	if c.kubeconfig == "" {
-		return false
-	}
-	return c.kubeconfigAt.Changed(c.kubeconfig)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state.err != nil || c.block.Kubeconfig != "" && c.state.at.Changed(c.block.Kubeconfig)
 }
 
 // Close closes the checker's idle connections to the API server. client-go wraps the
 // transport in round trippers that hide CloseIdleConnections from http.Client's own, so the
 // helper that unwraps them is used.
 func (c *Checker) Close() error {
-	if c.http != nil {
-		utilnet.CloseIdleConnectionsFor(c.http.Transport)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state.http != nil {
+		utilnet.CloseIdleConnectionsFor(c.state.http.Transport)
 	}
 	return nil
 }
@@ -222,8 +256,9 @@ func (c *Checker) Close() error {
 // outcome into the target's verdict. It makes no request when ctx is already done.
 func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 	start := time.Now()
-	reason, msg := c.check(ctx)
-	msg = c.redact(msg)
+	st := c.current()
+	reason, msg := c.check(ctx, st)
+	msg = st.redact(msg)
 	end := time.Now()
 	r := checks.TargetResult{
 		Target:    c.target,
@@ -237,14 +272,14 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 	return []checks.TargetResult{r}
 }
 
-func (c *Checker) check(ctx context.Context) (checks.Reason, string) {
-	if c.configErr != nil {
-		return checks.ReasonConfigError, c.configErr.Error()
+func (c *Checker) check(ctx context.Context, st *clientState) (checks.Reason, string) {
+	if st.err != nil {
+		return checks.ReasonConfigError, st.err.Error()
 	}
 	if err := ctx.Err(); err != nil {
 		return checks.ReasonTimeout, fmt.Sprintf("not checked: the check's deadline had already passed (%v)", err)
 	}
-	req := c.client.Get().
+	req := st.client.Get().
 		AbsPath(c.path()...).
 		SetHeader("Accept", acceptMetadata).
 		Param("limit", "1").
@@ -300,8 +335,8 @@ func (c *Checker) selectorText() string {
 }
 
 // redact removes the credentials the configuration holds from s, in case an error quotes them.
-func (c *Checker) redact(s string) string {
-	for _, secret := range c.secrets {
+func (st *clientState) redact(s string) string {
+	for _, secret := range st.secrets {
 		s = strings.ReplaceAll(s, secret, "[redacted]")
 	}
 	return s

@@ -33,12 +33,12 @@ import (
 
 const managedBy = "app.kubernetes.io/managed-by=proxy-operator"
 
-func provider(name, kubeconfig, context string, mod ...func(*config.KubernetesConfig)) config.Provider {
-	kc := &config.KubernetesConfig{Kubeconfig: kubeconfig, Context: context, Version: "v1", Resource: "pods", LabelSelector: managedBy}
+func provider(name, kubeconfig, context string, mod ...func(*Config)) config.Provider {
+	kc := &Config{Kubeconfig: kubeconfig, Context: context, Version: "v1", Resource: "pods", LabelSelector: managedBy}
 	for _, m := range mod {
 		m(kc)
 	}
-	return config.Provider{Name: name, Type: checks.TypeKubernetes, Kubernetes: kc}
+	return config.Provider{Name: name, Type: "kubernetes", Block: kc}
 }
 
 func newChecker(t *testing.T, p config.Provider, logger *slog.Logger) *Checker {
@@ -91,9 +91,9 @@ func writeKubeconfig(t *testing.T, server string, caData []byte, contextName, to
 }
 
 func TestNewRejectsOtherTypes(t *testing.T) {
-	_, err := New(config.Provider{Name: "g", Type: "gcp", GCP: &config.GCPConfig{Project: "p"}}, nil)
+	_, err := New(config.Provider{Name: "g", Type: "other", Block: &otherBlock{}}, nil)
 	if err == nil {
-		t.Fatal("New accepted a gcp provider")
+		t.Fatal("New accepted a provider of another type")
 	}
 	_, err = New(config.Provider{Name: "k", Type: "kubernetes"}, nil)
 	if err == nil {
@@ -132,7 +132,7 @@ func TestConfigErrors(t *testing.T) {
 		{"not a kubeconfig", provider("p3", garbage, ""), "p3", "garbage"},
 		{"unknown context", provider("p4", good, "nope"), "nope", `context was not found for specified context: nope`},
 		{"missing client certificate", provider("p5", missingCert, ""), "ctx-b", "nope.crt"},
-		{"bad label selector", provider("p6", good, "", func(kc *config.KubernetesConfig) { kc.LabelSelector = "a in (" }), "ctx-a", "invalid labelSelector"},
+		{"bad label selector", provider("p6", good, "", func(kc *Config) { kc.LabelSelector = "a in (" }), "ctx-a", "invalid labelSelector"},
 		{"no kubeconfig outside a cluster", provider("p7", "", ""), "p7", "in-cluster"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -327,3 +327,10 @@ func TestClassify(t *testing.T) {
 		})
 	}
 }
+
+// otherBlock is a block of another provider type.
+type otherBlock struct{}
+
+func (*otherBlock) Equal(config.Block) bool  { return false }
+func (*otherBlock) Files() []config.File     { return nil }
+func (*otherBlock) Warnings(string) []string { return nil }

@@ -110,7 +110,7 @@ func BenchmarkRound(b *testing.B) {
 			f := kvmhost.Start(b, n)
 			b.Logf("starting %d hosts took %s", n, time.Since(start).Round(time.Millisecond))
 			p := provider(fmt.Sprintf("bench-%d", n), f, f.Hosts)
-			p.KVM.Concurrency = n
+			p.Block.(*Config).Concurrency = n
 
 			b.Run("pooled", func(b *testing.B) {
 				c, err := newTuned(p, nil, tuning{})
@@ -165,7 +165,7 @@ func BenchmarkSteadyCheck(b *testing.B) {
 	const n = 10
 	f := kvmhost.Start(b, n)
 	p := provider("bench-steady", f, f.Hosts)
-	p.KVM.Concurrency = n
+	p.Block.(*Config).Concurrency = n
 	calls := func() int {
 		total := 0
 		for _, h := range f.Hosts {

@@ -49,7 +49,7 @@ type Checker struct {
 	name        string
 	storagePool string
 	concurrency int
-	hosts       []config.KVMHost
+	hosts       []Host
 	rpcTimeout  time.Duration
 	hostBound   time.Duration
 	addrs       []string // dial address of each host, same order
@@ -90,8 +90,8 @@ func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 
 // newTuned is New with the pool's timing adjusted.
 func newTuned(p config.Provider, logger *slog.Logger, t tuning) (*Checker, error) {
-	k := p.KVM
-	if k == nil {
+	k, ok := p.Block.(*Config)
+	if !ok {
 		return nil, fmt.Errorf("provider %s: no kvm block", p.Name)
 	}
 	if len(k.Hosts) == 0 {
@@ -131,7 +131,8 @@ func newTuned(p config.Provider, logger *slog.Logger, t tuning) (*Checker, error
 // are dialled at their first check. false when anything else changed (a new pool is needed).
 // This checker keeps working until it is closed.
 func (c *Checker) Retarget(p config.Provider, logger *slog.Logger) (checks.Checker, bool) {
-	if p.KVM == nil || c.provider.KVM == nil || len(p.KVM.Hosts) == 0 || p.KVM.StoragePool == "" {
+	pk, ok := p.Block.(*Config)
+	if !ok || len(pk.Hosts) == 0 || pk.StoragePool == "" {
 		return nil, false
 	}
 	if logger == nil {
@@ -140,9 +141,9 @@ func (c *Checker) Retarget(p config.Provider, logger *slog.Logger) (checks.Check
 	n := build(p, logger, c.tuning)
 	// Compared with the defaults filled in, as the pool was built.
 	a, b := c.provider, n.provider
-	ak, bk := *a.KVM, *b.KVM
+	ak, bk := *c.block(), *n.block()
 	ak.Hosts, bk.Hosts = nil, nil
-	a.KVM, b.KVM = &ak, &bk
+	a.Block, b.Block = &ak, &bk
 	if !a.Equal(b) {
 		return nil, false
 	}
@@ -159,36 +160,30 @@ func (c *Checker) Retarget(p config.Provider, logger *slog.Logger) (checks.Check
 
 // build fills a checker's fields from p (validated by the caller), without a pool.
 func build(p config.Provider, logger *slog.Logger, t tuning) *Checker {
-	k := p.KVM
-	port := k.Port
-	if port == 0 {
-		port = config.DefaultKVMPort
-	}
-	socket := k.Socket
-	if socket == "" {
-		socket = config.DefaultLibvirtSocket
-	}
+	k := p.Block.(*Config)
+	port := cmp.Or(k.Port, DefaultPort)
+	socket := cmp.Or(k.Socket, DefaultSocket)
 	concurrency := k.Concurrency
 	if concurrency <= 0 {
-		concurrency = config.DefaultKVMConcurrency
+		concurrency = DefaultConcurrency
 	}
 	c := &Checker{
 		name:        p.Name,
 		storagePool: k.StoragePool,
 		concurrency: concurrency,
 		hosts:       k.Hosts,
-		rpcTimeout:  cmp.Or(k.RPCTimeout, config.DefaultKVMRPCTimeout),
+		rpcTimeout:  cmp.Or(k.RPCTimeout, DefaultRPCTimeout),
 		provider:    p,
 		tuning:      t,
 		logger:      logger,
 	}
-	c.provider.KVM = &config.KVMConfig{}
-	*c.provider.KVM = *k
-	c.provider.KVM.Port, c.provider.KVM.Socket = port, socket
-	kk := c.provider.KVM
-	kk.TCPTimeout = cmp.Or(kk.TCPTimeout, config.DefaultKVMTCPTimeout)
-	kk.SSHTimeout = cmp.Or(kk.SSHTimeout, config.DefaultKVMSSHTimeout)
-	kk.LibvirtTimeout = cmp.Or(kk.LibvirtTimeout, config.DefaultKVMLibvirtTimeout)
+	// A private copy, with the defaults filled in as the pool is built.
+	kk := new(*k)
+	c.provider.Block = kk
+	kk.Port, kk.Socket = port, socket
+	kk.TCPTimeout = cmp.Or(kk.TCPTimeout, DefaultTCPTimeout)
+	kk.SSHTimeout = cmp.Or(kk.SSHTimeout, DefaultSSHTimeout)
+	kk.LibvirtTimeout = cmp.Or(kk.LibvirtTimeout, DefaultLibvirtTimeout)
 	kk.RPCTimeout = c.rpcTimeout
 	c.hostBound = kk.HostBound()
 	for _, h := range k.Hosts {
@@ -202,8 +197,11 @@ func build(p config.Provider, logger *slog.Logger, t tuning) *Checker {
 	return c
 }
 
-func (c *Checker) port() int      { return c.provider.KVM.Port }
-func (c *Checker) socket() string { return c.provider.KVM.Socket }
+// block is the checker's copy of its provider's block, defaults filled in.
+func (c *Checker) block() *Config { return c.provider.Block.(*Config) }
+
+func (c *Checker) port() int      { return c.block().Port }
+func (c *Checker) socket() string { return c.block().Socket }
 
 // Name is the provider's name.
 func (c *Checker) Name() string { return c.name }
@@ -576,12 +574,11 @@ func connectionLost(err error) bool {
 func (c *Checker) poolVerdict(target string, start time.Time, in hostInfo) checks.TargetResult {
 	about := fmt.Sprintf("libvirt %s on %s", libVersion(in.libVersion), in.hostname)
 	state := stateName(in.state)
-	var sp *checks.StoragePool
+	var sp []checks.Sample
 	// libvirt reports zero sizes for a pool that is not running: they are left out rather than
 	// read as an empty (full) pool.
 	if in.state == libvirt.StoragePoolRunning || in.state == libvirt.StoragePoolDegraded {
-		sp = &checks.StoragePool{Name: c.storagePool, State: state, CapacityBytes: in.capacity,
-			AllocationBytes: in.allocation, AvailableBytes: in.available}
+		sp = PoolSamples(c.storagePool, in.capacity, in.allocation, in.available)
 	}
 	var reason checks.Reason
 	switch in.state {
@@ -611,7 +608,7 @@ func notContacted(target string, start time.Time, msg string) checks.TargetResul
 	return tr
 }
 
-func verdict(target string, start time.Time, reason checks.Reason, msg string, sp *checks.StoragePool) checks.TargetResult {
+func verdict(target string, start time.Time, reason checks.Reason, msg string, sp []checks.Sample) checks.TargetResult {
 	now := time.Now()
 	return checks.TargetResult{
 		Target:    target,
@@ -620,7 +617,7 @@ func verdict(target string, start time.Time, reason checks.Reason, msg string, s
 		Message:   msg,
 		Duration:  now.Sub(start),
 		CheckedAt: now,
-		Pool:      sp,
+		Samples:   sp,
 	}
 }
 

@@ -6,8 +6,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,14 +33,14 @@ const roundTimeout = 2 * time.Second
 const testRPCTimeout = 700 * time.Millisecond
 
 func provider(name string, f *kvmhost.Fleet, hosts []*kvmhost.Host) config.Provider {
-	k := &config.KVMConfig{
+	k := &Config{
 		User:           f.User,
 		PrivateKeyFile: f.ClientKeyPath,
 		KnownHostsFile: f.KnownHostsPath,
-		Port:           config.DefaultKVMPort,
+		Port:           DefaultPort,
 		Socket:         hosts[0].Socket,
 		StoragePool:    hosts[0].Pool,
-		Concurrency:    config.DefaultKVMConcurrency,
+		Concurrency:    DefaultConcurrency,
 		// Each stage's own bound expires inside the round, so a fault reads its stage's reason.
 		TCPTimeout:     time.Second,
 		SSHTimeout:     time.Second,
@@ -47,9 +49,9 @@ func provider(name string, f *kvmhost.Fleet, hosts []*kvmhost.Host) config.Provi
 		RPCTimeout: testRPCTimeout,
 	}
 	for _, h := range hosts {
-		k.Hosts = append(k.Hosts, config.KVMHost{Address: h.Addr, Name: h.Name})
+		k.Hosts = append(k.Hosts, Host{Address: h.Addr, Name: h.Name})
 	}
-	return config.Provider{Name: name, Type: checks.TypeKVM, KVM: k}
+	return config.Provider{Name: name, Type: "kvm", Block: k}
 }
 
 func newChecker(t *testing.T, p config.Provider) *Checker {
@@ -111,10 +113,9 @@ func expectReady(t *testing.T, h *kvmhost.Host, got checks.TargetResult) {
 		t.Errorf("%s: message %q lacks the libvirt version or hostname %s", h.Name, got.Message, h.Hostname)
 	}
 	info := h.PoolInfo()
-	want := checks.StoragePool{Name: h.Pool, State: "running", CapacityBytes: info.Capacity,
-		AllocationBytes: info.Allocation, AvailableBytes: info.Available}
-	if got.Pool == nil || *got.Pool != want {
-		t.Errorf("%s: pool %+v, want what virsh pool-info says: %+v", h.Name, got.Pool, want)
+	want := PoolSamples(h.Pool, info.Capacity, info.Allocation, info.Available)
+	if !reflect.DeepEqual(got.Samples, want) {
+		t.Errorf("%s: pool samples %+v, want what virsh pool-info says: %+v", h.Name, got.Samples, want)
 	}
 }
 
@@ -151,7 +152,7 @@ func TestKVM(t *testing.T) {
 		do(h)
 		rs := round(t, c)
 		expect(t, rs[h.Name], want, msgPart)
-		if rs[h.Name].Pool != nil {
+		if len(rs[h.Name].Samples) > 0 {
 			t.Errorf("%s: pool sizes reported with %s", h.Name, rs[h.Name].Reason)
 		}
 		for _, o := range f.Hosts {
@@ -313,14 +314,14 @@ func TestKeyMaterial(t *testing.T) {
 
 	t.Run("key file missing, then restored", func(t *testing.T) {
 		p := provider("kvm-key-missing", f, f.Hosts)
-		p.KVM.PrivateKeyFile = filepath.Join(dir, "id_moved")
+		p.Block.(*Config).PrivateKeyFile = filepath.Join(dir, "id_moved")
 		c := newChecker(t, p)
 		expect(t, round(t, c)[h.Name], checks.ReasonKeyMaterialError, "id_moved")
 		key, err := os.ReadFile(f.ClientKeyPath)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(p.KVM.PrivateKeyFile, key, 0o600); err != nil {
+		if err := os.WriteFile(p.Block.(*Config).PrivateKeyFile, key, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		expectReady(t, h, round(t, c)[h.Name])
@@ -330,7 +331,7 @@ func TestKeyMaterial(t *testing.T) {
 	writeEncrypted(t, f.ClientKeyPath, encrypted, "correct horse")
 	t.Run("encrypted key without passphrase", func(t *testing.T) {
 		p := provider("kvm-key-encrypted", f, f.Hosts)
-		p.KVM.PrivateKeyFile = encrypted
+		p.Block.(*Config).PrivateKeyFile = encrypted
 		c := newChecker(t, p)
 		expect(t, round(t, c)[h.Name], checks.ReasonKeyMaterialError, "passphrase")
 	})
@@ -340,7 +341,7 @@ func TestKeyMaterial(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := provider("kvm-key-passphrase", f, f.Hosts)
-		p.KVM.PrivateKeyFile, p.KVM.PassphraseFile = encrypted, pass
+		p.Block.(*Config).PrivateKeyFile, p.Block.(*Config).PassphraseFile = encrypted, pass
 		expectReady(t, h, round(t, newChecker(t, p))[h.Name])
 	})
 	t.Run("host missing from known_hosts", func(t *testing.T) {
@@ -349,7 +350,7 @@ func TestKeyMaterial(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := provider("kvm-unknown-host", f, f.Hosts)
-		p.KVM.KnownHostsFile = kh
+		p.Block.(*Config).KnownHostsFile = kh
 		expect(t, round(t, newChecker(t, p))[h.Name], checks.ReasonHostKeyUnknown, "key is unknown")
 	})
 	t.Run("key not authorized", func(t *testing.T) {
@@ -366,19 +367,19 @@ func TestKeyMaterial(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := provider("kvm-stranger", f, f.Hosts)
-		p.KVM.PrivateKeyFile = stranger
+		p.Block.(*Config).PrivateKeyFile = stranger
 		expect(t, round(t, newChecker(t, p))[h.Name], checks.ReasonSSHAuthFailed, "unable to authenticate")
 	})
 	t.Run("insecure skip host key verification", func(t *testing.T) {
 		p := provider("kvm-insecure", f, f.Hosts)
-		p.KVM.KnownHostsFile = ""
-		p.KVM.InsecureSkipHostKeyVerification = true
+		p.Block.(*Config).KnownHostsFile = ""
+		p.Block.(*Config).InsecureSkipHostKeyVerification = true
 		expectReady(t, h, round(t, newChecker(t, p))[h.Name])
 	})
 	t.Run("concurrency one", func(t *testing.T) {
 		p := provider("kvm-serial", f, f.Hosts)
-		p.KVM.Concurrency = 1
-		p.KVM.Hosts = append(p.KVM.Hosts, config.KVMHost{Address: h.Addr, Name: "same-host-again"})
+		p.Block.(*Config).Concurrency = 1
+		p.Block.(*Config).Hosts = append(p.Block.(*Config).Hosts, Host{Address: h.Addr, Name: "same-host-again"})
 		rs := round(t, newChecker(t, p))
 		expectReady(t, h, rs[h.Name])
 		if rs["same-host-again"].Reason != checks.ReasonReady {
@@ -475,12 +476,12 @@ func TestClassify(t *testing.T) {
 
 // TestNew rejects providers it cannot check and exposes what the runner needs.
 func TestNew(t *testing.T) {
-	if _, err := New(config.Provider{Name: "x", Type: checks.TypeKVM}, nil); err == nil {
+	if _, err := New(config.Provider{Name: "x", Type: "kvm"}, nil); err == nil {
 		t.Error("a provider without a kvm block was accepted")
 	}
-	p := config.Provider{Name: "lab", Type: checks.TypeKVM, KVM: &config.KVMConfig{
+	p := config.Provider{Name: "lab", Type: "kvm", Block: &Config{
 		User: "root", PrivateKeyFile: "/nonexistent", KnownHostsFile: "/nonexistent", StoragePool: "default",
-		Hosts: []config.KVMHost{{Address: "198.18.0.2", Name: "hv1"}, {Address: "198.18.0.6:2222", Name: "hv2"}},
+		Hosts: []Host{{Address: "198.18.0.2", Name: "hv1"}, {Address: "198.18.0.6:2222", Name: "hv2"}},
 	}}
 	c, err := New(p, nil)
 	if err != nil {
@@ -576,4 +577,16 @@ func TestSecretRotation(t *testing.T) {
 	if !strings.Contains(string(log), "Accepted publickey for root") || !strings.Contains(string(log), ssh.FingerprintSHA256(pub)) {
 		t.Errorf("sshd never accepted the rotated key %s", ssh.FingerprintSHA256(pub))
 	}
+}
+
+// fleetConfig is a test fleet as a block, with the loader's defaults.
+func fleetConfig(b testenv.KVMBlock) Config {
+	k := Config{User: b.User, PrivateKeyFile: b.PrivateKeyFile, KnownHostsFile: b.KnownHostsFile,
+		Port: DefaultPort, Socket: b.Socket, StoragePool: b.StoragePool, Concurrency: DefaultConcurrency,
+		TCPTimeout: DefaultTCPTimeout, SSHTimeout: DefaultSSHTimeout, LibvirtTimeout: DefaultLibvirtTimeout,
+		RPCTimeout: DefaultRPCTimeout}
+	for _, h := range b.Hosts {
+		k.Hosts = append(k.Hosts, Host(h))
+	}
+	return k
 }

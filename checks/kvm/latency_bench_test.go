@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
 )
@@ -89,15 +88,15 @@ func BenchmarkScaleLatency(b *testing.B) {
 		for _, h := range f.Hosts {
 			healthy[h.Name] = h.Mode == kvmstandin.Healthy
 		}
-		k := f.KVMConfig()
+		k := fleetConfig(f.KVMConfig())
 		rand.New(rand.NewPCG(uint64(n), 1)).Shuffle(len(k.Hosts), func(i, j int) { k.Hosts[i], k.Hosts[j] = k.Hosts[j], k.Hosts[i] })
 		for _, ms := range benchInts(b, "PHE_BENCH_RTT_MS", []int{0, 50}) {
 			rtt := time.Duration(ms) * time.Millisecond
 			f.SetRTT(b, rtt, rtt/10)
-			for _, conc := range benchInts(b, "PHE_BENCH_CONCURRENCY", []int{config.DefaultKVMConcurrency, 128}) {
+			for _, conc := range benchInts(b, "PHE_BENCH_CONCURRENCY", []int{DefaultConcurrency, 128}) {
 				k := k
 				k.Concurrency = conc
-				p := config.Provider{Name: fmt.Sprintf("latency-%d-%d", n, conc), Type: checks.TypeKVM, KVM: &k}
+				p := config.Provider{Name: fmt.Sprintf("latency-%d-%d", n, conc), Type: "kvm", Block: &k}
 				name := fmt.Sprintf("hosts=%d/rtt=%s/concurrency=%d", n, rtt, conc)
 				// report writes the figures; rss, goroutines and fds are taken with the links of
 				// the last round still open.

@@ -25,7 +25,7 @@ import (
 // every dead host reads the reason of a stage it actually reached, or Timeout.
 func TestFailingHostsDoNotStarveHealthyOnes(t *testing.T) {
 	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 40, Silent: 40, Dropping: 40})
-	k := f.KVMConfig()
+	k := fleetConfig(f.KVMConfig())
 	k.Concurrency = 4
 	// Short bounds keep the test short; the SSH bound leaves a loaded machine's handshakes
 	// (race detector on) room to finish.
@@ -33,7 +33,7 @@ func TestFailingHostsDoNotStarveHealthyOnes(t *testing.T) {
 	// Dead and healthy hosts interleaved, as a rack outage leaves them in a real host list.
 	rand.New(rand.NewPCG(12, 12)).Shuffle(len(k.Hosts), func(i, j int) { k.Hosts[i], k.Hosts[j] = k.Hosts[j], k.Hosts[i] })
 	// Every dead host is dialled again in every round: the healthy ones must stay Ready.
-	c, err := newTuned(config.Provider{Name: "kvm-partial", Type: checks.TypeKVM, KVM: &k}, nil, tuning{})
+	c, err := newTuned(config.Provider{Name: "kvm-partial", Type: "kvm", Block: &k}, nil, tuning{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestFailingHostsDoNotStarveHealthyOnesRealHosts(t *testing.T) {
 		h.MakeUnreachable()
 	}
 	p := provider("kvm-partial-real", f, healthyHosts)
-	k := p.KVM
+	k := p.Block.(*Config)
 	k.Concurrency = 2
 	k.TCPTimeout, k.SSHTimeout, k.LibvirtTimeout = 300*time.Millisecond, time.Second, time.Second
 	kind := map[string]string{}
@@ -106,7 +106,7 @@ func TestFailingHostsDoNotStarveHealthyOnesRealHosts(t *testing.T) {
 		kind[h.Name] = "healthy"
 	}
 	for _, h := range dropping {
-		k.Hosts = append(k.Hosts, config.KVMHost{Address: h.Addr, Name: h.Name})
+		k.Hosts = append(k.Hosts, Host{Address: h.Addr, Name: h.Name})
 		kind[h.Name] = "dropping"
 	}
 	for i := range 4 {
@@ -131,7 +131,7 @@ func TestFailingHostsDoNotStarveHealthyOnesRealHosts(t *testing.T) {
 			}
 		})
 		name := "silent-" + strconv.Itoa(i)
-		k.Hosts = append(k.Hosts, config.KVMHost{Address: ln.Addr().String(), Name: name})
+		k.Hosts = append(k.Hosts, Host{Address: ln.Addr().String(), Name: name})
 		kind[name] = "silent"
 	}
 	// Interleaved, dead hosts first: the worst order for a first-come scheduler.
@@ -197,10 +197,10 @@ func TestLateHostsReadTimeout(t *testing.T) {
 			h.SetRPCDelay(1500 * time.Millisecond)
 		}
 	}
-	k := f.KVMConfig()
+	k := fleetConfig(f.KVMConfig())
 	// Bounds far beyond the round, so that only the round's deadline cuts the dials.
 	k.SSHTimeout, k.LibvirtTimeout, k.RPCTimeout = 20*time.Second, 20*time.Second, 20*time.Second
-	c, err := newTuned(config.Provider{Name: "kvm-late", Type: checks.TypeKVM, KVM: &k}, nil, tuning{})
+	c, err := newTuned(config.Provider{Name: "kvm-late", Type: "kvm", Block: &k}, nil, tuning{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,9 +240,9 @@ func TestSilentHostIsDialledEveryRound(t *testing.T) {
 	if silent.Mode != kvmstandin.Silent {
 		silent, healthy = healthy, silent
 	}
-	k := f.KVMConfig()
+	k := fleetConfig(f.KVMConfig())
 	k.SSHTimeout = 200 * time.Millisecond
-	c, err := newTuned(config.Provider{Name: "kvm-silent", Type: checks.TypeKVM, KVM: &k}, nil, tuning{})
+	c, err := newTuned(config.Provider{Name: "kvm-silent", Type: "kvm", Block: &k}, nil, tuning{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/provider-health-exporter/provider-health-exporter/collector"
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
@@ -31,7 +31,7 @@ func viewPool(tb testing.TB, provider string, hosts []*kvmhost.Host) poolView {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(hostpool.Collector())
 	series := testutil.Series(tb, reg, "provider", provider)
-	name := func(n string) string { return prometheus.BuildFQName(collector.Namespace, "kvm_pool", n) }
+	name := func(n string) string { return prometheus.BuildFQName(checks.MetricNamespace, "kvm_pool", n) }
 	v := poolView{
 		Present:         len(series) > 0,
 		Links:           int(series[name("connections")]),

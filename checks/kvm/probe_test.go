@@ -25,7 +25,7 @@ func TestProbeTarget(t *testing.T) {
 	p := provider("kvm-probe", f, f.Hosts)
 	// Calls may hang for longer than the probes' deadlines below, so that a round's check
 	// stuck on a paused libvirtd still holds the host when a probe comes.
-	p.KVM.RPCTimeout = 10 * time.Second
+	p.Block.(*Config).RPCTimeout = 10 * time.Second
 	c := newChecker(t, p)
 	h0, h1 := f.Hosts[0], f.Hosts[1]
 	probe := func(target string, timeout time.Duration, trace *checks.Trace) (checks.TargetResult, error) {

@@ -67,14 +67,14 @@ func BenchmarkScaleStandIn(b *testing.B) {
 		for _, h := range f.Hosts {
 			healthy[h.Name] = h.Mode == kvmstandin.Healthy
 		}
-		k := f.KVMConfig()
+		k := fleetConfig(f.KVMConfig())
 		rand.New(rand.NewPCG(uint64(n), 1)).Shuffle(len(k.Hosts), func(i, j int) { k.Hosts[i], k.Hosts[j] = k.Hosts[j], k.Hosts[i] })
 		// 32 is the default, chosen from these figures (docs/benchmarks.md); 16 was the default
 		// before them.
-		for _, conc := range []int{16, config.DefaultKVMConcurrency, 64} {
+		for _, conc := range []int{16, DefaultConcurrency, 64} {
 			k := k
 			k.Concurrency = conc
-			p := config.Provider{Name: fmt.Sprintf("scale-%d-%d", n, conc), Type: checks.TypeKVM, KVM: &k}
+			p := config.Provider{Name: fmt.Sprintf("scale-%d-%d", n, conc), Type: "kvm", Block: &k}
 			tuning := tuning{}
 			report := func(b *testing.B, rounds int, last time.Duration, notReady int, hs int64) {
 				b.ReportMetric(last.Seconds()/float64(rounds), "healthy-ready-s")
@@ -138,7 +138,7 @@ func BenchmarkPooledHostCost(b *testing.B) {
 	const n = 20
 	f := kvmhost.Start(b, n)
 	p := provider("bench-cost", f, f.Hosts)
-	p.KVM.Concurrency = n
+	p.Block.(*Config).Concurrency = n
 	for b.Loop() {
 		b.StopTimer()
 		runtime.GC()

@@ -46,7 +46,7 @@ func TestReasonNamesTheStage(t *testing.T) {
 		p := provider("stages-host-key", f, hosts)
 		kh := filepath.Join(t.TempDir(), "known_hosts")
 		writeLines(t, kh, knownhosts.Line([]string{knownhosts.Normalize(h.Addr)}, h.HostKeys[0]))
-		p.KVM.KnownHostsFile = kh
+		p.Block.(*Config).KnownHostsFile = kh
 		c := newChecker(t, p)
 		expectReady(t, h, round(t, c)[h.Name])
 

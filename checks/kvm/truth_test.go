@@ -21,7 +21,7 @@ func TestHungHostsDoNotStarveHealthyOnesRealHosts(t *testing.T) {
 	f := kvmhost.Start(t, 6)
 	hung, healthy := f.Hosts[:3], f.Hosts[3:]
 	p := provider("kvm-hung", f, f.Hosts)
-	p.KVM.Concurrency = 2
+	p.Block.(*Config).Concurrency = 2
 	c := newChecker(t, p)
 	const timeout = 5 * time.Second
 	check := func() map[string]checks.TargetResult {

@@ -32,9 +32,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
-	kubecheck "github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	_ "github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
+	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
@@ -110,14 +110,6 @@ const (
 	kvmProvider  = "soak-kvm"
 	kubeUser     = "soak"
 )
-
-// newChecker mirrors the exporter's table from provider type to constructor (checkers.go in
-// package main, which cannot be imported).
-var newChecker = map[checks.ProviderType]func(config.Provider, *slog.Logger) (checks.Checker, error){
-	checks.TypeKubernetes: kubecheck.New,
-	checks.TypeGCP:        gcp.New,
-	checks.TypeKVM:        kvm.New,
-}
 
 // env is the running test environment and what the faults need of it.
 type env struct {
@@ -387,7 +379,8 @@ func (e *env) checkers(tb testing.TB) []checks.Checker {
 	}
 	var cs []checks.Checker
 	for _, p := range cfg.Providers {
-		c, err := newChecker[p.Type](p, slog.New(slog.DiscardHandler).With("provider", p.Name))
+		t, _ := checks.Lookup(checks.ProviderType(p.Type))
+		c, err := t.New(p, slog.New(slog.DiscardHandler).With("provider", p.Name))
 		if err != nil {
 			tb.Fatalf("soak: build the %s checker: %v", p.Name, err)
 		}

@@ -168,7 +168,7 @@ func TestJudge(t *testing.T) {
 	}
 	round := func(n int, a, b v) {
 		snap := &checks.Snapshot{Round: uint64(n), RoundStarted: at(n), RoundDuration: 1500 * time.Millisecond,
-			Providers: []checks.ProviderState{{Name: "kvm", Type: checks.TypeKVM, Targets: []checks.TargetState{
+			Providers: []checks.ProviderState{{Name: "kvm", Type: "kvm", Targets: []checks.TargetState{
 				{TargetResult: checks.TargetResult{Target: "hv1", Reason: a.reason, Up: a.reason == checks.ReasonReady, Message: a.msg, CheckedAt: a.at, NotContacted: a.notContacted}},
 				{TargetResult: checks.TargetResult{Target: "hv2", Reason: b.reason, Up: b.reason == checks.ReasonReady, Message: b.msg, CheckedAt: b.at, NotContacted: b.notContacted}},
 			}}}}

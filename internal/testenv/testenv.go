@@ -40,3 +40,16 @@ func ChildEnv(tmp string, extra ...string) []string {
 	env = append(env, "TMPDIR="+tmp, "GOTMPDIR="+tmp)
 	return append(env, extra...)
 }
+
+// KVMBlock describes a fleet of KVM test hosts as a kvm provider block of the providers file
+// names it (kvmhost and kvmstandin fleets). The kvm provider type's own block type is built
+// from it by the tests that need one.
+type KVMBlock struct {
+	User, PrivateKeyFile, KnownHostsFile, Socket, StoragePool string
+	Hosts                                                     []KVMTarget
+}
+
+// KVMTarget is one host of a KVMBlock: its address (host:port) and target name.
+type KVMTarget struct {
+	Address, Name string
+}

@@ -40,7 +40,6 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 )
 
@@ -86,23 +85,17 @@ type Fleet struct {
 }
 
 // KVMConfig describes the fleet as a kvm provider block of the providers file: its user, key,
-// known_hosts, socket, pool and hosts (named after the hosts, addressed host:port), with the
-// loader's defaults filled in.
-func (f *Fleet) KVMConfig() config.KVMConfig {
-	c := config.KVMConfig{
+// known_hosts, socket, pool and hosts (named after the hosts, addressed host:port).
+func (f *Fleet) KVMConfig() testenv.KVMBlock {
+	c := testenv.KVMBlock{
 		User:           f.User,
 		PrivateKeyFile: f.ClientKeyPath,
 		KnownHostsFile: f.KnownHostsPath,
-		Port:           config.DefaultKVMPort,
 		Socket:         SocketPath,
 		StoragePool:    f.Hosts[0].Pool,
-		Concurrency:    config.DefaultKVMConcurrency,
-		TCPTimeout:     config.DefaultKVMTCPTimeout,
-		SSHTimeout:     config.DefaultKVMSSHTimeout,
-		LibvirtTimeout: config.DefaultKVMLibvirtTimeout,
 	}
 	for _, h := range f.Hosts {
-		c.Hosts = append(c.Hosts, config.KVMHost{Address: h.Addr, Name: h.Name})
+		c.Hosts = append(c.Hosts, testenv.KVMTarget{Address: h.Addr, Name: h.Name})
 	}
 	return c
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"math"
 	"net"
 	"os"
@@ -24,7 +25,6 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
-	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
@@ -266,8 +266,8 @@ func TestSmoke(t *testing.T) {
 
 	// The exporter's default socket path (/var/run/...) reaches the same daemon.
 	c := mustSSH(t, f, f.Hosts[0])
-	if _, err := connectLibvirt(c, config.DefaultLibvirtSocket); err != nil {
-		t.Errorf("default socket path %s: %v", config.DefaultLibvirtSocket, err)
+	if _, err := connectLibvirt(c, kvm.DefaultSocket); err != nil {
+		t.Errorf("default socket path %s: %v", kvm.DefaultSocket, err)
 	}
 
 	// The providers-file view of the fleet names what the test used.

@@ -27,6 +27,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"net"
 	"os"
 	"path/filepath"
@@ -39,8 +40,6 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
-
-	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
 // Mode is how a stand-in host behaves for its whole life.
@@ -198,30 +197,18 @@ func (f *Fleet) RotateClientKey() error {
 	return nil
 }
 
-// KVMConfig is the fleet as a kvm provider block, with the loader's defaults.
-func (f *Fleet) KVMConfig() config.KVMConfig {
+// KVMConfig is the fleet as a kvm provider block.
+func (f *Fleet) KVMConfig() testenv.KVMBlock {
 	c := kvmConfig(f.ClientKeyPath, f.KnownHostsPath)
 	for _, h := range f.Hosts {
-		c.Hosts = append(c.Hosts, config.KVMHost{Address: h.Addr, Name: h.Name})
+		c.Hosts = append(c.Hosts, testenv.KVMTarget{Address: h.Addr, Name: h.Name})
 	}
 	return c
 }
 
-// kvmConfig is a kvm provider block with the loader's defaults and no hosts.
-func kvmConfig(key, knownHosts string) config.KVMConfig {
-	return config.KVMConfig{
-		User:           User,
-		PrivateKeyFile: key,
-		KnownHostsFile: knownHosts,
-		Port:           config.DefaultKVMPort,
-		Socket:         Socket,
-		StoragePool:    Pool,
-		Concurrency:    config.DefaultKVMConcurrency,
-		TCPTimeout:     config.DefaultKVMTCPTimeout,
-		SSHTimeout:     config.DefaultKVMSSHTimeout,
-		LibvirtTimeout: config.DefaultKVMLibvirtTimeout,
-		RPCTimeout:     config.DefaultKVMRPCTimeout,
-	}
+// kvmConfig is a kvm provider block with no hosts.
+func kvmConfig(key, knownHosts string) testenv.KVMBlock {
+	return testenv.KVMBlock{User: User, PrivateKeyFile: key, KnownHostsFile: knownHosts, Socket: Socket, StoragePool: Pool}
 }
 
 // Authentications counts the SSH logins every host of the fleet accepted (one per new link).

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"net/http"
 	"net/url"
 	"os"
@@ -12,8 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
 // RemoteFleet is a fleet served by the kvmstandin command in a process of its own
@@ -96,10 +95,10 @@ func StartProcess(tb testing.TB, c Counts, rtt, jitter time.Duration) *RemoteFle
 }
 
 // KVMConfig is the fleet as a kvm provider block, with the loader's defaults.
-func (f *RemoteFleet) KVMConfig() config.KVMConfig {
+func (f *RemoteFleet) KVMConfig() testenv.KVMBlock {
 	c := kvmConfig(f.ClientKeyPath, f.KnownHostsPath)
 	for _, h := range f.Hosts {
-		c.Hosts = append(c.Hosts, config.KVMHost{Address: h.Addr, Name: h.Name})
+		c.Hosts = append(c.Hosts, testenv.KVMTarget{Address: h.Addr, Name: h.Name})
 	}
 	return c
 }

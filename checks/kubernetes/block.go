@@ -1,0 +1,137 @@
+package kubernetes
+
+import (
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+)
+
+func init() {
+	checks.Register(checks.Type{
+		Name:    checks.TypeKubernetes,
+		Reasons: reasons,
+		Block:   config.BlockType{Fields: config.YAMLKeys[Config](), Decode: decode},
+		New:     New,
+	})
+}
+
+// reasons is the type's catalogue; docs/reasons.md explains each and says what to do.
+var reasons = []checks.ReasonInfo{
+	{Reason: checks.ReasonReady, Meaning: "The API server answered the list request (at most one object) with the exporter's identity."},
+	{Reason: checks.ReasonTimeout, Meaning: "The list request did not complete before the round's deadline (or the checker misbehaved; see the message)."},
+	{Reason: checks.ReasonUnauthorized, Meaning: "The API server rejected the credentials (HTTP 401)."},
+	{Reason: checks.ReasonForbidden, Meaning: "The identity is known but RBAC does not allow listing the resource (HTTP 403)."},
+	{Reason: checks.ReasonResourceNotFound, Meaning: "The configured group/version/resource does not exist on this API server (HTTP 404)."},
+	{Reason: checks.ReasonAPIUnreachable, Meaning: "No HTTP answer: DNS, TCP connect or TLS failed (refused, no route, certificate not trusted), or the connection was closed or reset before an answer."},
+	{Reason: checks.ReasonAPIError, Meaning: "The API server answered with another error (5xx, unexpected status)."},
+	{Reason: checks.ReasonConfigError, Meaning: "The configuration could not be used."},
+}
+
+// The block's defaults, applied by the loader.
+const (
+	// DefaultLabelSelector is the labelSelector when the key is absent: the platform's
+	// managed-by label. `labelSelector: ""` means no selector at all.
+	DefaultLabelSelector = "app.kubernetes.io/managed-by=proxy-operator"
+	// DefaultVersion and DefaultResource name what the check lists when neither is set: core
+	// v1 pods.
+	DefaultVersion  = "v1"
+	DefaultResource = "pods"
+)
+
+// Config is the block of a `type: kubernetes` provider.
+type Config struct {
+	// Kubeconfig is an absolute path after loading; empty means in-cluster config.
+	Kubeconfig string `yaml:"kubeconfig,omitempty"`
+	// Context of the kubeconfig; empty means its current context.
+	Context string `yaml:"context,omitempty"`
+	// Group, Version and Resource name what the check lists (default: core v1 pods). After
+	// loading Version and Resource are never empty; an empty Group is the core group.
+	Group    string `yaml:"group,omitempty"`
+	Version  string `yaml:"version,omitempty"`
+	Resource string `yaml:"resource,omitempty"`
+	// Namespace to list in; empty means all namespaces.
+	Namespace string `yaml:"namespace,omitempty"`
+	// LabelSelector restricts what is listed. After loading it is the selector to use: the
+	// DefaultLabelSelector when the key was absent, empty (everything) when it was set to "".
+	LabelSelector string `yaml:"labelSelector,omitempty"`
+}
+
+// Equal reports whether o is the same block.
+func (k *Config) Equal(o config.Block) bool {
+	ok, is := o.(*Config)
+	return is && *k == *ok
+}
+
+// Files is the kubeconfig, when one is set.
+func (k *Config) Files() []config.File {
+	return []config.File{{Field: "kubeconfig", Path: k.Kubeconfig}}
+}
+
+// Warnings: none; a kubeconfig's own insecure-skip-tls-verify is the kubeconfig's business.
+func (k *Config) Warnings(string) []string { return nil }
+
+func decode(f *config.Fields) config.Block {
+	k := &Config{}
+	k.Kubeconfig = f.File("kubeconfig", false, "")
+	k.Context, _, _ = f.String("context")
+
+	group, gv, _ := f.String("group")
+	version, vv, _ := f.String("version")
+	resource, rv, _ := f.String("resource")
+	if group != "" {
+		if msgs := validation.IsDNS1123Subdomain(group); len(msgs) > 0 {
+			f.Errorf(gv, "group", "invalid API group %s: %s", config.Quote(group), strings.Join(msgs, "; "))
+		}
+	}
+	if version != "" {
+		if msgs := validation.IsDNS1035Label(version); len(msgs) > 0 {
+			f.Errorf(vv, "version", "invalid API version %s: %s", config.Quote(version), strings.Join(msgs, "; "))
+		}
+	}
+	if resource != "" {
+		if p := config.DNSLabelProblem("resource", resource); p != "" {
+			f.Errorf(rv, "resource", "%s", p)
+		}
+	} else if group != "" || version != "" {
+		if rv == nil {
+			f.Errorf(nil, "resource", "missing required field (required when group or version is set)")
+		} else {
+			f.Errorf(rv, "resource", "must not be empty when group or version is set")
+		}
+	}
+	k.Group = group
+	k.Version = cmpOr(version, DefaultVersion)
+	k.Resource = cmpOr(resource, DefaultResource)
+
+	namespace, nsv, _ := f.String("namespace")
+	if namespace != "" {
+		if p := config.DNSLabelProblem("namespace", namespace); p != "" {
+			f.Errorf(nsv, "namespace", "%s", p)
+		}
+	}
+	k.Namespace = namespace
+
+	selector, sv, selOK := f.String("labelSelector")
+	switch {
+	case !selOK:
+	case sv == nil:
+		k.LabelSelector = DefaultLabelSelector
+	default:
+		if _, err := labels.Parse(selector); err != nil {
+			f.Errorf(sv, "labelSelector", "invalid label selector %s: %v", config.Quote(selector), err)
+		}
+		k.LabelSelector = selector
+	}
+	return k
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,428 @@
+package kvm
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+)
+
+func init() {
+	checks.Register(checks.Type{
+		Name:    checks.TypeKVM,
+		Reasons: reasons,
+		Block:   config.BlockType{Fields: config.YAMLKeys[Config](), Decode: decode},
+		New:     New,
+		Gauges:  []*checks.Gauge{poolCapacity, poolAllocation, poolAvailable},
+	})
+}
+
+// reasons is the type's catalogue; docs/reasons.md explains each and says what to do.
+var reasons = []checks.ReasonInfo{
+	{Reason: checks.ReasonReady, Meaning: "The host answered over the pooled SSH + libvirt connection (library version and hostname) and its storage pool is running."},
+	{Reason: checks.ReasonTimeout, Meaning: "No verdict that blames a stage."},
+	{Reason: checks.ReasonKeyMaterialError, Meaning: "The SSH private key (or its passphrase file) is missing, unreadable, encrypted without a passphrase, or invalid; or the known_hosts file is missing or unreadable."},
+	{Reason: checks.ReasonTCPUnreachable, Meaning: "The TCP connection to the host's SSH port failed (refused, no route, DNS) or got no answer within `tcpTimeout` (packets silently dropped)."},
+	{Reason: checks.ReasonSSHHandshakeFailed, Meaning: "TCP connected but the SSH protocol handshake, up to the host key's acceptance, failed."},
+	{Reason: checks.ReasonSSHAuthFailed, Meaning: "Anything that fails once the host key was accepted."},
+	{Reason: checks.ReasonHostKeyUnknown, Meaning: "The known_hosts file has no entry for the host."},
+	{Reason: checks.ReasonHostKeyMismatch, Meaning: "The host presented a key that differs from the known_hosts entry, or offers none of the key types known_hosts holds for it."},
+	{Reason: checks.ReasonLibvirtSocketUnreachable, Meaning: "SSH works but sshd could not open the libvirt socket."},
+	{Reason: checks.ReasonLibvirtConnectFailed, Meaning: "The channel to the socket opened but libvirtd answered libvirt's connection handshake with an error or closed the connection."},
+	{Reason: checks.ReasonLibvirtError, Meaning: "libvirtd answered an RPC with an error (other than a missing pool)."},
+	{Reason: checks.ReasonPoolNotFound, Meaning: "The configured storage pool is not defined on the host."},
+	{Reason: checks.ReasonPoolInactive, Meaning: "The pool exists but is not running."},
+	{Reason: checks.ReasonPoolBuilding, Meaning: "The pool is being built."},
+	{Reason: checks.ReasonPoolDegraded, Meaning: "The pool is running degraded (e.g. a missing device under it)."},
+	{Reason: checks.ReasonPoolInaccessible, Meaning: "The pool is running but its storage is not accessible."},
+}
+
+// The type's own gauges: the storage pool's sizes, as the last check read them. A pool that
+// is not running has no series (libvirt reports zero sizes for it).
+var (
+	poolCapacity = &checks.Gauge{Name: checks.MetricNamespace + "_kvm_storage_pool_capacity_bytes",
+		Help: "Capacity of the KVM host's storage pool, as read by the last check.", Labels: []string{"pool"}}
+	poolAllocation = &checks.Gauge{Name: checks.MetricNamespace + "_kvm_storage_pool_allocation_bytes",
+		Help: "Bytes allocated in the KVM host's storage pool, as read by the last check.", Labels: []string{"pool"}}
+	poolAvailable = &checks.Gauge{Name: checks.MetricNamespace + "_kvm_storage_pool_available_bytes",
+		Help: "Bytes available in the KVM host's storage pool, as read by the last check.", Labels: []string{"pool"}}
+)
+
+// The block's defaults and bounds, applied and checked by the loader.
+const (
+	// DefaultPort is the SSH port of a host whose address carries none.
+	DefaultPort = 22
+	// DefaultSocket is the libvirt socket path on a host.
+	DefaultSocket = "/var/run/libvirt/libvirt-sock"
+	// DefaultConcurrency is how many hosts of one provider are checked at once, at least: see
+	// DefaultConcurrencyFor.
+	DefaultConcurrency = 32
+	// hostsPerSlot is how many hosts one concurrency slot is given by default in a large
+	// provider (DefaultConcurrencyFor).
+	hostsPerSlot = 20
+	// MaxConcurrency bounds concurrency: more SSH sessions at once than this only queues
+	// inside the exporter.
+	MaxConcurrency = 1024
+)
+
+// The bounds of a check (tcpTimeout, sshTimeout, libvirtTimeout, rpcTimeout) when the block
+// sets none, and the range a block may set. The defaults add up to 10s per host (see
+// Config.HostBound), so that they fit the shortest round the flags derive by default
+// (min(15s, interval) with an interval of at least 10s).
+const (
+	DefaultTCPTimeout     = 2 * time.Second
+	DefaultSSHTimeout     = 2 * time.Second
+	DefaultLibvirtTimeout = time.Second
+	DefaultRPCTimeout     = 500 * time.Millisecond
+	MinDialBound          = 10 * time.Millisecond
+	MaxDialBound          = time.Minute
+)
+
+// CallsPerCheck is how many libvirt calls one check of a host makes at most (its first on a
+// new link), each bounded by rpcTimeout.
+const CallsPerCheck = 4
+
+// Config is the block of a `type: kvm` provider.
+type Config struct {
+	// User is the SSH user on every host.
+	User string `yaml:"user"`
+	// PrivateKeyFile is the SSH private key path (absolute after loading).
+	PrivateKeyFile string `yaml:"privateKeyFile"`
+	// PassphraseFile holds the private key's passphrase; empty means the key is not encrypted.
+	PassphraseFile string `yaml:"passphraseFile,omitempty"`
+	// KnownHostsFile is required unless InsecureSkipHostKeyVerification is set.
+	KnownHostsFile string `yaml:"knownHostsFile,omitempty"`
+	// InsecureSkipHostKeyVerification is an explicit opt-out, logged as a warning at every load.
+	InsecureSkipHostKeyVerification bool `yaml:"insecureSkipHostKeyVerification,omitempty"`
+	// Port is the SSH port (default 22); a host's address may carry its own.
+	Port int `yaml:"port,omitempty"`
+	// Socket is the libvirt socket path on the host (default /var/run/libvirt/libvirt-sock).
+	Socket string `yaml:"socket,omitempty"`
+	// StoragePool is the libvirt storage pool whose state and sizes each host reports.
+	StoragePool string `yaml:"storagePool"`
+	// Concurrency bounds how many hosts of this provider are checked at once (default:
+	// DefaultConcurrencyFor the host count).
+	Concurrency int `yaml:"concurrency,omitempty"`
+	// TCPTimeout, SSHTimeout and LibvirtTimeout bound the stages of a dial to a host: the TCP
+	// connect; the SSH handshake with host key verification, and again authentication; opening
+	// the libvirt socket, and again libvirt's connect. RPCTimeout bounds each libvirt call of a
+	// check. Defaults 2s, 2s, 1s, 500ms.
+	TCPTimeout     time.Duration `yaml:"tcpTimeout,omitempty"`
+	SSHTimeout     time.Duration `yaml:"sshTimeout,omitempty"`
+	LibvirtTimeout time.Duration `yaml:"libvirtTimeout,omitempty"`
+	RPCTimeout     time.Duration `yaml:"rpcTimeout,omitempty"`
+	// Hosts are the provider's targets, at least one.
+	Hosts []Host `yaml:"hosts"`
+}
+
+// Host is one hypervisor of a kvm provider.
+type Host struct {
+	// Address is host, host:port, [v6] or [v6]:port.
+	Address string `yaml:"address"`
+	// Name is the target name; after loading it is never empty (it defaults to the address).
+	Name string `yaml:"name,omitempty"`
+}
+
+// HostBound is the longest one check of a host can take: every stage of a dial and every call
+// running out its bound (tcp + 2 × ssh + 2 × libvirt + CallsPerCheck × rpc). A host holds one
+// of the provider's concurrency slots at most this long, a retry after a lost connection
+// included.
+func (k *Config) HostBound() time.Duration {
+	return k.TCPTimeout + 2*k.SSHTimeout + 2*k.LibvirtTimeout + CallsPerCheck*k.RPCTimeout
+}
+
+// HostBoundArithmetic spells out HostBound, for messages.
+func (k *Config) HostBoundArithmetic() string {
+	return fmt.Sprintf("tcpTimeout %v + 2 × sshTimeout %v + 2 × libvirtTimeout %v + %d calls × rpcTimeout %v = %v",
+		k.TCPTimeout, k.SSHTimeout, k.LibvirtTimeout, CallsPerCheck, k.RPCTimeout, k.HostBound())
+}
+
+// Equal reports whether o is the same block, hosts included.
+func (k *Config) Equal(o config.Block) bool {
+	ok, is := o.(*Config)
+	if !is {
+		return false
+	}
+	if !slices.Equal(k.Hosts, ok.Hosts) {
+		return false
+	}
+	a, b := *k, *ok
+	a.Hosts, b.Hosts = nil, nil
+	return reflect.DeepEqual(a, b)
+}
+
+// Files are the key, its passphrase and known_hosts (unless host keys are not verified).
+func (k *Config) Files() []config.File {
+	fs := []config.File{{Field: "privateKeyFile", Path: k.PrivateKeyFile}, {Field: "passphraseFile", Path: k.PassphraseFile}}
+	if !k.InsecureSkipHostKeyVerification {
+		fs = append(fs, config.File{Field: "knownHostsFile", Path: k.KnownHostsFile})
+	}
+	return fs
+}
+
+// Warnings says that host keys are not verified, when they are not.
+func (k *Config) Warnings(provider string) []string {
+	if !k.InsecureSkipHostKeyVerification {
+		return nil
+	}
+	w := fmt.Sprintf("provider %q: SSH host key verification is off (insecureSkipHostKeyVerification: true): "+
+		"any machine answering at a host's address is trusted", provider)
+	if k.KnownHostsFile != "" {
+		w += "; knownHostsFile is ignored"
+	}
+	return []string{w}
+}
+
+// DefaultConcurrencyFor is a provider's concurrency when its block sets none: 32, or one slot
+// per 20 hosts in a provider of more than 640 (250 at 5,000 hosts), at most MaxConcurrency. A
+// slot then dials at most 20 hosts in the first round after a start; a dial costs about a
+// dozen network round trips (TCP, the SSH handshake and authentication, the channel, libvirt's
+// connect, the first check's calls), 0.6 s at 50 ms, so the first round's dials fit in 12 s of
+// the default 15 s timeout (docs/benchmarks.md, KVM over latency).
+func DefaultConcurrencyFor(hosts int) int {
+	return min(MaxConcurrency, max(DefaultConcurrency, (hosts+hostsPerSlot-1)/hostsPerSlot))
+}
+
+var hostFields = config.YAMLKeys[Host]()
+
+func decode(f *config.Fields) config.Block {
+	k := &Config{}
+	errs := f.Problems()
+	k.User, _, _ = f.Required("user", "")
+	k.PrivateKeyFile = f.File("privateKeyFile", true, "")
+	k.PassphraseFile = f.File("passphraseFile", false, "")
+	k.InsecureSkipHostKeyVerification, _ = f.Bool("insecureSkipHostKeyVerification")
+	k.KnownHostsFile = f.File("knownHostsFile", !k.InsecureSkipHostKeyVerification,
+		" (required unless insecureSkipHostKeyVerification: true)")
+
+	k.Port = DefaultPort
+	if port, pv, set, ok := f.Int("port"); ok && set {
+		if port < 1 || port > 65535 {
+			f.Errorf(pv, "port", "port %d is out of range (allowed: 1-65535)", port)
+		}
+		k.Port = port
+	}
+	k.Socket = DefaultSocket
+	if socket, sv, ok := f.String("socket"); ok && socket != "" {
+		// The socket is a path on the remote host: it is never resolved locally.
+		if !strings.HasPrefix(socket, "/") || strings.ContainsRune(socket, 0) {
+			f.Errorf(sv, "socket", "invalid socket %s: must be an absolute path on the host", config.Quote(socket))
+		}
+		k.Socket = socket
+	}
+	k.StoragePool, _, _ = f.Required("storagePool", "")
+	if c, cv, set, ok := f.Int("concurrency"); ok && set {
+		if c < 1 || c > MaxConcurrency {
+			f.Errorf(cv, "concurrency", "concurrency %d is out of range (allowed: 1-%d)", c, MaxConcurrency)
+		}
+		k.Concurrency = c
+	}
+	k.TCPTimeout = f.Duration("tcpTimeout", DefaultTCPTimeout, MinDialBound, MaxDialBound)
+	k.SSHTimeout = f.Duration("sshTimeout", DefaultSSHTimeout, MinDialBound, MaxDialBound)
+	k.LibvirtTimeout = f.Duration("libvirtTimeout", DefaultLibvirtTimeout, MinDialBound, MaxDialBound)
+	k.RPCTimeout = f.Duration("rpcTimeout", DefaultRPCTimeout, MinDialBound, MaxDialBound)
+	if rt := f.RoundTimeout(); rt > 0 && f.Problems() == errs && k.HostBound() > rt {
+		f.Errorf(nil, "", "a host's bounds add up to more than a round's deadline of %v (--provider-check-timeout): %s; "+
+			"a host that runs them out would hold its concurrency slot past the round. Lower the bounds or raise the timeout",
+			rt, k.HostBoundArithmetic())
+	}
+	k.Hosts = decodeHosts(f, k.Port)
+	if k.Concurrency == 0 {
+		k.Concurrency = DefaultConcurrencyFor(len(k.Hosts))
+	}
+	return k
+}
+
+// hostUse remembers where a host name or address was first used.
+type hostUse struct {
+	index, line int
+}
+
+func decodeHosts(f *config.Fields, defaultPort int) []Host {
+	items, key, present, ok := f.List("hosts")
+	switch {
+	case !present:
+		f.Errorf(nil, "hosts", "missing required field (a list of at least one host)")
+		return nil
+	case !ok:
+		return nil
+	case len(items) == 0:
+		f.Errorf(key, "hosts", "must list at least one host")
+		return nil
+	}
+	var hosts []Host
+	names := map[string]hostUse{}
+	addrs := map[string]hostUse{}
+	for i, item := range items {
+		hp := config.Index("hosts", i)
+		hm, ok := f.Mapping(item, config.Join(f.Path(), hp), hostFields)
+		if !ok {
+			continue
+		}
+		addr, av, ok := hm.Required("address", " (host, host:port or [v6]:port)")
+		if !ok {
+			continue
+		}
+		host, port, hasPort, problem := splitAddress(addr)
+		if problem != "" {
+			hm.Errorf(av, "address", "%s", problem)
+			continue
+		}
+		if !hasPort {
+			port = defaultPort
+		}
+		dupAddr := false
+		key := net.JoinHostPort(strings.ToLower(host), strconv.Itoa(port))
+		if first, dup := addrs[key]; dup {
+			hm.Errorf(av, "address", "duplicate address %s (first used by hosts[%d] at line %d)",
+				config.Quote(addr), first.index, first.line)
+			dupAddr = true
+		} else {
+			addrs[key] = hostUse{index: i, line: av.Line}
+		}
+		name, nv, _ := hm.String("name")
+		nameField := "name"
+		if name == "" {
+			name, nv, nameField = addr, av, "address"
+		} else if strings.IndexFunc(name, unicode.IsControl) >= 0 {
+			hm.Errorf(nv, "name", "invalid name %s: must not contain control characters", config.Quote(name))
+		}
+		if p := config.TargetNameProblem(name); p != "" {
+			hm.Errorf(nv, nameField, "%s", p)
+		}
+		if first, dup := names[name]; dup {
+			// The same address twice is already reported; its defaulted name would only repeat it.
+			if !dupAddr {
+				hm.Errorf(nv, "name", "duplicate target name %s (first used by hosts[%d] at line %d)",
+					config.Quote(name), first.index, first.line)
+			}
+		} else {
+			names[name] = hostUse{index: i, line: line(nv)}
+		}
+		hosts = append(hosts, Host{Address: addr, Name: name})
+	}
+	return hosts
+}
+
+func line(n *yaml.Node) int {
+	if n == nil {
+		return 0
+	}
+	return n.Line
+}
+
+// DialAddress is the host's host:port to dial: its address, with defaultPort (the provider's
+// port) when the address carries none.
+func (h Host) DialAddress(defaultPort int) string {
+	host, port, hasPort, problem := splitAddress(h.Address)
+	if problem != "" {
+		// Not a loaded address; dialling it as written gives the dialer's own error.
+		return h.Address
+	}
+	if !hasPort {
+		port = defaultPort
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// splitAddress parses host, host:port, [v6] or [v6]:port. problem is empty when the address
+// is valid.
+func splitAddress(addr string) (host string, port int, hasPort bool, problem string) {
+	const allowed = " (allowed: host, host:port or [v6]:port)"
+	bad := func(why string) (string, int, bool, string) {
+		return "", 0, false, "invalid address " + config.Quote(addr) + ": " + why + allowed
+	}
+	var portText string
+	switch {
+	case strings.HasPrefix(addr, "["):
+		end := strings.IndexByte(addr, ']')
+		if end < 0 {
+			return bad("missing ']'")
+		}
+		host = addr[1:end]
+		rest := addr[end+1:]
+		if rest != "" {
+			if !strings.HasPrefix(rest, ":") {
+				return bad("unexpected text after ']'")
+			}
+			hasPort, portText = true, rest[1:]
+		}
+		if ip, err := netip.ParseAddr(host); err != nil || !ip.Is6() {
+			return bad("not an IPv6 address in brackets")
+		}
+	case strings.Count(addr, ":") > 1:
+		// Without brackets fd00::1:22 could be a port or the last group of the address.
+		return bad("an IPv6 address goes in brackets, [v6] or [v6]:port")
+	case strings.Contains(addr, ":"):
+		i := strings.IndexByte(addr, ':')
+		host, hasPort, portText = addr[:i], true, addr[i+1:]
+		if p := hostProblem(host); p != "" {
+			return bad(p)
+		}
+	default:
+		host = addr
+		if p := hostProblem(host); p != "" {
+			return bad(p)
+		}
+	}
+	if hasPort {
+		n, err := strconv.Atoi(portText)
+		if err != nil || strings.ContainsAny(portText, "+-") || n < 1 || n > 65535 {
+			return bad("port " + config.Quote(portText) + " is not a number from 1 to 65535")
+		}
+		port = n
+	}
+	return host, port, hasPort, ""
+}
+
+// hostProblem checks a host name or IPv4 address.
+func hostProblem(host string) string {
+	if host == "" {
+		return "empty host"
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return ""
+	}
+	if len(host) > 253 {
+		return "host name longer than 253 characters"
+	}
+	allDigits := true
+	for label := range strings.SplitSeq(host, ".") {
+		if len(label) == 0 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return "not a valid host name or IP address"
+		}
+		for _, c := range []byte(label) {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return "not a valid host name or IP address"
+			}
+			if c < '0' || c > '9' {
+				allDigits = false
+			}
+		}
+	}
+	if allDigits {
+		return "not a valid IPv4 address"
+	}
+	return ""
+}
+
+// PoolSamples are the values of the pool gauges of one check (exported for the tests of the
+// packages that serve them).
+func PoolSamples(pool string, capacity, allocation, available uint64) []checks.Sample {
+	labels := []string{pool}
+	return []checks.Sample{
+		{Gauge: poolCapacity, Value: float64(capacity), LabelValues: labels},
+		{Gauge: poolAllocation, Value: float64(allocation), LabelValues: labels},
+		{Gauge: poolAvailable, Value: float64(available), LabelValues: labels},
+	}
+}
