@@ -65,12 +65,6 @@ const (
 	ReasonDatacenterNotFound checks.Reason = "DatacenterNotFound"
 )
 
-// Reasons is the closed catalogue of the vsphere provider.
-var Reasons = []checks.Reason{
-	checks.ReasonReady, checks.ReasonTimeout, checks.ReasonUnauthorized, checks.ReasonAPIUnreachable,
-	ReasonTLSError, ReasonDatacenterNotFound, checks.ReasonCredentialsError, checks.ReasonAPIError,
-}
-
 const (
 	// callTimeoutWithoutDeadline bounds a round whose context has no deadline.
 	callTimeoutWithoutDeadline = 30 * time.Second

@@ -19,8 +19,8 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
-// config is a block that logs in to sim, verified with its CA.
-func config(sim *vcsim.Sim) *vsphere.Config {
+// block is a block that logs in to sim, verified with its CA.
+func block(sim *vcsim.Sim) *vsphere.Config {
 	return &vsphere.Config{URL: sim.URL(), UsernameFile: sim.UsernameFile(), PasswordFile: sim.PasswordFile(), CAFile: sim.CAFile()}
 }
 
@@ -96,7 +96,7 @@ func writeFile(t *testing.T, path, content string) {
 // checker's user, one login and one call per round.
 func TestOneSessionAcrossRounds(t *testing.T) {
 	sim := start(t, vcsim.Options{})
-	c := newChecker(t, config(sim))
+	c := newChecker(t, block(sim))
 	if got, want := c.Targets(), []string{sim.Host()}; !slices.Equal(got, want) {
 		t.Fatalf("targets %v, want %v", got, want)
 	}
@@ -128,7 +128,7 @@ func TestOneSessionAcrossRounds(t *testing.T) {
 
 func TestWrongPassword(t *testing.T) {
 	sim := start(t, vcsim.Options{})
-	cfg := config(sim)
+	cfg := block(sim)
 	cfg.PasswordFile = filepath.Join(t.TempDir(), "password")
 	wrong := "not-" + sim.Password()
 	secrets = append(secrets, wrong)
@@ -147,17 +147,17 @@ func TestWrongPassword(t *testing.T) {
 func TestTLS(t *testing.T) {
 	sim := start(t, vcsim.Options{})
 	t.Run("CANotSigning", func(t *testing.T) {
-		cfg := config(sim)
+		cfg := block(sim)
 		cfg.CAFile = sim.OtherCAFile()
 		want(t, check(t, newChecker(t, cfg), 30*time.Second), vsphere.ReasonTLSError, "not signed by caFile "+sim.OtherCAFile())
 	})
 	t.Run("SystemRoots", func(t *testing.T) {
-		cfg := config(sim)
+		cfg := block(sim)
 		cfg.CAFile = ""
 		want(t, check(t, newChecker(t, cfg), 30*time.Second), vsphere.ReasonTLSError, "not signed by the system roots")
 	})
 	t.Run("InsecureSkipTLSVerify", func(t *testing.T) {
-		cfg := config(sim)
+		cfg := block(sim)
 		cfg.CAFile = sim.OtherCAFile()
 		cfg.InsecureSkipTLSVerify = true
 		want(t, check(t, newChecker(t, cfg), 30*time.Second), checks.ReasonReady, "inventory answered")
@@ -174,14 +174,14 @@ func TestTLS(t *testing.T) {
 // The certificate is for 127.0.0.1 and localhost: a simulator on 127.0.0.2 does not match.
 func TestTLSHostnameMismatch(t *testing.T) {
 	sim := start(t, vcsim.Options{ListenIP: "127.0.0.2"})
-	want(t, check(t, newChecker(t, config(sim)), 30*time.Second), vsphere.ReasonTLSError, "not for 127.0.0.2")
+	want(t, check(t, newChecker(t, block(sim)), 30*time.Second), vsphere.ReasonTLSError, "not for 127.0.0.2")
 }
 
 // A stopped simulator is unreachable; once restarted (its sessions gone) the next round logs
 // in again and reads Ready.
 func TestStoppedAndRestarted(t *testing.T) {
 	sim := start(t, vcsim.Options{})
-	c := newChecker(t, config(sim))
+	c := newChecker(t, block(sim))
 	want(t, check(t, c, 30*time.Second), checks.ReasonReady, "")
 	sim.Stop()
 	want(t, check(t, c, 30*time.Second), checks.ReasonAPIUnreachable, sim.Host())
@@ -199,7 +199,7 @@ func TestStoppedAndRestarted(t *testing.T) {
 // (with a new cookie jar, else the simulator refuses the login) and reads Ready.
 func TestSessionDropped(t *testing.T) {
 	sim := start(t, vcsim.Options{})
-	c := newChecker(t, config(sim))
+	c := newChecker(t, block(sim))
 	want(t, check(t, c, 30*time.Second), checks.ReasonReady, "")
 	if n := sim.DropSessions(); n != 1 {
 		t.Fatalf("dropped %d sessions, want 1", n)
@@ -225,7 +225,7 @@ func TestDatacenter(t *testing.T) {
 		{"missing", "nope", vsphere.ReasonDatacenterNotFound, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := config(sim)
+			cfg := block(sim)
 			cfg.Datacenter = tc.dc
 			want(t, check(t, newChecker(t, cfg), 30*time.Second), tc.reason, tc.dc)
 		})
@@ -233,11 +233,11 @@ func TestDatacenter(t *testing.T) {
 	// Pages of one object: the named datacenter is read through continuations.
 	restore := vsphere.SetPageSize(1)
 	defer restore()
-	cfg := config(sim)
+	cfg := block(sim)
 	cfg.Datacenter = "DC2"
 	c := newChecker(t, cfg)
 	want(t, check(t, c, 30*time.Second), checks.ReasonReady, "DC2")
-	cfg = config(sim)
+	cfg = block(sim)
 	cfg.Datacenter = "DC9"
 	want(t, check(t, newChecker(t, cfg), 30*time.Second), vsphere.ReasonDatacenterNotFound, "among the 3 datacenters")
 }
@@ -246,7 +246,7 @@ func TestDatacenter(t *testing.T) {
 // session is logged out.
 func TestPasswordRotated(t *testing.T) {
 	sim := start(t, vcsim.Options{})
-	cfg := config(sim)
+	cfg := block(sim)
 	cfg.PasswordFile = filepath.Join(t.TempDir(), "password")
 	writeFile(t, cfg.PasswordFile, sim.Password())
 	c := newChecker(t, cfg)
@@ -272,9 +272,9 @@ func TestPasswordRotated(t *testing.T) {
 // one (a TLS handshake that never ends); the session survives the pause.
 func TestSlowServerCut(t *testing.T) {
 	sim := start(t, vcsim.Options{})
-	c := newChecker(t, config(sim))
+	c := newChecker(t, block(sim))
 	want(t, check(t, c, 30*time.Second), checks.ReasonReady, "")
-	fresh := newChecker(t, config(sim))
+	fresh := newChecker(t, block(sim))
 	sim.Pause()
 	const deadline = 500 * time.Millisecond
 	for _, tc := range []struct {
@@ -344,7 +344,7 @@ func TestSilentListenerCut(t *testing.T) {
 // once that check ends.
 func TestCloseDoesNotWaitForAStuckCheck(t *testing.T) {
 	sim := start(t, vcsim.Options{})
-	c := newChecker(t, config(sim))
+	c := newChecker(t, block(sim))
 	want(t, check(t, c, 30*time.Second), checks.ReasonReady, "")
 	sim.Pause()
 	done := make(chan checks.TargetResult, 1)
@@ -368,7 +368,7 @@ func TestCloseDoesNotWaitForAStuckCheck(t *testing.T) {
 
 func TestAPIError(t *testing.T) {
 	sim := start(t, vcsim.Options{})
-	c := newChecker(t, config(sim))
+	c := newChecker(t, block(sim))
 	want(t, check(t, c, 30*time.Second), checks.ReasonReady, "")
 	sim.InjectFault("RetrievePropertiesEx", vcsim.SystemError, 0)
 	want(t, check(t, c, 30*time.Second), checks.ReasonAPIError, "SystemError")
@@ -380,7 +380,7 @@ func TestAPIError(t *testing.T) {
 // with a missingSet, see TestSessionDropped): the round logs in again and reads Ready.
 func TestNotAuthenticatedFault(t *testing.T) {
 	sim := start(t, vcsim.Options{})
-	c := newChecker(t, config(sim))
+	c := newChecker(t, block(sim))
 	want(t, check(t, c, 30*time.Second), checks.ReasonReady, "")
 	sim.InjectFault("RetrievePropertiesEx", vcsim.NotAuthenticated, 1)
 	want(t, check(t, c, 30*time.Second), checks.ReasonReady, "")
@@ -399,13 +399,13 @@ func TestNotAuthenticatedFault(t *testing.T) {
 func TestLoginNoPermission(t *testing.T) {
 	sim := start(t, vcsim.Options{})
 	sim.InjectFault("Login", vcsim.NoPermission, 0)
-	want(t, check(t, newChecker(t, config(sim)), 30*time.Second), checks.ReasonUnauthorized, "NoPermission")
+	want(t, check(t, newChecker(t, block(sim)), 30*time.Second), checks.ReasonUnauthorized, "NoPermission")
 }
 
 // A wrong path answers 404: the server is there, the SDK is not.
 func TestWrongPath(t *testing.T) {
 	sim := start(t, vcsim.Options{})
-	cfg := config(sim)
+	cfg := block(sim)
 	cfg.URL = strings.TrimSuffix(sim.URL(), "/sdk") + "/wrong"
 	want(t, check(t, newChecker(t, cfg), 30*time.Second), checks.ReasonAPIError, "404")
 }
@@ -413,7 +413,7 @@ func TestWrongPath(t *testing.T) {
 // A CA file without a certificate is a credentials problem: nothing is sent.
 func TestCAFileWithoutCertificate(t *testing.T) {
 	sim := start(t, vcsim.Options{})
-	cfg := config(sim)
+	cfg := block(sim)
 	cfg.CAFile = filepath.Join(t.TempDir(), "ca.pem")
 	writeFile(t, cfg.CAFile, "not a certificate\n")
 	c := newChecker(t, cfg)
@@ -433,7 +433,7 @@ func TestCAFileWithoutCertificate(t *testing.T) {
 // A check whose deadline has passed contacts nothing and says so.
 func TestDeadlinePassed(t *testing.T) {
 	sim := start(t, vcsim.Options{})
-	c := newChecker(t, config(sim))
+	c := newChecker(t, block(sim))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r := c.Check(ctx)[0]
