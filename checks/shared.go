@@ -1,6 +1,7 @@
 package checks
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -96,4 +97,21 @@ func ErrorDetail(err error) string {
 		return urlErr.Err.Error()
 	}
 	return err.Error()
+}
+
+// Await waits for the result of a call running in its own goroutine until ctx ends. ok is
+// false when the deadline came first; a result and the deadline arriving together keep the
+// result. done should be buffered, so that an abandoned call does not block on sending.
+func Await[T any](ctx context.Context, done <-chan T) (v T, ok bool) {
+	select {
+	case v = <-done:
+		return v, true
+	case <-ctx.Done():
+		select {
+		case v = <-done:
+			return v, true
+		default:
+			return v, false
+		}
+	}
 }

@@ -408,15 +408,9 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 		return c.result(start, checks.ReasonTimeout, fmt.Sprintf(
 			"%s within %s; the call is abandoned", what, time.Since(start).Round(time.Millisecond)))
 	}
-	var o outcome
-	select {
-	case o = <-done:
-	case <-ctx.Done():
-		select {
-		case o = <-done: // the answer and the deadline arrived together: keep the answer
-		default:
-			return timeout(nil)
-		}
+	o, ok := checks.Await(ctx, done)
+	if !ok {
+		return timeout(nil)
 	}
 	if o.err == nil {
 		msg := "instances.aggregatedList answered: no instance matches the filter"

@@ -303,15 +303,9 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 	stage := new(atomic.Int32)
 	done := make(chan outcome, 1) // buffered: an abandoned round must not block on sending
 	go func() { done <- c.round(ctx, stage) }()
-	var o outcome
-	select {
-	case o = <-done:
-	case <-ctx.Done():
-		select {
-		case o = <-done: // the answer and the deadline arrived together: keep the answer
-		default:
-			o = outcome{checks.ReasonTimeout, ""}
-		}
+	o, ok := checks.Await(ctx, done)
+	if !ok {
+		o = outcome{checks.ReasonTimeout, ""}
 	}
 	notContacted := false
 	if o.reason == checks.ReasonTimeout && o.msg == "" {
