@@ -53,6 +53,11 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 )
 
+var (
+	_ checks.Closer       = (*Checker)(nil)
+	_ checks.TargetProber = (*Checker)(nil)
+)
+
 // Type is the provider type of this package.
 const Type checks.ProviderType = "vsphere"
 
@@ -168,6 +173,9 @@ type Checker struct {
 
 	closeOnce sync.Once
 	closed    atomic.Bool
+	// closing ends with Close: it cuts the calls of checks still running.
+	closing     context.Context
+	closeCancel context.CancelFunc
 
 	// Held with turn:
 	creds creds
@@ -211,6 +219,7 @@ func New(name string, cfg *Config, logger *slog.Logger) (*Checker, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Checker{name: name, target: TargetName(u), sdk: u, cfg: *cfg, logger: logger, turn: make(chan struct{}, 1)}
+	c.closing, c.closeCancel = context.WithCancel(context.Background())
 	c.turn <- struct{}{}
 	return c, nil
 }
@@ -228,11 +237,12 @@ func (c *Checker) Targets() []string { return []string{c.target} }
 func (c *Checker) Logins() int64 { return c.logins.Load() }
 
 // Close logs the session out (bounded, best effort) and releases the connections. It does
-// not wait for a check abandoned at its deadline: that check logs out when it ends. It is
-// idempotent.
+// not wait for a check still running: it cuts that check's calls, and the check logs out when
+// it ends. It is idempotent.
 func (c *Checker) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
+		c.closeCancel()
 		select {
 		case <-c.turn:
 			c.release()
@@ -300,6 +310,10 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 		ctx, cancel = context.WithTimeout(ctx, callTimeoutWithoutDeadline)
 		defer cancel()
 	}
+	// Close cuts the calls of a check still running.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.closing, cancel)()
 	stage := new(atomic.Int32)
 	done := make(chan outcome, 1) // buffered: an abandoned round must not block on sending
 	go func() { done <- c.round(ctx, stage) }()
