@@ -216,30 +216,52 @@ func TestSessionDropped(t *testing.T) {
 
 func TestDatacenter(t *testing.T) {
 	sim := start(t, vcsim.Options{Datacenters: 3})
+	// calls is how many calls the one live session of the checker's user counted, the login
+	// included; closing the checker logs that session out.
+	calls := func(t *testing.T, c *vsphere.Checker) int64 {
+		t.Helper()
+		got := sim.SessionsOf(sim.Username())
+		if len(got) != 1 {
+			t.Fatalf("%d sessions, want 1", len(got))
+		}
+		_ = c.Close()
+		return got[0].CallCount
+	}
 	for _, tc := range []struct {
 		name, dc string
 		reason   checks.Reason
-		calls    int64 // after the login
 	}{
-		{"found", "DC1", checks.ReasonReady, 1},
-		{"missing", "nope", vsphere.ReasonDatacenterNotFound, 1},
+		{"found", "DC1", checks.ReasonReady},
+		{"missing", "nope", vsphere.ReasonDatacenterNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := block(sim)
 			cfg.Datacenter = tc.dc
-			want(t, check(t, newChecker(t, cfg), 30*time.Second), tc.reason, tc.dc)
+			c := newChecker(t, cfg)
+			want(t, check(t, c, 30*time.Second), tc.reason, tc.dc)
+			if n := calls(t, c); n != 2 {
+				t.Errorf("%d calls, want 2 (the login and one RetrievePropertiesEx)", n)
+			}
 		})
 	}
-	// Pages of one object: the named datacenter is read through continuations.
+	// Pages of one object (the root folder and 3 datacenters: 4 objects): the named datacenter
+	// is read through continuations.
 	restore := vsphere.SetPageSize(1)
 	defer restore()
 	cfg := block(sim)
 	cfg.Datacenter = "DC2"
 	c := newChecker(t, cfg)
 	want(t, check(t, c, 30*time.Second), checks.ReasonReady, "DC2")
+	if n := calls(t, c); n < 3 {
+		t.Errorf("%d calls with pages of one object, want the login, the first page and continuations", n)
+	}
 	cfg = block(sim)
 	cfg.Datacenter = "DC9"
-	want(t, check(t, newChecker(t, cfg), 30*time.Second), vsphere.ReasonDatacenterNotFound, "among the 3 datacenters")
+	c = newChecker(t, cfg)
+	want(t, check(t, c, 30*time.Second), vsphere.ReasonDatacenterNotFound, "among the 3 datacenters")
+	if n := calls(t, c); n != 5 {
+		t.Errorf("%d calls reading 4 objects one by one, want 5 (the login, the first page, 3 continuations)", n)
+	}
 }
 
 // A rewritten password file is read at the next check and logs in again; the replaced
