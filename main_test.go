@@ -692,6 +692,12 @@ func TestConfigCheckWarnsAboutUnreadableFiles(t *testing.T) {
       storagePool: default
       hosts:
         - address: 198.18.0.1
+  - name: vcenter
+    type: vsphere
+    vsphere:
+      url: https://vcenter.example.com/sdk
+      usernameFile: %[1]s
+      passwordFile: %[2]s
 `, present, missing)
 	path := filepath.Join(dir, "providers.yml")
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
@@ -703,6 +709,7 @@ func TestConfigCheckWarnsAboutUnreadableFiles(t *testing.T) {
 	}
 	want := "warning: provider cluster: kubeconfig: open " + missing + ": no such file or directory (its checks will fail until the file is readable)\n" +
 		"warning: provider lab: privateKeyFile: open " + missing + ": no such file or directory (its checks will fail until the file is readable)\n" +
+		"warning: provider vcenter: passwordFile: open " + missing + ": no such file or directory (its checks will fail until the file is readable)\n" +
 		"ok\n"
 	if got := stdout.String(); got != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", got, want)

@@ -7,4 +7,5 @@ import (
 	_ "github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
 	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	_ "github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
 )

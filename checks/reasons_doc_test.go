@@ -13,6 +13,7 @@ import (
 	_ "github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
 	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	_ "github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
 )
 
 // TestReasonsDocMatchesCatalogue keeps docs/reasons.md and the registered catalogues in step:

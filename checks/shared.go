@@ -1,6 +1,7 @@
 package checks
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -78,4 +79,39 @@ func Unreachable(err error) bool {
 	// the response ("server closed idle connection") or a handshake that timed out are
 	// unexported.
 	return errors.As(err, &urlErr)
+}
+
+// ErrorDetail describes a transport failure by its innermost network error (the operation and
+// address, or the name lookup), without the request URL: for the messages of API-backed checks.
+func ErrorDetail(err error) string {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		return opErr.Error()
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return dnsErr.Error()
+	}
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		return urlErr.Err.Error()
+	}
+	return err.Error()
+}
+
+// Await waits for the result of a call running in its own goroutine until ctx ends. ok is
+// false when the deadline came first; a result and the deadline arriving together keep the
+// result. done should be buffered, so that an abandoned call does not block on sending.
+func Await[T any](ctx context.Context, done <-chan T) (v T, ok bool) {
+	select {
+	case v = <-done:
+		return v, true
+	case <-ctx.Done():
+		select {
+		case v = <-done:
+			return v, true
+		default:
+			return v, false
+		}
+	}
 }

@@ -96,7 +96,7 @@ func TestInvalidCategories(t *testing.T) {
 		{"duplicate name", "invalid-duplicate-name.yml",
 			`testdata/invalid-duplicate-name.yml:9:11: providers[2].name: duplicate provider name "cluster-main" (first used by providers[0] at line 2)`},
 		{"unknown type", "invalid-unknown-type.yml",
-			`testdata/invalid-unknown-type.yml:3:11: providers[0].type: unknown provider type "vmware" (allowed: gcp, kubernetes, kvm)`},
+			`testdata/invalid-unknown-type.yml:3:11: providers[0].type: unknown provider type "vmware" (allowed: gcp, kubernetes, kvm, vsphere)`},
 		{"missing required kubernetes", "invalid-missing-required-kubernetes.yml",
 			"testdata/invalid-missing-required-kubernetes.yml:4:5: providers[0].kubernetes.resource: missing required field (required when group or version is set)"},
 		{"missing required gcp", "invalid-missing-required-gcp.yml",

@@ -4,6 +4,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"os"
 	"path/filepath"
@@ -88,7 +89,8 @@ func TestDocsFields(t *testing.T) {
 	}
 	doc := string(data)
 	for _, list := range [][]string{config.YAMLKeys[config.Config](), config.YAMLKeys[config.Provider](), config.YAMLKeys[kubernetes.Config](),
-		config.YAMLKeys[gcp.Config](), config.YAMLKeys[kvm.Config](), config.YAMLKeys[kvm.Host]()} {
+		config.YAMLKeys[gcp.Config](), config.YAMLKeys[kvm.Config](), config.YAMLKeys[kvm.Host](),
+		config.YAMLKeys[vsphere.Config]()} {
 		for _, f := range list {
 			if !strings.Contains(doc, "| `"+f+"` |") {
 				t.Errorf("field %s has no table row in %s", f, docsFile)

@@ -13,7 +13,7 @@ func TestProviderKeys(t *testing.T) {
 	if want, got := []string{"name", "type", "failureThreshold", "successThreshold"}, config.YAMLKeys[config.Provider](); !slices.Equal(got, want) {
 		t.Errorf("Provider's keys %q, want %q", got, want)
 	}
-	if got := config.TypeNames(); !slices.Equal(got, []string{"gcp", "kubernetes", "kvm"}) {
+	if got := config.TypeNames(); !slices.Equal(got, []string{"gcp", "kubernetes", "kvm", "vsphere"}) {
 		t.Errorf("registered types %q, want the ones this module ships", got)
 	}
 }

@@ -408,15 +408,9 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 		return c.result(start, checks.ReasonTimeout, fmt.Sprintf(
 			"%s within %s; the call is abandoned", what, time.Since(start).Round(time.Millisecond)))
 	}
-	var o outcome
-	select {
-	case o = <-done:
-	case <-ctx.Done():
-		select {
-		case o = <-done: // the answer and the deadline arrived together: keep the answer
-		default:
-			return timeout(nil)
-		}
+	o, ok := checks.Await(ctx, done)
+	if !ok {
+		return timeout(nil)
 	}
 	if o.err == nil {
 		msg := "instances.aggregatedList answered: no instance matches the filter"
@@ -599,21 +593,7 @@ func netMessage(err error) string {
 	return innerMessage(err)
 }
 
-func innerMessage(err error) string {
-	var opErr *net.OpError
-	if errors.As(err, &opErr) {
-		return opErr.Error()
-	}
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) {
-		return dnsErr.Error()
-	}
-	var uerr *url.Error
-	if errors.As(err, &uerr) {
-		return uerr.Err.Error()
-	}
-	return err.Error()
-}
+func innerMessage(err error) string { return checks.ErrorDetail(err) }
 
 // tokenMessage describes a failed exchange by the OAuth error code and description the token
 // endpoint answered, or the local failure (e.g. a key that does not parse).

@@ -18,6 +18,7 @@ import (
 	_ "github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
 	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	_ "github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 )
 

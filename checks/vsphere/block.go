@@ -1,0 +1,86 @@
+package vsphere
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+)
+
+func init() {
+	checks.Register(checks.Type{
+		Name:    Type,
+		Reasons: reasons,
+		Block:   config.BlockType{Fields: config.YAMLKeys[Config](), Decode: decode},
+		New:     newChecker,
+	})
+}
+
+// reasons is the type's catalogue; docs/reasons.md explains each and says what to do.
+var reasons = []checks.ReasonInfo{
+	{Reason: checks.ReasonReady, Meaning: "Logged in (or the session kept from an earlier round is alive) and the inventory call answered; with `datacenter`, the datacenter is in the inventory."},
+	{Reason: checks.ReasonTimeout, Meaning: "The round's deadline came first: connecting, logging in or the inventory call was still pending (the message says which), or the deadline had passed before the check started."},
+	{Reason: checks.ReasonUnauthorized, Meaning: "vCenter refused the login (`InvalidLogin`, \"Login failure\", or `NoPermission`)."},
+	{Reason: checks.ReasonAPIUnreachable, Meaning: "No answer: DNS, TCP connect refused or timed out, or the connection closed or reset before an answer."},
+	{Reason: ReasonTLSError, Meaning: "The TLS handshake failed: the certificate is not signed by `caFile` (or by the system roots when `caFile` is empty), is not for the URL's host, is not valid, or the server does not speak TLS."},
+	{Reason: ReasonDatacenterNotFound, Meaning: "No datacenter named `datacenter` is in the inventory the account sees."},
+	{Reason: checks.ReasonCredentialsError, Meaning: "A credentials file cannot be used: `usernameFile` or `passwordFile` unreadable or empty, `caFile` unreadable or without a PEM certificate; nothing was sent."},
+	{Reason: checks.ReasonAPIError, Meaning: "The server answered another fault, an unexpected HTTP status, or an answer that is not SOAP."},
+}
+
+// Reasons is the closed catalogue of the vsphere provider.
+var Reasons = func() []checks.Reason {
+	rs := make([]checks.Reason, len(reasons))
+	for i, r := range reasons {
+		rs[i] = r.Reason
+	}
+	return rs
+}()
+
+// newChecker is the registered constructor.
+func newChecker(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
+	cfg, ok := p.Block.(*Config)
+	if !ok || cfg == nil {
+		return nil, fmt.Errorf("provider %q: type vsphere needs a vsphere block", p.Name)
+	}
+	return New(p.Name, cfg, logger)
+}
+
+// Equal reports whether o is the same block: a reload keeps the checker (and its session).
+func (c *Config) Equal(o config.Block) bool {
+	oc, is := o.(*Config)
+	return is && oc != nil && *c == *oc
+}
+
+// Files are the credentials and the CA bundle (Path empty when caFile is not set).
+func (c *Config) Files() []config.File {
+	return []config.File{
+		{Field: "usernameFile", Path: c.UsernameFile},
+		{Field: "passwordFile", Path: c.PasswordFile},
+		{Field: "caFile", Path: c.CAFile},
+	}
+}
+
+// decode reads a vsphere block; every problem is placed at its file:line:col. It returns nil
+// when the block is unusable.
+func decode(f *config.Fields) config.Block {
+	before := f.Problems()
+	c := &Config{}
+	if raw, at, ok := f.Required("url", " (an absolute https URL such as https://vcenter.example.com/sdk)"); ok {
+		if _, err := ParseURL(raw); err != nil {
+			// ParseURL's error never quotes a user part; the value is quoted only without one.
+			f.Errorf(at, "url", "invalid URL: %v", err)
+		}
+		c.URL = raw
+	}
+	c.UsernameFile = f.File("usernameFile", true, " (a file holding the username)")
+	c.PasswordFile = f.File("passwordFile", true, " (a file holding the password)")
+	c.CAFile = f.File("caFile", false, "")
+	c.InsecureSkipTLSVerify, _ = f.Bool("insecureSkipTLSVerify")
+	c.Datacenter, _, _ = f.String("datacenter")
+	if f.Problems() != before {
+		return nil
+	}
+	return c
+}
