@@ -1,6 +1,6 @@
 // Package demo starts the local environment that `make demo` runs and the end-to-end test checks:
 // a Kubernetes API server holding the ProviderHealth CRD, KVM hosts, the GCE wire server with
-// instances, and a providers file that covers all three provider types. Every part comes from
+// instances, a vCenter simulator, and a providers file that covers all four provider types. Every part comes from
 // internal/testenv; this package only puts them together, so the demo a newcomer runs is the
 // environment the end-to-end test proves.
 //
@@ -20,6 +20,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/vcsim"
 )
 
 // Provider names in the providers file Start writes (also the ProviderHealth objects' names).
@@ -27,6 +28,7 @@ const (
 	KubernetesProvider = "cluster"
 	GCPProvider        = "gce"
 	KVMProvider        = "hypervisors"
+	VSphereProvider    = "vcenter"
 )
 
 // GCEInstances is how many instances the GCE wire server holds in the demo project.
@@ -47,9 +49,11 @@ type Env struct {
 	Kube  *kube.Env
 	Fleet *kvmhost.Fleet
 	GCE   *gcefake.Server
+	VCSim *vcsim.Sim
 	// ProvidersFile is the path of the providers file: one kubernetes provider (the API server
-	// itself), one gcp provider (the wire server, through the real OAuth flow) and one kvm
-	// provider (every host).
+	// itself), one gcp provider (the wire server, through the real OAuth flow), one kvm
+	// provider (every host) and one vsphere provider (the simulator, over TLS verified against
+	// its CA, logged in once).
 	ProvidersFile string
 }
 
@@ -78,6 +82,8 @@ func Start(tb testing.TB, opts Options) *Env {
 	e.GCE = gcefake.Start(tb)
 	e.GCE.AddInstances(gcefake.DefaultProject, gcefake.DefaultZones[0], GCEInstances, map[string]string{"managed-by": "proxy-operator"})
 	logf("GCE wire server ready at %s, project %s with %d instances", e.GCE.URL(), gcefake.DefaultProject, GCEInstances)
+	e.VCSim = vcsim.Start(tb, vcsim.Options{})
+	logf("vCenter simulator ready at %s", e.VCSim.URL())
 
 	e.ProvidersFile = filepath.Join(tb.TempDir(), "providers.yml")
 	if err := os.WriteFile(e.ProvidersFile, []byte(e.providers(e.GCE.ServiceAccountKey(tb))), 0o600); err != nil {
@@ -114,14 +120,22 @@ func (e *Env) providers(gceKey string) string {
       socket: %s
       storagePool: %s
       hosts:
-%s`, KubernetesProvider, e.Kube.Kubeconfig,
+%s  - name: %s
+    type: vsphere
+    vsphere:
+      url: %s
+      usernameFile: %s
+      passwordFile: %s
+      caFile: %s
+`, KubernetesProvider, e.Kube.Kubeconfig,
 		GCPProvider, gcefake.DefaultProject, gceKey, e.GCE.URL(),
-		KVMProvider, kvm.User, kvm.PrivateKeyFile, kvm.KnownHostsFile, kvm.Socket, kvm.StoragePool, hosts.String())
+		KVMProvider, kvm.User, kvm.PrivateKeyFile, kvm.KnownHostsFile, kvm.Socket, kvm.StoragePool, hosts.String(),
+		VSphereProvider, e.VCSim.URL(), e.VCSim.UsernameFile(), e.VCSim.PasswordFile(), e.VCSim.CAFile())
 }
 
 // Targets is the number of targets the providers file names: one per provider, except the kvm
 // provider, which has one per host.
-func (e *Env) Targets() int { return 2 + len(e.Fleet.Hosts) }
+func (e *Env) Targets() int { return 3 + len(e.Fleet.Hosts) }
 
 // BreakCommand is a shell command that makes KVM host i refuse SSH: a firewall rule in the host's
 // network namespace that answers every packet to port 22 with a TCP reset. The exporter's pooled

@@ -260,7 +260,7 @@ func banner(w io.Writer, o options, env *demo.Env, stack *promstack.Stack) {
 	last := len(env.Fleet.Hosts) - 1
 	host := env.Fleet.Hosts[last]
 	fmt.Fprintf(w, `
-demo: ready. Every target is up: %d targets of 3 providers (%s, %s, %s).
+demo: ready. Every target is up: %d targets of 4 providers (%s, %s, %s, %s).
 
   Status page         http://%s/
   Metrics             http://%s/metrics
@@ -276,7 +276,7 @@ The next check (every %s) reads TCPUnreachable; the ProviderHealthTargetDown ale
 its demo-sized window and resolves after the repair. Alerts are printed here as Alertmanager sends them.
 
 Press Ctrl-C to stop everything.
-`, env.Targets(), demo.KubernetesProvider, demo.GCPProvider, demo.KVMProvider,
+`, env.Targets(), demo.KubernetesProvider, demo.GCPProvider, demo.KVMProvider, demo.VSphereProvider,
 		o.exporterAddr, o.exporterAddr, stack.PrometheusURL, stack.AlertmanagerURL, kubectlLine(env.Kube.Kubeconfig, exec.LookPath),
 		host.Name, host.Addr, env.BreakCommand(last), env.RepairCommand(last), o.interval)
 }

@@ -228,8 +228,8 @@ func TestDemo(t *testing.T) {
 	// Every target up, as the exporter serves it.
 	metrics := get(t, client, "http://"+exporterAddr+"/metrics")
 	up := regexp.MustCompile(`(?m)^proxy_operator_provider_target_up\{[^}]*\} (\S+)$`).FindAllStringSubmatch(metrics, -1)
-	if len(up) != 5 {
-		t.Errorf("%d target_up series, want 5 (a cluster, a GCE project, 3 KVM hosts)", len(up))
+	if len(up) != 6 {
+		t.Errorf("%d target_up series, want 6 (a cluster, a GCE project, 3 KVM hosts, a vCenter)", len(up))
 	}
 	for _, m := range up {
 		if m[1] != "1" {
@@ -252,7 +252,7 @@ func TestDemo(t *testing.T) {
 			rows[f[0]] = strings.Join(f[1:4], " ")
 		}
 	}
-	for name, want := range map[string]string{demo.KubernetesProvider: "True AllTargetsReady 1/1", demo.GCPProvider: "True AllTargetsReady 1/1", demo.KVMProvider: "True AllTargetsReady 3/3"} {
+	for name, want := range map[string]string{demo.KubernetesProvider: "True AllTargetsReady 1/1", demo.GCPProvider: "True AllTargetsReady 1/1", demo.KVMProvider: "True AllTargetsReady 3/3", demo.VSphereProvider: "True AllTargetsReady 1/1"} {
 		if rows[name] != want {
 			t.Errorf("kubectl get ph %s: %q, want %q\n%s", name, rows[name], want, ph)
 		}
