@@ -70,8 +70,8 @@ func TestLandingPage(t *testing.T) {
 		"alpha <span class=\"note\">(gcp)</span>",
 		"<span class=\"down\">1/2 ready</span> &mdash; worst reason: <span class=\"down\">APIError</span> (1 of 1 down)",
 		// The down target is listed, the ready one folded under a <details> summary.
-		"<tr class=\"target\"><td><a href=\"probe?provider=alpha&amp;target=down-a2&amp;debug=true\">down-a2</a></td>\n<td class=\"down\">down</td>\n<td>APIError</td><td>&lt;b&gt;boom&lt;/b&gt; from down-a2</td>",
-		"<details><summary>1 ready target</summary>\n<table>\n<tr class=\"target\"><td><a href=\"probe?provider=alpha&amp;target=a1&amp;debug=true\">a1</a></td>\n<td class=\"up\">up</td>\n<td>Ready</td>",
+		"<tr class=\"target\"><td><a href=\"probe?provider=alpha&amp;target=down-a2&amp;debug=true\">down-a2</a></td>\n<td class=\"down\">down</td>\n<td title=\"The API answered with another error (5xx, unexpected response).\">APIError</td><td>&lt;b&gt;boom&lt;/b&gt; from down-a2</td>",
+		"<details><summary>1 ready target</summary>\n<table>\n<tr class=\"target\"><td><a href=\"probe?provider=alpha&amp;target=a1&amp;debug=true\">a1</a></td>\n<td class=\"up\">up</td>\n<td title=\"Compute Engine answered one page of at most one instance of instances.aggregatedList for the project.\">Ready</td>",
 		"for 0s",
 	} {
 		if !strings.Contains(body, want) {

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/common/version"
@@ -141,7 +142,7 @@ a check of it run now, with debug output.</p>
 {{define "row" -}}
 <tr class="target"><td><a href="{{.ProbeURL}}">{{.Target}}</a></td>
 <td class="{{if .Up}}up{{else}}down{{end}}">{{if .Up}}up{{else}}down{{end}}{{if .Pending}}<br><span class="pending">{{.Pending}}</span>{{end}}</td>
-<td>{{.Reason}}</td><td>{{.Message}}</td>
+<td title="{{.Meaning}}">{{.Reason}}</td><td>{{.Message}}</td>
 <td class="time">{{.Since}}<br><span class="note">for {{.SinceFor}}</span></td>
 <td class="time">{{.CheckedAt}}<br><span class="note">{{.CheckedAgo}} ago, took {{.Duration}}</span></td>
 <td>{{if .History}}<details class="history"><summary>{{len .History}} transition{{if gt (len .History) 1}}s{{end}}</summary>
@@ -293,9 +294,11 @@ type landingProvider struct {
 type landingRow struct {
 	Target string
 	// ProbeURL is the relative URL of a check of the target run now, with debug output.
-	ProbeURL   string
-	Up         bool
-	Reason     checks.Reason
+	ProbeURL string
+	Up       bool
+	Reason   checks.Reason
+	// Meaning is the reason's one-line meaning from its type's catalogue (the cell's title).
+	Meaning    string
 	Message    string
 	Since      string
 	SinceFor   string
@@ -574,21 +577,23 @@ func (p *landingProvider) fill(up bool, from, to int, now time.Time) {
 		}
 		if k >= from {
 			if up {
-				p.Up = append(p.Up, landingRowOf(p.Name, t, now))
+				p.Up = append(p.Up, landingRowOf(p.Name, p.ps.Type, t, now))
 			} else {
-				p.Down = append(p.Down, landingRowOf(p.Name, t, now))
+				p.Down = append(p.Down, landingRowOf(p.Name, p.ps.Type, t, now))
 			}
 		}
 		k++
 	}
 }
 
-func landingRowOf(provider string, t *checks.TargetState, now time.Time) landingRow {
+func landingRowOf(provider string, typ checks.ProviderType, t *checks.TargetState, now time.Time) landingRow {
 	return landingRow{
-		Target:     t.Target,
-		ProbeURL:   probeURL(provider, t.Target),
-		Up:         t.Up,
-		Reason:     t.Reason,
+		Target:   t.Target,
+		ProbeURL: probeURL(provider, t.Target),
+		Up:       t.Up,
+		Reason:   t.Reason,
+		// The catalogue marks names with backticks, as Markdown does; a title shows them bare.
+		Meaning:    strings.ReplaceAll(checks.Meaning(typ, t.Reason), "`", ""),
 		Message:    t.Message,
 		Since:      formatTime(t.Since),
 		SinceFor:   humanDuration(now.Sub(t.Since)),

@@ -124,6 +124,12 @@ func TestLandingData(t *testing.T) {
 	if east.WorstReason != checks.ReasonTCPUnreachable || east.WorstCount != 20 || east.OtherReasons != 2 {
 		t.Errorf("kvm-east worst reason %s ×%d and %d others, want TCPUnreachable ×20 and 2 others", east.WorstReason, east.WorstCount, east.OtherReasons)
 	}
+	// Each row's reason carries its meaning from the type's catalogue, for the cell's title.
+	for _, r := range append(east.Down[:1], east.Up[:1]...) {
+		if want := strings.ReplaceAll(checks.Meaning(checks.TypeKVM, r.Reason), "`", ""); want == "" || r.Meaning != want {
+			t.Errorf("kvm-east %s: meaning %q, want the catalogue's %q", r.Target, r.Meaning, want)
+		}
+	}
 	if want := formatTime(f.now.Add(-3 * time.Hour)); east.Since != want || east.SinceFor != "3h" {
 		t.Errorf("kvm-east since %s (for %s), want the earliest down target's, %s (3h)", east.Since, east.SinceFor, want)
 	}
