@@ -182,10 +182,7 @@ func sourceHash(dir string) (string, error) {
 // Start builds (once) and starts a simulator, stopped at tb's cleanup.
 func Start(tb testing.TB, opts Options) *Sim {
 	tb.Helper()
-	// testing.Short panics outside a test binary (the demo launcher runs this with its own TB).
-	if testing.Testing() && testing.Short() {
-		tb.Skip("skipped under -short: starts the vCenter simulator")
-	}
+	testenv.SkipIfShort(tb, "starts the vCenter simulator")
 	bin := binary(tb)
 	if opts.Username == "" {
 		opts.Username = "phe-monitor"
