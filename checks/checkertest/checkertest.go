@@ -33,7 +33,8 @@
 //     to the checker of the same block, which stays healthy once the old one is closed.
 //   - Deadline: a Check of the hung provider with a 300ms deadline returns by the deadline plus
 //     a grace of 5s (a correctness bound, not a speed figure), every target down with a reason
-//     from the type's catalogue.
+//     from the type's catalogue; so does a probe of its first target (checks.TargetProber),
+//     whose trace is kept for the NoSecret subtest.
 //   - Abandoned: a Check of the hung provider with a deadline of minutes is running (its server
 //     has accepted the connection) when the checker is closed: Close returns within the grace,
 //     without waiting for the check, and the Check then returns within the grace too, every
@@ -396,6 +397,29 @@ func (r *run) deadline(t *testing.T) {
 		t.Errorf("Check returned %v after it started, with a %v deadline (allowed: up to %v past it)", elapsed, shortDeadline, grace)
 	}
 	r.checkDown(t, c, rs)
+
+	if p, ok := c.(checks.TargetProber); ok {
+		target := c.Targets()[0]
+		trace := checks.NewTrace()
+		ctx, cancel := context.WithTimeout(context.Background(), shortDeadline)
+		defer cancel()
+		start := time.Now()
+		res, err := p.ProbeTarget(ctx, target, trace)
+		elapsed := time.Since(start)
+		r.record([]checks.TargetResult{res}, trace.String())
+		if elapsed > shortDeadline+grace {
+			t.Errorf("ProbeTarget returned %v after it started, with a %v deadline (allowed: up to %v past it)", elapsed, shortDeadline, grace)
+		}
+		switch {
+		case errors.Is(err, checks.ErrBusy):
+		case err != nil:
+			t.Errorf("ProbeTarget(%q) of the hung provider: %v", target, err)
+		case res.Up:
+			t.Errorf("ProbeTarget(%q): up (%s) although its server never answers", target, res.Message)
+		default:
+			r.checkResult(t, res)
+		}
+	}
 }
 
 // checkDown checks the results of a check of the hung provider: every target down.
