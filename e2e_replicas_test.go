@@ -160,7 +160,8 @@ func TestEndToEndReplicas(t *testing.T) {
 		}
 	}
 	allReady := map[string]string{demo.KubernetesProvider: "True AllTargetsReady 1/1", demo.GCPProvider: "True AllTargetsReady 1/1",
-		demo.KVMProvider: fmt.Sprintf("True AllTargetsReady %d/%d", len(env.Fleet.Hosts), len(env.Fleet.Hosts))}
+		demo.KVMProvider:     fmt.Sprintf("True AllTargetsReady %d/%d", len(env.Fleet.Hosts), len(env.Fleet.Hosts)),
+		demo.VSphereProvider: "True AllTargetsReady 1/1"}
 	waitPH("every provider ready", allReady)
 
 	var leaders []*replica
@@ -181,7 +182,7 @@ func TestEndToEndReplicas(t *testing.T) {
 	down.KillSSHConnections()
 	kvmDown := fmt.Sprintf("False TCPUnreachable %d/%d", len(env.Fleet.Hosts)-1, len(env.Fleet.Hosts))
 	waitPH("a host whose sshd is stopped", map[string]string{demo.KubernetesProvider: allReady[demo.KubernetesProvider],
-		demo.GCPProvider: allReady[demo.GCPProvider], demo.KVMProvider: kvmDown})
+		demo.GCPProvider: allReady[demo.GCPProvider], demo.KVMProvider: kvmDown, demo.VSphereProvider: allReady[demo.VSphereProvider]})
 	stack.WaitForQuery(t, fmt.Sprintf(`proxy_operator_provider_target_reason{provider=%q,target=%q,reason="TCPUnreachable"} == 1`, demo.KVMProvider, down.Name),
 		func(s []promstack.Sample) bool { return len(s) == 2 }, 60*time.Second)
 	downSince := time.Now()

@@ -36,7 +36,8 @@ type Block interface {
 	// type). A reload keeps the checker, with its connections and state, of an Equal block.
 	Equal(other Block) bool
 	// Files lists the local files the block names (credentials, CA bundles, kubeconfigs), for
-	// --config.check and for noticing that one changed. A file that is not set is left out.
+	// --config.check and for noticing that one changed. A file that is not set has an empty
+	// Path (Config.Files leaves it out).
 	Files() []File
 	// Warnings lists what the exporter says loudly at every load of the block: settings that
 	// weaken security. provider is the provider's name, for the message.

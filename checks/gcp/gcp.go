@@ -77,9 +77,13 @@ type Checker struct {
 	logger   *slog.Logger
 
 	// base carries every connection of the checker (API and token endpoint) so Close can
-	// release them; dialer bounds its TCP connects.
-	base   *http.Transport
-	dialer *net.Dialer
+	// release them; dialer bounds its TCP connects. conns are the connections base opened:
+	// Close closes them, which is what ends a call in progress (the SDK's REST call is not
+	// cut by its context). closing cuts the checks in progress.
+	base    *http.Transport
+	dialer  *net.Dialer
+	conns   *conns
+	closing checks.Closing
 
 	// tokenInFlight counts calls to the token source in progress; a cached token returns at
 	// once, so a call still running at the deadline is a slow token exchange.
@@ -145,7 +149,7 @@ func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 		credFile: g.CredentialsFile,
 		logger:   logger,
 	}
-	c.base, c.dialer = newBaseTransport()
+	c.base, c.dialer, c.conns = newBaseTransport()
 	// A key file is read now (no network), so a broken one is logged at load. Application
 	// Default Credentials are looked up at the first check instead: without the environment
 	// variable or gcloud's file the lookup asks the GCE metadata server, and a constructor
@@ -161,17 +165,71 @@ func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 
 // newBaseTransport is the transport under both the API calls and the token exchange: every
 // stage of a new connection is bounded here, the whole call by the http.Client timeout.
-func newBaseTransport() (*http.Transport, *net.Dialer) {
+func newBaseTransport() (*http.Transport, *net.Dialer, *conns) {
 	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	cs := &conns{open: map[*trackedConn]struct{}{}}
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           d.DialContext,
+		DialContext:           cs.dialer(d),
 		ForceAttemptHTTP2:     true,
 		TLSHandshakeTimeout:   dialTimeout,
 		ResponseHeaderTimeout: callTimeoutWithoutDeadline,
 		IdleConnTimeout:       90 * time.Second,
 		MaxIdleConnsPerHost:   2,
-	}, d
+	}, d, cs
+}
+
+// conns are the connections a checker's transport opened and has not closed.
+type conns struct {
+	mu     sync.Mutex
+	closed bool
+	open   map[*trackedConn]struct{}
+}
+
+// dialer dials with d and keeps the connection, until it closes; once closeAll ran it dials
+// no more.
+func (cs *conns) dialer(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		tc := &trackedConn{Conn: conn, cs: cs}
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		if cs.closed {
+			conn.Close()
+			return nil, checks.ErrCheckerClosed
+		}
+		cs.open[tc] = struct{}{}
+		return tc, nil
+	}
+}
+
+// closeAll closes every open connection, in use or idle, and refuses later dials.
+func (cs *conns) closeAll() {
+	cs.mu.Lock()
+	cs.closed = true
+	open := make([]*trackedConn, 0, len(cs.open))
+	for c := range cs.open {
+		open = append(open, c)
+	}
+	cs.mu.Unlock()
+	for _, c := range open {
+		_ = c.Close()
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	cs *conns
+}
+
+func (c *trackedConn) Close() error {
+	c.cs.mu.Lock()
+	delete(c.cs.open, c)
+	c.cs.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // Name is the provider's name.
@@ -183,8 +241,12 @@ func (c *Checker) Type() checks.ProviderType { return checks.TypeGCP }
 // Targets is the one target of a gcp provider: its project.
 func (c *Checker) Targets() []string { return []string{c.project} }
 
-// Close releases the checker's idle connections.
+// Close cuts the checks in progress and closes every connection of the checker, those of an
+// abandoned call included, so that the call ends now rather than at its own timeout. It does
+// not wait for a check, and may be called again.
 func (c *Checker) Close() error {
+	c.closing.Close()
+	c.conns.closeAll()
 	c.base.CloseIdleConnections()
 	return nil
 }
@@ -384,6 +446,8 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 	if ctx.Err() != nil {
 		return c.result(start, checks.ReasonTimeout, "check not started: the check's deadline had already passed")
 	}
+	ctx, stop := c.closing.Scope(ctx)
+	defer stop()
 	if _, ok := ctx.Deadline(); !ok {
 		// The round's deadline is the only bound of a call: give one to a context without.
 		var cancel context.CancelFunc
@@ -399,6 +463,11 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 	timeout := func(err error) []checks.TargetResult {
 		var terr *tokenError
 		what := "the Compute API did not answer"
+		if errors.Is(context.Cause(ctx), checks.ErrCheckerClosed) {
+			return c.result(start, checks.ReasonTimeout, fmt.Sprintf(
+				"%v after %s (the provider was removed or changed by a reload, or the exporter is stopping); the call is abandoned",
+				checks.ErrCheckerClosed, time.Since(start).Round(time.Millisecond)))
+		}
 		switch {
 		case stage.Load() == stageCredentials:
 			what = "loading the credentials did not finish"

@@ -14,6 +14,9 @@ import (
 // classify turns the error of the list request into a reason and a message. ctx is the
 // check's context: once it is done, whatever the error says, the check ran out of time.
 func classify(ctx context.Context, err error, what string) (checks.Reason, string) {
+	if errors.Is(context.Cause(ctx), checks.ErrCheckerClosed) {
+		return checks.ReasonTimeout, fmt.Sprintf("list %s: %v (the provider was removed or changed by a reload, or the exporter is stopping)", what, checks.ErrCheckerClosed)
+	}
 	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return checks.ReasonTimeout, fmt.Sprintf("list %s: no answer before the check's deadline: %v", what, err)
 	}

@@ -56,6 +56,9 @@ type Checker struct {
 
 	block Config
 
+	// closing cuts the checks in progress when the checker is closed.
+	closing checks.Closing
+
 	// mu guards state, which a check replaces when the kubeconfig changed.
 	mu    sync.Mutex
 	state *clientState
@@ -240,10 +243,12 @@ func (c *Checker) Stale() bool {
 	return c.state.err != nil || c.block.Kubeconfig != "" && c.state.at.Changed(c.block.Kubeconfig)
 }
 
-// Close closes the checker's idle connections to the API server. client-go wraps the
-// transport in round trippers that hide CloseIdleConnections from http.Client's own, so the
-// helper that unwraps them is used.
+// Close cuts the checks in progress (their request's connection closes with them) and closes
+// the checker's idle connections to the API server. client-go wraps the transport in round
+// trippers that hide CloseIdleConnections from http.Client's own, so the helper that unwraps
+// them is used. It does not wait for a check, and may be called again.
 func (c *Checker) Close() error {
+	c.closing.Close()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.state.http != nil {
@@ -256,6 +261,8 @@ func (c *Checker) Close() error {
 // outcome into the target's verdict. It makes no request when ctx is already done.
 func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 	start := time.Now()
+	ctx, stop := c.closing.Scope(ctx)
+	defer stop()
 	st := c.current()
 	reason, msg := c.check(ctx, st)
 	msg = st.redact(msg)

@@ -182,7 +182,7 @@ func sourceHash(dir string) (string, error) {
 // Start builds (once) and starts a simulator, stopped at tb's cleanup.
 func Start(tb testing.TB, opts Options) *Sim {
 	tb.Helper()
-	testenv.SkipIfShort(tb, "starts the vCenter simulator (built from the Go module proxy)")
+	testenv.SkipIfShort(tb, "starts the vCenter simulator")
 	bin := binary(tb)
 	if opts.Username == "" {
 		opts.Username = "phe-monitor"

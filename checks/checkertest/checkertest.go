@@ -1,0 +1,654 @@
+// Package checkertest is the conformance kit of provider types: every provider type runs it
+// from its own tests, against the real system (or wire server) its tests already start, and so
+// proves the contract of checks.Checker that the exporter relies on and that no type-specific
+// test states on its own.
+//
+// A type's test describes a healthy provider and a hung one, and calls Run:
+//
+//	func TestConformance(t *testing.T) {
+//		srv := startMyServer(t) // the type's own test server
+//		checkertest.Run(t, checkertest.Harness{
+//			Type:    "mytype",
+//			Block:   "url: " + srv.URL + "\npasswordFile: " + srv.PasswordFile,
+//			Changed: "url: " + srv.URL + "\npasswordFile: " + srv.PasswordFile + "\ndatacenter: dc1",
+//			Targets: []string{srv.Host},
+//			Hung: func(addr string) string {
+//				return "url: http://" + addr + "\npasswordFile: " + srv.PasswordFile
+//			},
+//			Secrets: func() []string { return []string{srv.Password} },
+//		})
+//	}
+//
+// Run loads each block the way the exporter does (config.Parse of a whole providers file, the
+// block under the type's key of one provider), builds checkers with the registered constructor
+// (checks.Lookup), and checks, each as a subtest:
+//
+//   - Load: the blocks decode; the same block loaded twice is Equal (a reload keeps the checker),
+//     Changed is not (a reload rebuilds it); every file a block names is an absolute path that
+//     exists (for the healthy block).
+//   - Healthy: one Check reports exactly Harness.Targets, which is also Targets(), each once,
+//     Ready and Up, with CheckedAt and a message; a checks.TargetProber probes every target
+//     Ready with a trace of at least one stage and refuses an unknown target
+//     (checks.ErrUnknownTarget); a checks.Staler is not stale; a checks.Retargeter hands over
+//     to the checker of the same block, which stays healthy once the old one is closed.
+//   - Deadline: a Check of the hung provider with a 300ms deadline returns by the deadline plus
+//     a grace of 5s (a correctness bound, not a speed figure), every target down with a reason
+//     from the type's catalogue; so does a probe of its first target (checks.TargetProber),
+//     whose trace is kept for the NoSecret subtest.
+//   - Abandoned: a Check of the hung provider with a deadline of minutes is running (its server
+//     has accepted the connection) when the checker is closed: Close returns within the grace,
+//     without waiting for the check, and the Check then returns within the grace too, every
+//     target down with a reason from the catalogue.
+//   - CloseIdempotentAndLeakFree: a healthy checker and a hung one, each closed twice (no error,
+//     no panic); once both are closed, no goroutine started since the subtest began is left
+//     (polled for 10s; the leaked stacks are printed).
+//   - NoSecret: no string of Harness.Secrets appears in any message of the runs above, in any
+//     probe trace, or in anything the checkers logged (each is given a debug-level logger).
+//
+// Every result of every Check must name each of the checker's targets once, have Up exactly
+// when its reason is Ready, a reason from the type's catalogue (checks.ValidReason), CheckedAt
+// set and a message.
+//
+// The kit needs from a type only what the providers file gives: the blocks are YAML mappings,
+// as under the type's key (indentation is taken as written, common leading blanks removed), and
+// the files they name are absolute paths. Hung gets the address (127.0.0.1:port) of a TCP
+// listener the kit starts, which accepts connections and never answers; its block must make the
+// check connect there (and where the type has bounds of its own, such as a dial timeout, give
+// them a minute, so that only the deadline or Close can end the check). Run counts goroutines of
+// the whole test binary: do not call it from a parallel test (t.Parallel) or beside other
+// running tests. Goroutines serving an in-process test server's connections
+// (net/http.(*Server).Serve) are the server's, not the checker's, and are not counted as
+// leaked.
+package checkertest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+)
+
+// Harness is what a provider type gives the kit.
+type Harness struct {
+	// Type is the registered provider type under test.
+	Type checks.ProviderType
+	// Block is the type's providers-file block (the YAML mapping under its key) of a healthy
+	// provider against the type's test server; Changed is the same block with a setting changed
+	// so that a reload must rebuild the checker.
+	Block, Changed string
+	// Targets are the targets the healthy provider reports.
+	Targets []string
+	// Hung returns the block of a provider whose server is at addr, a TCP listener that accepts
+	// connections and never answers: the check must connect to it.
+	Hung func(addr string) string
+	// Secrets returns the credentials that must never appear in a message, a probe trace or a
+	// log line (tokens, passwords, key material; none shorter than 6 bytes). It is called once
+	// the checks have run, so it may include what the server issued during them.
+	Secrets func() []string
+}
+
+const (
+	// providerName is the name of the provider every loaded block belongs to.
+	providerName = "conformance"
+	// shortDeadline is the deadline of the Deadline subtest's check.
+	shortDeadline = 300 * time.Millisecond
+	// longDeadline is the deadline of a check that Close must cut: far longer than the grace,
+	// so that only Close can end it in time.
+	longDeadline = 3 * time.Minute
+	// grace is how late a call may return past the moment it must: loose, for a loaded 2-core
+	// machine under -race. A check that waits for a bound of its own, or for the long deadline,
+	// is far later.
+	grace = 5 * time.Second
+	// connectWait is how long the hung provider's check may take to connect to the silent
+	// listener.
+	connectWait = 20 * time.Second
+	// leakWait is how long goroutines are given to end after the last Close.
+	leakWait = 10 * time.Second
+	// minSecretLen is the shortest secret the kit accepts: shorter strings match by chance.
+	minSecretLen = 6
+)
+
+// run is the state of one Run: what the checkers said, for the NoSecret subtest.
+type run struct {
+	h    Harness
+	typ  *checks.Type
+	logs *lockedBuffer
+
+	mu       sync.Mutex
+	messages []string
+	traces   []string
+}
+
+// Run runs the conformance checks of h's type, each as a subtest of t.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	typ, ok := checks.Lookup(h.Type)
+	if !ok {
+		t.Fatalf("provider type %q is not registered (import its package)", h.Type)
+	}
+	if h.Block == "" || h.Changed == "" || len(h.Targets) == 0 || h.Hung == nil || h.Secrets == nil {
+		t.Fatalf("the harness needs Block, Changed, Targets, Hung and Secrets")
+	}
+	r := &run{h: h, typ: typ, logs: &lockedBuffer{}}
+	// Later subtests build on what the earlier ones proved: a block that does not load, or a
+	// checker that is not healthy, makes the rest meaningless.
+	if !t.Run("Load", r.load) || !t.Run("Healthy", r.healthy) {
+		return
+	}
+	t.Run("Deadline", r.deadline)
+	t.Run("Abandoned", r.abandoned)
+	t.Run("CloseIdempotentAndLeakFree", r.leakFree)
+	t.Run("NoSecret", r.noSecret)
+}
+
+// providersFile is a providers file with one provider of the type and block as its block.
+func (r *run) providersFile(block string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "providers:\n  - name: %s\n    type: %s\n    %s:\n", providerName, r.h.Type, r.h.Type)
+	for _, line := range dedent(block) {
+		b.WriteString("      " + line + "\n")
+	}
+	return b.String()
+}
+
+// dedent splits block into lines without their common leading blanks, and without blank lines
+// at either end.
+func dedent(block string) []string {
+	lines := strings.Split(strings.TrimRight(block, " \t\n"), "\n")
+	for len(lines) > 0 && strings.TrimSpace(lines[0]) == "" {
+		lines = lines[1:]
+	}
+	common := -1
+	for _, l := range lines {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		if n := len(l) - len(strings.TrimLeft(l, " ")); common < 0 || n < common {
+			common = n
+		}
+	}
+	for i, l := range lines {
+		if len(l) >= common && common > 0 {
+			lines[i] = l[common:]
+		}
+	}
+	return lines
+}
+
+// parse loads block through the real loader and returns its provider.
+func (r *run) parse(t *testing.T, block string) config.Provider {
+	t.Helper()
+	file := r.providersFile(block)
+	path := filepath.Join(t.TempDir(), "providers.yml")
+	cfg, err := config.Parse(path, []byte(file))
+	if err != nil {
+		t.Fatalf("the providers file does not load: %v\n%s", err, file)
+	}
+	if len(cfg.Providers) != 1 || cfg.Providers[0].Block == nil {
+		t.Fatalf("the providers file loads as %d providers, want 1 with a block:\n%s", len(cfg.Providers), file)
+	}
+	return cfg.Providers[0]
+}
+
+// newChecker builds the checker of block with the type's constructor and the run's logger,
+// and closes it when the test ends.
+func (r *run) newChecker(t *testing.T, block string) checks.Checker {
+	t.Helper()
+	c, err := r.typ.New(r.parse(t, block), r.logger())
+	if err != nil {
+		t.Fatalf("the constructor refused the block: %v", err)
+	}
+	if c == nil {
+		t.Fatal("the constructor returned neither a checker nor an error")
+	}
+	if c.Name() != providerName || c.Type() != r.h.Type {
+		t.Errorf("the checker is named %q of type %q, want %q of type %q", c.Name(), c.Type(), providerName, r.h.Type)
+	}
+	t.Cleanup(func() { _ = closeChecker(c) })
+	return c
+}
+
+// logger is the debug-level logger every checker is given, scoped as the exporter scopes it.
+func (r *run) logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).
+		With("provider", providerName)
+}
+
+// closeChecker closes c when it holds resources.
+func closeChecker(c checks.Checker) error {
+	if cl, ok := c.(io.Closer); ok {
+		return cl.Close()
+	}
+	return nil
+}
+
+func (r *run) load(t *testing.T) {
+	a, b := r.parse(t, r.h.Block), r.parse(t, r.h.Block)
+	if !a.Equal(b) {
+		t.Errorf("the same block loaded twice is not Equal: a reload would rebuild a checker that did not change")
+	}
+	if changed := r.parse(t, r.h.Changed); a.Equal(changed) || changed.Equal(a) {
+		t.Errorf("the Changed block is Equal to the block: a reload would keep a checker whose settings changed")
+	}
+	if hung := r.parse(t, r.h.Hung("127.0.0.1:9")); a.Equal(hung) {
+		t.Errorf("the Hung block is Equal to the block")
+	}
+	for _, f := range a.Block.Files() {
+		if f.Path == "" {
+			continue // not set: the loader leaves it out
+		}
+		if f.Field == "" {
+			t.Errorf("file %s: no field names it", f.Path)
+		}
+		if !filepath.IsAbs(f.Path) {
+			t.Errorf("file %s (%s) is not an absolute path", f.Path, f.Field)
+		} else if _, err := os.Stat(f.Path); err != nil {
+			t.Errorf("file %s (%s) of the healthy block: %v", f.Path, f.Field, err)
+		}
+	}
+}
+
+// record keeps what a run said, for the NoSecret subtest.
+func (r *run) record(rs []checks.TargetResult, trace string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, res := range rs {
+		r.messages = append(r.messages, res.Message)
+	}
+	if trace != "" {
+		r.traces = append(r.traces, trace)
+	}
+}
+
+// checkResults checks the shape of one Check's results: one per target of c, each once, and
+// the invariants of every result. It returns them by target.
+func (r *run) checkResults(t *testing.T, c checks.Checker, rs []checks.TargetResult) map[string]checks.TargetResult {
+	t.Helper()
+	r.record(rs, "")
+	targets := c.Targets()
+	byTarget := map[string]checks.TargetResult{}
+	for _, res := range rs {
+		if _, dup := byTarget[res.Target]; dup {
+			t.Errorf("target %q has more than one result", res.Target)
+		}
+		byTarget[res.Target] = res
+		if !slices.Contains(targets, res.Target) {
+			t.Errorf("result for %q, which Targets() %q does not list", res.Target, targets)
+		}
+		r.checkResult(t, res)
+	}
+	for _, target := range targets {
+		if _, ok := byTarget[target]; !ok {
+			t.Errorf("no result for target %q (Targets() %q)", target, targets)
+		}
+	}
+	return byTarget
+}
+
+// checkResult checks the invariants of one result.
+func (r *run) checkResult(t *testing.T, res checks.TargetResult) {
+	t.Helper()
+	if res.Up != (res.Reason == checks.ReasonReady) {
+		t.Errorf("target %q: Up %v with reason %s", res.Target, res.Up, res.Reason)
+	}
+	if !checks.ValidReason(r.h.Type, res.Reason) {
+		t.Errorf("target %q: reason %q is not in the %s catalogue %v", res.Target, res.Reason, r.h.Type, checks.Reasons(r.h.Type))
+	}
+	if res.CheckedAt.IsZero() {
+		t.Errorf("target %q: CheckedAt not set", res.Target)
+	}
+	if res.Duration < 0 {
+		t.Errorf("target %q: negative Duration %v", res.Target, res.Duration)
+	}
+	if strings.TrimSpace(res.Message) == "" {
+		t.Errorf("target %q: %s without a message", res.Target, res.Reason)
+	}
+}
+
+// checkHealthy runs one Check of c, which must find every target of the harness Ready.
+func (r *run) checkHealthy(t *testing.T, c checks.Checker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	got := r.checkResults(t, c, c.Check(ctx))
+	for _, res := range got {
+		if res.Reason != checks.ReasonReady {
+			t.Errorf("target %q: %s (%s), want Ready", res.Target, res.Reason, res.Message)
+		}
+	}
+}
+
+func (r *run) healthy(t *testing.T) {
+	c := r.newChecker(t, r.h.Block)
+	want := slices.Sorted(slices.Values(r.h.Targets))
+	if got := slices.Sorted(slices.Values(c.Targets())); !slices.Equal(got, want) {
+		t.Fatalf("Targets() = %q, want %q", c.Targets(), r.h.Targets)
+	}
+	r.checkHealthy(t, c)
+
+	if p, ok := c.(checks.TargetProber); ok {
+		for _, target := range r.h.Targets {
+			trace := checks.NewTrace()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			res, err := p.ProbeTarget(ctx, target, trace)
+			cancel()
+			r.record([]checks.TargetResult{res}, trace.String())
+			if err != nil {
+				t.Errorf("ProbeTarget(%q): %v", target, err)
+				continue
+			}
+			if res.Target != target || res.Reason != checks.ReasonReady {
+				t.Errorf("ProbeTarget(%q): target %q, %s (%s), want Ready", target, res.Target, res.Reason, res.Message)
+			}
+			r.checkResult(t, res)
+			if len(trace.Stages()) == 0 {
+				t.Errorf("ProbeTarget(%q) recorded no stage in its trace", target)
+			}
+		}
+		unknown := "not-a-target-of-" + providerName
+		if _, err := p.ProbeTarget(context.Background(), unknown, checks.NewTrace()); !errors.Is(err, checks.ErrUnknownTarget) {
+			t.Errorf("ProbeTarget of a target it does not list: %v, want checks.ErrUnknownTarget", err)
+		}
+	}
+
+	if s, ok := c.(checks.Staler); ok && s.Stale() {
+		t.Errorf("a healthy checker asks to be rebuilt at a reload (Stale)")
+	}
+
+	if rt, ok := c.(checks.Retargeter); ok {
+		n, ok := rt.Retarget(r.parse(t, r.h.Block), r.logger())
+		if !ok || n == nil {
+			t.Fatalf("Retarget with the same block refused (ok %v)", ok)
+		}
+		t.Cleanup(func() { _ = closeChecker(n) })
+		// Closing the old checker must leave the new one what it took over.
+		if err := closeChecker(c); err != nil {
+			t.Errorf("Close of the retargeted checker: %v", err)
+		}
+		r.checkHealthy(t, n)
+	}
+}
+
+func (r *run) deadline(t *testing.T) {
+	s := startSilent(t)
+	c := r.newChecker(t, r.h.Hung(s.addr))
+	ctx, cancel := context.WithTimeout(context.Background(), shortDeadline)
+	defer cancel()
+	start := time.Now()
+	rs := c.Check(ctx)
+	elapsed := time.Since(start)
+	if elapsed > shortDeadline+grace {
+		t.Errorf("Check returned %v after it started, with a %v deadline (allowed: up to %v past it)", elapsed, shortDeadline, grace)
+	}
+	r.checkDown(t, c, rs)
+
+	if p, ok := c.(checks.TargetProber); ok {
+		target := c.Targets()[0]
+		trace := checks.NewTrace()
+		ctx, cancel := context.WithTimeout(context.Background(), shortDeadline)
+		defer cancel()
+		start := time.Now()
+		res, err := p.ProbeTarget(ctx, target, trace)
+		elapsed := time.Since(start)
+		r.record([]checks.TargetResult{res}, trace.String())
+		if elapsed > shortDeadline+grace {
+			t.Errorf("ProbeTarget returned %v after it started, with a %v deadline (allowed: up to %v past it)", elapsed, shortDeadline, grace)
+		}
+		switch {
+		case errors.Is(err, checks.ErrBusy):
+		case err != nil:
+			t.Errorf("ProbeTarget(%q) of the hung provider: %v", target, err)
+		case res.Up:
+			t.Errorf("ProbeTarget(%q): up (%s) although its server never answers", target, res.Message)
+		default:
+			r.checkResult(t, res)
+		}
+	}
+}
+
+// checkDown checks the results of a check of the hung provider: every target down.
+func (r *run) checkDown(t *testing.T, c checks.Checker, rs []checks.TargetResult) {
+	t.Helper()
+	for _, res := range r.checkResults(t, c, rs) {
+		if res.Up {
+			t.Errorf("target %q is up (%s) although its server never answers", res.Target, res.Message)
+		}
+	}
+}
+
+func (r *run) abandoned(t *testing.T) { r.abandon(t, startSilent(t)) }
+
+// abandon runs a check of the hung provider at s with a long deadline, closes the checker while
+// the check waits for s, and checks that both return in time.
+func (r *run) abandon(t *testing.T, s *silent) {
+	t.Helper()
+	c := r.newChecker(t, r.h.Hung(s.addr))
+	ctx, cancel := context.WithTimeout(context.Background(), longDeadline)
+	defer cancel()
+	checked := make(chan []checks.TargetResult, 1)
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		checked <- c.Check(ctx)
+	}()
+	defer func() {
+		// Whatever failed, the check must not outlive the test.
+		cancel()
+		<-returned
+	}()
+
+	select {
+	case <-s.accepted:
+	case rs := <-checked:
+		r.checkDown(t, c, rs)
+		t.Fatalf("the check of the Hung block returned without connecting to the silent server %s", s.addr)
+	case <-time.After(connectWait):
+		t.Fatalf("the check of the Hung block did not connect to the silent server %s within %v", s.addr, connectWait)
+	}
+
+	closed := make(chan error, 1)
+	closeStart := time.Now()
+	go func() { closed <- closeChecker(c) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close during a check: %v", err)
+		}
+	case <-time.After(grace):
+		t.Errorf("Close did not return within %v while a check was running: it must not wait for the check", grace)
+	}
+	select {
+	case rs := <-checked:
+		r.checkDown(t, c, rs)
+	case <-time.After(grace):
+		t.Errorf("the check did not return within %v of Close (its deadline is %v away)", grace, longDeadline-time.Since(closeStart))
+	}
+	if err := closeChecker(c); err != nil {
+		t.Errorf("a second Close: %v", err)
+	}
+}
+
+func (r *run) leakFree(t *testing.T) {
+	s := startSilent(t) // its listener lives until the test ends: started before the count
+	before := goroutines()
+
+	c := r.newChecker(t, r.h.Block)
+	r.checkHealthy(t, c)
+	if p, ok := c.(checks.TargetProber); ok {
+		trace := checks.NewTrace()
+		res, err := p.ProbeTarget(context.Background(), r.h.Targets[0], trace)
+		r.record([]checks.TargetResult{res}, trace.String())
+		if err != nil {
+			t.Errorf("ProbeTarget(%q): %v", r.h.Targets[0], err)
+		}
+	}
+	for i := range 2 {
+		if err := closeChecker(c); err != nil {
+			t.Errorf("Close #%d of the healthy checker: %v", i+1, err)
+		}
+	}
+	r.abandon(t, s)
+
+	var leaked []string
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		leaked = leaked[:0]
+		for id, stack := range goroutines() {
+			if _, old := before[id]; !old && !serverSide(stack) {
+				leaked = append(leaked, stack)
+			}
+		}
+		if len(leaked) == 0 || time.Since(start) > leakWait {
+			break
+		}
+	}
+	if len(leaked) > 0 {
+		t.Errorf("%d goroutine(s) started by the checkers still run %v after they were closed:\n\n%s",
+			len(leaked), leakWait, strings.Join(leaked, "\n\n"))
+	}
+}
+
+func (r *run) noSecret(t *testing.T) {
+	secrets := r.h.Secrets()
+	if len(secrets) == 0 {
+		t.Fatal("Harness.Secrets returned none: nothing to look for")
+	}
+	r.mu.Lock()
+	messages := strings.Join(r.messages, "\n")
+	traces := strings.Join(r.traces, "\n")
+	r.mu.Unlock()
+	logs := r.logs.String()
+	if messages == "" {
+		t.Fatal("no message was recorded: the search below would prove nothing")
+	}
+	for i, s := range secrets {
+		if len(s) < minSecretLen {
+			t.Errorf("secret %d is shorter than %d bytes: it would match by chance", i, minSecretLen)
+			continue
+		}
+		// The logs are JSON: a secret with quotes or line breaks appears escaped.
+		quoted, _ := json.Marshal(s)
+		forms := []string{s, strings.Trim(string(quoted), `"`), strings.Trim(strconv.Quote(s), `"`)}
+		for _, f := range forms {
+			if strings.Contains(messages, f) {
+				t.Errorf("secret %d appears in a result message", i)
+			}
+			if strings.Contains(traces, f) {
+				t.Errorf("secret %d appears in a probe trace", i)
+			}
+			if strings.Contains(logs, f) {
+				t.Errorf("secret %d appears in the logs", i)
+			}
+		}
+	}
+}
+
+// silent is a TCP listener that accepts connections and never writes to them.
+type silent struct {
+	addr string
+	// accepted receives (without blocking the listener) when a connection is accepted.
+	accepted chan struct{}
+}
+
+// startSilent starts a silent listener on loopback; the test's cleanup closes it and every
+// connection it accepted.
+func startSilent(t *testing.T) *silent {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	s := &silent{addr: ln.Addr().String(), accepted: make(chan struct{}, 1)}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
+			select {
+			case s.accepted <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return s
+}
+
+// goroutines returns the stack of every goroutine of the process, by goroutine id.
+func goroutines() map[string]string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	out := map[string]string{}
+	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
+		stack := string(g)
+		rest, ok := strings.CutPrefix(stack, "goroutine ")
+		if !ok {
+			continue
+		}
+		id, _, _ := strings.Cut(rest, " ")
+		out[id] = stack
+	}
+	return out
+}
+
+// serverSide reports a goroutine that serves a connection of an in-process server (a test
+// server's, not the checker's).
+func serverSide(stack string) bool {
+	return strings.Contains(stack, "created by net/http.(*Server).Serve")
+}
+
+// lockedBuffer is a bytes.Buffer safe for the concurrent writes of loggers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
