@@ -174,8 +174,7 @@ type Checker struct {
 	closeOnce sync.Once
 	closed    atomic.Bool
 	// closing ends with Close: it cuts the calls of checks still running.
-	closing     context.Context
-	closeCancel context.CancelFunc
+	closing checks.Closing
 
 	// Held with turn:
 	creds creds
@@ -219,7 +218,6 @@ func New(name string, cfg *Config, logger *slog.Logger) (*Checker, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Checker{name: name, target: TargetName(u), sdk: u, cfg: *cfg, logger: logger, turn: make(chan struct{}, 1)}
-	c.closing, c.closeCancel = context.WithCancel(context.Background())
 	c.turn <- struct{}{}
 	return c, nil
 }
@@ -242,7 +240,7 @@ func (c *Checker) Logins() int64 { return c.logins.Load() }
 func (c *Checker) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
-		c.closeCancel()
+		c.closing.Close()
 		select {
 		case <-c.turn:
 			c.release()
@@ -311,9 +309,8 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 		defer cancel()
 	}
 	// Close cuts the calls of a check still running.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(c.closing, cancel)()
+	ctx, stop := c.closing.Scope(ctx)
+	defer stop()
 	stage := new(atomic.Int32)
 	done := make(chan outcome, 1) // buffered: an abandoned round must not block on sending
 	go func() { done <- c.round(ctx, stage) }()
