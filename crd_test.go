@@ -189,7 +189,7 @@ func TestSinceAgreesOnPageAndObject(t *testing.T) {
 		return tm["reason"].(string), formatTime(ts)
 	}
 	// The target's row under the provider "since" (status page markup in landing.go).
-	rowRE := regexp.MustCompile(`(?s)<tbody id="provider-since">.*?<tr class="target"><td><a href="[^"]*">api</a></td>\s*<td class="down">down</td>\s*<td>(\w+)</td><td>[^<]*</td>\s*<td class="time">([^<]+)<br>`)
+	rowRE := regexp.MustCompile(`(?s)<tbody id="provider-since">.*?<tr class="target"><td><a href="[^"]*">api</a></td>\s*<td class="down">down</td>\s*<td[^>]*>(\w+)</td><td>[^<]*</td>\s*<td class="time">([^<]+)<br>`)
 	page := func() (reason, since string) {
 		_, body := x.get("/")
 		m := rowRE.FindStringSubmatch(body)
