@@ -567,6 +567,13 @@ type silent struct {
 
 // startSilent starts a silent listener on loopback; the test's cleanup closes it and every
 // connection it accepted.
+// Silent starts a TCP listener on 127.0.0.1 that accepts connections and never writes (a
+// server that hangs), for a type's own tests; it returns host:port and closes with the test.
+func Silent(t *testing.T) string {
+	t.Helper()
+	return startSilent(t).addr
+}
+
 func startSilent(t *testing.T) *silent {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/checkertest"
 	"io"
 	"log/slog"
 	"net"
@@ -13,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -221,40 +221,6 @@ func closingListener(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// silentListener accepts TCP connections and never says a word on them (no TLS handshake).
-func silentListener(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, conn)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return l.Addr().String()
-}
-
 // TestReasons produces every reason of the gcp catalogue from the wire server or its token
 // endpoint, through the real service-account flow.
 func TestReasons(t *testing.T) {
@@ -363,7 +329,7 @@ func TestReasons(t *testing.T) {
 		}, checks.ReasonAPIUnreachable, "before an answer", 0, nil},
 		{"TLS handshake times out", func(t *testing.T, s *gcefake.Server) config.Provider {
 			p := provider(s, s.ServiceAccountKey(t))
-			p.Block.(*gcp.Config).Endpoint = "https://" + silentListener(t)
+			p.Block.(*gcp.Config).Endpoint = "https://" + checkertest.Silent(t)
 			return p
 		}, checks.ReasonAPIUnreachable, "TLS handshake timed out", 0, func(c checks.Checker) {
 			// Well inside the round's deadline (3s): the transport's bound, not the round's.
