@@ -2,10 +2,6 @@ package main
 
 import (
 	"context"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,7 +10,11 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )

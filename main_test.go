@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
 	"io"
 	"log/slog"
 	"net/http"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/collector"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/hostpool"

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	kvmcheck "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -28,6 +27,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	kvmcheck "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
 )
 

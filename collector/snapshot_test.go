@@ -2,10 +2,10 @@ package collector
 
 import (
 	"fmt"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 )
 
 // bigSnapshot builds a snapshot of n targets shaped like a large fleet: KVM providers of up to

@@ -2,12 +2,13 @@ package config_test
 
 import (
 	"fmt"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
-	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
 // largeFile is a providers file of providers kvm providers with hosts hosts each.

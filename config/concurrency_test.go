@@ -2,10 +2,11 @@ package config_test
 
 import (
 	"fmt"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
-	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"strings"
 	"testing"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
 // TestDefaultKVMConcurrency: a block without concurrency gets 32 up to 640 hosts and one slot

@@ -4,10 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
-	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,6 +12,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
 var update = flag.Bool("update", false, "rewrite the testdata/invalid-*.yml.err golden files")

@@ -1,16 +1,17 @@
 package config_test
 
 import (
-	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
-	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
 const docsFile = "../docs/configuration.md"

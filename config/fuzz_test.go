@@ -2,14 +2,15 @@ package config_test
 
 import (
 	"errors"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
-	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
 // FuzzParse feeds the parser arbitrary bytes, seeded with every file of testdata/*.yml. Whatever

@@ -1,10 +1,10 @@
 package config_test
 
 import (
-	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"strings"
 	"testing"
 
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 )
 

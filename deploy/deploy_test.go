@@ -8,8 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	_ "github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
-	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	"io"
 	"os"
 	"os/exec"
@@ -35,6 +33,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	_ "github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"

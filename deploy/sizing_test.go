@@ -1,12 +1,13 @@
 package deploy_test
 
 import (
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 )
 
 // TestSizingTable keeps docs/deploy.md's sizing by fleet size consistent with the code and with

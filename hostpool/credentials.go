@@ -4,12 +4,13 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"net"
 	"sync"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
 )
 
 // credentials caches what the dials read from files: the client key (with its passphrase) and

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/checkertest"
 	"io"
 	"log/slog"
 	"net"
@@ -26,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/checkertest"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"

@@ -6,7 +6,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -22,6 +21,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )

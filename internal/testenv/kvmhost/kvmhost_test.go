@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"math"
 	"net"
 	"os"
@@ -25,6 +24,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )

@@ -27,7 +27,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"net"
 	"os"
 	"path/filepath"
@@ -40,6 +39,8 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 )
 
 // Mode is how a stand-in host behaves for its whole life.
