@@ -18,7 +18,8 @@ PKGS     := ./...
 .PHONY: all build generate test test-unit test-mixin test-deps kube-binaries prom-binaries mixin bench fuzz lint vet fmt-check staticcheck fmt clean demo soak
 .PHONY: docker docker-binary deploy-rules
 
-all: lint test build
+## all (the default goal): lint, the unit tests and the build; it installs nothing and needs no root.
+all: lint test-unit build
 
 ## build: the binary, with version information, through promu (see .promu.yml).
 build:

@@ -101,3 +101,38 @@ func TestMakeTestUnitNeedsOnlyGo(t *testing.T) {
 		t.Errorf("make test-unit tests this module: %v, the mixin's: %v; want both:\n%s", root, mixin, out)
 	}
 }
+
+// TestDefaultMakeInstallsNothing: a bare `make` (the default goal, `all`) lints, runs the unit
+// tests and builds, as Makefile.common's `common-all` does in the Prometheus projects: it
+// installs no Debian package (which needs root), builds none of the test environment's binaries
+// into bin/ and starts no real system (every go test it runs is -short).
+func TestDefaultMakeInstallsNothing(t *testing.T) {
+	makePath, err := exec.LookPath("make")
+	if err != nil {
+		testenv.Unavailable(t, "no make on PATH: install Debian's make package")
+	}
+	out, err := exec.Command(makePath, "--no-print-directory", "-n").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n: %v\n%s", err, out)
+	}
+	var tested, built bool
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		for _, bad := range []string{"install-test-deps", "apt-get", "build-kube", "build-promstack", "sudo"} {
+			if strings.Contains(line, bad) {
+				t.Errorf("make (the default goal) runs %q: it must install and build nothing beyond the exporter", line)
+			}
+		}
+		if strings.Contains(line, "go test") || strings.Contains(line, "go' test") {
+			tested = true
+			if !strings.Contains(line, " -short ") {
+				t.Errorf("make (the default goal) runs %q: its tests must be the unit tests (-short)", line)
+			}
+		}
+		if strings.Contains(line, "promu build") {
+			built = true
+		}
+	}
+	if !tested || !built {
+		t.Errorf("make (the default goal) runs the unit tests: %v, builds the exporter: %v; want both:\n%s", tested, built, out)
+	}
+}
