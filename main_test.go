@@ -512,18 +512,18 @@ func TestConfigCheck(t *testing.T) {
 	})
 
 	t.Run("kvm bounds longer than the round", func(t *testing.T) {
-		// The same file fits a 15s round and not the 10s one the shortest interval derives:
+		// The same file fits a 16s round and not the 10s one the shortest interval derives:
 		// the check knows the round's deadline from the flags.
 		path := filepath.Join(dir, "slow-kvm.yml")
 		content := "providers:\n" +
 			"  - name: lab\n    type: kvm\n    kvm:\n      user: root\n      privateKeyFile: /nonexistent/id_ed25519\n" +
-			"      insecureSkipHostKeyVerification: true\n      storagePool: default\n      sshTimeout: 3s\n" +
+			"      insecureSkipHostKeyVerification: true\n      storagePool: default\n      sshTimeout: 5s\n" +
 			"      hosts:\n        - address: 198.18.0.1\n"
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := config.LoadFor(path, 15*time.Second); err != nil {
-			t.Fatalf("the file does not fit a 15s round either: %v", err)
+		if _, err := config.LoadFor(path, 16*time.Second); err != nil {
+			t.Fatalf("the file does not fit a 16s round either: %v", err)
 		}
 		var stdout, stderr syncBuffer
 		args := []string{"--config.check", "--config.file=" + path, "--provider-check-interval=10s"}
@@ -531,7 +531,7 @@ func TestConfigCheck(t *testing.T) {
 			t.Fatalf("exit code %d, want 1; stdout %q", code, stdout.String())
 		}
 		want := path + ":4:5: providers[0].kvm: a host's bounds add up to more than a round's deadline of 10s " +
-			"(--provider-check-timeout): tcpTimeout 2s + 2 × sshTimeout 3s + 2 × libvirtTimeout 1s + 4 calls × rpcTimeout 500ms = 12s;"
+			"(--provider-check-timeout): tcpTimeout 2s + 2 × sshTimeout 5s + 2 × libvirtTimeout 1s + 4 calls × rpcTimeout 500ms = 16s;"
 		if got := stderr.String(); !strings.HasPrefix(got, want) {
 			t.Fatalf("stderr:\n%s\nwant it to start with:\n%s", got, want)
 		}

@@ -679,9 +679,9 @@ func names(c *config.Config) []string {
 	return out
 }
 
-// TestHostBoundMustFitTheRound: a kvm provider whose bounds add up to more than a round's
-// deadline is refused with the block's position and the arithmetic; one that fits, the defaults
-// at the shortest derived round (10s), and a file loaded with checks off (0) are accepted.
+// TestHostBoundMustFitTheRound: a kvm provider whose bounds the file sets add up to more than
+// a round's deadline is refused with the block's position and the arithmetic; one that fits, the
+// defaults at the shortest derived round (10s), and a file loaded with checks off (0) are accepted.
 func TestHostBoundMustFitTheRound(t *testing.T) {
 	const file = `providers:
   - name: kvm-a
@@ -691,7 +691,7 @@ func TestHostBoundMustFitTheRound(t *testing.T) {
       privateKeyFile: /k
       insecureSkipHostKeyVerification: true
       storagePool: default
-      sshTimeout: 4s
+      sshTimeout: 5s
       hosts: [{address: 198.18.0.1}]
   - name: kvm-b
     type: kvm
@@ -704,12 +704,12 @@ func TestHostBoundMustFitTheRound(t *testing.T) {
 `
 	_, err := config.ParseFor("p.yml", []byte(file), 10*time.Second)
 	want := "p.yml:4:5: providers[0].kvm: a host's bounds add up to more than a round's deadline of 10s (--provider-check-timeout): " +
-		"tcpTimeout 2s + 2 × sshTimeout 4s + 2 × libvirtTimeout 1s + 4 calls × rpcTimeout 500ms = 14s; " +
+		"tcpTimeout 2s + 2 × sshTimeout 5s + 2 × libvirtTimeout 1s + 4 calls × rpcTimeout 500ms = 16s; " +
 		"a host that runs them out would hold its concurrency slot past the round. Lower the bounds or raise the timeout"
 	if err == nil || err.Error() != want {
 		t.Fatalf("got %v\nwant %s", err, want)
 	}
-	for _, timeout := range []time.Duration{14 * time.Second, 0} {
+	for _, timeout := range []time.Duration{16 * time.Second, 0} {
 		if _, err := config.ParseFor("p.yml", []byte(file), timeout); err != nil {
 			t.Errorf("round deadline %v: %v, want accepted", timeout, err)
 		}
@@ -718,5 +718,54 @@ func TestHostBoundMustFitTheRound(t *testing.T) {
 		LibvirtTimeout: kvm.DefaultLibvirtTimeout, RPCTimeout: kvm.DefaultRPCTimeout}
 	if b := k.HostBound(); b > 10*time.Second {
 		t.Errorf("the default bounds add up to %v: they must fit the shortest round the flags derive (10s)", b)
+	}
+}
+
+// TestHostBoundsDerivedFromAShortRound: the bounds a kvm block does not set are derived from a
+// round's deadline shorter than their defaults' sum (10s): each default scaled by one factor,
+// rounded down to the millisecond, so that they fit; bounds the block sets are kept as they are,
+// and the derived ones fill what they leave. Bounds the block sets that leave too little room for
+// the others at their minimum (10ms) are refused, the derived ones marked in the arithmetic.
+func TestHostBoundsDerivedFromAShortRound(t *testing.T) {
+	block := func(extra string) string {
+		return "providers:\n  - name: kvm-a\n    type: kvm\n    kvm:\n      user: root\n      privateKeyFile: /k\n" +
+			"      insecureSkipHostKeyVerification: true\n      storagePool: default\n" + extra +
+			"      hosts: [{address: 198.18.0.1}]\n"
+	}
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name                   string
+		extra                  string
+		round                  time.Duration
+		tcp, ssh, libvirt, rpc time.Duration
+	}{
+		{"defaults fit", "", 10 * time.Second, 2 * time.Second, 2 * time.Second, time.Second, 500 * ms},
+		{"all derived", "", 3 * time.Second, 600 * ms, 600 * ms, 300 * ms, 150 * ms},
+		{"an empty value is not set", "      tcpTimeout: \"\"\n      rpcTimeout: null\n", 3 * time.Second, 600 * ms, 600 * ms, 300 * ms, 150 * ms},
+		{"set ones kept", "      sshTimeout: 1s\n", 4 * time.Second, 666 * ms, time.Second, 333 * ms, 166 * ms},
+		{"a set one at its default is set", "      tcpTimeout: 2s\n", 6 * time.Second, 2 * time.Second, time.Second, 500 * ms, 250 * ms},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := config.ParseFor("p.yml", []byte(block(tc.extra)), tc.round)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := c.Providers[0].Block.(*kvm.Config)
+			got := []time.Duration{k.TCPTimeout, k.SSHTimeout, k.LibvirtTimeout, k.RPCTimeout}
+			want := []time.Duration{tc.tcp, tc.ssh, tc.libvirt, tc.rpc}
+			if !slices.Equal(got, want) {
+				t.Errorf("bounds (tcp, ssh, libvirt, rpc) %v, want %v", got, want)
+			}
+			if b := k.HostBound(); b > tc.round {
+				t.Errorf("the bounds add up to %v (%s), more than the round's %v", b, k.HostBoundArithmetic(), tc.round)
+			}
+		})
+	}
+	_, err := config.ParseFor("p.yml", []byte(block("      sshTimeout: 1s\n      libvirtTimeout: 490ms\n")), 3*time.Second)
+	want := "p.yml:4:5: providers[0].kvm: a host's bounds add up to more than a round's deadline of 3s (--provider-check-timeout): " +
+		"tcpTimeout 10ms (derived) + 2 × sshTimeout 1s + 2 × libvirtTimeout 490ms + 4 calls × rpcTimeout 10ms (derived) = 3.03s; " +
+		"a host that runs them out would hold its concurrency slot past the round. Lower the bounds or raise the timeout"
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
 	}
 }

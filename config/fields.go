@@ -30,6 +30,18 @@ func (f *Fields) Has(name string) bool {
 	return ok
 }
 
+// Set reports whether the key name is present with a value (not null, not empty): a value a
+// reader's default does not replace. A type that derives a default from other settings uses it
+// to tell the values the file chose from the ones it leaves to the type.
+func (f *Fields) Set(name string) bool {
+	e, ok := f.m.fields[name]
+	if !ok {
+		return false
+	}
+	v := f.d.resolve(e.value)
+	return v != nil && (v.Kind != yaml.ScalarNode || (v.ShortTag() != "!!null" && v.Value != ""))
+}
+
 // Key is the node of the key name, nil when absent.
 func (f *Fields) Key(name string) *yaml.Node { return f.m.fields[name].key }
 

@@ -142,9 +142,74 @@ func (k *Config) HostBound() time.Duration {
 }
 
 // HostBoundArithmetic spells out HostBound, for messages.
-func (k *Config) HostBoundArithmetic() string {
-	return fmt.Sprintf("tcpTimeout %v + 2 × sshTimeout %v + 2 × libvirtTimeout %v + %d calls × rpcTimeout %v = %v",
-		k.TCPTimeout, k.SSHTimeout, k.LibvirtTimeout, CallsPerCheck, k.RPCTimeout, k.HostBound())
+func (k *Config) HostBoundArithmetic() string { return k.hostBoundArithmetic(0) }
+
+// hostBoundArithmetic is HostBoundArithmetic with the bounds in derived (a bit set of
+// bound.bit, from fitBounds) marked as derived from the round's deadline.
+func (k *Config) hostBoundArithmetic(derived uint8) string {
+	var terms []string
+	for _, b := range k.bounds() {
+		t := fmt.Sprintf("%s %v", b.name, *b.value)
+		if derived&(1<<b.bit) != 0 {
+			t += " (derived)"
+		}
+		switch {
+		case b.name == "rpcTimeout":
+			t = fmt.Sprintf("%d calls × %s", b.weight, t)
+		case b.weight > 1:
+			t = fmt.Sprintf("%d × %s", b.weight, t)
+		}
+		terms = append(terms, t)
+	}
+	return strings.Join(terms, " + ") + fmt.Sprintf(" = %v", k.HostBound())
+}
+
+// bound is one of the stage bounds of a host's check, with its weight in HostBound.
+type bound struct {
+	name   string
+	value  *time.Duration
+	def    time.Duration
+	weight int
+	bit    uint
+	set    bool // the providers file sets it
+}
+
+func (k *Config) bounds() []*bound {
+	return []*bound{
+		{name: "tcpTimeout", value: &k.TCPTimeout, def: DefaultTCPTimeout, weight: 1, bit: 0},
+		{name: "sshTimeout", value: &k.SSHTimeout, def: DefaultSSHTimeout, weight: 2, bit: 1},
+		{name: "libvirtTimeout", value: &k.LibvirtTimeout, def: DefaultLibvirtTimeout, weight: 2, bit: 2},
+		{name: "rpcTimeout", value: &k.RPCTimeout, def: DefaultRPCTimeout, weight: CallsPerCheck, bit: 3},
+	}
+}
+
+// fitBounds derives the bounds the file does not set from a round's deadline rt, when with
+// their defaults a host's bounds would not fit it: each is its default scaled by one factor,
+// (rt − the share of the bounds the file sets) / (the share of the defaults it does not set),
+// rounded down to the millisecond and at least MinDialBound. The bounds keep their proportions,
+// and together they fit rt unless the bounds the file sets leave no room (the caller refuses
+// the block then). It returns the derived bounds as a bit set of bound.bit.
+func fitBounds(bounds []*bound, rt time.Duration) (derived uint8) {
+	var setShare, unsetShare time.Duration
+	for _, b := range bounds {
+		if b.set {
+			setShare += time.Duration(b.weight) * *b.value
+		} else {
+			unsetShare += time.Duration(b.weight) * b.def
+		}
+	}
+	if unsetShare == 0 || setShare >= rt {
+		return 0
+	}
+	factor := float64(rt-setShare) / float64(unsetShare)
+	for _, b := range bounds {
+		if b.set {
+			continue
+		}
+		*b.value = max(MinDialBound, time.Duration(float64(b.def)*factor).Truncate(time.Millisecond))
+		derived |= 1 << b.bit
+	}
+	return derived
 }
 
 // Equal reports whether o is the same block, hosts included.
@@ -227,14 +292,18 @@ func decode(f *config.Fields) config.Block {
 		}
 		k.Concurrency = c
 	}
-	k.TCPTimeout = f.Duration("tcpTimeout", DefaultTCPTimeout, MinDialBound, MaxDialBound)
-	k.SSHTimeout = f.Duration("sshTimeout", DefaultSSHTimeout, MinDialBound, MaxDialBound)
-	k.LibvirtTimeout = f.Duration("libvirtTimeout", DefaultLibvirtTimeout, MinDialBound, MaxDialBound)
-	k.RPCTimeout = f.Duration("rpcTimeout", DefaultRPCTimeout, MinDialBound, MaxDialBound)
+	bounds := k.bounds()
+	for _, b := range bounds {
+		*b.value = f.Duration(b.name, b.def, MinDialBound, MaxDialBound)
+		b.set = f.Set(b.name)
+	}
 	if rt := f.RoundTimeout(); rt > 0 && f.Problems() == errs && k.HostBound() > rt {
-		f.Errorf(nil, "", "a host's bounds add up to more than a round's deadline of %v (--provider-check-timeout): %s; "+
-			"a host that runs them out would hold its concurrency slot past the round. Lower the bounds or raise the timeout",
-			rt, k.HostBoundArithmetic())
+		derived := fitBounds(bounds, rt)
+		if k.HostBound() > rt {
+			f.Errorf(nil, "", "a host's bounds add up to more than a round's deadline of %v (--provider-check-timeout): %s; "+
+				"a host that runs them out would hold its concurrency slot past the round. Lower the bounds or raise the timeout",
+				rt, k.hostBoundArithmetic(derived))
+		}
 	}
 	k.Hosts = decodeHosts(f, k.Port)
 	if k.Concurrency == 0 {
