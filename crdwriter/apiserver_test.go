@@ -112,6 +112,12 @@ func TestAgainstAPIServer(t *testing.T) {
 		{"TwoDefaultDeployments", testTwoDefaultDeployments},
 		{"ListsInPages", testListsInPages},
 		{"WriteVolumeAtScale", testWriteVolumeAtScale},
+		{"NoBusyLoop", testNoBusyLoop},
+		{"RestartBeforeFirstRound", testRestartBeforeFirstRound},
+		{"BadObjectHoldsNothingBack", testBadObjectHoldsNothingBack},
+		{"TwoWritersOneIdentity", testTwoWritersOneIdentity},
+		{"OlderBuildObject", testOlderBuildObject},
+		{"EventBudgetPerTarget", testEventBudgetPerTarget},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f.reset(t)

@@ -36,13 +36,17 @@ const (
 
 // metrics are the writer's own metrics, documented in docs/crd.md and docs/metrics.md.
 type metrics struct {
-	writes      *prometheus.CounterVec
-	lastSuccess prometheus.Gauge
-	leader      prometheus.Gauge
-	nameClashes prometheus.Gauge
-	syncedRound prometheus.Gauge
-	rejected    prometheus.Gauge
-	crdMismatch *prometheus.GaugeVec
+	writes       *prometheus.CounterVec
+	lastSuccess  prometheus.Gauge
+	leader       prometheus.Gauge
+	nameClashes  prometheus.Gauge
+	syncedRound  prometheus.Gauge
+	rejected     prometheus.Gauge
+	failing      prometheus.Gauge
+	otherWriters prometheus.Counter
+	// eventsDropped counts the Events not recorded, by cause.
+	eventsDropped *prometheus.CounterVec
+	crdMismatch   *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -71,10 +75,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: checks.MetricNamespace, Subsystem: "crd_writer", Name: "rejected_objects",
 			Help: "Configured providers whose ProviderHealth object or status the API server refuses as invalid (422); the other providers are written as usual.",
 		}),
+		failing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: checks.MetricNamespace, Subsystem: "crd_writer", Name: "failing_objects",
+			Help: "Configured providers whose ProviderHealth object the API server refuses to write for a reason of that object (denied by an admission policy, too large, a server error, a conflict that persists); each is retried with its own backoff, the other providers are written as usual.",
+		}),
+		otherWriters: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: checks.MetricNamespace, Subsystem: "crd_writer", Name: "other_writer_writes_total",
+			Help: "Statuses of this instance's ProviderHealth objects found written by another exporter process of the same identity after this writer wrote them: two writers with one identity overwrite each other (replicas without --crd.leader-elect, or two deployments with the same instance and Lease).",
+		}),
+		eventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: checks.MetricNamespace, Subsystem: "crd_writer", Name: "events_dropped_total",
+			Help: "Target transitions not recorded as Kubernetes Events, by cause: target_budget (the target spent its Event budget: 10, then one per 5 minutes), provider_cap (more than 64 Events of one provider waited for one write). The status still shows every verdict.",
+		}, []string{"cause"}),
 		crdMismatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: checks.MetricNamespace, Subsystem: "crd_writer", Name: "crd_mismatch",
 			Help: "1 while the installed ProviderHealth CRD does not fit this writer, by problem: no_status_subresource (no status can be written), fields_pruned (the API server drops status fields the writer sets: an older CRD).",
 		}, []string{"problem"}),
+	}
+	for _, c := range []string{dropTargetBudget, dropProviderCap} {
+		m.eventsDropped.WithLabelValues(c)
 	}
 	for _, p := range []string{mismatchNoStatus, mismatchPruned} {
 		m.crdMismatch.WithLabelValues(p)
@@ -85,7 +104,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.writes, m.lastSuccess, m.leader, m.nameClashes, m.syncedRound, m.rejected, m.crdMismatch} {
+		for _, c := range []prometheus.Collector{m.writes, m.lastSuccess, m.leader, m.nameClashes, m.syncedRound, m.rejected, m.failing, m.otherWriters, m.eventsDropped, m.crdMismatch} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

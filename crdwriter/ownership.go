@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -111,6 +112,12 @@ func (w *Writer) collectGarbage(ctx context.Context, keep func(string) bool, all
 		case apierrors.IsNotFound(err):
 		case apierrors.IsConflict(err): // replaced by someone since the list: not the object we meant
 			w.metrics.count(writeDelete, err)
+		case perObject(err):
+			// That object's own problem (an admission policy refusing its delete): it stays,
+			// and is tried again at the next collection; the other writes go on.
+			w.metrics.count(writeDelete, err)
+			w.logger.Warn("deleting the ProviderHealth of a provider no longer configured failed; it is tried again at the next garbage collection",
+				"provider", obj.Name, "err", err)
 		default:
 			w.metrics.count(writeDelete, err)
 			errs = append(errs, fmt.Errorf("deleting ProviderHealth %s: %w", obj.Name, err))
@@ -166,6 +173,17 @@ func (s *session) collectGarbage(ctx context.Context, full bool) error {
 		}
 	}
 	s.w.metrics.rejected.Set(float64(len(s.rejected)))
+	for name := range s.failing {
+		if !names[name] {
+			delete(s.failing, name)
+		}
+	}
+	for key := range s.budgets {
+		if p, _, _ := strings.Cut(key, "/"); !names[p] {
+			delete(s.budgets, key)
+		}
+	}
+	s.w.metrics.failing.Set(float64(len(s.failing)))
 	for i := range mine {
 		obj := mine[i]
 		if cur := s.live[obj.Name]; cur == nil || cur.UID != obj.UID || cur.ResourceVersion != obj.ResourceVersion {
@@ -186,6 +204,22 @@ func (s *session) collectGarbage(ctx context.Context, full bool) error {
 	return nil
 }
 
+// adoptionAdvice returns the commands that give an object of ours (the managed-by label) without
+// a deployment's identity (no deployment annotation, or no instance label: an older build's, or
+// made by hand) this deployment's identity; empty for any other object.
+func (s *session) adoptionAdvice(obj *v1alpha1.ProviderHealth) string {
+	if obj.Labels[ManagedByLabel] != ManagedByValue {
+		return ""
+	}
+	if _, ok := obj.Annotations[DeploymentAnnotation]; ok {
+		if _, ok := obj.Labels[InstanceLabel]; ok {
+			return "" // another deployment's
+		}
+	}
+	return fmt.Sprintf("kubectl label ph %s %s=%s --overwrite && kubectl annotate ph %s %s=%s --overwrite",
+		obj.Name, InstanceLabel, s.w.opts.Instance, obj.Name, DeploymentAnnotation, s.w.deployment)
+}
+
 // clash records that the object of a configured provider's name belongs to someone else: it is
 // logged and recorded as an Event on that object when the clash starts, and counted in the
 // name clashes metric while it lasts. The object is never written.
@@ -198,6 +232,18 @@ func (s *session) clash(obj *v1alpha1.ProviderHealth) {
 		return
 	}
 	owner := ownerOf(obj)
+	if advice := s.adoptionAdvice(obj); advice != "" {
+		// Made by an earlier build of the exporter (or by hand): no deployment can tell it is
+		// its own, but it is nobody else's either. Say how to hand it over.
+		s.w.logger.Warn("the ProviderHealth object of this provider's name carries no exporter deployment's identity (made by an older build of the exporter, or by hand); leaving it alone until it is adopted",
+			"provider", obj.Name, "owner", owner, "adopt", advice, "instance", s.w.opts.Instance, "deployment", s.w.deployment)
+		if s.mayWrite() {
+			s.recorder.Event(obj, corev1.EventTypeWarning, ReasonNameClash, checks.Clip(fmt.Sprintf(
+				"exporter instance %q (Lease %s) has a provider named %s and leaves this object alone: it belongs to %s (an older build of the exporter, or made by hand); to adopt it with its transition times: %s; or delete it and it is recreated",
+				s.w.opts.Instance, s.w.deployment, obj.Name, owner, advice), maxEventMessage))
+		}
+		return
+	}
 	s.w.logger.Warn("the ProviderHealth object of this provider's name belongs to someone else; leaving it alone (rename one of the providers)",
 		"provider", obj.Name, "owner", owner, "instance", s.w.opts.Instance, "deployment", s.w.deployment)
 	if s.mayWrite() {

@@ -13,7 +13,8 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 )
 
-// maxPendingEvents bounds the Events kept per provider while they cannot be written.
+// maxPendingEvents bounds the Events kept per provider until its object is written: the most
+// Events one write of a provider records (the oldest beyond it are dropped and counted).
 const maxPendingEvents = 64
 
 // session is one term of writing (the whole of Run without leader election): what the writer
@@ -54,6 +55,15 @@ type session struct {
 	// reasonHeld holds the providers whose reason-only change waits for the minimum reason
 	// interval: when it may be written.
 	reasonHeld map[string]time.Time
+	// wrote holds the providers whose object this term has written; otherWriters the other
+	// writer IDs seen on them since (sync.go: otherWriter).
+	wrote        map[string]bool
+	otherWriters map[string]bool
+	// budgets are the targets' Event budgets (events.go).
+	budgets eventBudgets
+	// failing holds the providers whose object writes fail for a reason of that object
+	// (sync.go: objectFailed), each with its own backoff.
+	failing map[string]*objectFailure
 }
 
 // lead writes until ctx is done or, with lease set (leader election), until the elector has
@@ -79,6 +89,11 @@ func (w *Writer) lead(ctx context.Context, lease *leaseView) {
 		rejected:   make(map[string]rejection),
 		reread:     make(map[string]bool),
 		reasonHeld: make(map[string]time.Time),
+		failing:    make(map[string]*objectFailure),
+		budgets:    make(eventBudgets),
+
+		wrote:        make(map[string]bool),
+		otherWriters: make(map[string]bool),
 	}
 	if lease != nil {
 		w.fence.set(s.mayWrite)
@@ -92,6 +107,7 @@ func (w *Writer) lead(ctx context.Context, lease *leaseView) {
 	s.recorder = recorder
 	defer w.metrics.nameClashes.Set(0)
 	defer w.metrics.rejected.Set(0)
+	defer w.metrics.failing.Set(0)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel() // before the wait: the term's goroutines end with ctx
@@ -194,6 +210,7 @@ func (s *session) observe() time.Time {
 			q := append(s.pending[ps.Name], events...)
 			if drop := len(q) - maxPendingEvents; drop > 0 {
 				q = q[drop:]
+				s.w.metrics.eventsDropped.WithLabelValues(dropProviderCap).Add(float64(drop))
 			}
 			s.pending[ps.Name] = q
 		}

@@ -43,11 +43,24 @@ type providerMem struct {
 	cond    *metav1.Condition
 	// lastChecked is the newest CheckedAt among the provider's targets: zero until checked.
 	lastChecked time.Time
+	// seed is what the live object said when memory was read back from it (a restart, a new
+	// leader), until the first snapshot that lists the provider's targets: nil otherwise.
+	seed *seedCounts
+}
+
+// seedCounts are the counts of a live object memory was read back from. Its targets list holds
+// at most v1alpha1.MaxTargets entries, so memory knows the other targets only by these counts.
+type seedCounts struct {
+	ready, total, omitted int32
+	// unlistedDown is how many down targets the object did not list: when more targets were
+	// down than its list holds, memory cannot tell which of the unlisted ones were down.
+	unlistedDown int32
 }
 
 // targetEvent is one target transition to report as a Kubernetes Event.
 type targetEvent struct {
 	seq       uint64 // the order in which the writer saw it (set when queued)
+	target    string // the target it is about: its Event budget (events.go)
 	eventType string // corev1.EventTypeNormal or corev1.EventTypeWarning
 	reason    string
 	message   string
@@ -70,8 +83,53 @@ func memFromStatus(st *v1alpha1.ProviderHealthStatus) *providerMem {
 			m.cond = &c
 		}
 	}
+	listedDown := int32(0)
+	for _, t := range m.targets {
+		if !t.up {
+			listedDown++
+		}
+	}
+	m.seed = &seedCounts{ready: st.ReadyTargets, total: st.TotalTargets, omitted: st.OmittedTargets,
+		unlistedDown: max(0, st.TotalTargets-st.ReadyTargets-listedDown)}
 	return m
 }
+
+// adopt takes the transition times of an object this writer had not read before (an object
+// adopted after a name clash, or found when creating it) where it agrees with memory: a target
+// that has the same up there keeps the object's older lastTransitionTime, and so does the Ready
+// condition when it has the same status. It returns the targets whose verdict the object
+// already showed, whose pending Events were recorded by the object's earlier writer.
+func (m *providerMem) adopt(st *v1alpha1.ProviderHealthStatus) map[string]bool {
+	if st.Type != m.typ {
+		return nil
+	}
+	shown := map[string]bool{}
+	for _, t := range st.Targets {
+		mt := m.targets[t.Name]
+		if mt == nil || mt.up != t.Up {
+			continue
+		}
+		if at := t.LastTransitionTime.Time; !at.IsZero() && at.Before(mt.since) {
+			mt.since = at
+		}
+		if mt.reason == t.Reason {
+			shown[t.Name] = true
+		}
+	}
+	for _, c := range st.Conditions {
+		if c.Type == v1alpha1.ConditionReady && m.cond != nil && c.Status == m.cond.Status &&
+			!c.LastTransitionTime.IsZero() && c.LastTransitionTime.Before(&m.cond.LastTransitionTime) {
+			m.cond.LastTransitionTime = c.LastTransitionTime
+		}
+	}
+	return shown
+}
+
+// notYetListed returns the targets of the provider the snapshot does not list yet because
+// they have not been checked since the exporter started (or since they were added): their
+// verdicts read back from the live object stay until their first check. Today's runner lists
+// every target of a provider from its first round on, so there are none.
+func notYetListed(*checks.ProviderState) map[string]bool { return nil }
 
 // observe folds a provider's state from a snapshot into its memory and returns the target
 // transitions to report. A provider not checked yet (no targets) leaves known targets alone, so
@@ -86,12 +144,17 @@ func (m *providerMem) observe(ps *checks.ProviderState, now time.Time, staleAfte
 			// targets, and the old verdicts and times say nothing about the new checker's.
 			// Start afresh rather than write the new type beside the old targets.
 			m.targets = make(map[string]*targetMem)
-			m.order, m.cond, m.lastChecked = nil, nil, time.Time{}
+			m.order, m.cond, m.lastChecked, m.seed = nil, nil, time.Time{}, nil
 		}
 		m.typ = typ
 	}
 	var events []targetEvent
 	if len(ps.Targets) > 0 {
+		// After a restart, a target the live object did not list was up unless the object had
+		// more down targets than its list holds: then whether it was down (its Event already
+		// recorded) cannot be told, and no Event is recorded for it being down.
+		unsure := m.seed != nil && m.seed.unlistedDown > 0
+		m.seed = nil
 		order := make([]string, 0, len(ps.Targets))
 		seen := make(map[string]bool, len(ps.Targets))
 		m.lastChecked = time.Time{}
@@ -124,7 +187,7 @@ func (m *providerMem) observe(ps *checks.ProviderState, now time.Time, staleAfte
 			switch {
 			case prev == nil:
 				m.targets[ts.Target] = &targetMem{up: ts.Up, reason: reason, message: ts.Message, since: flipAt}
-				if !ts.Up {
+				if !ts.Up && !unsure {
 					events = append(events, downEvent(ts.Target, reason, ts.Message))
 				}
 				continue
@@ -139,10 +202,17 @@ func (m *providerMem) observe(ps *checks.ProviderState, now time.Time, staleAfte
 				}
 				prev.since = flipAt
 			case !ts.Up && prev.reason != reason:
-				events = append(events, targetEvent{eventType: "Warning", reason: reason,
+				events = append(events, targetEvent{target: ts.Target, eventType: "Warning", reason: reason,
 					message: checks.Clip(fmt.Sprintf("target %s is still down, now %s (was %s): %s", ts.Target, reason, prev.reason, ts.Message), maxEventMessage)})
 			}
 			prev.up, prev.reason, prev.message = ts.Up, reason, ts.Message
+		}
+		keep := notYetListed(ps)
+		for _, name := range m.order {
+			if !seen[name] && keep[name] && m.targets[name] != nil {
+				order = append(order, name)
+				seen[name] = true
+			}
 		}
 		for name := range m.targets {
 			if !seen[name] {
@@ -160,7 +230,7 @@ func downEvent(target, reason, message string) targetEvent {
 	if message != "" {
 		msg += ": " + message
 	}
-	return targetEvent{eventType: "Warning", reason: reason, message: checks.Clip(msg, maxEventMessage)}
+	return targetEvent{target: target, eventType: "Warning", reason: reason, message: checks.Clip(msg, maxEventMessage)}
 }
 
 func upEvent(target, prevReason string, downFor time.Duration) targetEvent {
@@ -168,7 +238,7 @@ func upEvent(target, prevReason string, downFor time.Duration) targetEvent {
 	if downFor > 0 {
 		msg = fmt.Sprintf("target %s is ready again after %s down (was %s)", target, downFor.Round(time.Second), prevReason)
 	}
-	return targetEvent{eventType: "Normal", reason: string(checks.ReasonReady), message: msg}
+	return targetEvent{target: target, eventType: "Normal", reason: string(checks.ReasonReady), message: msg}
 }
 
 // readyCondition computes the Ready condition from the remembered targets, without its
@@ -306,7 +376,12 @@ func (m *providerMem) render() v1alpha1.ProviderHealthStatus {
 	}
 	total := len(m.order)
 	st.ReadyTargets, st.TotalTargets = int32(ready), int32(total)
-	st.TargetsReady = fmt.Sprintf("%d/%d", ready, total)
+	if m.seed != nil {
+		// Read back from the live object and not checked since: its counts cover the targets
+		// its list left out, which memory does not know one by one.
+		st.ReadyTargets, st.TotalTargets, st.OmittedTargets = m.seed.ready, m.seed.total, m.seed.omitted
+	}
+	st.TargetsReady = fmt.Sprintf("%d/%d", st.ReadyTargets, st.TotalTargets)
 	include := func(string) bool { return true }
 	if total > v1alpha1.MaxTargets {
 		// Down targets first, so that what is broken stays visible; then up ones in order.
@@ -353,6 +428,7 @@ func withoutMessages(st *v1alpha1.ProviderHealthStatus) v1alpha1.ProviderHealthS
 // blanked is normalized(st) without messages, and without reasons too when reasons is set.
 func blanked(st *v1alpha1.ProviderHealthStatus, reasons bool) v1alpha1.ProviderHealthStatus {
 	c := normalized(st)
+	c.Writer = "" // which process wrote it last is no change worth a write
 	for i := range c.Targets {
 		c.Targets[i].Message = ""
 		if reasons {

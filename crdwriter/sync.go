@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -40,6 +41,7 @@ func (s *session) syncLoop(ctx context.Context) {
 		case <-s.dirty:
 		case <-timer.C:
 		}
+		s.w.passes.Add(1)
 		if !retryAt.IsZero() && time.Now().Before(retryAt) {
 			continue // a change while the API server fails waits for the next attempt
 		}
@@ -80,7 +82,10 @@ func (s *session) syncLoop(ctx context.Context) {
 	}
 }
 
-// nextHeartbeat returns when the next heartbeat (or re-check of a name clash) is due.
+// nextHeartbeat returns when the next write may be due without a new snapshot: a heartbeat, a
+// re-check of a name clash or of a refused object, a held-back reason change, or the retry of an
+// object whose writes fail. Each of these times is one the write it stands for is no longer held
+// back at, so that the sync loop never wakes for a write it would not make (a busy loop).
 func (s *session) nextHeartbeat() time.Time {
 	next := time.Now().Add(s.w.opts.HeartbeatInterval)
 	s.mu.Lock()
@@ -88,6 +93,12 @@ func (s *session) nextHeartbeat() time.Time {
 	for name, obj := range s.live {
 		if m := s.mem[name]; m == nil || m.lastChecked.IsZero() {
 			continue // no heartbeat for it (see syncProvider)
+		}
+		if _, ok := s.rejected[name]; ok || !s.noStatus.IsZero() {
+			continue // held back until the rejection's (or the missing subresource's) re-check, below
+		}
+		if _, ok := s.failing[name]; ok {
+			continue // retried with its own backoff, below
 		}
 		if hb := obj.Status.LastHeartbeatTime; hb != nil {
 			if at := hb.Add(s.w.opts.HeartbeatInterval); at.Before(next) {
@@ -115,11 +126,18 @@ func (s *session) nextHeartbeat() time.Time {
 			next = at
 		}
 	}
+	for _, f := range s.failing {
+		if f.retryAt.Before(next) {
+			next = f.retryAt
+		}
+	}
 	return next
 }
 
 // syncOnce collects garbage when asked, then brings every provider's object up to date. It
-// stops at the first failure that is not about one object (the API server is unreachable).
+// stops at the first failure that is not about one object (the API server is unreachable); a
+// failure about one object backs off that object only (objectFailed), and the others are
+// written as usual.
 func (s *session) syncOnce(ctx context.Context, gc bool) error {
 	if gc {
 		if err := s.collectGarbage(ctx, false); err != nil {
@@ -133,32 +151,84 @@ func (s *session) syncOnce(ctx context.Context, gc bool) error {
 	}
 	s.mu.Unlock()
 	slices.Sort(names)
-	var errs []error
+	now := time.Now()
 	for _, name := range names {
-		err := s.syncProvider(ctx, name)
-		if err == nil {
-			continue
+		if f, ok := s.failing[name]; ok && now.Before(f.retryAt) {
+			continue // its own backoff; its newest status is written at the retry
 		}
-		if !perObject(err) {
+		err := s.syncProvider(ctx, name)
+		switch {
+		case err == nil:
+			s.objectWritten(name)
+		case perObject(err):
+			s.objectFailed(name, err)
+		default:
 			return err
 		}
-		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // errStillConflicting: an object kept changing under the writer while it wrote it.
 var errStillConflicting = errors.New("still conflicting after 5 attempts")
 
-// perObject reports whether err is about one object (the API server answered), so that the other
-// providers are still written; any other error (the API server is unreachable, the CRD is
-// missing, the lease is overdue) stops the sync.
+// perObject reports whether err is about one object (the API server answered about it: refused
+// by an admission policy, too large, failed on the server, or a conflict that persists), so that
+// only that object backs off; any other error (the API server is unreachable, overloaded or
+// refuses the writer's credentials, the CRD is missing, the lease is overdue) stops the sync.
 func perObject(err error) bool {
 	if errors.Is(err, errCRDMissing) || errors.Is(err, errNotLeader) {
 		return false
 	}
+	if errors.Is(err, errStillConflicting) {
+		return true
+	}
 	var status apierrors.APIStatus
-	return errors.As(err, &status) || errors.Is(err, errStillConflicting)
+	if !errors.As(err, &status) {
+		return false
+	}
+	switch {
+	case apierrors.IsTooManyRequests(err), apierrors.IsServiceUnavailable(err), apierrors.IsTimeout(err),
+		apierrors.IsServerTimeout(err), apierrors.IsUnauthorized(err):
+		return false // about the API server or the writer's credentials, not this object
+	}
+	return true
+}
+
+// objectFailure is a provider whose object the API server keeps refusing to write for a reason
+// of that object (perObject): retried with a backoff of its own.
+type objectFailure struct {
+	failures int
+	retryAt  time.Time
+}
+
+// objectFailed backs the provider's object off: logged when its episode starts, counted in the
+// failing objects metric while it lasts.
+func (s *session) objectFailed(name string, err error) {
+	f := s.failing[name]
+	if f == nil {
+		f = &objectFailure{}
+		s.failing[name] = f
+		s.w.metrics.failing.Set(float64(len(s.failing)))
+	}
+	wait := s.w.backoff(f.failures)
+	f.retryAt = time.Now().Add(wait)
+	f.failures++
+	if f.failures == 1 {
+		s.w.logger.Warn("writing this provider's ProviderHealth object failed; retrying it with backoff, the other providers are written as usual",
+			"provider", name, "err", err, "retry_in", wait.Round(time.Millisecond))
+	} else {
+		s.w.logger.Debug("writing this provider's ProviderHealth object failed again", "provider", name, "err", err, "attempt", f.failures)
+	}
+}
+
+// objectWritten ends the provider's failure episode, if any.
+func (s *session) objectWritten(name string) {
+	if _, ok := s.failing[name]; ok {
+		delete(s.failing, name)
+		s.w.metrics.failing.Set(float64(len(s.failing)))
+		s.w.logger.Info("writing this provider's ProviderHealth object works again", "provider", name)
+	}
 }
 
 // syncProvider writes one provider's status when it differs visibly from the live object's or a
@@ -174,6 +244,10 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 	// Until this writer has seen a check of the provider, a heartbeat would vouch for
 	// verdicts read back from the object (a restart): write only a visible change.
 	checked := !m.lastChecked.IsZero()
+	// Read back from the live object and not listed by a snapshot since: memory knows no more
+	// than the object shows (and less of the targets its list left out), so nothing is
+	// written before the provider's first round.
+	seeded := m.seed != nil
 	events := slices.Clone(s.pending[name])
 	s.mu.Unlock()
 
@@ -192,6 +266,7 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 			return nil
 		}
 		live = got
+		desired, events = s.adopt(name, live, desired, events)
 	}
 	for attempt := 0; attempt < 5; attempt++ {
 		if live == nil {
@@ -212,10 +287,19 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 			}
 			live = obj
 			s.live[name] = obj
+			desired, events = s.adopt(name, live, desired, events)
+		}
+		if seeded {
+			s.emit(name, live, events)
+			return nil
 		}
 		now := time.Now()
 		hb := live.Status.LastHeartbeatTime
 		heartbeatDue := checked && (hb == nil || now.Sub(hb.Time) >= s.w.opts.HeartbeatInterval)
+		// A reason change held back earlier may be gone (the reason went back): only
+		// holdReason below holds it again, so the sync loop never waits for a write that is
+		// no longer wanted.
+		delete(s.reasonHeld, name)
 		if sameVisible(&live.Status, &desired) && !heartbeatDue {
 			s.emit(name, live, events)
 			return nil
@@ -233,10 +317,15 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 		obj := live.DeepCopy()
 		obj.Status = desired
 		obj.Status.LastHeartbeatTime = &metav1.Time{Time: now.Truncate(time.Second)}
+		obj.Status.Writer = s.w.writerID
+		// The API server keeps an object's managedFields when an update carries none; sending
+		// them back would add a third to every write (an entry per listed target).
+		obj.ManagedFields = nil
 		updated, err := s.w.objects.UpdateStatus(ctx, obj)
 		s.w.metrics.count(writeStatus, err)
 		switch {
 		case err == nil:
+			s.wrote[name] = true
 			delete(s.reasonHeld, name)
 			s.statusSubresourceFound()
 			s.accepted(name)
@@ -291,8 +380,50 @@ func (s *session) readAgain(ctx context.Context, name, why string) (obj *v1alpha
 		s.clash(got)
 		return nil, false, nil
 	}
+	s.otherWriter(name, got)
 	s.live[name] = got
 	return got, true, nil
+}
+
+// otherWriter reports a status of the provider's object written by another exporter process of
+// this deployment's identity after this writer wrote the object in this term: two writers with
+// one identity (replicas without leader election, two hosts with the same defaults) overwrite
+// each other. Counted each time, logged once per other writer and term.
+func (s *session) otherWriter(name string, got *v1alpha1.ProviderHealth) {
+	other := got.Status.Writer
+	if other == "" || other == s.w.writerID || !s.wrote[name] {
+		return
+	}
+	s.w.metrics.otherWriters.Inc()
+	if s.otherWriters[other] {
+		return
+	}
+	s.otherWriters[other] = true
+	s.w.logger.Error("another exporter process with this deployment's identity writes this instance's ProviderHealth objects: the two overwrite each other's writes and double the Events; run one writer per identity (--crd.leader-elect for replicas, a distinct --crd.instance per deployment)",
+		"provider", name, "other_writer", other, "writer", s.w.writerID, "instance", s.w.opts.Instance, "deployment", s.w.deployment)
+}
+
+// adopt folds an object this writer had not read before (found when creating it, adopted after
+// a name clash, or changed since it was listed) into the provider's memory: its older
+// transition times where it agrees (providerMem.adopt), and no Event for a verdict it already
+// shows. It returns the status and Events to write.
+func (s *session) adopt(name string, obj *v1alpha1.ProviderHealth, desired v1alpha1.ProviderHealthStatus, events []targetEvent) (v1alpha1.ProviderHealthStatus, []targetEvent) {
+	if obj.Status.Type == "" {
+		return desired, events // a new object: nothing to take over
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.mem[name]
+	if m == nil {
+		return desired, events
+	}
+	shown := m.adopt(&obj.Status)
+	if len(shown) > 0 {
+		keep := func(e targetEvent) bool { return e.eventType == corev1.EventTypeWarning && shown[e.target] }
+		events = slices.DeleteFunc(events, keep)
+		s.pending[name] = slices.DeleteFunc(s.pending[name], keep)
+	}
+	return m.render(), events
 }
 
 // holdReason reports whether the change from live to desired is one of reasons only and the
@@ -348,7 +479,8 @@ func (s *session) create(ctx context.Context, name string) (*v1alpha1.ProviderHe
 	}
 }
 
-// emit records the provider's pending Events on its object and forgets them.
+// emit records the provider's pending Events on its object, each within its target's budget
+// (the others are dropped and counted), and forgets them.
 func (s *session) emit(name string, obj *v1alpha1.ProviderHealth, events []targetEvent) {
 	if len(events) == 0 {
 		return
@@ -357,7 +489,11 @@ func (s *session) emit(name string, obj *v1alpha1.ProviderHealth, events []targe
 		if !s.mayWrite() {
 			return
 		}
-		s.recorder.Event(obj, e.eventType, e.reason, e.message)
+		if !s.budgets.allow(name, e.target) {
+			s.w.metrics.eventsDropped.WithLabelValues(dropTargetBudget).Inc()
+			continue
+		}
+		s.recorder.AnnotatedEventf(obj, map[string]string{TargetAnnotation: e.target}, e.eventType, e.reason, "%s", e.message)
 	}
 	last := events[len(events)-1].seq
 	s.mu.Lock()

@@ -166,6 +166,12 @@ type Writer struct {
 	// deployment is this deployment's identity, the value of DeploymentAnnotation on its
 	// objects: the Lease's namespace and name.
 	deployment string
+	// writerID names this process in the status it writes (v1alpha1.ProviderHealthStatus.Writer):
+	// its host and a random suffix drawn in New.
+	writerID string
+	// passes counts the sync loop's passes (each wake-up that may write): tests read it to
+	// tell a loop that waits from one that spins.
+	passes atomic.Int64
 }
 
 // New returns a Writer. It does not contact the API server.
@@ -176,7 +182,7 @@ func New(opts Options) (*Writer, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	w := &Writer{opts: opts, logger: opts.Logger, deployment: opts.LeaseNamespace + "/" + opts.LeaseName}
+	w := &Writer{opts: opts, logger: opts.Logger, deployment: opts.LeaseNamespace + "/" + opts.LeaseName, writerID: defaultIdentity()}
 	cfg := rest.CopyConfig(opts.Config)
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = FieldManager

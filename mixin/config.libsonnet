@@ -61,6 +61,11 @@
     // ProviderHealthCRDNameClash: a configured provider's object name is held by another
     // instance's object (or one not managed by the exporter).
     crdNameClashFor: '15m',
+    // ProviderHealthCRDDuplicateWriters: more than one write by another process of the writer's
+    // own identity seen over crdDuplicateWritersWindow (one alone can be a fenced leader's last
+    // write landing late, docs/crd.md).
+    crdDuplicateWritersWindow: '15m',
+    crdDuplicateWritersFor: '5m',
 
     // Availability (recording rules, dashboard row): every availabilityInterval one sample of
     // each target's verdict (up on any replica) is recorded; a target's availability over a
@@ -91,6 +96,7 @@
       crdWriterLagging: 'warning',
       crdWriterNoLeader: 'warning',
       crdNameClash: 'warning',
+      crdDuplicateWriters: 'warning',
     },
 
     // The runbook of an alert: this pattern with %s replaced by the alert's name in lower case

@@ -139,7 +139,7 @@ var wantAlerts = []string{
 	"ProviderHealthStoragePoolAlmostFull", "ProviderHealthHostKeyMismatch",
 	"ProviderHealthConfigReloadFailed", "ProviderHealthExporterDown",
 	"ProviderHealthCRDWriteErrors", "ProviderHealthCRDWriterLagging", "ProviderHealthCRDWriterNoLeader",
-	"ProviderHealthCRDNameClash",
+	"ProviderHealthCRDNameClash", "ProviderHealthCRDDuplicateWriters",
 }
 
 // TestMixtoolLint applies mixtool's lint rules to the alerts, and this project's own: one

@@ -107,6 +107,13 @@ type ProviderHealthStatus struct {
 	// the exporter stopped writing.
 	// +optional
 	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
+
+	// Writer names the exporter process that last wrote this status (its host and a random ID
+	// drawn at its start). A writer that finds another process's name here after writing the
+	// object itself knows that a second writer with its identity is running.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Writer string `json:"writer,omitempty"`
 }
 
 // TargetStatus is the last verdict on one target of the provider.

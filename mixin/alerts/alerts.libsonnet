@@ -238,6 +238,17 @@ local promql = import '../lib/promql.libsonnet';
             + " have a ProviderHealth object name held by another exporter instance's object (or one not managed by the exporter), for more than "
             + c.crdNameClashFor + ': those objects are left alone and these providers have none of their own.',
           ),
+          alert(
+            'ProviderHealthCRDDuplicateWriters',
+            'crdDuplicateWriters',
+            'sum %s (increase(%s[%s])) > 1' % [by([]), sel('proxy_operator_crd_writer_other_writer_writes_total'), c.crdDuplicateWritersWindow],
+            c.crdDuplicateWritersFor,
+            'Two ProviderHealth writers with one identity overwrite each other.',
+            'The ProviderHealth writer on ' + instances('proxy_operator_crd_writer_other_writer_writes_total', '> 0')
+            + ' keeps finding its objects written by another exporter process of the same identity (more than one such write over the last '
+            + c.crdDuplicateWritersWindow + ', for more than ' + c.crdDuplicateWritersFor
+            + '): replicas without --crd.leader-elect, or two deployments with the same instance and Lease, overwrite each other, alternate lastTransitionTime and double the Events.',
+          ),
         ],
       },
     ],
