@@ -176,7 +176,7 @@ func TestThresholdsWithRealFaults(t *testing.T) {
 		6:  {up: true, reason: checks.ReasonReady, failures: 2, pending: "failures pending: 2 of 3"},
 		7:  {up: false, reason: checks.ReasonPoolInactive, failures: 3, flip: true},
 		8:  {up: false, reason: checks.ReasonPoolInactive, failures: 4},
-		9:  {up: false, reason: checks.ReasonPoolInactive, pending: "recovery pending: 1 of 2 consecutive successful checks (successThreshold) turn the target up; the last check: Ready", checkReady: true},
+		9:  {up: false, reason: checks.ReasonPoolInactive, pending: "recovery pending: answering Ready, 1 of 2 consecutive successful checks (successThreshold) turn the target up; the last check: Ready", checkReady: true},
 		10: {up: true, reason: checks.ReasonReady, flip: true, checkReady: true},
 		11: {up: true, reason: checks.ReasonReady, checkReady: true},
 	}
