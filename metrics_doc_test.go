@@ -165,7 +165,8 @@ func TestMetricsDocumented(t *testing.T) {
 		}
 	}
 	// Families the round above cannot produce: the connection pool's, from the collector the
-	// exporter registers, and the snapshot's of a KVM target with its storage pool.
+	// exporter registers, and the snapshot's of a KVM target with its storage pool and of a
+	// target without a verdict yet.
 	described := map[string]bool{}
 	for _, name := range describedNames(t, hostpool.Collector()) {
 		described[name] = true
@@ -175,7 +176,8 @@ func TestMetricsDocumented(t *testing.T) {
 	}
 	kvm := &checks.Snapshot{Round: 1, Providers: []checks.ProviderState{{Name: "kvm", Type: "kvm",
 		Targets: []checks.TargetState{{TargetResult: checks.TargetResult{Target: "hv1", Up: true, Reason: checks.ReasonReady,
-			Samples: kvm.PoolSamples("default", 0, 0, 0)}}}}}}
+			Samples: kvm.PoolSamples("default", 0, 0, 0)}}},
+		Unchecked: []checks.UncheckedTarget{{Target: "hv2"}}}}}
 	kvmFamilies, err := collector.NewGatherer(func() *checks.Snapshot { return kvm }).Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -86,11 +86,21 @@ type TargetResult struct {
 	// CheckedAt is when the check of this target completed (pass or fail). The runner fills it
 	// when the checker leaves it zero.
 	CheckedAt time.Time
-	// NotContacted says the check made no contact with the target this round (its turn never
-	// came, or an earlier call to it has not returned): the verdict (Timeout) is this round's,
-	// but the runner keeps the CheckedAt of the last check that contacted the target, so that
-	// the check timestamp moves only when the target was contacted.
+	// NotContacted says the check made no contact with the target this round: the runner keeps
+	// the CheckedAt of the last check that contacted the target, so that the check timestamp
+	// moves only when the target was contacted. Alone (without NotStarted) it is a check that
+	// could not contact the target because an earlier call to it is still outstanding (abandoned
+	// at a deadline, not returned: a hung daemon): a continuing Timeout, which counts as a failed
+	// check toward the thresholds and in the check counters.
 	NotContacted bool
+	// NotStarted says the check of this target did not start this round: its turn did not come
+	// before the round's deadline (the provider's concurrency slots were all taken), or another
+	// caller's check of it was running. Nothing was learned about the target, so the round is
+	// not a check of it: the runner neither counts it toward failureThreshold and
+	// successThreshold nor in the check counters, and keeps the published verdict, reason and
+	// message (a target without a verdict stays unchecked, see ProviderState.Unchecked). The
+	// runner sets NotContacted for it too; Reason and Message say why it was not started.
+	NotStarted bool
 	// Samples are the values of the provider type's own gauges (Type.Gauges) for the target,
 	// from this check: none when the check did not read them.
 	Samples []Sample

@@ -195,8 +195,23 @@ func (r *Runner) SetProviders(ps []Provider) {
 		}
 		pm.prune(s.targets)
 	}
+	now := time.Now()
+	for _, s := range slots {
+		r.memoryOf(s).list(s.targets, now)
+	}
 	r.slots = slots
 	r.publishLocked()
+}
+
+// memoryOf returns what the runner remembers of s's provider, remembering it from now on.
+// r.mu must be held.
+func (r *Runner) memoryOf(s *slot) *providerMemory {
+	pm := r.memory[s.name]
+	if pm == nil {
+		pm = &providerMemory{typ: s.typ, targets: make(map[string]*targetMemory)}
+		r.memory[s.name] = pm
+	}
+	return pm
 }
 
 // sameChecker reports whether a and b are the same checker, without panicking on checkers whose
@@ -338,16 +353,13 @@ collect:
 		if outcomes[i].kind == outcomeAbandoned {
 			r.abandonedTotal++
 		}
-		pm := r.memory[s.name]
-		if pm == nil {
-			pm = &providerMemory{typ: s.typ, targets: make(map[string]*targetMemory)}
-			r.memory[s.name] = pm
-		}
+		pm := r.memoryOf(s)
+		pm.prune(targets[i])
+		pm.list(targets[i], start)
 		bugs := make(map[string]bool)
 		verdicts := r.verdicts(s, targets[i], outcomes[i], start, deadline, pm.targets, pm.bugs, bugs)
 		pm.bugs = bugs
 		pm.apply(r.logger, s.name, s.th, verdicts)
-		pm.prune(targets[i])
 	}
 	r.rounds++
 	r.roundStarted = start
@@ -449,6 +461,10 @@ func (r *Runner) verdicts(s *slot, targets []string, o outcome, start, deadline 
 		}
 		// The reason is the verdict; Up only restates it.
 		v.Up = v.Reason == ReasonReady
+		if v.NotStarted {
+			// Not started: nothing was learned, whatever the reason says.
+			v.NotContacted, v.Up = true, false
+		}
 		out[i] = v
 	}
 	return contacted(out, prev)
@@ -481,12 +497,18 @@ func (r *Runner) publishLocked() {
 		Providers:      make([]ProviderState, len(r.slots)),
 	}
 	for i, s := range r.slots {
-		ps := ProviderState{Name: s.name, Type: s.typ}
-		if pm := r.memory[s.name]; pm != nil && len(pm.targets) > 0 {
-			ps.Targets = make([]TargetState, 0, len(pm.targets))
+		ps := ProviderState{Name: s.name, Type: s.typ, Thresholds: s.th}
+		if pm := r.memory[s.name]; pm != nil {
 			for _, t := range s.targets {
-				if m := pm.targets[t]; m != nil {
+				switch m := pm.targets[t]; {
+				case m == nil:
+				case m.verdict:
+					if ps.Targets == nil {
+						ps.Targets = make([]TargetState, 0, len(s.targets))
+					}
 					ps.Targets = append(ps.Targets, m.state)
+				default:
+					ps.Unchecked = append(ps.Unchecked, m.unchecked(t))
 				}
 			}
 		}

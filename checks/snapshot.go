@@ -23,9 +23,42 @@ type Snapshot struct {
 type ProviderState struct {
 	Name string
 	Type ProviderType
-	// Targets lists the targets checked at least once, in the order of the checker's Targets().
-	// A provider that has not been checked yet (just started or just added by a reload) has none.
+	// Thresholds are the provider's failureThreshold and successThreshold, as configured now.
+	Thresholds Thresholds
+	// Targets lists the targets that have a verdict, in the order of the checker's Targets().
+	// A target has one once its checks have met a threshold (see Thresholds): with the default
+	// thresholds, from its first check that contacted it. A provider none of whose targets has a
+	// verdict yet (just started, or just added by a reload) has none.
 	Targets []TargetState
+	// Unchecked lists the provider's other targets, in the same order: those without a verdict
+	// yet. A target is listed either here or in Targets, never both. Such a target is neither up
+	// nor down: it has no target_up series, no sample in the availability rules, and the
+	// ProviderHealth object and the status page show it as not checked yet.
+	Unchecked []UncheckedTarget
+}
+
+// UncheckedTarget is a target without a verdict yet: no round has started its check since it
+// was listed (the provider's concurrency slots or the round's deadline ran out before its
+// turn), or its first checks have not met a threshold yet.
+type UncheckedTarget struct {
+	Target string
+	// Listed is when the runner first listed the target: when the runner was given its provider
+	// (the start, or the reload that added it), or the round whose checker first listed it.
+	Listed time.Time
+	// Message says why there is no verdict: the note of the last round that did not start the
+	// target ("not started: ..."), or the first checks' count and the last check's reason.
+	Message string
+	// CheckedAt is when the last check that contacted the target completed: zero while none
+	// has.
+	CheckedAt time.Time
+	// CheckReason is the last such check's reason ("" while none has).
+	CheckReason Reason
+	// ConsecutiveFailures and ConsecutiveSuccesses count the first checks, as TargetState's.
+	ConsecutiveFailures  int
+	ConsecutiveSuccesses int
+	// Checks and FailedChecks count the target's checks, as TargetState's.
+	Checks       uint64
+	FailedChecks uint64
 }
 
 // TargetState is the published verdict on one target, since when it holds, and what the last
@@ -40,7 +73,8 @@ type ProviderState struct {
 type TargetState struct {
 	TargetResult
 	// Since is when Up last flipped (the Kubernetes meaning of lastTransitionTime): the
-	// CheckedAt of the check that observed the flip, initially the first check's. A change of
+	// CheckedAt of the check that observed the flip, initially that of the check that gave the
+	// target its first verdict (met a threshold; see Thresholds). A change of
 	// reason while the target stays down does not move it. The status page, the logs and the
 	// ProviderHealth objects all read this one time.
 	Since time.Time
@@ -54,6 +88,13 @@ type TargetState struct {
 	ConsecutiveSuccesses int
 	// Thresholds are the provider's, as of the last check.
 	Thresholds Thresholds
+	// Checks counts the target's checks since the runner listed it (this process's start, or
+	// the reload that added it): every round that started the check of the target, and every
+	// round that found an earlier call to it still outstanding (a continuing Timeout). Rounds
+	// that did not start it (NotStarted) are not checks. FailedChecks counts those whose own
+	// result was not Ready, whatever the thresholds published.
+	Checks       uint64
+	FailedChecks uint64
 	// History is the target's last transitions (those the runner logs), oldest first, at most
 	// HistoryLength. It is kept in memory only: a restart starts a new history. Snapshots share
 	// it: never modify it.
@@ -76,7 +117,10 @@ const HistoryLength = 10
 const maxHistoryMessage = 256
 
 // Transition is one change of a target's published verdict: its first verdict, going down,
-// changing reason while down, or coming back up.
+// changing reason while down, or coming back up. When the history is full, the oldest
+// transitions go first, except the last one that turned the target down (or its first verdict
+// when that was down): reasons that change while a target stays down never push out when it
+// went down.
 type Transition struct {
 	// At is when it happened: the new verdict's Since (for a change of reason while down, the
 	// time of the check that observed it).

@@ -5,8 +5,17 @@ import "fmt"
 // Thresholds are a provider's failureThreshold and successThreshold, with the meaning Kubernetes
 // gives them in a probe: a target that reads up turns down after Failure consecutive failed
 // checks, and a target that reads down turns up after Success consecutive successful ones.
-// Between them the published verdict holds. A target's first check is published as it is: there
-// is no verdict to hold yet.
+// Between them the published verdict holds.
+//
+// A target's first checks follow the kubelet prober's rule for a probe's initial state: the run
+// of equal results is counted from the first result, the thresholds apply from there, and until
+// one is met the target keeps its initial value, which here is "no verdict" (the kubelet's
+// Unknown, a startup probe's initial value): the target is listed in ProviderState.Unchecked,
+// neither up nor down. Its first verdict is up after Success consecutive successful checks, or
+// down after Failure consecutive failed ones. docs/configuration.md says why neither of the
+// other initial values (a readiness probe's Failure, a liveness probe's Success) was chosen.
+// Rounds that did not start a target's check (TargetResult.NotStarted) are not results: they
+// neither count nor break a run.
 type Thresholds struct {
 	Failure int
 	Success int
@@ -26,24 +35,32 @@ type Provider struct {
 	Thresholds Thresholds
 }
 
-// threshold turns the result of the last check (raw) into the verdict to publish, given the
-// published state before it (prev, nil for a target's first check). It counts consecutive
-// failures and successes and returns the new state, without Since and History, and the message
-// of the check the verdict stands on (Message adds the pending note to it).
-func threshold(prev *targetMemory, raw TargetResult, th Thresholds) (TargetState, string) {
+// threshold turns the result of the last check (raw) into the verdict to publish, given what
+// the runner remembers of the target before it (prev: its published state when it has a
+// verdict, else its first checks' counts). It counts consecutive failures and successes and
+// returns the new state, without Since, History and the check counters, the message of the
+// check the verdict stands on (Message adds the pending note to it), and whether the target has
+// a verdict now.
+func threshold(prev *targetMemory, raw TargetResult, th Thresholds) (TargetState, string, bool) {
 	st := TargetState{TargetResult: raw, CheckReason: raw.Reason, CheckMessage: raw.Message, Thresholds: th}
 	if raw.Up {
-		st.ConsecutiveSuccesses = 1
+		st.ConsecutiveSuccesses = 1 + prev.state.ConsecutiveSuccesses
 	} else {
-		st.ConsecutiveFailures = 1
+		st.ConsecutiveFailures = 1 + prev.state.ConsecutiveFailures
 	}
-	if prev == nil {
-		return st, raw.Message
-	}
-	if raw.Up {
-		st.ConsecutiveSuccesses += prev.state.ConsecutiveSuccesses
-	} else {
-		st.ConsecutiveFailures += prev.state.ConsecutiveFailures
+	if !prev.verdict {
+		// The initial state: no verdict until a threshold is met.
+		if raw.Up && st.ConsecutiveSuccesses >= th.Success || !raw.Up && st.ConsecutiveFailures >= th.Failure {
+			return st, raw.Message, true
+		}
+		if raw.Up {
+			st.Message = fmt.Sprintf("no verdict yet: answering Ready, %d of %d consecutive successful checks (successThreshold) give the first verdict; the last check: %s",
+				st.ConsecutiveSuccesses, th.Success, describeCheck(raw))
+		} else {
+			st.Message = fmt.Sprintf("no verdict yet: %d of %d consecutive failed checks (failureThreshold) give the first verdict; the last check: %s",
+				st.ConsecutiveFailures, th.Failure, describeCheck(raw))
+		}
+		return st, raw.Message, false
 	}
 	switch {
 	case prev.state.Up && !raw.Up && st.ConsecutiveFailures < th.Failure:
@@ -51,15 +68,15 @@ func threshold(prev *targetMemory, raw TargetResult, th Thresholds) (TargetState
 		st.Up, st.Reason = true, ReasonReady
 		st.Message = fmt.Sprintf("failures pending: %d of %d consecutive failed checks (failureThreshold) turn the target down; the last check: %s",
 			st.ConsecutiveFailures, th.Failure, describeCheck(raw))
-		return st, prev.verdictMessage
+		return st, prev.verdictMessage, true
 	case !prev.state.Up && raw.Up && st.ConsecutiveSuccesses < th.Success:
 		// Recovery pending: still down, for the reason it went down with.
 		st.Up, st.Reason = false, prev.state.Reason
-		st.Message = fmt.Sprintf("recovery pending: %d of %d consecutive successful checks (successThreshold) turn the target up; the last check: %s; down: %s",
+		st.Message = fmt.Sprintf("recovery pending: answering Ready, %d of %d consecutive successful checks (successThreshold) turn the target up; the last check: %s; down: %s",
 			st.ConsecutiveSuccesses, th.Success, describeCheck(raw), prev.verdictMessage)
-		return st, prev.verdictMessage
+		return st, prev.verdictMessage, true
 	}
-	return st, raw.Message
+	return st, raw.Message, true
 }
 
 // describeCheck is a check's reason and message, for a pending verdict's message.

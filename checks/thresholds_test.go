@@ -20,6 +20,15 @@ func TestThresholdsCount(t *testing.T) {
 	r, rec := newTestRunner(t, time.Second)
 	r.SetProviders([]Provider{{Checker: f, Thresholds: Thresholds{Failure: 3, Success: 2}}})
 	ctx := context.Background()
+	// The first check has met no threshold yet (successThreshold 2): no verdict.
+	f.set("hv1", ReasonReady, "msg first")
+	r.round(ctx)
+	if p := r.Current().Provider("prov"); p.Target("hv1") != nil || len(p.Unchecked) != 1 || p.Unchecked[0].ConsecutiveSuccesses != 1 {
+		t.Fatalf("after one success under successThreshold 2: %+v, want hv1 unchecked with 1 success", p)
+	}
+	if l := rec.take(); len(l) != 1 || l[0].level != slog.LevelDebug {
+		t.Errorf("logged %v for a target without a verdict, want one debug record", l)
+	}
 
 	type step struct {
 		check     Reason // what the check reports
@@ -32,7 +41,7 @@ func TestThresholdsCount(t *testing.T) {
 		logged    string // the record above debug, if any
 	}
 	steps := []step{
-		{check: ReasonReady, up: true, reason: ReasonReady, successes: 1, flip: true, logged: "target is up"},
+		{check: ReasonReady, up: true, reason: ReasonReady, successes: 2, flip: true, logged: "target is up"},
 		{check: ReasonTCPUnreachable, up: true, reason: ReasonReady, failures: 1,
 			pending: "failures pending: 1 of 3 consecutive failed checks (failureThreshold) turn the target down; the last check: TCPUnreachable: msg 1"},
 		{check: ReasonReady, up: true, reason: ReasonReady, successes: 1},
@@ -41,9 +50,9 @@ func TestThresholdsCount(t *testing.T) {
 		{check: ReasonPoolInactive, up: false, reason: ReasonPoolInactive, failures: 3, flip: true, logged: "target went down"},
 		{check: ReasonPoolInactive, up: false, reason: ReasonPoolInactive, failures: 4},
 		{check: ReasonReady, up: false, reason: ReasonPoolInactive, successes: 1,
-			pending: "recovery pending: 1 of 2 consecutive successful checks (successThreshold) turn the target up; the last check: Ready: msg 7; down: msg 6"},
+			pending: "recovery pending: answering Ready, 1 of 2 consecutive successful checks (successThreshold) turn the target up; the last check: Ready: msg 7; down: msg 6"},
 		{check: ReasonPoolInactive, up: false, reason: ReasonPoolInactive, failures: 1},
-		{check: ReasonReady, up: false, reason: ReasonPoolInactive, successes: 1, pending: "recovery pending: 1 of 2"},
+		{check: ReasonReady, up: false, reason: ReasonPoolInactive, successes: 1, pending: "recovery pending: answering Ready, 1 of 2"},
 		{check: ReasonReady, up: true, reason: ReasonReady, successes: 2, flip: true, logged: "target is back up"},
 		{check: ReasonReady, up: true, reason: ReasonReady, successes: 3},
 	}
@@ -130,16 +139,52 @@ func TestDefaultThresholdsPublishEveryCheck(t *testing.T) {
 	}
 }
 
-// TestFirstCheckIsPublishedAsIs: a target's first check has no verdict to hold: a failure reads
-// down at once, whatever the failureThreshold.
-func TestFirstCheckIsPublishedAsIs(t *testing.T) {
-	f := newFake("prov", TypeKVM, "hv1")
-	f.set("hv1", ReasonTCPUnreachable, "refused")
+// TestFirstVerdictFollowsTheThresholds: a target's first checks follow the kubelet prober's
+// rule, with "no verdict" as the initial value: the run is counted from the first result and the
+// target stays unchecked (neither up nor down, not in Targets) until the run meets a threshold;
+// its first verdict, its Since and its first transition are those of the check that met it.
+func TestFirstVerdictFollowsTheThresholds(t *testing.T) {
+	ctx := context.Background()
+	f := newFake("prov", TypeKVM, "down", "up")
 	r, _ := newTestRunner(t, time.Second)
-	r.SetProviders([]Provider{{Checker: f, Thresholds: Thresholds{Failure: 5, Success: 5}}})
-	r.round(context.Background())
-	if ts := mustTarget(t, r.Current(), "prov", "hv1"); ts.Up || ts.Reason != ReasonTCPUnreachable || ts.ConsecutiveFailures != 1 {
-		t.Errorf("first check: %+v, want down TCPUnreachable with 1 failure", ts)
+	r.SetProviders([]Provider{{Checker: f, Thresholds: Thresholds{Failure: 3, Success: 2}}})
+	p := r.Current().Provider("prov")
+	if len(p.Targets) != 0 || len(p.Unchecked) != 2 || p.Unchecked[0].Listed.IsZero() || p.Unchecked[0].Checks != 0 || !p.Unchecked[0].CheckedAt.IsZero() {
+		t.Fatalf("before any round: %+v, want both targets unchecked, listed, never checked", p)
+	}
+	listed := p.Unchecked[0].Listed
+	f.set("down", ReasonTCPUnreachable, "refused")
+	// up: Ready, a failure (the run starts again), Ready, Ready.
+	upChecks := []Reason{ReasonReady, ReasonTimeout, ReasonReady, ReasonReady}
+	var downSince time.Time
+	for n := 1; n <= 4; n++ {
+		f.set("up", upChecks[n-1], "")
+		r.round(ctx)
+		p := r.Current().Provider("prov")
+		down, up := p.Target("down"), p.Target("up")
+		if n < 3 {
+			if down != nil {
+				t.Fatalf("check %d: %d failures under failureThreshold 3 gave a verdict %+v", n, n, down)
+			}
+			u := p.Unchecked[0]
+			if u.Target != "down" || u.ConsecutiveFailures != n || u.Checks != uint64(n) || u.FailedChecks != uint64(n) || u.CheckReason != ReasonTCPUnreachable ||
+				!u.Listed.Equal(listed) || !strings.Contains(u.Message, fmt.Sprintf("no verdict yet: %d of 3 consecutive failed checks", n)) {
+				t.Errorf("check %d: unchecked %+v", n, u)
+			}
+		} else if down == nil || down.Up || down.Reason != ReasonTCPUnreachable || n == 3 && !down.Since.Equal(down.CheckedAt) ||
+			len(down.History) != 1 || !down.History[0].First || down.History[0].Up || down.ConsecutiveFailures != n {
+			t.Errorf("check %d: %+v, want down since its third check, one first transition", n, down)
+		} else if n == 3 {
+			downSince = down.Since
+		} else if !down.Since.Equal(downSince) {
+			t.Errorf("check 4: down since %v, want its third check's %v", down.Since, downSince)
+		}
+		if n < 4 && up != nil {
+			t.Errorf("check %d: %s reads %v without two successes in a row", n, up.Target, up.Up)
+		}
+		if n == 4 && (up == nil || !up.Up || !up.Since.Equal(up.CheckedAt) || len(up.History) != 1 || up.Checks != 4 || up.FailedChecks != 1) {
+			t.Errorf("check 4: %+v, want up from the second success in a row, 4 checks, 1 failed", up)
+		}
 	}
 }
 

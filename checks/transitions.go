@@ -6,13 +6,50 @@ import (
 	"unicode/utf8"
 )
 
-// targetMemory is what the runner remembers of a target between rounds.
+// targetMemory is what the runner remembers of a target between rounds, from the moment it
+// lists the target.
 type targetMemory struct {
-	// state is the published state, as the next snapshot shows it.
+	// verdict is true once the target has a verdict (its checks met a threshold); until then it
+	// is published as unchecked and state holds only its first checks' counts and last check.
+	verdict bool
+	// state is the published state, as the next snapshot shows it (once verdict is true).
 	state TargetState
 	// verdictMessage is the message of the check the published verdict stands on: the same as
 	// state.Message unless a change is pending, when state.Message adds the pending note.
 	verdictMessage string
+	// listed is when the runner first listed the target.
+	listed time.Time
+	// notStarted is the message of the last round that did not start the target's check, ""
+	// when the last round did: what an unchecked target shows.
+	notStarted string
+}
+
+// unchecked is the target as ProviderState.Unchecked lists it; m has no verdict.
+func (m *targetMemory) unchecked(target string) UncheckedTarget {
+	u := UncheckedTarget{
+		Target: target, Listed: m.listed, Message: m.notStarted,
+		ConsecutiveFailures: m.state.ConsecutiveFailures, ConsecutiveSuccesses: m.state.ConsecutiveSuccesses,
+		Checks: m.state.Checks, FailedChecks: m.state.FailedChecks,
+	}
+	if m.state.Checks > 0 {
+		u.CheckedAt, u.CheckReason = m.state.CheckedAt, m.state.CheckReason
+		if u.Message == "" {
+			u.Message = m.state.Message
+		}
+	}
+	if u.Message == "" {
+		u.Message = "not checked yet: no round has started its check"
+	}
+	return u
+}
+
+// list makes the runner remember the targets it did not list yet, as listed at now.
+func (pm *providerMemory) list(targets []string, now time.Time) {
+	for _, t := range targets {
+		if pm.targets[t] == nil {
+			pm.targets[t] = &targetMemory{listed: now}
+		}
+	}
 }
 
 // apply records one round's check results for a provider, turns them into the verdicts to
@@ -21,31 +58,54 @@ type targetMemory struct {
 // and logs the transitions of those verdicts. Only changes are logged, so that an on-call reading
 // the log sees when and why a target went down and when it came back, and steady state stays
 // silent:
-//   - a target's first verdict (the first round, or a target new after a reload): its initial
-//     state, at info when up and at warn when down;
+//   - a target's first verdict (once its first checks meet a threshold, after the start or
+//     after a reload that added it): its initial state, at info when up and at warn when down;
 //   - going down, and changing reason while down: warn, with the reason and the message;
 //   - coming back up: info, with how long it was down (since it went down, whatever reasons
 //     it had meanwhile).
 //
 // A check whose result a threshold holds back is logged at debug only. A message that changes
 // while the reason stays the same is not a transition. Since moves only when Up flips. Every
-// transition is also kept in the target's History.
+// transition is also kept in the target's History. A result that did not start the check
+// (NotStarted) changes nothing but the note an unchecked target shows.
 func (pm *providerMemory) apply(logger *slog.Logger, provider string, th Thresholds, results []TargetResult) {
 	th = th.normalized()
 	for _, raw := range results {
 		prev := pm.targets[raw.Target]
+		if prev == nil {
+			// The runner lists every target before applying its results (list).
+			prev = &targetMemory{listed: time.Now()}
+		}
+		if raw.NotStarted {
+			next := *prev
+			next.notStarted = raw.Message
+			pm.targets[raw.Target] = &next
+			continue
+		}
 		// A flip is dated by the check that observed it; a verdict that contacted nothing
 		// (CheckedAt is the last contact's) by now, when it is recorded.
 		observed := raw.CheckedAt
 		if raw.NotContacted {
 			observed = time.Now()
 		}
-		st, verdictMessage := threshold(prev, raw, th)
-		v := &st.TargetResult
-		st.Since = observed
+		st, verdictMessage, verdict := threshold(prev, raw, th)
+		st.Checks, st.FailedChecks = prev.state.Checks+1, prev.state.FailedChecks
+		if !raw.Up {
+			st.FailedChecks++
+		}
+		next := &targetMemory{verdict: verdict, state: st, verdictMessage: verdictMessage, listed: prev.listed}
+		pm.targets[raw.Target] = next
+		v := &next.state.TargetResult
+		next.state.Since = observed
 		tr := Transition{At: observed, Up: v.Up, Reason: v.Reason, Message: Clip(verdictMessage, maxHistoryMessage)}
 		switch {
-		case prev == nil:
+		case !verdict:
+			logger.Debug("no verdict yet: the first checks have not met a threshold", "provider", provider, "target", v.Target,
+				"check_reason", string(st.CheckReason), "consecutive_failures", st.ConsecutiveFailures,
+				"consecutive_successes", st.ConsecutiveSuccesses, "failure_threshold", th.Failure,
+				"success_threshold", th.Success)
+			continue
+		case !prev.verdict:
 			tr.First = true
 			if v.Up {
 				logger.Info("target is up", "provider", provider, "target", v.Target)
@@ -53,6 +113,8 @@ func (pm *providerMemory) apply(logger *slog.Logger, provider string, th Thresho
 				logger.Warn("target is down", "provider", provider, "target", v.Target,
 					"reason", string(v.Reason), "message", v.Message)
 			}
+			next.state.History = appendHistory(nil, tr)
+			continue
 		case prev.state.Up && !v.Up:
 			logger.Warn("target went down", "provider", provider, "target", v.Target,
 				"reason", string(v.Reason), "message", v.Message,
@@ -66,36 +128,50 @@ func (pm *providerMemory) apply(logger *slog.Logger, provider string, th Thresho
 			logger.Warn("target is still down with another reason", "provider", provider, "target", v.Target,
 				"reason", string(v.Reason), "previous_reason", string(prev.state.Reason), "message", v.Message,
 				"down_for", observed.Sub(prev.state.Since).Round(time.Millisecond))
-			st.Since = prev.state.Since
+			next.state.Since = prev.state.Since
 		default:
-			st.Since = prev.state.Since
-			st.History = prev.state.History
-			if st.FailuresPending() || st.RecoveryPending() {
+			next.state.Since = prev.state.Since
+			next.state.History = prev.state.History
+			if next.state.FailuresPending() || next.state.RecoveryPending() {
 				logger.Debug("check result held back by a threshold", "provider", provider, "target", v.Target,
 					"check_reason", string(st.CheckReason), "consecutive_failures", st.ConsecutiveFailures,
 					"consecutive_successes", st.ConsecutiveSuccesses, "failure_threshold", th.Failure,
 					"success_threshold", th.Success)
 			}
-			pm.targets[raw.Target] = &targetMemory{state: st, verdictMessage: verdictMessage}
 			continue
 		}
-		if prev != nil {
-			tr.FromUp, tr.FromReason = prev.state.Up, prev.state.Reason
-			st.History = appendHistory(prev.state.History, tr)
-		} else {
-			st.History = appendHistory(nil, tr)
-		}
-		pm.targets[raw.Target] = &targetMemory{state: st, verdictMessage: verdictMessage}
+		tr.FromUp, tr.FromReason = prev.state.Up, prev.state.Reason
+		next.state.History = appendHistory(prev.state.History, tr)
 	}
 }
 
-// appendHistory returns h with t appended, keeping the last HistoryLength transitions. h is
-// shared with published snapshots, so a new slice is built (transitions are rare; a round
-// without any copies nothing).
+// appendHistory returns h with t appended, keeping the last HistoryLength transitions, and
+// always the last one that turned the target down (or its first verdict when that was down), so
+// that changes of reason while down never push out when it went down. h is shared with
+// published snapshots, so a new slice is built (transitions are rare; a round without any
+// copies nothing).
 func appendHistory(h []Transition, t Transition) []Transition {
-	keep := h[max(0, len(h)-(HistoryLength-1)):]
-	out := make([]Transition, 0, len(keep)+1)
-	return append(append(out, keep...), t)
+	all := append(append(make([]Transition, 0, len(h)+1), h...), t)
+	drop := len(all) - HistoryLength
+	if drop <= 0 {
+		return all
+	}
+	pin := -1
+	for i := len(all) - 1; i >= 0; i-- {
+		if !all[i].Up && (all[i].First || all[i].FromUp) {
+			pin = i
+			break
+		}
+	}
+	out := make([]Transition, 0, HistoryLength)
+	for i, tr := range all {
+		if drop > 0 && i != pin {
+			drop--
+			continue
+		}
+		out = append(out, tr)
+	}
+	return out
 }
 
 // Clip cuts a message to at most n bytes at a UTF-8 boundary, marking the cut with "...": for

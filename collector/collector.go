@@ -46,6 +46,22 @@ var (
 		"1 for the reason of the last verdict on the target (Ready when up); other reasons have no series.")
 	consecutiveFailures = gaugeFamily("provider", "target_consecutive_failures",
 		"Checks of the target that failed in a row up to the last one, before the provider's failureThreshold (0 when the last check succeeded). Above 0 while target_up is 1: failures pending.")
+	consecutiveSuccesses = gaugeFamily("provider", "target_consecutive_successes",
+		"Checks of the target that succeeded in a row up to the last one, before the provider's successThreshold (0 when the last check failed). Above 0 while target_up is 0: recovery pending.")
+	checksTotal = family{prometheus.BuildFQName(checks.MetricNamespace, "provider", "target_checks_total"),
+		"Checks of the target since the exporter listed it: rounds that started its check, and rounds that found an earlier call to it still outstanding (a continuing Timeout); rounds that did not start it are not counted.",
+		dto.MetricType_COUNTER}
+	checksFailedTotal = family{prometheus.BuildFQName(checks.MetricNamespace, "provider", "target_checks_failed_total"),
+		"Checks of the target (as in target_checks_total) whose own result was not Ready, whatever the provider's thresholds published.",
+		dto.MetricType_COUNTER}
+	targetsUnchecked = gaugeFamily("provider", "targets_unchecked",
+		"Targets of the provider without a verdict yet: no round has started their check since they were listed, or their first checks have not met a threshold. They have no target_up series.")
+	uncheckedSince = gaugeFamily("provider", "target_unchecked_since_timestamp_seconds",
+		"For a target without a verdict yet, when the exporter listed it (its start, or the reload that added it), in seconds since the Unix epoch; no series once it has a verdict.")
+	failureThreshold = gaugeFamily("provider", "failure_threshold",
+		"The provider's failureThreshold: consecutive failed checks that turn an up target down.")
+	successThreshold = gaugeFamily("provider", "success_threshold",
+		"The provider's successThreshold: consecutive successful checks that turn a down target up.")
 	providerInfo = gaugeFamily("provider", "info",
 		"1 for every configured provider, with its type.")
 	roundDuration = gaugeFamily("provider", "check_round_duration_seconds",
@@ -142,13 +158,36 @@ func families(s *checks.Snapshot) ([]*dto.MetricFamily, error) {
 	}
 	var refs []ref
 	info := newFamily(providerInfo, len(s.Providers))
+	unchecked := newFamily(targetsUnchecked, len(s.Providers))
+	failTh := newFamily(failureThreshold, len(s.Providers))
+	succTh := newFamily(successThreshold, len(s.Providers))
+	since := newFamily(uncheckedSince, 0)
+	total := newFamily(checksTotal, 0)
+	failed := newFamily(checksFailedTotal, 0)
+	counters := func(labels []*dto.LabelPair, checks, failedChecks uint64) {
+		total.Metric = append(total.Metric, &dto.Metric{Label: labels, Counter: &dto.Counter{Value: new(float64(checks))}})
+		failed.Metric = append(failed.Metric, &dto.Metric{Label: labels, Counter: &dto.Counter{Value: new(float64(failedChecks))}})
+	}
 	for i := range s.Providers {
 		p := &s.Providers[i]
 		pp := labelPair(lProvider, p.Name)
 		info.Metric = append(info.Metric, &dto.Metric{Label: []*dto.LabelPair{pp, labelPair(lType, string(p.Type))}, Gauge: gauge(1)})
+		unchecked.Metric = append(unchecked.Metric, &dto.Metric{Label: []*dto.LabelPair{pp}, Gauge: gauge(float64(len(p.Unchecked)))})
+		th := p.Thresholds
+		if th == (checks.Thresholds{}) {
+			th = checks.DefaultThresholds
+		}
+		failTh.Metric = append(failTh.Metric, &dto.Metric{Label: []*dto.LabelPair{pp}, Gauge: gauge(float64(max(th.Failure, 1)))})
+		succTh.Metric = append(succTh.Metric, &dto.Metric{Label: []*dto.LabelPair{pp}, Gauge: gauge(float64(max(th.Success, 1)))})
 		for j := range p.Targets {
 			t := &p.Targets[j]
 			refs = append(refs, ref{t: t, labels: []*dto.LabelPair{pp, labelPair(lTarget, t.Target)}})
+		}
+		for j := range p.Unchecked {
+			u := &p.Unchecked[j]
+			labels := []*dto.LabelPair{pp, labelPair(lTarget, u.Target)}
+			since.Metric = append(since.Metric, &dto.Metric{Label: labels, Gauge: gauge(float64(u.Listed.UnixNano()) / 1e9)})
+			counters(labels, u.Checks, u.FailedChecks)
 		}
 	}
 
@@ -158,6 +197,7 @@ func families(s *checks.Snapshot) ([]*dto.MetricFamily, error) {
 	transition := newFamily(lastTransition, len(refs))
 	reason := newFamily(targetReason, len(refs))
 	failures := newFamily(consecutiveFailures, len(refs))
+	successes := newFamily(consecutiveSuccesses, len(refs))
 	// The provider types' own gauges, by gauge.
 	own := map[*checks.Gauge]*dto.MetricFamily{}
 	var ownOrder []*dto.MetricFamily
@@ -180,6 +220,8 @@ func families(s *checks.Snapshot) ([]*dto.MetricFamily, error) {
 		reason.Metric = append(reason.Metric, &dto.Metric{
 			Label: []*dto.LabelPair{r.labels[0], labelPair(lReason, string(r.t.Reason)), r.labels[1]}, Gauge: gauge(1)})
 		failures.Metric = append(failures.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(float64(r.t.ConsecutiveFailures))})
+		successes.Metric = append(successes.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(float64(r.t.ConsecutiveSuccesses))})
+		counters(r.labels, r.t.Checks, r.t.FailedChecks)
 		for _, sm := range r.t.Samples {
 			f := own[sm.Gauge]
 			if f == nil {
@@ -203,17 +245,18 @@ func families(s *checks.Snapshot) ([]*dto.MetricFamily, error) {
 		rd.Metric = append(rd.Metric, &dto.Metric{Gauge: gauge(s.RoundDuration.Seconds())})
 		mfs = append(mfs, rd)
 	}
-	for _, f := range append([]*dto.MetricFamily{info, up, duration, timestamp, transition, reason, failures}, ownOrder...) {
+	for _, f := range append([]*dto.MetricFamily{info, unchecked, failTh, succTh, up, duration, timestamp, transition, reason,
+		failures, successes, since, total, failed}, ownOrder...) {
 		if len(f.Metric) > 0 {
 			slices.SortStableFunc(f.Metric, byLabelValues)
 			mfs = append(mfs, f)
 		}
 	}
-	// Every target has one series in each per-target family: duplicates in one, sorted, are
-	// duplicates in all.
-	for i := 1; i < len(up.Metric); i++ {
-		if byLabelValues(up.Metric[i-1], up.Metric[i]) == 0 {
-			l := up.Metric[i].Label
+	// Every target, with a verdict or not, has one series in the counters: duplicates there,
+	// sorted, are duplicates everywhere.
+	for i := 1; i < len(total.Metric); i++ {
+		if byLabelValues(total.Metric[i-1], total.Metric[i]) == 0 {
+			l := total.Metric[i].Label
 			return nil, fmt.Errorf("provider %q target %q: collected before with the same name and label values (two verdicts on one target)", l[0].GetValue(), l[1].GetValue())
 		}
 	}

@@ -46,16 +46,22 @@ func fullSnapshot() *checks.Snapshot {
 		RoundDuration:  2500 * time.Millisecond,
 		AbandonedTotal: 2,
 		Providers: []checks.ProviderState{
-			{Name: "kvm-lab", Type: "kvm", Targets: []checks.TargetState{
+			{Name: "kvm-lab", Type: "kvm", Thresholds: checks.Thresholds{Failure: 3, Success: 2}, Targets: []checks.TargetState{
 				// Failures pending: up, but its last 2 checks failed.
-				{Since: t0, ConsecutiveFailures: 2, TargetResult: checks.TargetResult{Target: "hv2", Up: true, Reason: checks.ReasonReady,
+				{Since: t0, ConsecutiveFailures: 2, Checks: 9, FailedChecks: 2, TargetResult: checks.TargetResult{Target: "hv2", Up: true, Reason: checks.ReasonReady,
 					Duration: 12 * time.Millisecond, CheckedAt: t0.Add(500 * time.Millisecond),
 					Samples: kvmcheck.PoolSamples("default", 1000, 400, 600)}},
-				{Since: t0.Add(-90 * time.Second), ConsecutiveFailures: 4, TargetResult: checks.TargetResult{Target: "hv1", Up: false, Reason: checks.ReasonTCPUnreachable,
+				// Recovery pending: down, but its last check succeeded.
+				{Since: t0.Add(-90 * time.Second), ConsecutiveSuccesses: 1, Checks: 9, FailedChecks: 8, TargetResult: checks.TargetResult{Target: "hv1", Up: false, Reason: checks.ReasonTCPUnreachable,
 					Message: "dial tcp 198.18.0.1:22: connection refused", Duration: 3 * time.Millisecond, CheckedAt: t0.Add(time.Second)}},
+			}, Unchecked: []checks.UncheckedTarget{
+				// Never started since it was listed.
+				{Target: "hv3", Listed: t0.Add(-30 * time.Second), Message: "not started: ..."},
+				// Contacted, its first checks below the thresholds.
+				{Target: "hv4", Listed: t0.Add(-30 * time.Second), Checks: 1, FailedChecks: 1, ConsecutiveFailures: 1, CheckReason: checks.ReasonTimeout, CheckedAt: t0},
 			}},
 			{Name: "gcp-prod", Type: "gcp", Targets: []checks.TargetState{
-				{Since: t0, TargetResult: checks.TargetResult{Target: "my-project", Up: true, Reason: checks.ReasonReady,
+				{Since: t0, Checks: 5, TargetResult: checks.TargetResult{Target: "my-project", Up: true, Reason: checks.ReasonReady,
 					Duration: 250 * time.Millisecond, CheckedAt: t0.Add(2 * time.Second)}},
 			}},
 			{Name: "cluster-new", Type: "kubernetes"}, // added by a reload, not checked yet
@@ -92,16 +98,45 @@ proxy_operator_provider_check_timestamp_seconds{provider="kvm-lab",target="hv2"}
 # HELP proxy_operator_provider_checkers_abandoned_total Checkers that had not returned by a round's deadline and were abandoned (their targets read Timeout).
 # TYPE proxy_operator_provider_checkers_abandoned_total counter
 proxy_operator_provider_checkers_abandoned_total 2
+# HELP proxy_operator_provider_failure_threshold The provider's failureThreshold: consecutive failed checks that turn an up target down.
+# TYPE proxy_operator_provider_failure_threshold gauge
+proxy_operator_provider_failure_threshold{provider="cluster-new"} 1
+proxy_operator_provider_failure_threshold{provider="gcp-prod"} 1
+proxy_operator_provider_failure_threshold{provider="kvm-lab"} 3
 # HELP proxy_operator_provider_info 1 for every configured provider, with its type.
 # TYPE proxy_operator_provider_info gauge
 proxy_operator_provider_info{provider="cluster-new",type="kubernetes"} 1
 proxy_operator_provider_info{provider="gcp-prod",type="gcp"} 1
 proxy_operator_provider_info{provider="kvm-lab",type="kvm"} 1
+# HELP proxy_operator_provider_success_threshold The provider's successThreshold: consecutive successful checks that turn a down target up.
+# TYPE proxy_operator_provider_success_threshold gauge
+proxy_operator_provider_success_threshold{provider="cluster-new"} 1
+proxy_operator_provider_success_threshold{provider="gcp-prod"} 1
+proxy_operator_provider_success_threshold{provider="kvm-lab"} 2
+# HELP proxy_operator_provider_target_checks_failed_total Checks of the target (as in target_checks_total) whose own result was not Ready, whatever the provider's thresholds published.
+# TYPE proxy_operator_provider_target_checks_failed_total counter
+proxy_operator_provider_target_checks_failed_total{provider="gcp-prod",target="my-project"} 0
+proxy_operator_provider_target_checks_failed_total{provider="kvm-lab",target="hv1"} 8
+proxy_operator_provider_target_checks_failed_total{provider="kvm-lab",target="hv2"} 2
+proxy_operator_provider_target_checks_failed_total{provider="kvm-lab",target="hv3"} 0
+proxy_operator_provider_target_checks_failed_total{provider="kvm-lab",target="hv4"} 1
+# HELP proxy_operator_provider_target_checks_total Checks of the target since the exporter listed it: rounds that started its check, and rounds that found an earlier call to it still outstanding (a continuing Timeout); rounds that did not start it are not counted.
+# TYPE proxy_operator_provider_target_checks_total counter
+proxy_operator_provider_target_checks_total{provider="gcp-prod",target="my-project"} 5
+proxy_operator_provider_target_checks_total{provider="kvm-lab",target="hv1"} 9
+proxy_operator_provider_target_checks_total{provider="kvm-lab",target="hv2"} 9
+proxy_operator_provider_target_checks_total{provider="kvm-lab",target="hv3"} 0
+proxy_operator_provider_target_checks_total{provider="kvm-lab",target="hv4"} 1
 # HELP proxy_operator_provider_target_consecutive_failures Checks of the target that failed in a row up to the last one, before the provider's failureThreshold (0 when the last check succeeded). Above 0 while target_up is 1: failures pending.
 # TYPE proxy_operator_provider_target_consecutive_failures gauge
 proxy_operator_provider_target_consecutive_failures{provider="gcp-prod",target="my-project"} 0
-proxy_operator_provider_target_consecutive_failures{provider="kvm-lab",target="hv1"} 4
+proxy_operator_provider_target_consecutive_failures{provider="kvm-lab",target="hv1"} 0
 proxy_operator_provider_target_consecutive_failures{provider="kvm-lab",target="hv2"} 2
+# HELP proxy_operator_provider_target_consecutive_successes Checks of the target that succeeded in a row up to the last one, before the provider's successThreshold (0 when the last check failed). Above 0 while target_up is 0: recovery pending.
+# TYPE proxy_operator_provider_target_consecutive_successes gauge
+proxy_operator_provider_target_consecutive_successes{provider="gcp-prod",target="my-project"} 0
+proxy_operator_provider_target_consecutive_successes{provider="kvm-lab",target="hv1"} 1
+proxy_operator_provider_target_consecutive_successes{provider="kvm-lab",target="hv2"} 0
 # HELP proxy_operator_provider_target_last_transition_timestamp_seconds When the verdict on the target last flipped between up and down (a new reason while down is no flip), in seconds since the Unix epoch; before the first flip this process saw, its first check of the target.
 # TYPE proxy_operator_provider_target_last_transition_timestamp_seconds gauge
 proxy_operator_provider_target_last_transition_timestamp_seconds{provider="gcp-prod",target="my-project"} 1.8e+09
@@ -112,11 +147,20 @@ proxy_operator_provider_target_last_transition_timestamp_seconds{provider="kvm-l
 proxy_operator_provider_target_reason{provider="gcp-prod",reason="Ready",target="my-project"} 1
 proxy_operator_provider_target_reason{provider="kvm-lab",reason="Ready",target="hv2"} 1
 proxy_operator_provider_target_reason{provider="kvm-lab",reason="TCPUnreachable",target="hv1"} 1
+# HELP proxy_operator_provider_target_unchecked_since_timestamp_seconds For a target without a verdict yet, when the exporter listed it (its start, or the reload that added it), in seconds since the Unix epoch; no series once it has a verdict.
+# TYPE proxy_operator_provider_target_unchecked_since_timestamp_seconds gauge
+proxy_operator_provider_target_unchecked_since_timestamp_seconds{provider="kvm-lab",target="hv3"} 1.79999997e+09
+proxy_operator_provider_target_unchecked_since_timestamp_seconds{provider="kvm-lab",target="hv4"} 1.79999997e+09
 # HELP proxy_operator_provider_target_up 1 when the verdict on the target is Ready, 0 otherwise (the last check's, unless the provider's failureThreshold or successThreshold holds the one before).
 # TYPE proxy_operator_provider_target_up gauge
 proxy_operator_provider_target_up{provider="gcp-prod",target="my-project"} 1
 proxy_operator_provider_target_up{provider="kvm-lab",target="hv1"} 0
 proxy_operator_provider_target_up{provider="kvm-lab",target="hv2"} 1
+# HELP proxy_operator_provider_targets_unchecked Targets of the provider without a verdict yet: no round has started their check since they were listed, or their first checks have not met a threshold. They have no target_up series.
+# TYPE proxy_operator_provider_targets_unchecked gauge
+proxy_operator_provider_targets_unchecked{provider="cluster-new"} 0
+proxy_operator_provider_targets_unchecked{provider="gcp-prod"} 0
+proxy_operator_provider_targets_unchecked{provider="kvm-lab"} 2
 `
 
 func fixed(s *checks.Snapshot) func() *checks.Snapshot { return func() *checks.Snapshot { return s } }
@@ -128,7 +172,9 @@ func TestCollectFullSnapshot(t *testing.T) {
 }
 
 func TestCollectBeforeFirstRound(t *testing.T) {
-	s := &checks.Snapshot{Providers: []checks.ProviderState{{Name: "kvm-lab", Type: "kvm"}}}
+	s := &checks.Snapshot{Providers: []checks.ProviderState{{Name: "kvm-lab", Type: "kvm", Thresholds: checks.DefaultThresholds,
+		Unchecked: []checks.UncheckedTarget{{Target: "hv1", Listed: t0}}}}}
+	// Not checked yet: no verdict (no target_up, no check timestamp), the counters at 0.
 	const want = `
 # HELP proxy_operator_provider_check_rounds_total Rounds of provider checks completed since the exporter started.
 # TYPE proxy_operator_provider_check_rounds_total counter
@@ -136,9 +182,27 @@ proxy_operator_provider_check_rounds_total 0
 # HELP proxy_operator_provider_checkers_abandoned_total Checkers that had not returned by a round's deadline and were abandoned (their targets read Timeout).
 # TYPE proxy_operator_provider_checkers_abandoned_total counter
 proxy_operator_provider_checkers_abandoned_total 0
+# HELP proxy_operator_provider_failure_threshold The provider's failureThreshold: consecutive failed checks that turn an up target down.
+# TYPE proxy_operator_provider_failure_threshold gauge
+proxy_operator_provider_failure_threshold{provider="kvm-lab"} 1
 # HELP proxy_operator_provider_info 1 for every configured provider, with its type.
 # TYPE proxy_operator_provider_info gauge
 proxy_operator_provider_info{provider="kvm-lab",type="kvm"} 1
+# HELP proxy_operator_provider_success_threshold The provider's successThreshold: consecutive successful checks that turn a down target up.
+# TYPE proxy_operator_provider_success_threshold gauge
+proxy_operator_provider_success_threshold{provider="kvm-lab"} 1
+# HELP proxy_operator_provider_target_checks_failed_total Checks of the target (as in target_checks_total) whose own result was not Ready, whatever the provider's thresholds published.
+# TYPE proxy_operator_provider_target_checks_failed_total counter
+proxy_operator_provider_target_checks_failed_total{provider="kvm-lab",target="hv1"} 0
+# HELP proxy_operator_provider_target_checks_total Checks of the target since the exporter listed it: rounds that started its check, and rounds that found an earlier call to it still outstanding (a continuing Timeout); rounds that did not start it are not counted.
+# TYPE proxy_operator_provider_target_checks_total counter
+proxy_operator_provider_target_checks_total{provider="kvm-lab",target="hv1"} 0
+# HELP proxy_operator_provider_target_unchecked_since_timestamp_seconds For a target without a verdict yet, when the exporter listed it (its start, or the reload that added it), in seconds since the Unix epoch; no series once it has a verdict.
+# TYPE proxy_operator_provider_target_unchecked_since_timestamp_seconds gauge
+proxy_operator_provider_target_unchecked_since_timestamp_seconds{provider="kvm-lab",target="hv1"} 1.8e+09
+# HELP proxy_operator_provider_targets_unchecked Targets of the provider without a verdict yet: no round has started their check since they were listed, or their first checks have not met a threshold. They have no target_up series.
+# TYPE proxy_operator_provider_targets_unchecked gauge
+proxy_operator_provider_targets_unchecked{provider="kvm-lab"} 1
 `
 	if err := testutil.GatherAndCompare(NewGatherer(fixed(s)), strings.NewReader(want)); err != nil {
 		t.Error(err)
@@ -427,7 +491,7 @@ func labelNames(m *dto.Metric) string {
 // person may ask for, each body decoding to the snapshot's series and the registry's.
 func TestFormatsAndCompressions(t *testing.T) {
 	h := handler(fullSnapshot())
-	const series = 28 // fullExposition's 27 and the registry's gauge
+	const series = 52 // fullExposition's 51 and the registry's gauge
 	for _, accept := range []string{"", "*/*", "text/plain; version=0.0.4", "text/plain;version=1.0.0;escaping=allow-utf-8",
 		"application/openmetrics-text; version=1.0.0", acceptPrometheus,
 		"application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"} {

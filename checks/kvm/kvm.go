@@ -272,7 +272,7 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 				}
 				i := order[k]
 				if ctx.Err() != nil {
-					results[i] = notContacted(c.targets[i], start,
+					results[i] = notStarted(c.targets[i], start,
 						"not started: the round's deadline came while waiting for one of the provider's concurrency slots")
 					continue
 				}
@@ -544,8 +544,15 @@ func (c *Checker) probeHost(ctx context.Context, i int, start time.Time, opts ho
 		// What the connection told may no longer hold (and a dead connection is not kept
 		// alive by it): the next check that gets answers learns it again.
 		c.forgetFacts(addr)
-		if errors.Is(err, hostpool.ErrProbeBusy) || errors.Is(err, hostpool.ErrProbeRunning) {
-			// No call was made: the host was not contacted this round.
+		if errors.Is(err, hostpool.ErrProbeRunning) {
+			// Another caller's check of the host is running: this one made no call and learned
+			// nothing about the host.
+			_, msg := classify(err, "")
+			return notStarted(target, start, msg), err
+		}
+		if errors.Is(err, hostpool.ErrProbeBusy) {
+			// No call was made because the last one, abandoned, has not returned: the host
+			// still does not answer (a continuing Timeout, which counts as a failed check).
 			_, msg := classify(err, "")
 			return notContacted(target, start, msg), err
 		}
@@ -600,11 +607,20 @@ func (c *Checker) poolVerdict(target string, start time.Time, in hostInfo) check
 	return verdict(target, start, reason, fmt.Sprintf("%s; storage pool %s is %s", about, c.storagePool, state), sp)
 }
 
-// notContacted is the Timeout verdict of a host this round did not contact: the runner keeps the
-// time of its last contact as the check time.
+// notContacted is the Timeout verdict of a host this round did not contact because an earlier
+// call to it is still outstanding: a failed check, but the runner keeps the time of its last
+// contact as the check time.
 func notContacted(target string, start time.Time, msg string) checks.TargetResult {
 	tr := verdict(target, start, checks.ReasonTimeout, msg, nil)
 	tr.NotContacted = true
+	return tr
+}
+
+// notStarted is the result of a host whose check this round did not start (no slot before the
+// deadline, or another caller's check of it running): no verdict, and not a check of the host.
+func notStarted(target string, start time.Time, msg string) checks.TargetResult {
+	tr := notContacted(target, start, msg)
+	tr.NotStarted = true
 	return tr
 }
 

@@ -300,7 +300,7 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 	start := time.Now()
 	if ctx.Err() != nil {
 		rs := c.result(start, checks.ReasonTimeout, "check not started: the check's deadline had already passed")
-		rs[0].NotContacted = true
+		rs[0].NotContacted, rs[0].NotStarted = true, true
 		return rs
 	}
 	if _, ok := ctx.Deadline(); !ok {
