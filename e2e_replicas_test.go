@@ -107,9 +107,9 @@ func TestEndToEndReplicas(t *testing.T) {
 	replicas := []*replica{startReplica(t, "replica-a", bin, args...), startReplica(t, "replica-b", bin, args...)}
 
 	// The mixin's rules with test-sized windows, set through its _config. The availability
-	// groups sample and evaluate every 15s instead of 1m and 5m, so the dashboard's availability
-	// panels have data by the time their queries run below.
-	rules := demo.MixinRules(t, ".", `{targetDownFor: "10s", providerDownFor: "10s", availabilityInterval: "15s", availabilityEvaluationInterval: "15s"}`)
+	// groups sample, bucket and evaluate every 15s instead of 1m, 1h and 5m, so the dashboard's
+	// availability panels have data by the time their queries run below.
+	rules := demo.MixinRules(t, ".", `{targetDownFor: "10s", providerDownFor: "10s", availabilityInterval: "15s", availabilityBucket: "15s", availabilityEvaluationInterval: "15s"}`)
 	stack := promstack.Start(t, promstack.Options{ScrapeTargets: []string{replicas[0].addr, replicas[1].addr}, RuleFiles: rules})
 	for _, r := range replicas {
 		stack.WaitTargetUp(t, r.addr, 60*time.Second)

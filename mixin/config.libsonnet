@@ -67,19 +67,50 @@
     crdDuplicateWritersWindow: '15m',
     crdDuplicateWritersFor: '5m',
 
-    // Availability (recording rules, dashboard row): every availabilityInterval one sample of
-    // each target's verdict (up on any replica) is recorded; a target's availability over a
-    // window is its up samples divided by the samples the window should hold, so a gap (the
-    // exporter not scraped or not running, Prometheus down) counts as unavailable, and a
-    // target without any sample in the window has no availability (never 100%). The windows are
-    // single-unit durations; the availability rules are evaluated every
-    // availabilityEvaluationInterval.
+    // Availability (recording rules, dashboard row, error-budget alerts; docs/mixin.md#availability).
+    // A target's availability over a window is the time it was seen up over the time it was
+    // seen at all: a gap in monitoring (the exporter not scraped, Prometheus down) and time in
+    // one of availabilityExcludedReasons count neither up nor down. A provider's weighs each
+    // target by its own observed time (up target time over observed target time), and its
+    // coverage is the share of the window in which any of its targets was observed.
+    //
+    // Every availabilityInterval one sample of each target's verdict (up on any replica) is
+    // taken. Windows shorter than availabilityBucketedFrom are read from those samples;
+    // longer ones (the cheap long windows) sum per-target counts of up and observed samples
+    // recorded once per availabilityBucket (720 of them for 30d), in a group evaluated every
+    // availabilityEvaluationInterval. Windows are single-unit durations, multiples of the
+    // interval (short ones) or of the bucket (long ones).
     availabilityInterval: '1m',
+    availabilityBucket: '1h',
+    availabilityBucketedFrom: '1d',
     availabilityEvaluationInterval: '5m',
+    // The windows of the availability (and coverage) series the dashboard shows, per target
+    // and per provider.
     availabilityWindows: ['1d', '7d', '30d'],
-    // The availability objective, and the window the dashboard's error budget is counted over.
+    // Reasons whose time is left out of both up and observed time (a target_up 0 with one of
+    // these reasons is not downtime).
+    availabilityExcludedReasons: ['Maintenance'],
+    // The availability objective (the share of observed target time up), per provider where
+    // availabilityObjectives names it ({ 'kvm-lab': 0.99 }), and the window the error budget
+    // is counted over (one of availabilityWindows).
     availabilityObjective: 0.999,
+    availabilityObjectives: {},
     availabilityBudgetWindow: '30d',
+    // Multi-window, multi-burn-rate alerts (the SRE workbook's): an alert fires when the error
+    // budget burns faster than factor times the sustainable rate over both the long and the
+    // short window of a pair. Fast burns page, slow burns open a ticket.
+    availabilityBurnRates: {
+      fast: {
+        severity: 'critical',
+        'for': '2m',
+        windows: [{ long: '1h', short: '5m', factor: 14.4 }, { long: '6h', short: '30m', factor: 6 }],
+      },
+      slow: {
+        severity: 'warning',
+        'for': '1h',
+        windows: [{ long: '1d', short: '2h', factor: 3 }, { long: '3d', short: '6h', factor: 1 }],
+      },
+    },
 
     severities: {
       targetDown: 'warning',

@@ -221,6 +221,8 @@ func checkDashboard(t *testing.T, raw []byte, multiCluster bool) {
 		"provider:proxy_operator_provider_target_up:availability1d", "provider:proxy_operator_provider_target_up:availability7d",
 		"provider:proxy_operator_provider_target_up:availability30d", "provider_target:proxy_operator_provider_target_up:availability1d",
 		"provider_target:proxy_operator_provider_target_up:availability7d", "provider_target:proxy_operator_provider_target_up:availability30d",
+		"provider:proxy_operator_provider_target_up:coverage1d", "provider:proxy_operator_provider_target_up:coverage7d",
+		"provider:proxy_operator_provider_target_up:coverage30d", "provider:proxy_operator_provider_target_up:error_budget_left30d",
 	} {
 		if !seen[m] {
 			t.Errorf("no panel shows %s", m)

@@ -94,11 +94,18 @@ func unavailable(t *testing.T, format string, args ...any) {
 // Under -short it skips the test, as internal/testenv.SkipIfShort does.
 func promtool(t *testing.T) string {
 	t.Helper()
+	if p := os.Getenv("PROMTOOL_BIN"); p != "" && !testing.Short() {
+		return p
+	}
+	return promBinaries(t)[1]
+}
+
+// promBinaries returns the paths of Prometheus 3, promtool, Alertmanager and amtool that the
+// main module's builder puts into bin/ (building them on first use), as promtool does.
+func promBinaries(t *testing.T) []string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("skipped: runs promtool (Prometheus 3, built from the Go module proxy) (-short)")
-	}
-	if p := os.Getenv("PROMTOOL_BIN"); p != "" {
-		return p
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -117,7 +124,7 @@ func promtool(t *testing.T) string {
 	if len(lines) != 4 {
 		t.Fatalf("build-promstack printed %q, want four paths", stdout.String())
 	}
-	return lines[1]
+	return lines
 }
 
 // runbookAnchors returns the anchors GitHub gives the headings of docs/runbooks.md.

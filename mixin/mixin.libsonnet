@@ -3,6 +3,7 @@
 // kubernetes-mixin.
 (import 'config.libsonnet') +
 (import 'alerts/alerts.libsonnet') +
+(import 'alerts/burnrate.libsonnet') +
 (import 'rules/rules.libsonnet') +
 (import 'dashboards/dashboards.libsonnet') +
 (import 'alertmanager/inhibit_rules.libsonnet')

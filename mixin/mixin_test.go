@@ -88,7 +88,7 @@ func TestPromtool(t *testing.T) {
 		return string(out)
 	}
 	out := run("check", "rules", "prometheus_alerts.yaml", "prometheus_rules.yaml")
-	if !strings.Contains(out, "SUCCESS: 14 rules found") || !strings.Contains(out, "SUCCESS: 9 rules found") {
+	if !strings.Contains(out, "SUCCESS: 16 rules found") || !strings.Contains(out, "SUCCESS: 26 rules found") {
 		t.Errorf("promtool check rules: %s", out)
 	}
 	tests, _ := filepath.Glob("tests/*.yaml")
@@ -114,15 +114,27 @@ func TestPromtool(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	for _, r := range groups.Groups[0].Rules {
-		if !strings.Contains(r.Expr, `job=~"phe.*"`) {
-			t.Errorf("%s: the overridden job selector is not in %s", r.Alert, r.Expr)
-		}
-		if strings.Contains(r.Expr, " by (") && !strings.Contains(r.Expr, "by (k8s_cluster") {
-			t.Errorf("%s: multi-cluster is on but an aggregation drops k8s_cluster: %s", r.Alert, r.Expr)
-		}
-		if r.Alert == "ProviderHealthTargetDown" && r.For.String() != "30s" {
-			t.Errorf("ProviderHealthTargetDown for: %s, want the overridden 30s", r.For)
+	recorded, errs := parseRules(t, rules)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	// Every aggregation and every join keeps the cluster label, in the alerts and in the
+	// recording rules (the availability rules join the exporter's series on their labels).
+	grouping := regexp.MustCompile(`\b(by|on) \(([^)]*)\)`)
+	for _, g := range append(groups.Groups, recorded.Groups...) {
+		for _, r := range g.Rules {
+			name := r.Alert + r.Record
+			if !strings.Contains(r.Expr, `job=~"phe.*"`) {
+				t.Errorf("%s: the overridden job selector is not in %s", name, r.Expr)
+			}
+			for _, m := range grouping.FindAllStringSubmatch(r.Expr, -1) {
+				if !strings.HasPrefix(m[2], "k8s_cluster") {
+					t.Errorf("%s: multi-cluster is on but %s drops k8s_cluster: %s", name, m[0], r.Expr)
+				}
+			}
+			if r.Alert == "ProviderHealthTargetDown" && r.For.String() != "30s" {
+				t.Errorf("ProviderHealthTargetDown for: %s, want the overridden 30s", r.For)
+			}
 		}
 	}
 }
@@ -140,6 +152,7 @@ var wantAlerts = []string{
 	"ProviderHealthConfigReloadFailed", "ProviderHealthExporterDown",
 	"ProviderHealthCRDWriteErrors", "ProviderHealthCRDWriterLagging", "ProviderHealthCRDWriterNoLeader",
 	"ProviderHealthCRDNameClash", "ProviderHealthCRDDuplicateWriters",
+	"ProviderHealthErrorBudgetFastBurn", "ProviderHealthErrorBudgetSlowBurn",
 }
 
 // TestMixtoolLint applies mixtool's lint rules to the alerts, and this project's own: one
@@ -153,8 +166,14 @@ func TestMixtoolLint(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	if len(groups.Groups) != 1 {
-		t.Errorf("%d alert groups, want one", len(groups.Groups))
+	// One group of alerts about verdicts and the exporter, one of the error-budget alerts
+	// (alerts/burnrate.libsonnet), which read the availability rules.
+	var groupNames []string
+	for _, g := range groups.Groups {
+		groupNames = append(groupNames, g.Name)
+	}
+	if !slices.Equal(groupNames, []string{"provider-health-exporter", "provider-health-exporter.error-budget"}) {
+		t.Errorf("alert groups %v, want provider-health-exporter and provider-health-exporter.error-budget", groupNames)
 	}
 	anchors := runbookAnchors(t)
 	camel := regexp.MustCompile(`^ProviderHealth[A-Z][a-zA-Z0-9]*$`)
@@ -284,8 +303,8 @@ func TestPrometheusRule(t *testing.T) {
 			}
 		}
 	}
-	if len(pr.Spec.Groups) != 4 || rules != 23 {
-		t.Errorf("%d groups with %d rules, want the 4 groups of 14 alerts and 9 recording rules", len(pr.Spec.Groups), rules)
+	if len(pr.Spec.Groups) != 6 || rules != 42 {
+		t.Errorf("%d groups with %d rules, want the 6 groups of 16 alerts and 26 recording rules", len(pr.Spec.Groups), rules)
 	}
 	if !overridden {
 		t.Error("the config argument did not set ProviderHealthTargetDown's for: to 20s")

@@ -171,8 +171,16 @@ func BuildExporter(tb testing.TB, root string) string {
 }
 
 // DemoWindows are the mixin's _config overrides of the demo: an alert fires about half a minute
-// after a host breaks, instead of the production windows of several minutes.
-const DemoWindows = `{targetDownFor: "30s", providerDownFor: "30s"}`
+// after a host breaks, instead of the production windows of several minutes; availability is
+// sampled every 10s into 1m buckets, over windows of 10m, 30m and 1h (the budget's), and the
+// burn-rate pairs are minutes long, so the availability series fill within minutes, not days.
+const DemoWindows = `{targetDownFor: "30s", providerDownFor: "30s",
+ availabilityInterval: "10s", availabilityBucket: "1m", availabilityBucketedFrom: "10m",
+ availabilityEvaluationInterval: "15s", availabilityWindows: ["10m", "30m", "1h"], availabilityBudgetWindow: "1h",
+ availabilityBurnRates: {
+  fast: {severity: "critical", "for": "30s", windows: [{long: "2m", short: "30s", factor: 14.4}, {long: "5m", short: "1m", factor: 6}]},
+  slow: {severity: "warning", "for": "2m", windows: [{long: "10m", short: "2m", factor: 3}, {long: "30m", short: "5m", factor: 1}]},
+ }}`
 
 // MixinRules renders the mixin's alerts and recording rules from its jsonnet sources in
 // root/mixin, with config (a jsonnet object of _config overrides, e.g. DemoWindows) as the

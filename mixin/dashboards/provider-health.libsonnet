@@ -1,5 +1,6 @@
 // The Provider health dashboard: current verdicts, their history, ready/total per provider,
 // check timing, KVM storage pools and the exporter's own health.
+local availability = import '../lib/availability.libsonnet';
 local g = import '../lib/dashboard.libsonnet';
 local promql = import '../lib/promql.libsonnet';
 
@@ -13,12 +14,19 @@ function(c)
   local by(labels) = promql.by(c, labels);
   local pt = by(['provider', 'target']);
   local ptp = by(['provider', 'target', 'pool']);
-  // Availability: the error budget left over availabilityBudgetWindow, for the objective.
+  // Availability (rules/rules.libsonnet): the error budget left over availabilityBudgetWindow,
+  // for each provider's objective.
   assert std.member(c.availabilityWindows, c.availabilityBudgetWindow) : 'availabilityBudgetWindow %s is not one of availabilityWindows' % c.availabilityBudgetWindow;
-  assert c.availabilityObjective > 0 && c.availabilityObjective < 1 : 'availabilityObjective must be between 0 and 1';
-  local obj = { bw: c.availabilityBudgetWindow, obj: '%.6g' % (c.availabilityObjective * 100) };
-  local budgetLeft(level, labels, sel) =
-    '1 - (1 - max %s (%s:availability%s{%s})) / (1 - %s)' % [by(labels), level, c.availabilityBudgetWindow, sel, std.toString(c.availabilityObjective)];
+  local obj = {
+    bw: c.availabilityBudgetWindow,
+    obj: '%.6g' % (c.availabilityObjective * 100),
+    others: if c.availabilityObjectives == {} then '' else ' (' + std.join(', ', ['%s %.6g%%' % [p, c.availabilityObjectives[p] * 100] for p in std.objectFields(c.availabilityObjectives)]) + ')',
+  };
+  local nw = std.length(c.availabilityWindows);
+  local col(i) = 'Value #' + std.char(std.codepoint('A') + i);
+  local pct(name, decimals) = { matcher: { id: 'byName', options: name }, properties: [{ id: 'unit', value: 'percentunit' }, { id: 'decimals', value: decimals }] };
+  local providerBudget = 'max %s (%s{%s})' % [by(['provider']), availability.name('provider', 'error_budget_left' + c.availabilityBudgetWindow), fp];
+  local targetBudget = availability.budgetLeft(c, function(extra) 'max %s (%s{%s})' % [pt, availability.name('provider_target', 'availability' + c.availabilityBudgetWindow), std.join(', ', [f] + extra)]);
 
   g.dashboard(c.dashboardTitle,
               c.dashboardUID,
@@ -86,40 +94,34 @@ function(c)
     g.row('Availability'),
     g.table(
       'Availability per provider',
-      'Share of target time up over each window (recording rules of the mixin: samples up over the samples the window should hold, so time without a verdict counts as down), and the error budget left over %(bw)s for the %(obj)s%% objective: 100%% untouched, 0%% spent, below 0 overspent.' % obj,
-      [g.target('max %s (provider:proxy_operator_provider_target_up:availability%s{%s})' % [by(['provider']), w, fp]) for w in c.availabilityWindows]
-      + [g.target(budgetLeft('provider:proxy_operator_provider_target_up', ['provider'], fp))],
+      "Share of target time up over each window, out of the time each target was observed (recording rules of the mixin, docs/mixin.md): time without a verdict (a gap in monitoring) and time in %(excl)s count neither up nor down. Coverage is the share of the window in which any of the provider's targets was observed, so you know how much of the window the figure covers. Budget left is the error budget left over %(bw)s for the objective (%(obj)s%%%(others)s): 100%% untouched, 0%% spent, below 0 overspent. The windows end at the last hourly bucket, up to an hour ago." % (obj { excl: std.join(', ', c.availabilityExcludedReasons) }),
+      [g.target('max %s (%s{%s})' % [by(['provider']), availability.name('provider', 'availability' + w), fp]) for w in c.availabilityWindows]
+      + [g.target('max %s (%s{%s})' % [by(['provider']), availability.name('provider', 'coverage' + w), fp]) for w in c.availabilityWindows]
+      + [g.target(providerBudget)],
       columns=[['provider', 'Provider']]
-              + [['Value #' + std.char(std.codepoint('A') + i), c.availabilityWindows[i]] for i in std.range(0, std.length(c.availabilityWindows) - 1)]
-              + [['Value #' + std.char(std.codepoint('A') + std.length(c.availabilityWindows)), 'Budget left']],
-      overrides=[
-        { matcher: { id: 'byName', options: w }, properties: [{ id: 'unit', value: 'percentunit' }, { id: 'decimals', value: 3 }] }
-        for w in c.availabilityWindows
-      ] + [
-        { matcher: { id: 'byName', options: 'Budget left' }, properties: [{ id: 'unit', value: 'percentunit' }, { id: 'decimals', value: 1 }] },
-      ],
+              + [[col(i), c.availabilityWindows[i]] for i in std.range(0, nw - 1)]
+              + [[col(nw + i), 'Coverage ' + c.availabilityWindows[i]] for i in std.range(0, nw - 1)]
+              + [[col(2 * nw), 'Budget left']],
+      overrides=[pct(w, 3) for w in c.availabilityWindows]
+                + [pct('Coverage ' + w, 1) for w in c.availabilityWindows]
+                + [pct('Budget left', 1)],
       sortBy=[{ displayName: 'Budget left', desc: false }],
     ),
     g.timeseries(
       'Error budget left per provider',
-      'Error budget left over %(bw)s for the %(obj)s%% availability objective (availabilityObjective): 1 - (1 - availability) / (1 - objective).' % obj,
-      [g.target(budgetLeft('provider:proxy_operator_provider_target_up', ['provider'], fp), '{{provider}}')],
+      "Error budget left over %(bw)s for each provider's availability objective (%(obj)s%%%(others)s): 1 - (1 - availability) / (1 - objective). ProviderHealthErrorBudgetFastBurn and ...SlowBurn fire when it goes fast." % obj,
+      [g.target(providerBudget, '{{provider}}')],
       unit='percentunit',
     ),
     g.table(
       'Availability per target',
-      'Share of time each target was up over each window; a target without any verdict in a window has no value for it (it is not shown as available).',
-      [g.target('max %s (provider_target:proxy_operator_provider_target_up:availability%s{%s})' % [pt, w, f]) for w in c.availabilityWindows]
-      + [g.target(budgetLeft('provider_target:proxy_operator_provider_target_up', ['provider', 'target'], f))],
+      "Share of each target's observed time it was up over each window (gaps and excluded reasons left out); a target not observed at all in a window has no value for it (it is not shown as available).",
+      [g.target('max %s (%s{%s})' % [pt, availability.name('provider_target', 'availability' + w), f]) for w in c.availabilityWindows]
+      + [g.target(targetBudget)],
       columns=[['provider', 'Provider'], ['target', 'Target']]
-              + [['Value #' + std.char(std.codepoint('A') + i), c.availabilityWindows[i]] for i in std.range(0, std.length(c.availabilityWindows) - 1)]
-              + [['Value #' + std.char(std.codepoint('A') + std.length(c.availabilityWindows)), 'Budget left']],
-      overrides=[
-        { matcher: { id: 'byName', options: w }, properties: [{ id: 'unit', value: 'percentunit' }, { id: 'decimals', value: 3 }] }
-        for w in c.availabilityWindows
-      ] + [
-        { matcher: { id: 'byName', options: 'Budget left' }, properties: [{ id: 'unit', value: 'percentunit' }, { id: 'decimals', value: 1 }] },
-      ],
+              + [[col(i), c.availabilityWindows[i]] for i in std.range(0, nw - 1)]
+              + [[col(nw), 'Budget left']],
+      overrides=[pct(w, 3) for w in c.availabilityWindows] + [pct('Budget left', 1)],
       sortBy=[{ displayName: 'Budget left', desc: false }],
     ) + { w: 24, h: 10 },
     g.row('Checks'),
