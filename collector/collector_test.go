@@ -305,8 +305,13 @@ func TestScrapeDuringAStuckRoundReturnsAtOnce(t *testing.T) {
 		t.Fatal("the round finished before the checker was released")
 	default:
 	}
-	if n != 3 { // rounds total, abandoned total, info
-		t.Errorf("scrape during the first round: %d series, want 3", n)
+	// Rounds total, abandoned total, info, the two thresholds, the unchecked count, and the
+	// target's unchecked-since and two counters: no verdict yet.
+	if n != 9 {
+		t.Errorf("scrape during the first round: %d series, want 9", n)
+	}
+	if n, err := testutil.GatherAndCount(reg, "proxy_operator_provider_target_up"); err != nil || n != 0 {
+		t.Errorf("scrape during the first round: target_up series %d, %v; want none", n, err)
 	}
 
 	close(bc.release)
