@@ -482,7 +482,8 @@ func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
 
 	// The documented probe job, once per replica, each target labelled with what it is.
 	var cfg strings.Builder
-	fmt.Fprintf(&cfg, "global:\n  scrape_interval: %ds\n  scrape_timeout: 3s\nscrape_configs:\n", interval/time.Second)
+	// Prometheus refuses a scrape timeout longer than the interval.
+	fmt.Fprintf(&cfg, "global:\n  scrape_interval: %ds\n  scrape_timeout: %ds\nscrape_configs:\n", interval/time.Second, min(interval, 3*time.Second)/time.Second)
 	for i, addr := range replicas {
 		fmt.Fprintf(&cfg, "  - job_name: probe-%d\n    metrics_path: /probe\n    static_configs:\n", i)
 		for _, h := range f.Hosts {
@@ -590,7 +591,7 @@ func TestProbeFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Prometheus and 100 stand-in hosts")
 	}
-	probeFleet(t, 100, 2*time.Second, 5)
+	probeFleet(t, 100, 3*time.Second, 5)
 }
 
 // BenchmarkProbeFleet is the fleet test at 1,000 stand-in hosts (100 dead) and two replicas:
