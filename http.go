@@ -21,7 +21,7 @@ func (e *exporter) handler() http.Handler {
 			MaxRequestsInFlight: 10,
 		})))
 	// One check of one target now (blackbox's multi-target convention); see probe.go.
-	mux.Handle("GET /probe", newProbeHandler(e, maxProbesInFlight))
+	mux.Handle("GET /probe", newProbeHandler(e, 0))
 	mux.HandleFunc("GET /{$}", e.serveLanding)
 	mux.HandleFunc("GET /-/healthy", e.serveHealthy)
 	mux.HandleFunc("GET /-/ready", e.serveReady)

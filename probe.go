@@ -19,9 +19,6 @@ import (
 )
 
 const (
-	// maxProbesInFlight bounds the on-demand probes running at once, whatever their targets: a
-	// probe beyond it waits for a place until its deadline, then answers 503.
-	maxProbesInFlight = 10
 	// probeTimeoutMargin is taken off Prometheus's scrape timeout (the
 	// X-Prometheus-Scrape-Timeout-Seconds header) so that the answer, a timeout verdict
 	// included, reaches Prometheus before it gives up; at most a quarter of the timeout.
@@ -37,24 +34,32 @@ const (
 // &debug=true as a plain-text trace of its stages. It goes through the provider's own checker
 // (checks.TargetProber), so a KVM host is reached over its pooled connection, and it never
 // touches the runner: the snapshot, /metrics and the ProviderHealth objects do not change.
+//
+// Each provider has its own bound on the probes running at once, sized from what the provider
+// can take (checks.ProbeLimitOf: a kvm provider's concurrency, a few for an API provider), so
+// that probes of one provider never queue behind another's. A probe that waited for a place
+// is not charged for the wait: when its check then runs out the deadline, the answer is an
+// HTTP error (no verdict), never a Timeout the target did not earn.
 type probeHandler struct {
 	e *exporter
-	// inFlight holds one token per running probe (capacity maxProbesInFlight).
-	inFlight chan struct{}
+	// limit, when positive, replaces every provider's own bound (tests).
+	limit int
 
 	mu sync.Mutex
-	// targets holds, per provider and target with a probe running or waiting, the one-slot
-	// channel that lets one probe of the target run at a time.
-	targets map[string]*targetSlot
+	// places holds, per checker with a probe running or waiting, the channel with one token
+	// per running probe of its provider. A reload's new checker gets its own.
+	places map[checks.Checker]*probePlaces
 }
 
-type targetSlot struct {
+type probePlaces struct {
 	ch    chan struct{}
 	users int
 }
 
+// newProbeHandler returns the handler; limit, when positive, bounds every provider's probes in
+// flight instead of its own limit.
 func newProbeHandler(e *exporter, limit int) *probeHandler {
-	return &probeHandler{e: e, inFlight: make(chan struct{}, limit), targets: map[string]*targetSlot{}}
+	return &probeHandler{e: e, limit: limit, places: map[checks.Checker]*probePlaces{}}
 }
 
 // badRequest answers 400 with what is wrong.
@@ -224,7 +229,7 @@ func (h *probeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if debug {
 		trace = checks.NewTrace()
 	}
-	res, err := h.run(ctx, prober, provider, target, trace)
+	res, err := h.run(ctx, c, prober, target, trace)
 	elapsed := time.Since(start)
 	if err == nil && !checks.ValidReason(c.Type(), res.Reason) {
 		res.Message = fmt.Sprintf("check reported reason %q, which is not in the %s catalogue (a bug in the checker): %s", res.Reason, c.Type(), res.Message)
@@ -269,54 +274,55 @@ func statusOf(err error) int {
 	return http.StatusInternalServerError
 }
 
-// run waits for the target's turn and a place among the probes in flight, both within ctx,
-// then probes. An error means no verdict about the target.
-func (h *probeHandler) run(ctx context.Context, p checks.TargetProber, provider, target string, trace *checks.Trace) (checks.TargetResult, error) {
-	key := provider + "\x00" + target
+// run waits for a place among the provider's probes in flight within ctx, then probes. An
+// error means no verdict about the target: the wait ran out the deadline, or the check ran it
+// out after a wait (the time queued is not the target's to lose).
+func (h *probeHandler) run(ctx context.Context, c checks.Checker, p checks.TargetProber, target string, trace *checks.Trace) (checks.TargetResult, error) {
 	h.mu.Lock()
-	ts := h.targets[key]
-	if ts == nil {
-		ts = &targetSlot{ch: make(chan struct{}, 1)}
-		h.targets[key] = ts
+	pl := h.places[c]
+	if pl == nil {
+		limit := checks.ProbeLimitOf(c)
+		if h.limit > 0 {
+			limit = h.limit
+		}
+		pl = &probePlaces{ch: make(chan struct{}, limit)}
+		h.places[c] = pl
 	}
-	ts.users++
+	pl.users++
 	h.mu.Unlock()
 	defer func() {
 		h.mu.Lock()
-		if ts.users--; ts.users == 0 {
-			delete(h.targets, key)
+		if pl.users--; pl.users == 0 {
+			delete(h.places, c)
 		}
 		h.mu.Unlock()
 	}()
 
-	wait := func(slot chan struct{}, stage, busy string) error {
+	var queued time.Duration
+	select {
+	case pl.ch <- struct{}{}:
+	default:
+		// The uncontended take never waits, so a probe that did not wait has its whole deadline.
+		start := time.Now()
+		end := trace.Begin("wait for a place among the provider's probes in flight")
 		select {
-		case slot <- struct{}{}:
-			return nil
-		default:
-		}
-		end := trace.Begin(stage)
-		select {
-		case slot <- struct{}{}:
+		case pl.ch <- struct{}{}:
+			queued = time.Since(start)
 			end("ok")
-			return nil
 		case <-ctx.Done():
-			err := &errProbeWait{busy}
+			err := &errProbeWait{fmt.Sprintf("%d probes of provider %q were still running at the deadline (at most %d at once)",
+				cap(pl.ch), c.Name(), cap(pl.ch))}
 			end(err.Error())
-			return err
+			return checks.TargetResult{}, err
 		}
 	}
-	if err := wait(ts.ch, "wait for another probe of this target",
-		"another probe of this target was still running at the deadline (one probe per target at a time)"); err != nil {
-		return checks.TargetResult{}, err
+	defer func() { <-pl.ch }()
+	res, err := p.ProbeTarget(ctx, target, trace)
+	if err == nil && queued > 0 && ctx.Err() != nil && res.Reason != checks.ReasonReady {
+		return res, &errProbeWait{fmt.Sprintf("the check ran out the probe's deadline after waiting %s for a place among the probes of provider %q in flight (at most %d at once): the verdict would not be the target's",
+			queued.Round(time.Millisecond), c.Name(), cap(pl.ch))}
 	}
-	defer func() { <-ts.ch }()
-	if err := wait(h.inFlight, "wait for a place among the probes in flight",
-		fmt.Sprintf("%d probes were still running at the deadline (at most %d at once)", cap(h.inFlight), cap(h.inFlight))); err != nil {
-		return checks.TargetResult{}, err
-	}
-	defer func() { <-h.inFlight }()
-	return p.ProbeTarget(ctx, target, trace)
+	return res, err
 }
 
 // writeMetrics answers the verdict in the Prometheus exposition format, negotiated by promhttp

@@ -2,24 +2,29 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
@@ -40,7 +45,7 @@ func startProbeExporter(t *testing.T, providers string, interval, timeout time.D
 
 // runExporter builds the exporter of the providers file at path as run() does, runs its rounds
 // until the test ends, and returns it once its first round is done.
-func runExporter(t *testing.T, path string, interval, timeout time.Duration) *exporter {
+func runExporter(t testing.TB, path string, interval, timeout time.Duration) *exporter {
 	t.Helper()
 	e, err := newExporter(path, interval, timeout, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -286,7 +291,7 @@ func TestProbeScrapeConfig(t *testing.T) {
 
 	f := newFakeChecks()
 	f.use(t)
-	_, srv := probeTestExporter(t, f, maxProbesInFlight, provider{"hypervisors", "hv-project", "hv1,down-hv2"},
+	_, srv := probeTestExporter(t, f, 0, provider{"hypervisors", "hv-project", "hv1,down-hv2"},
 		provider{"gce", "phe-prod", "phe-prod"})
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	const docAddr = "provider-health-exporter:9847"
@@ -362,4 +367,235 @@ func TestProbeScrapeConfig(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// standInProviders writes the providers of a probe test: one kvm provider "fleet" of the
+// stand-in's hosts with the given TCP connect and SSH handshake bounds, and the extra YAML
+// (other providers).
+func standInProviders(f *kvmstandin.Fleet, tcpBound, sshBound time.Duration, extra string) string {
+	kvm := f.KVMConfig()
+	var b strings.Builder
+	fmt.Fprintf(&b, `providers:
+  - name: fleet
+    type: kvm
+    kvm:
+      user: %s
+      privateKeyFile: %s
+      knownHostsFile: %s
+      socket: %s
+      storagePool: %s
+      tcpTimeout: %s
+      sshTimeout: %s
+      hosts:
+`, kvm.User, kvm.PrivateKeyFile, kvm.KnownHostsFile, kvm.Socket, kvm.StoragePool, tcpBound, sshBound)
+	for _, h := range kvm.Hosts {
+		fmt.Fprintf(&b, "        - {address: %q, name: %s}\n", h.Address, h.Name)
+	}
+	b.WriteString(extra)
+	return b.String()
+}
+
+// TestProbeHealthyHostsBesideHangingOnes keeps the pool's property through /probe, on the scale
+// stand-in (in-process SSH + libvirt servers; a dropping host's full accept queue makes the
+// kernel drop its SYNs, so a connect hangs): with 25 probes of hosts whose connect hangs in
+// flight, probes of healthy hosts answer probe_success 1 within Prometheus's 2s scrape
+// timeout, and the hanging ones answer their own verdict (down), never an answer made up.
+func TestProbeHealthyHostsBesideHangingOnes(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 3, Dropping: 25})
+	// The connect bound (5s) outlasts the probes' deadline: each hanging probe holds its
+	// place until its deadline.
+	_, srv := startProbeExporter(t, standInProviders(f, 5*time.Second, kvm.DefaultSSHTimeout, ""), time.Minute, 15*time.Second)
+	prometheusLike := &http.Client{Timeout: 2 * time.Second}
+	type answer struct {
+		host *kvmstandin.Host
+		code int
+		body string
+	}
+	probe := func(h *kvmstandin.Host, out chan<- answer) {
+		code, body := fetch(t, prometheusLike, srv.URL+"/probe?provider=fleet&target="+h.Name, scrapeTimeoutHeader, "2")
+		out <- answer{h, code, body}
+	}
+	hanging := make(chan answer, 25)
+	for _, h := range f.Hosts {
+		if h.Mode == kvmstandin.Dropping {
+			go probe(h, hanging)
+		}
+	}
+	// Ordering only: the hanging probes are in flight (they hang for their 1.5s deadline)
+	// when the healthy ones come.
+	time.Sleep(300 * time.Millisecond)
+	healthy := make(chan answer, 3)
+	for _, h := range f.Hosts {
+		if h.Mode == kvmstandin.Healthy {
+			go probe(h, healthy)
+		}
+	}
+	for range 3 {
+		a := <-healthy
+		if s := probeSamples(t, a.body); a.code != http.StatusOK || s["probe_success"] != 1 {
+			t.Errorf("healthy %s beside 25 hanging probes: %d %v, want 200 probe_success 1", a.host.Name, a.code, s)
+		}
+	}
+	for range 25 {
+		a := <-hanging
+		s := probeSamples(t, a.body)
+		if a.code != http.StatusOK || s["probe_success"] != 0 ||
+			(s[`probe_reason{reason="Timeout"}`] != 1 && s[`probe_reason{reason="TCPUnreachable"}`] != 1) {
+			t.Errorf("dropping %s: %d %v, want 200 probe_success 0 (Timeout or TCPUnreachable)", a.host.Name, a.code, s)
+		}
+	}
+}
+
+// probeFleet is the fleet test of /probe: a real Prometheus probes every target of a KVM fleet
+// of n hosts on the scale stand-in (in-process SSH + libvirt servers, not KVM hosts), 10% of
+// them dead (half dropping SYNs, half accepting TCP and never speaking), through two exporter
+// replicas, beside a slow API provider (the GCE wire server answering each call after 600ms).
+// Over several scrapes of every target through both replicas: every scrape reads up 1, every
+// healthy target probe_success 1 (never 0), every dead one probe_success 0 with the reason of
+// the stage it really fails at (TCPUnreachable, SSHHandshakeFailed).
+func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
+	bins := promstack.RequireBinaries(tb)
+	dead := n / 10
+	f := kvmstandin.Start(tb, kvmstandin.Counts{Healthy: n - dead, Silent: dead / 2, Dropping: dead - dead/2})
+	gce := gcefake.Start(tb)
+	gce.SetLatency(600 * time.Millisecond)
+	key := gce.ServiceAccountKey(tb)
+	// Every dead host fails within its stage's bound, well inside the probe's deadline.
+	providers := standInProviders(f, 500*time.Millisecond, 500*time.Millisecond, fmt.Sprintf(`  - name: gce
+    type: gcp
+    gcp:
+      project: %s
+      credentialsFile: %s
+      endpoint: %s
+`, gcefake.DefaultProject, key, gce.URL()))
+	path := filepath.Join(tb.TempDir(), "providers.yml")
+	if err := os.WriteFile(path, []byte(providers), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	var replicas []string
+	for range 2 {
+		e := runExporter(tb, path, time.Minute, 15*time.Second)
+		srv := httptest.NewServer(e.handler())
+		tb.Cleanup(srv.Close)
+		replicas = append(replicas, strings.TrimPrefix(srv.URL, "http://"))
+	}
+
+	// The documented probe job, once per replica, each target labelled with what it is.
+	var cfg strings.Builder
+	// Prometheus refuses a scrape timeout longer than the interval.
+	fmt.Fprintf(&cfg, "global:\n  scrape_interval: %ds\n  scrape_timeout: %ds\nscrape_configs:\n", interval/time.Second, min(interval, 3*time.Second)/time.Second)
+	for i, addr := range replicas {
+		fmt.Fprintf(&cfg, "  - job_name: probe-%d\n    metrics_path: /probe\n    static_configs:\n", i)
+		for _, h := range f.Hosts {
+			fmt.Fprintf(&cfg, "      - {targets: [%s], labels: {__param_provider: fleet, mode: %s}}\n", h.Name, h.Mode)
+		}
+		fmt.Fprintf(&cfg, "      - {targets: [%s], labels: {__param_provider: gce, mode: api}}\n", gcefake.DefaultProject)
+		fmt.Fprintf(&cfg, `    relabel_configs:
+      - {source_labels: [__address__], target_label: __param_target}
+      - {source_labels: [__param_target], target_label: target}
+      - {source_labels: [__param_target], target_label: instance}
+      - {source_labels: [__param_provider], target_label: provider}
+      - {target_label: __address__, replacement: %q}
+`, addr)
+	}
+	dir := tb.TempDir()
+	file := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(file, []byte(cfg.String()), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	promAddr := l.Addr().String()
+	l.Close()
+	d, err := testenv.StartCommand("prometheus", exec.Command(bins.Prometheus, "--config.file="+file,
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+promAddr), filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		_ = d.Kill(5 * time.Second)
+		if tb.Failed() {
+			tb.Logf("prometheus log:\n%s", d.LogTail(40))
+		}
+	})
+	query := func(q string) map[string]float64 {
+		tb.Helper()
+		resp, err := (&http.Client{Timeout: 30 * time.Second}).Get("http://" + promAddr + "/api/v1/query?query=" + url.QueryEscape(q))
+		if err != nil {
+			return nil // not listening yet
+		}
+		defer resp.Body.Close()
+		var r struct {
+			Data struct {
+				Result []struct {
+					Metric map[string]string `json:"metric"`
+					Value  [2]any            `json:"value"`
+				} `json:"result"`
+			} `json:"data"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != http.StatusOK {
+			return nil
+		}
+		out := map[string]float64{}
+		for _, s := range r.Data.Result {
+			v, _ := strconv.ParseFloat(fmt.Sprint(s.Value[1]), 64)
+			out[s.Metric["job"]+"/"+s.Metric["target"]+"/"+s.Metric["reason"]] = v
+		}
+		return out
+	}
+	targets := 2 * (n + 1)
+	// From the first scrape of every target on, count `scrapes` more of each.
+	window := time.Duration(scrapes) * interval
+	start := time.Now()
+	testutil.Eventually(tb, 3*time.Minute, "Prometheus to scrape every target through both replicas", func() bool {
+		return len(query(`up{job=~"probe-.*"}`)) == targets
+	})
+	time.Sleep(window)
+	w := fmt.Sprintf("%ds", (time.Since(start)+interval)/time.Second)
+	tb.Logf("%d targets through 2 replicas, scrape interval %s: judging the last %s", targets, interval, w)
+
+	upZero := query(fmt.Sprintf(`count_over_time(up{job=~"probe-.*"}[%s]) - sum_over_time(up{job=~"probe-.*"}[%s]) > 0`, w, w))
+	for k, v := range upZero {
+		tb.Errorf("%s: %v scrapes read up 0, want every scrape served", k, v)
+	}
+	if scraped := query(fmt.Sprintf(`count_over_time(up{job=~"probe-.*"}[%s]) >= %d`, w, scrapes)); len(scraped) != targets {
+		tb.Errorf("%d of %d targets were scraped %d times or more, want every one", len(scraped), targets, scrapes)
+	}
+	healthy := `{job=~"probe-.*",mode=~"healthy|api"}`
+	if got := query(`count(probe_success` + healthy + `)`); got["//"] != float64(2*(n-dead+1)) {
+		tb.Errorf("%v healthy targets have probe_success, want %d", got, 2*(n-dead+1))
+	}
+	for k := range query(fmt.Sprintf(`min_over_time(probe_success%s[%s]) < 1`, healthy, w)) {
+		tb.Errorf("healthy %s read probe_success 0 in a scrape, want 1 in every one", k)
+	}
+	deadSel := `{job=~"probe-.*",mode=~"silent|dropping"}`
+	for k := range query(fmt.Sprintf(`max_over_time(probe_success%s[%s]) > 0`, deadSel, w)) {
+		tb.Errorf("dead %s read probe_success 1", k)
+	}
+	for k := range query(fmt.Sprintf(`count_over_time(probe_reason{job=~"probe-.*",mode="dropping",reason!="TCPUnreachable"}[%s])`, w)) {
+		tb.Errorf("dropping host: %s, want only TCPUnreachable", k)
+	}
+	for k := range query(fmt.Sprintf(`count_over_time(probe_reason{job=~"probe-.*",mode="silent",reason!="SSHHandshakeFailed"}[%s])`, w)) {
+		tb.Errorf("silent host: %s, want only SSHHandshakeFailed", k)
+	}
+	if got := query(`count(probe_reason{job=~"probe-.*",mode=~"silent|dropping"})`); got["//"] != float64(2*dead) {
+		tb.Errorf("%v dead targets have a reason, want %d", got, 2*dead)
+	}
+}
+
+// TestProbeFleet is probeFleet at the size make test affords on a shared 2-core machine: 100
+// stand-in hosts, 10 of them dead; BenchmarkProbeFleet runs the 1,000-host fleet (make bench).
+func TestProbeFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Prometheus and 100 stand-in hosts")
+	}
+	probeFleet(t, 100, 3*time.Second, 5)
+}
+
+// BenchmarkProbeFleet is the fleet test at 1,000 stand-in hosts (100 dead) and two replicas:
+// 2,002 probe targets scraped every 10s. It asserts what TestProbeFleet does, once.
+func BenchmarkProbeFleet(b *testing.B) {
+	probeFleet(b, 1000, 10*time.Second, 4)
 }

@@ -20,14 +20,27 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
+// slowProbe is how long a probe of a fake target named slow-* takes: an API call to GCE or
+// vSphere takes that long.
+const slowProbe = 600 * time.Millisecond
+
 // ProbeTarget makes the tests' fake checkers probeable: one Check, the target's verdict. A
-// target named busy-* is busy, as a KVM host whose round's check held it past the deadline.
+// target named busy-* is busy, as a KVM host whose round's check held it past the deadline; a
+// target named slow-* answers after slowProbe (Timeout when ctx ends first).
 func (c *fakeChecker) ProbeTarget(ctx context.Context, target string, trace *checks.Trace) (checks.TargetResult, error) {
 	if strings.HasPrefix(target, "busy-") {
 		return checks.TargetResult{Target: target, Reason: checks.ReasonTimeout, Message: "waiting for the running check to finish",
 			NotContacted: true}, checks.ErrBusy
 	}
 	end := trace.Begin("fake check")
+	if strings.HasPrefix(target, "slow-") {
+		select {
+		case <-time.After(slowProbe):
+		case <-ctx.Done():
+			end("deadline")
+			return checks.TargetResult{Target: target, Reason: checks.ReasonTimeout, Message: "no answer before the deadline"}, nil
+		}
+	}
 	for _, r := range c.Check(ctx) {
 		if r.Target == target {
 			end(string(r.Reason))
@@ -111,7 +124,7 @@ func verdictLines(body string) string {
 func TestProbe(t *testing.T) {
 	f := newFakeChecks()
 	f.use(t)
-	e, srv := probeTestExporter(t, f, maxProbesInFlight, provider{"alpha", "alpha-project", "a1,down-a2,busy-a3"})
+	e, srv := probeTestExporter(t, f, 0, provider{"alpha", "alpha-project", "a1,down-a2,busy-a3"})
 	client := srv.Client()
 	snap := e.runner.Current()
 	_, metricsBefore := fetch(t, client, srv.URL+"/metrics")
@@ -160,7 +173,7 @@ func TestProbe(t *testing.T) {
 func TestProbeBadInput(t *testing.T) {
 	f := newFakeChecks()
 	f.use(t)
-	_, srv := probeTestExporter(t, f, maxProbesInFlight, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
+	_, srv := probeTestExporter(t, f, 0, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
 	for _, c := range []struct {
 		query  string
 		header string
@@ -239,8 +252,95 @@ func TestProbeTimeout(t *testing.T) {
 	}
 }
 
-// TestProbeConcurrency: one probe per target at a time, and a bounded number in flight; a probe
-// that cannot start before its deadline answers 503 saying why, and the first one still answers.
+// TestProbeQueueIsNotAnOutage is the issue's reproduction: 12 probes at once of healthy
+// targets whose check takes 600ms, under Prometheus's 1s scrape timeout (a 750ms deadline).
+// With one limit of 10 for the whole exporter, 2 of them waited 600ms for a place and answered
+// 200 probe_success 0, reason Timeout. Each provider now has its own places, so every one
+// answers probe_success 1; and two probes of the same target at once (two Prometheus
+// replicas) both answer too.
+func TestProbeQueueIsNotAnOutage(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	var ps []provider
+	for i := range 12 {
+		name := fmt.Sprintf("gce-%02d", i)
+		ps = append(ps, provider{name, name + "-project", "slow-" + name})
+	}
+	_, srv := probeTestExporter(t, f, 0, ps...)
+	client := &http.Client{Timeout: time.Second} // what Prometheus gives the scrape
+	for _, perTarget := range []int{1, 2} {
+		type answer struct {
+			q    string
+			code int
+			body string
+		}
+		answers := make(chan answer, len(ps)*perTarget)
+		for _, p := range ps {
+			for range perTarget {
+				go func() {
+					q := "/probe?provider=" + p.name + "&target=" + p.targets
+					code, body := fetch(t, client, srv.URL+q, scrapeTimeoutHeader, "1")
+					answers <- answer{q, code, body}
+				}()
+			}
+		}
+		for range len(ps) * perTarget {
+			a := <-answers
+			if s := probeSamples(t, a.body); a.code != http.StatusOK || s["probe_success"] != 1 || s[`probe_reason{reason="Ready"}`] != 1 {
+				t.Errorf("%d probes of each of %d healthy targets at once: %s answered %d %v, want 200 probe_success 1, reason Ready",
+					perTarget, len(ps), a.q, a.code, s)
+			}
+		}
+	}
+}
+
+// TestProbeThatCannotBeServedIsAnError: when the exporter truly cannot serve a probe in time
+// (here a provider allowed one probe at a time, two probes of 600ms checks under a 1s scrape
+// timeout), the probe that waited answers 503 saying so, so Prometheus reads up 0 for that
+// scrape: never probe_success 0 with a Timeout the target did not earn. The time it queued is
+// not charged to the target; the probe that did not wait answers its verdict.
+func TestProbeThatCannotBeServedIsAnError(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	_, srv := probeTestExporter(t, f, 1, provider{"gce", "gce-project", "slow-a,slow-b"})
+	client := &http.Client{Timeout: time.Second}
+	type answer struct {
+		code int
+		body string
+	}
+	answers := make(chan answer, 2)
+	for _, target := range []string{"slow-a", "slow-b"} {
+		go func() {
+			code, body := fetch(t, client, srv.URL+"/probe?provider=gce&target="+target, scrapeTimeoutHeader, "1")
+			answers <- answer{code, body}
+		}()
+	}
+	var served, refused int
+	for range 2 {
+		a := <-answers
+		switch {
+		case a.code == http.StatusOK:
+			if s := probeSamples(t, a.body); s["probe_success"] != 1 {
+				t.Errorf("the probe that got the place: %v, want probe_success 1", s)
+			}
+			served++
+		case a.code == http.StatusServiceUnavailable:
+			if !strings.Contains(a.body, "after waiting") || !strings.Contains(a.body, `probes of provider "gce" in flight (at most 1 at once)`) ||
+				strings.Contains(a.body, "probe_success") {
+				t.Errorf("the probe that waited: %q, want a 503 naming the wait, without probe_success", a.body)
+			}
+			refused++
+		default:
+			t.Errorf("a probe answered %d %q, want 200 for the first and 503 for the one that waited", a.code, a.body)
+		}
+	}
+	if served != 1 || refused != 1 {
+		t.Errorf("%d probes served and %d refused, want 1 and 1", served, refused)
+	}
+}
+
+// TestProbeConcurrency: a bounded number of probes of a provider in flight; a probe that cannot
+// start before its deadline answers 503 saying why, and the first one still answers.
 func TestProbeConcurrency(t *testing.T) {
 	f := newFakeChecks()
 	f.use(t)
@@ -262,12 +362,12 @@ func TestProbeConcurrency(t *testing.T) {
 	})
 
 	code, body := fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a1&timeout=300ms")
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, "another probe of this target was still running") {
-		t.Errorf("a second probe of the same target: %d %q, want 503 naming the probe of the target", code, body)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, `1 probes of provider "alpha" were still running at the deadline (at most 1 at once)`) {
+		t.Errorf("a second probe of the same target: %d %q, want 503 naming the limit", code, body)
 	}
 	code, body = fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a2&timeout=300ms&debug=true")
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, "1 probes were still running at the deadline (at most 1 at once)") ||
-		!strings.Contains(body, "wait for a place among the probes in flight") {
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, `1 probes of provider "alpha" were still running at the deadline (at most 1 at once)`) ||
+		!strings.Contains(body, "wait for a place among the provider's probes in flight") {
 		t.Errorf("a probe beyond the limit: %d %q, want 503 naming the limit, with the wait in the trace", code, body)
 	}
 	if n := f.count(f.checks, "alpha"); n != checksBefore+1 {
@@ -278,8 +378,8 @@ func TestProbeConcurrency(t *testing.T) {
 	if s := probeSamples(t, a.body); a.code != http.StatusOK || s["probe_success"] != 1 {
 		t.Errorf("the first probe: %d %v, want 200 with probe_success 1", a.code, s)
 	}
-	// Waiting, not refusing: a probe that arrives while another of the same target runs gets
-	// its turn when that one ends within its deadline.
+	// Waiting, not refusing: a probe that arrives while the provider's place is taken gets its
+	// turn when the running probe ends within its deadline.
 	release2 := f.gate("alpha-project")
 	go func() {
 		code, body := fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a1&timeout=30s")

@@ -22,6 +22,27 @@ type TargetProber interface {
 	ProbeTarget(ctx context.Context, target string, trace *Trace) (TargetResult, error)
 }
 
+// ProbeLimiter is an optional ability of a TargetProber: how many on-demand probes of its
+// provider may run at once, sized from what the provider can take (a kvm provider: its
+// concurrency). A prober without it gets DefaultProbeLimit.
+type ProbeLimiter interface {
+	ProbeLimit() int
+}
+
+// DefaultProbeLimit is the on-demand probes of one provider that may run at once when its
+// checker does not say (ProbeLimiter): the API providers, whose one target is one API call,
+// take a few at once (two Prometheus replicas probing the same target, and a person's debug
+// probe).
+const DefaultProbeLimit = 4
+
+// ProbeLimitOf is c's ProbeLimit, or DefaultProbeLimit.
+func ProbeLimitOf(c Checker) int {
+	if l, ok := c.(ProbeLimiter); ok && l.ProbeLimit() > 0 {
+		return l.ProbeLimit()
+	}
+	return DefaultProbeLimit
+}
+
 var (
 	// ErrUnknownTarget is ProbeTarget's error for a target the checker does not list.
 	ErrUnknownTarget = errors.New("unknown target")

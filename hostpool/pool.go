@@ -13,7 +13,8 @@
 //     its cause. Every Acquire without a live connection dials: a host that comes back is seen
 //     by the next caller. A host whose last dial ran out a stage's bound, or whose last probe
 //     was abandoned, reads HostUnresponsive in State, so that callers with many hosts can take
-//     it last.
+//     it last. On-demand probes (ProbeOptions.OnDemand) never change that state: a probe cut by
+//     its caller's short deadline says nothing the rounds should act on.
 //   - Probe runs a short sequence of RPCs; when the context ends first the caller gets a timeout
 //     at once and the RPCs are abandoned, never the connection. At most one probe per host is
 //     outstanding: while an abandoned probe has not returned, the next probe of that host
@@ -68,7 +69,9 @@ var (
 	ErrClosed = errors.New("host pool closed")
 	// ErrHostBusy is joined to the error of a caller whose context ended while it waited for
 	// the host: for its connection slot (another caller dialing), or, on an on-demand probe,
-	// for another probe of the host to finish. Nothing is known about the host from it.
+	// for another probe of the host to finish. It is joined too to the error of an on-demand
+	// probe whose context ended before the host answered after such a wait: the wait took the
+	// time the host would have had. Nothing is known about the host from it.
 	ErrHostBusy = errors.New("the host was busy with another caller until the deadline")
 )
 
@@ -360,18 +363,22 @@ func (p *Pool) entry(addr string) (*host, error) {
 // ends; the dial itself is bounded by ctx. The connection is shared: release says the caller is
 // done with it (it stays open for the next user). A dial failure is a *DialError.
 func (p *Pool) Acquire(ctx context.Context, addr string) (*Conn, func(), error) {
-	return p.acquire(ctx, p.normalize(addr), nil)
+	c, release, _, err := p.acquire(ctx, p.normalize(addr), nil, true)
+	return c, release, err
 }
 
-// acquire is Acquire of a normalized address, reporting its stages to tr.
-func (p *Pool) acquire(ctx context.Context, addr string, tr Tracer) (*Conn, func(), error) {
+// acquire is Acquire of a normalized address, reporting its stages to tr; waited says whether
+// it had to wait for the slot. A dial's failure ranks the host (HostUnresponsive) only when
+// rank is set.
+func (p *Pool) acquire(ctx context.Context, addr string, tr Tracer, rank bool) (c *Conn, release func(), waited bool, err error) {
 	h, err := p.entry(addr)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	select {
 	case h.slot <- struct{}{}:
 	default:
+		waited = true
 		end := begin(tr, "wait for the host's connection slot")
 		select {
 		case h.slot <- struct{}{}:
@@ -379,16 +386,16 @@ func (p *Pool) acquire(ctx context.Context, addr string, tr Tracer) (*Conn, func
 		case <-ctx.Done():
 			err := &waitError{fmt.Sprintf("waiting for the connection slot of %s (another caller is dialing it)", addr), context.Cause(ctx)}
 			end(err.Error())
-			return nil, nil, err
+			return nil, nil, waited, err
 		case <-p.closing:
 			end(ErrClosed.Error())
-			return nil, nil, ErrClosed
+			return nil, nil, waited, ErrClosed
 		}
 	}
-	c, err := p.connect(ctx, h, tr)
+	c, err = p.connect(ctx, h, tr, rank)
 	<-h.slot
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, waited, err
 	}
 	c.refs.Add(1)
 	p.local.inUse.Add(1)
@@ -398,7 +405,7 @@ func (p *Pool) acquire(ctx context.Context, addr string, tr Tracer) (*Conn, func
 			c.refs.Add(-1)
 			p.local.inUse.Add(-1)
 		})
-	}, nil
+	}, waited, nil
 }
 
 // HostState is what the pool knows of a host without contacting it.
@@ -458,8 +465,9 @@ func (p *Pool) setUnresponsive(h *host, v bool) {
 	p.stats.unresponsive.Add(d)
 }
 
-// connect returns h's live connection or makes one. The caller holds h.slot.
-func (p *Pool) connect(ctx context.Context, h *host, tr Tracer) (*Conn, error) {
+// connect returns h's live connection or makes one; a failed dial ranks the host only when
+// rank is set. The caller holds h.slot.
+func (p *Pool) connect(ctx context.Context, h *host, tr Tracer, rank bool) (*Conn, error) {
 	if h.conn != nil && h.conn.alive() {
 		if tr != nil {
 			begin(tr, "pooled connection")(fmt.Sprintf("ok: reusing the live link %d (no dial)", h.conn.link.id))
@@ -485,7 +493,7 @@ func (p *Pool) connect(ctx context.Context, h *host, tr Tracer) (*Conn, error) {
 		if h.link == nil {
 			l, err := p.dialLink(dctx, h.addr, tr)
 			if err != nil {
-				p.dialFailed(h, err)
+				p.dialFailed(h, err, rank)
 				p.logger.Debug("dial failed", "hostpool", p.opts.Name, "addr", h.addr, "err", err)
 				return nil, err
 			}
@@ -512,7 +520,7 @@ func (p *Pool) connect(ctx context.Context, h *host, tr Tracer) (*Conn, error) {
 			continue
 		}
 		// The SSH link stays when it is alive: the next attempt needs no new handshake.
-		p.dialFailed(h, err)
+		p.dialFailed(h, err, rank)
 		p.logger.Debug("libvirt connect failed", "hostpool", p.opts.Name, "addr", h.addr, "err", err)
 		return nil, err
 	}
@@ -552,13 +560,13 @@ func (p *Pool) ConnectionLost(addr string) {
 	}
 }
 
-// dialFailed counts a failed dial and records whether its stage ran out its own bound (the
-// host did not answer in time) or the host answered. A dial cut short by the caller says
-// nothing about the host. The caller holds h.slot.
-func (p *Pool) dialFailed(h *host, err error) {
+// dialFailed counts a failed dial and, when rank is set, records whether its stage ran out its
+// own bound (the host did not answer in time) or the host answered. A dial cut short by the
+// caller says nothing about the host. The caller holds h.slot.
+func (p *Pool) dialFailed(h *host, err error, rank bool) {
 	p.countDial(err)
 	var de *DialError
-	if !errors.As(err, &de) || de.Aborted {
+	if !rank || !errors.As(err, &de) || de.Aborted {
 		return
 	}
 	p.setUnresponsive(h, de.BoundExpired())
@@ -719,9 +727,13 @@ func (p *Pool) Probe(ctx context.Context, addr string, fn func(*libvirt.Libvirt)
 
 // ProbeOptions adjust a probe.
 type ProbeOptions struct {
-	// OnDemand marks a probe made outside the rounds (the exporter's /probe). It waits for a
+	// OnDemand marks a probe made outside the rounds (the exporter's /probe). Its outcome never
+	// changes the host's State: neither a probe abandoned at its (caller's) deadline nor a dial
+	// stage it ran out marks the host unresponsive, and no answer clears it; only the callers
+	// that check hosts in turn (the rounds) rank them. It waits for a
 	// running probe of the host until ctx ends, instead of returning ErrProbeRunning at once,
-	// and then fails with an error that unwraps to ErrHostBusy; it still returns ErrProbeBusy
+	// and then fails with an error that unwraps to ErrHostBusy, as it does when ctx ends before
+	// the host answered after such a wait (or a wait for the connection slot); it still returns ErrProbeBusy
 	// at once while an abandoned probe of the host has not returned (the host is hung: there is
 	// nothing to wait for). A probe that is not on demand and finds an on-demand probe running
 	// waits for it until its own ctx ends, so that an on-demand probe never costs a round its
@@ -740,13 +752,24 @@ func (p *Pool) ProbeWith(ctx context.Context, addr string, opts ProbeOptions, fn
 	if err != nil {
 		return err
 	}
-	if err := p.takeProbe(ctx, h, opts); err != nil {
+	waited, err := p.takeProbe(ctx, h, opts)
+	if err != nil {
 		return err
 	}
-	c, release, err := p.acquire(ctx, addr, opts.Trace)
+	rank := !opts.OnDemand
+	c, release, slotWaited, err := p.acquire(ctx, addr, opts.Trace, rank)
+	waited = waited || slotWaited
+	// queued marks the error of an on-demand probe that waited for the host and then ran out
+	// its context: the wait, not the host, took its time.
+	queued := func(err error) error {
+		if opts.OnDemand && waited && ctx.Err() != nil && !errors.Is(err, ErrHostBusy) {
+			return fmt.Errorf("%w after waiting for another caller of the host: %w", ErrHostBusy, err)
+		}
+		return err
+	}
 	if err != nil {
 		h.releaseProbe()
-		return err
+		return queued(err)
 	}
 	if testHookAcquired != nil {
 		testHookAcquired()
@@ -790,16 +813,21 @@ func (p *Pool) ProbeWith(ctx context.Context, addr string, opts ProbeOptions, fn
 		h.releaseProbe()
 		return err
 	}
+	setUnresponsive := func(v bool) {
+		if rank {
+			p.setUnresponsive(h, v)
+		}
+	}
 	select {
 	case err := <-done:
-		p.setUnresponsive(h, false)
+		setUnresponsive(false)
 		return finish(err)
 	case <-ctx.Done():
 		if !state.CompareAndSwap(running, abandoned) {
-			p.setUnresponsive(h, false)
+			setUnresponsive(false)
 			return finish(<-done) // fn returned just now: its result stands
 		}
-		p.setUnresponsive(h, true)
+		setUnresponsive(true)
 		if testHookAbandoned != nil {
 			testHookAbandoned()
 		}
@@ -810,12 +838,13 @@ func (p *Pool) ProbeWith(ctx context.Context, addr string, opts ProbeOptions, fn
 		p.local.abandoned.Add(1)
 		p.stats.abandoned.Add(1)
 		close(counted)
-		return fmt.Errorf("probe %s: %w", addr, errors.Join(ErrProbeAbandoned, context.Cause(ctx)))
+		return queued(fmt.Errorf("probe %s: %w", addr, errors.Join(ErrProbeAbandoned, context.Cause(ctx))))
 	}
 }
 
-// takeProbe takes h.probe for a probe with opts, waiting as ProbeOptions describes.
-func (p *Pool) takeProbe(ctx context.Context, h *host, opts ProbeOptions) error {
+// takeProbe takes h.probe for a probe with opts, waiting as ProbeOptions describes; waited says
+// whether it had to wait.
+func (p *Pool) takeProbe(ctx context.Context, h *host, opts ProbeOptions) (waited bool, err error) {
 	end, waiting := noEnd, false
 	for {
 		h.mu.Lock()
@@ -824,7 +853,7 @@ func (p *Pool) takeProbe(ctx context.Context, h *host, opts ProbeOptions) error 
 			h.onDemand.Store(opts.OnDemand)
 			h.mu.Unlock()
 			end("ok")
-			return nil
+			return waiting, nil
 		default:
 		}
 		abandoned, heldOnDemand, freed := h.abandoned.Load(), h.onDemand.Load(), h.freed
@@ -839,7 +868,7 @@ func (p *Pool) takeProbe(ctx context.Context, h *host, opts ProbeOptions) error 
 		case opts.OnDemand && abandoned, !opts.OnDemand && !heldOnDemand:
 			err := refuse()
 			end(err.Error())
-			return err
+			return waiting, err
 		}
 		if !waiting {
 			waiting, end = true, begin(opts.Trace, "wait for the host's running check")
@@ -855,10 +884,10 @@ func (p *Pool) takeProbe(ctx context.Context, h *host, opts ProbeOptions) error 
 				err = refuse()
 			}
 			end(err.Error())
-			return err
+			return waiting, err
 		case <-p.closing:
 			end(ErrClosed.Error())
-			return ErrClosed
+			return waiting, ErrClosed
 		}
 	}
 }

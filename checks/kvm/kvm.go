@@ -79,6 +79,7 @@ type sharedPool struct {
 var (
 	_ checks.Checker             = (*Checker)(nil)
 	_ checks.TargetProber        = (*Checker)(nil)
+	_ checks.ProbeLimiter        = (*Checker)(nil)
 	_ interface{ Close() error } = (*Checker)(nil)
 )
 
@@ -385,11 +386,17 @@ func (c *Checker) checkHost(ctx context.Context, i int, start time.Time) checks.
 	return r
 }
 
+// ProbeLimit is how many on-demand probes of the provider may run at once: its concurrency,
+// the number of hosts it is sized to check at once (each probe holds one host's link).
+func (c *Checker) ProbeLimit() int { return c.concurrency }
+
 // ProbeTarget checks one host now, on demand, through the same pool as the rounds: it waits for
 // a check of the host in progress (a round's) only until ctx ends, and then returns
-// checks.ErrBusy; it never opens a second link to the host. A round that finds this probe
-// running waits for it. trace, when set, receives the waits, the dial stages (or the reuse of
-// the pooled connection) and every libvirt call.
+// checks.ErrBusy, as it does when ctx ends before the host answered after such a wait; it
+// never opens a second link to the host. A round that finds this probe running waits for it.
+// Nothing a probe finds changes how the rounds order or treat the host. trace, when set,
+// receives the waits, the dial stages (or the reuse of the pooled connection) and every
+// libvirt call.
 func (c *Checker) ProbeTarget(ctx context.Context, target string, trace *checks.Trace) (checks.TargetResult, error) {
 	i := slices.Index(c.targets, target)
 	if i < 0 {
@@ -540,10 +547,14 @@ func (c *Checker) probeHost(ctx context.Context, i int, start time.Time, opts ho
 		c.pool.ConnectionLost(addr)
 		err = run()
 	}
-	if err != nil {
+	if err != nil && !(opts.OnDemand && ctx.Err() != nil && errors.Is(err, hostpool.ErrProbeAbandoned)) {
 		// What the connection told may no longer hold (and a dead connection is not kept
-		// alive by it): the next check that gets answers learns it again.
+		// alive by it): the next check that gets answers learns it again. An on-demand probe
+		// cut by its caller's deadline tells nothing new about the connection: the rounds
+		// keep making their one call.
 		c.forgetFacts(addr)
+	}
+	if err != nil {
 		if errors.Is(err, hostpool.ErrProbeRunning) {
 			// Another caller's check of the host is running: this one made no call and learned
 			// nothing about the host.

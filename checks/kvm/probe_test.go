@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
@@ -140,4 +144,69 @@ func TestProbeTarget(t *testing.T) {
 			t.Errorf("%s: %d SSH connections open, want 1", h.Name, n)
 		}
 	}
+}
+
+// cutProbeLeavesRoundsAlone probes host i of c with a 10ms deadline while slow makes its call
+// outlast it (the probe is cut by its own deadline, its call abandoned), lets the call return
+// (fast), and checks that the rounds see nothing of it: the pool does not read the host
+// unresponsive, the round's order is the same, and the next round reads the host Ready with its
+// one steady call (rpcs, when set, counts the calls the host answered).
+func cutProbeLeavesRoundsAlone(t *testing.T, c *Checker, i int, slow, fast func(), rpcs func() int64) {
+	t.Helper()
+	round(t, c) // every host connected, its facts learnt
+	order := c.order()
+	if got := c.pool.State(c.addrs[i]); got != hostpool.HostConnected {
+		t.Fatalf("after a round: the host reads %v, want connected", got)
+	}
+	slow()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	r, err := c.ProbeTarget(ctx, c.targets[i], nil)
+	cancel()
+	fast()
+	if err != nil || r.Reason != checks.ReasonTimeout {
+		t.Fatalf("the 10ms probe of a host whose call takes longer: %v %+v, want a Timeout verdict (cut by its own deadline)", err, r)
+	}
+	testutil.Eventually(t, 20*time.Second, "the abandoned call to return", func() bool { return !c.pool.Probing(c.addrs[i]) })
+
+	if got := c.pool.State(c.addrs[i]); got != hostpool.HostConnected {
+		t.Errorf("after a probe cut by its own deadline: the host reads %v, want connected (only the rounds rank hosts)", got)
+	}
+	if got := c.order(); !slices.Equal(got, order) {
+		t.Errorf("the round's order after the cut probe: %v, want %v as before it", got, order)
+	}
+	var before int64
+	if rpcs != nil {
+		before = rpcs()
+	}
+	if r := round(t, c)[c.targets[i]]; r.Reason != checks.ReasonReady {
+		t.Errorf("the round after the cut probe: %s (%q), want Ready", r.Reason, r.Message)
+	}
+	if rpcs != nil {
+		if n := rpcs() - before; n != 1 {
+			t.Errorf("the round after the cut probe made %d calls to the host, want 1 (what the connection told still holds)", n)
+		}
+	}
+}
+
+// TestCutProbeLeavesRoundsAlone: a probe cut by its caller's deadline (/probe's timeout=10ms)
+// never changes how the rounds rank or treat the host. On the scale stand-in, a healthy host
+// whose every call takes 200ms; the second host is checked first or not by rank alone.
+func TestCutProbeLeavesRoundsAlone(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 2})
+	k := fleetConfig(f.KVMConfig())
+	k.Concurrency = 1
+	c := newChecker(t, config.Provider{Name: "kvm-cut", Type: "kvm", Block: &k})
+	h := f.Hosts[0]
+	cutProbeLeavesRoundsAlone(t, c, 0, func() { h.SetRPCDelay(200 * time.Millisecond) }, func() { h.SetRPCDelay(0) }, h.RPCs)
+}
+
+// TestCutProbeLeavesRoundsAloneRealHost is the same on real hosts (sshd + libvirtd): the
+// host's libvirtd stalls (SIGSTOP) for the probe's call, then answers again.
+func TestCutProbeLeavesRoundsAloneRealHost(t *testing.T) {
+	f := kvmhost.Start(t, 2)
+	p := provider("kvm-cut-real", f, f.Hosts)
+	p.Block.(*Config).Concurrency = 1
+	c := newChecker(t, p)
+	h := f.Hosts[0]
+	cutProbeLeavesRoundsAlone(t, c, 0, h.PauseLibvirtd, h.ResumeLibvirtd, nil)
 }
