@@ -74,7 +74,8 @@ MIXIN_SOURCES := $(shell find mixin -name '*.jsonnet' -o -name '*.libsonnet')
 JSONNETFMT    := $(GOTOOL) jsonnetfmt -n 2 --max-blank-lines 2 --string-style s --comment-style s
 
 ## mixin: format the mixin's jsonnet sources and regenerate mixin/prometheus_alerts.yaml,
-## mixin/prometheus_rules.yaml, mixin/alertmanager/inhibit_rules.yaml and mixin/dashboards_out/
+## mixin/prometheus_rules.yaml, mixin/alertmanager/inhibit_rules.yaml, mixin/alertmanager/route.yaml
+## and mixin/dashboards_out/
 ## from them (commit the result:
 ## make test fails when they drift).
 mixin:
@@ -83,6 +84,7 @@ mixin:
 	$(GOTOOL) jsonnet -J mixin -S mixin/alerts.jsonnet > mixin/prometheus_alerts.yaml
 	$(GOTOOL) jsonnet -J mixin -S mixin/rules.jsonnet > mixin/prometheus_rules.yaml
 	$(GOTOOL) jsonnet -J mixin -S mixin/inhibit_rules.jsonnet > mixin/alertmanager/inhibit_rules.yaml
+	$(GOTOOL) jsonnet -J mixin -S mixin/route.jsonnet > mixin/alertmanager/route.yaml
 	rm -rf mixin/dashboards_out && mkdir -p mixin/dashboards_out
 	$(GOTOOL) jsonnet -J mixin -m mixin/dashboards_out mixin/dashboards.jsonnet >/dev/null
 

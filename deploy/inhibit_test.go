@@ -143,8 +143,9 @@ func TestAlertmanagerConfigFromMixin(t *testing.T) {
 //   - one provider down and a target of another provider down: the other provider's TargetDown
 //     is notified, not muted by the first provider's ProviderDown.
 //
-// With showMultiCluster the same holds per cluster, and a provider down in one cluster does
-// not mute the TargetDown of a provider of the same name in another cluster.
+// Every alert carries a cluster label, as Prometheus adds its external labels to every alert
+// it sends: in every form, multi-cluster or not, a provider down in one cluster does not mute
+// the TargetDown of a provider of the same name in another cluster.
 func TestInhibitRulesOnAlertmanager(t *testing.T) {
 	root := repoRoot(t)
 	plain, err := os.ReadFile(filepath.Join(root, "mixin", "alertmanager", "inhibit_rules.yaml"))
@@ -158,21 +159,20 @@ func TestInhibitRulesOnAlertmanager(t *testing.T) {
 	forms := []struct {
 		name    string
 		rules   []map[string]any
-		cluster string // the cluster label the alerts carry ("" without showMultiCluster)
+		cluster string // the cluster label the alerts carry (Prometheus's external label)
 	}{
-		{"mixin/alertmanager/inhibit_rules.yaml", inhibitRulesOf(t, plain), ""},
-		{"deploy/alertmanagerconfig.yaml", inhibitRulesOfAlertmanagerConfig(t, amConfig), ""},
+		{"mixin/alertmanager/inhibit_rules.yaml", inhibitRulesOf(t, plain), "cluster"},
+		{"deploy/alertmanagerconfig.yaml", inhibitRulesOfAlertmanagerConfig(t, amConfig), "cluster"},
 		{"showMultiCluster", inhibitRulesOf(t, mixinJsonnet(t, "mixin/inhibit_rules.jsonnet", "--tla-code", "config={showMultiCluster: true}")), "cluster"},
+		{"clusterLabel k8s_cluster", inhibitRulesOf(t, mixinJsonnet(t, "mixin/inhibit_rules.jsonnet", "--tla-code", "config={clusterLabel: 'k8s_cluster'}")), "k8s_cluster"},
 	}
 	for _, form := range forms {
 		t.Run(strings.ReplaceAll(form.name, "/", "_"), func(t *testing.T) {
 			stack := promstack.Start(t, promstack.Options{InhibitRules: form.rules})
 
-			// at labels an alert with the cluster label when the form has one.
+			// at labels an alert with its cluster, as Prometheus's external label does.
 			at := func(cluster string, labels map[string]string) map[string]string {
-				if form.cluster != "" {
-					labels[form.cluster] = cluster
-				}
+				labels[form.cluster] = cluster
 				return labels
 			}
 			providerDown := func(cluster, provider string) promstack.PostableAlert {
@@ -255,9 +255,6 @@ func TestInhibitRulesOnAlertmanager(t *testing.T) {
 				}
 			}
 			k := func(cluster, alertname, provider, target string) string {
-				if form.cluster == "" {
-					cluster = ""
-				}
 				return cluster + "/" + alertname + "/" + provider + "/" + target
 			}
 
@@ -281,13 +278,11 @@ func TestInhibitRulesOnAlertmanager(t *testing.T) {
 					notified: []string{k("a", "ProviderHealthProviderDown", "gcp-prod", ""), k("a", "ProviderHealthTargetDown", "gcp-dev", "host-03")},
 				})
 			})
-			if form.cluster != "" {
-				t.Run("the same provider in another cluster is not muted", func(t *testing.T) {
-					check(t, []string{"cluster-main"}, []promstack.PostableAlert{providerDown("a", "cluster-main"), targetDown("b", "cluster-main", 1)}, want{
-						notified: []string{k("a", "ProviderHealthProviderDown", "cluster-main", ""), k("b", "ProviderHealthTargetDown", "cluster-main", "host-01")},
-					})
+			t.Run("the same provider in another cluster is not muted", func(t *testing.T) {
+				check(t, []string{"cluster-main"}, []promstack.PostableAlert{providerDown("a", "cluster-main"), targetDown("b", "cluster-main", 1)}, want{
+					notified: []string{k("a", "ProviderHealthProviderDown", "cluster-main", ""), k("b", "ProviderHealthTargetDown", "cluster-main", "host-01")},
 				})
-			}
+			})
 		})
 	}
 }

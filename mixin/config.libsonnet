@@ -41,7 +41,8 @@
     hostKeyMismatchFor: '1m',
     // ProviderHealthConfigReloadFailed.
     configReloadFailedFor: '10m',
-    // ProviderHealthExporterDown.
+    // ProviderHealthExporterDown: critical (severities.exporterDown) when no replica is
+    // scraped, a warning (severities.exporterReplicaDown) when one of several is not.
     exporterDownFor: '5m',
 
     // The ProviderHealth writer (--crd.enabled): its alerts read the proxy_operator_crd_writer_*
@@ -112,6 +113,14 @@
       },
     },
 
+    // The recommended Alertmanager route for the mixin's alerts (alertmanager/route.yaml,
+    // docs/mixin.md): grouped by alertname, clusterLabel and provider, so one provider's targets
+    // still down after a partial recovery are one notification; and its timings (Alertmanager's
+    // defaults).
+    alertmanagerGroupWait: '30s',
+    alertmanagerGroupInterval: '5m',
+    alertmanagerRepeatInterval: '4h',
+
     severities: {
       targetDown: 'warning',
       providerDown: 'critical',
@@ -123,6 +132,7 @@
       hostKeyMismatch: 'critical',
       configReloadFailed: 'warning',
       exporterDown: 'critical',
+      exporterReplicaDown: 'warning',
       crdWriteErrors: 'warning',
       crdWriterLagging: 'warning',
       crdWriterNoLeader: 'warning',

@@ -21,13 +21,15 @@ import (
 )
 
 // TestGeneratedFilesUpToDate: the committed prometheus_alerts.yaml, prometheus_rules.yaml,
-// alertmanager/inhibit_rules.yaml and dashboards_out/ are what the sources render (make mixin regenerates them).
+// alertmanager/inhibit_rules.yaml, alertmanager/route.yaml and dashboards_out/ are what the
+// sources render (make mixin regenerates them).
 func TestGeneratedFilesUpToDate(t *testing.T) {
 	t.Parallel()
 	for file, entry := range map[string]string{
 		"prometheus_alerts.yaml":          "alerts.jsonnet",
 		"prometheus_rules.yaml":           "rules.jsonnet",
 		"alertmanager/inhibit_rules.yaml": "inhibit_rules.jsonnet",
+		"alertmanager/route.yaml":         "route.jsonnet",
 	} {
 		want := jsonnet(t, entry, "", "-S")
 		got, err := os.ReadFile(file)
@@ -88,7 +90,7 @@ func TestPromtool(t *testing.T) {
 		return string(out)
 	}
 	out := run("check", "rules", "prometheus_alerts.yaml", "prometheus_rules.yaml")
-	if !strings.Contains(out, "SUCCESS: 16 rules found") || !strings.Contains(out, "SUCCESS: 26 rules found") {
+	if !strings.Contains(out, "SUCCESS: 18 rules found") || !strings.Contains(out, "SUCCESS: 26 rules found") {
 		t.Errorf("promtool check rules: %s", out)
 	}
 	tests, _ := filepath.Glob("tests/*.yaml")
@@ -303,8 +305,8 @@ func TestPrometheusRule(t *testing.T) {
 			}
 		}
 	}
-	if len(pr.Spec.Groups) != 6 || rules != 42 {
-		t.Errorf("%d groups with %d rules, want the 6 groups of 16 alerts and 26 recording rules", len(pr.Spec.Groups), rules)
+	if len(pr.Spec.Groups) != 6 || rules != 44 {
+		t.Errorf("%d groups with %d rules, want the 6 groups of 18 alerting rules (17 alerts, ExporterDown twice) and 26 recording rules", len(pr.Spec.Groups), rules)
 	}
 	if !overridden {
 		t.Error("the config argument did not set ProviderHealthTargetDown's for: to 20s")
@@ -428,13 +430,21 @@ func TestRunbookCoversEveryReason(t *testing.T) {
 }
 
 // TestInhibitRulesMatchAlertLabels: every inhibit rule of alertmanager/inhibit_rules.yaml
-// (default _config, and rendered with showMultiCluster) names alerts the mixin has, and its
-// equal labels are labels both alerts really carry: every outermost aggregation of their
-// expressions keeps them. A label that an alert lacks would be "equal" on every alert (both
-// empty), and one provider's outage would mute every provider's targets.
+// (default _config, and rendered with showMultiCluster or another cluster label) names alerts
+// the mixin has, and its equal labels are the cluster label, always (Prometheus adds its
+// external labels to every alert it sends, so an outage in one cluster must never mute a
+// provider of the same name in another, whatever showMultiCluster says), and labels both
+// alerts really carry: every outermost aggregation of their expressions keeps them. A label
+// that an alert lacks would be "equal" on every alert (both empty), and one provider's outage
+// would mute every provider's targets. A rule's matchers are its alertname and, to tell two
+// alerts of one name apart, their severity.
 func TestInhibitRulesMatchAlertLabels(t *testing.T) {
 	t.Parallel()
-	for _, config := range []string{"", "{showMultiCluster: true}"} {
+	for config, cluster := range map[string]string{
+		"":                              "cluster",
+		"{showMultiCluster: true}":      "cluster",
+		"{clusterLabel: 'k8s_cluster'}": "k8s_cluster",
+	} {
 		var doc struct {
 			InhibitRules []struct {
 				SourceMatchers []string `yaml:"source_matchers"`
@@ -457,58 +467,80 @@ func TestInhibitRulesMatchAlertLabels(t *testing.T) {
 		if len(errs) > 0 {
 			t.Fatal(errs)
 		}
-		exprs := map[string]string{}
+		type rule struct{ expr, severity string }
+		rules := map[string][]rule{}
 		for _, g := range groups.Groups {
 			for _, r := range g.Rules {
-				exprs[r.Alert] = r.Expr
+				rules[r.Alert] = append(rules[r.Alert], rule{r.Expr, r.Labels["severity"]})
 			}
 		}
 		alertname := regexp.MustCompile(`^alertname="([A-Za-z]+)"$`)
-		for _, rule := range doc.InhibitRules {
-			if len(rule.Equal) == 0 || !slices.Contains(rule.Equal, "provider") {
-				t.Errorf("config %q: inhibit rule %+v: equal must hold provider", config, rule)
+		severity := regexp.MustCompile(`^severity="([a-z]+)"$`)
+		for _, ir := range doc.InhibitRules {
+			if !slices.Contains(ir.Equal, cluster) {
+				t.Errorf("config %q: inhibit rule %+v: equal lacks the cluster label %s", config, ir, cluster)
 			}
-			if config != "" && !slices.Contains(rule.Equal, "cluster") {
-				t.Errorf("config %q: inhibit rule %+v: equal lacks the cluster label", config, rule)
-			}
-			for _, ms := range [][]string{rule.SourceMatchers, rule.TargetMatchers} {
-				if len(ms) != 1 || !alertname.MatchString(ms[0]) {
-					t.Errorf("config %q: matchers %v: want one alertname=\"...\"", config, ms)
+			for _, ms := range [][]string{ir.SourceMatchers, ir.TargetMatchers} {
+				if len(ms) == 0 || len(ms) > 2 || !alertname.MatchString(ms[0]) || (len(ms) == 2 && !severity.MatchString(ms[1])) {
+					t.Errorf("config %q: matchers %v: want alertname=\"...\", then at most severity=\"...\"", config, ms)
 					continue
 				}
 				name := alertname.FindStringSubmatch(ms[0])[1]
-				expr, ok := exprs[name]
-				if !ok {
-					t.Errorf("config %q: inhibit rule matches %s, which the mixin does not have", config, name)
-					continue
-				}
-				e, err := parser.NewParser(parser.Options{}).ParseExpr(expr)
-				if err != nil {
-					t.Fatal(err)
-				}
-				aggs := 0
-				parser.Inspect(e, func(n parser.Node, path []parser.Node) error {
-					a, ok := n.(*parser.AggregateExpr)
-					if !ok {
+				matched := 0
+				for _, r := range rules[name] {
+					if len(ms) == 2 && severity.FindStringSubmatch(ms[1])[1] != r.severity {
+						continue
+					}
+					matched++
+					e, err := parser.NewParser(parser.Options{}).ParseExpr(r.expr)
+					if err != nil {
+						t.Fatal(err)
+					}
+					parser.Inspect(e, func(n parser.Node, path []parser.Node) error {
+						a, ok := n.(*parser.AggregateExpr)
+						if !ok {
+							return nil
+						}
+						for _, p := range path {
+							if _, inner := p.(*parser.AggregateExpr); inner {
+								return nil // not outermost
+							}
+						}
+						for _, l := range ir.Equal {
+							if l != cluster && !slices.Contains(a.Grouping, l) {
+								t.Errorf("config %q: %s does not carry %s, which the inhibit rule's equal needs: %s", config, name, l, a)
+							}
+						}
 						return nil
-					}
-					for _, p := range path {
-						if _, inner := p.(*parser.AggregateExpr); inner {
-							return nil // not outermost
-						}
-					}
-					aggs++
-					for _, l := range rule.Equal {
-						if !slices.Contains(a.Grouping, l) {
-							t.Errorf("config %q: %s does not carry %s, which the inhibit rule's equal needs: %s", config, name, l, a)
-						}
-					}
-					return nil
-				})
-				if aggs == 0 {
-					t.Errorf("config %q: %s has no aggregation: %s", config, name, expr)
+					})
+				}
+				if matched == 0 {
+					t.Errorf("config %q: inhibit rule matchers %v match no alert of the mixin", config, ms)
 				}
 			}
 		}
+	}
+}
+
+// TestRouteDocumented: docs/mixin.md shows the recommended route as alertmanager/route.yaml
+// renders it, so the route a reader copies is the one the end-to-end test runs.
+func TestRouteDocumented(t *testing.T) {
+	t.Parallel()
+	route, err := os.ReadFile("alertmanager/route.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs", "mixin.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body []string
+	for _, l := range strings.Split(strings.TrimSpace(string(route)), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			body = append(body, l)
+		}
+	}
+	if want := strings.Join(body, "\n"); !strings.Contains(string(doc), want) {
+		t.Errorf("docs/mixin.md does not show the recommended route as mixin/alertmanager/route.yaml holds it:\n%s", want)
 	}
 }

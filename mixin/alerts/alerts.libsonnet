@@ -47,6 +47,18 @@ local promql = import '../lib/promql.libsonnet';
       },
     },
 
+    // A target down on every replica, and a provider all of whose targets are down on every
+    // replica: both from the raw series, never from a series recorded by another group.
+    local targetDownExpr = 'max %s (%s) == 0' % [by(['provider', 'target']), sel('proxy_operator_provider_target_up')],
+    local providerDownExpr = 'max %s (%s) == 0' % [by(['provider']), sel('proxy_operator_provider_target_up')],
+    // TargetDown leaves out a target of a provider down as a whole until the target has been
+    // down for this window: targetDownFor, so that a target whose TargetDown fired before the
+    // rest of its provider failed keeps it; at least providerDownFor, so that the TargetDown
+    // alerts of an outage fire a full targetDownFor after its ProviderDown.
+    local exclusionWindow =
+      if promql.durationSeconds(c.providerDownFor) > promql.durationSeconds(c.targetDownFor)
+      then c.providerDownFor else c.targetDownFor,
+
     local freePercent = '(max %(by)s (last_over_time(%(avail)s[%(gap)s])) / max %(by)s (last_over_time(%(cap)s[%(gap)s])) * 100)' % {
       by: by(['provider', 'target', 'pool']),
       gap: c.poolReadGap,
@@ -58,10 +70,24 @@ local promql = import '../lib/promql.libsonnet';
       {
         name: 'provider-health-exporter',
         rules: [
+          // TargetDown leaves out the targets of a provider that is down as a whole, unless a
+          // target had been down on its own for targetDownFor already (its TargetDown has fired
+          // and stays, muted by the inhibit rule, rather than resolve while the target is
+          // still down). It reads the same raw series as ProviderDown, in the same group, so
+          // no placement of the rule groups and no order in which the targets go down lets a
+          // TargetDown of a provider's outage fire before its ProviderDown (docs/mixin.md).
           alert(
             'ProviderHealthTargetDown',
             'targetDown',
-            'max %s (%s) == 0' % [by(['provider', 'target']), sel('proxy_operator_provider_target_up')],
+            '%(down)s\nunless on (%(onTarget)s)\n(\n  max %(byTarget)s (max_over_time(%(up)s[%(window)s])) > 0\n  and on (%(onProvider)s)\n  %(providerDown)s\n)' % {
+              down: targetDownExpr,
+              onTarget: std.join(', ', promql.groupLabels(c, ['provider', 'target'])),
+              byTarget: by(['provider', 'target']),
+              up: sel('proxy_operator_provider_target_up'),
+              window: exclusionWindow,
+              onProvider: std.join(', ', promql.groupLabels(c, ['provider'])),
+              providerDown: providerDownExpr,
+            },
             c.targetDownFor,
             'A provider target has been down.',
             'Target {{ $labels.target }} of provider {{ $labels.provider }} has been down for more than '
@@ -70,11 +96,11 @@ local promql = import '../lib/promql.libsonnet';
           alert(
             'ProviderHealthProviderDown',
             'providerDown',
-            'max %s (%s) == 0' % [by(['provider']), sel('provider:proxy_operator_provider_target_up:sum')],
+            providerDownExpr,
             c.providerDownFor,
             'Every target of a provider has been down.',
-            'All {{ with query (printf `max by (provider) (provider:proxy_operator_provider_target_up:count{'
-            + matchers(['provider']) + '})` ' + args(['provider'])
+            'All {{ with query (printf `count (max by (target) (proxy_operator_provider_target_up{'
+            + matchers(['provider']) + '}))` ' + args(['provider'])
             + ') }}{{ . | first | value }}{{ end }} targets of provider {{ $labels.provider }} have been down for more than '
             + c.providerDownFor + '; reasons: {{ range $i, $r := query (printf `count by (reason) (max by (target, reason) (proxy_operator_provider_target_reason{'
             + matchers(['provider']) + '} == 1))` ' + args(['provider'])
@@ -161,20 +187,32 @@ local promql = import '../lib/promql.libsonnet';
             'The last load of the providers file failed on ' + instances('proxy_operator_config_last_reload_successful', '== 0') + ' (for more than '
             + c.configReloadFailedFor + '); the exporter keeps checking with the last good file.',
           ),
+          // ExporterDown pages (critical) when coverage is lost: no replica is scraped, or
+          // Prometheus has no scrape target for the exporter at all. One replica down of
+          // several is a warning: the others still report every verdict. Both fire while every
+          // replica of several is down; the inhibit rule mutes the warning then.
           alert(
             'ProviderHealthExporterDown',
             'exporterDown',
-            'min %s (%s) == 0\nor\nsum %s (absent(%s))' % [by([]), sel('up'), by([]), sel('up')],
+            'max %s (%s) == 0\nor\nsum %s (absent(%s))' % [by([]), sel('up'), by([]), sel('up')],
             c.exporterDownFor,
             'The provider health exporter is down or not scraped.',
-            // With several replicas, one down leaves the others reporting: say which it is.
             '{{ if eq $value 0.0 }}Prometheus cannot scrape the provider health exporter at ' + instances('up', '== 0')
-            + ' (for more than ' + c.exporterDownFor + ')'
-            + '{{ with query (printf "count(%s)" ' + exporterQuery('up', ' == 1') + ') }}'
-            + ': its verdicts are not current; the other replicas still report ({{ . | first | value }} scraped).'
-            + '{{ else }}: no replica is scraped, so no verdict is current and no provider alert can fire.{{ end }}'
+            + ' (for more than ' + c.exporterDownFor + '): no replica is scraped, so no verdict is current and no provider alert can fire.'
             + '{{ else }}Prometheus has no scrape target matching ' + std.strReplace(c.jobSelector, '"', "'")
             + ' (for more than ' + c.exporterDownFor + '): no verdict is current and no provider alert can fire.{{ end }}',
+          ),
+          alert(
+            'ProviderHealthExporterDown',
+            'exporterReplicaDown',
+            'min %s (%s) == 0\nand\ncount %s (%s) > 1' % [by([]), sel('up'), by([]), sel('up')],
+            c.exporterDownFor,
+            'A replica of the provider health exporter is down or not scraped.',
+            'Prometheus cannot scrape the provider health exporter at ' + instances('up', '== 0')
+            + ' (for more than ' + c.exporterDownFor + ')'
+            + '{{ with query (printf "count(%s)" ' + exporterQuery('up', ' == 1') + ') }}'
+            + '; the other replicas still report ({{ . | first | value }} scraped), so the verdicts are current.'
+            + '{{ else }}; no replica is scraped now.{{ end }}',
           ),
           // The ProviderHealth writer. Its metrics exist only where --crd.enabled is on; with
           // leader election only the leader writes, so the writing replica is the one whose

@@ -393,3 +393,29 @@ func truncate(b []byte) []byte {
 	}
 	return b
 }
+
+// RuleGroup is one rule group as Prometheus's /api/v1/rules lists it.
+type RuleGroup struct {
+	Name string `json:"name"`
+	File string `json:"file"`
+	// Interval is the group's evaluation interval in seconds.
+	Interval       float64   `json:"interval"`
+	LastEvaluation time.Time `json:"lastEvaluation"`
+}
+
+// RuleGroups lists Prometheus's rule groups. Prometheus places each group at a fixed offset
+// within its interval, from a hash of the group's name and file: LastEvaluation modulo the
+// interval shows where.
+func (s *Stack) RuleGroups(ctx context.Context) ([]RuleGroup, error) {
+	data, err := s.promAPI(ctx, http.MethodGet, "/api/v1/rules", nil)
+	if err != nil {
+		return nil, err
+	}
+	var d struct {
+		Groups []RuleGroup `json:"groups"`
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		return nil, fmt.Errorf("decode rule groups: %w", err)
+	}
+	return d.Groups, nil
+}

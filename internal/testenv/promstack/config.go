@@ -141,11 +141,12 @@ type amConfig struct {
 }
 
 type amRoute struct {
-	Receiver       string   `yaml:"receiver"`
-	GroupBy        []string `yaml:"group_by"`
-	GroupWait      string   `yaml:"group_wait"`
-	GroupInterval  string   `yaml:"group_interval"`
-	RepeatInterval string   `yaml:"repeat_interval"`
+	Receiver       string           `yaml:"receiver"`
+	GroupBy        []string         `yaml:"group_by"`
+	GroupWait      string           `yaml:"group_wait"`
+	GroupInterval  string           `yaml:"group_interval"`
+	RepeatInterval string           `yaml:"repeat_interval"`
+	Routes         []map[string]any `yaml:"routes,omitempty"`
 }
 
 type amReceiver struct {
@@ -159,7 +160,8 @@ type webhookConfig struct {
 }
 
 // alertmanagerConfig renders alertmanager.yml: one route, grouped by every label so each alert
-// is notified on its own, to the webhook at webhookURL, and opts.InhibitRules.
+// is notified on its own, to the webhook at webhookURL, with opts.Routes as its child routes,
+// and opts.InhibitRules.
 func alertmanagerConfig(webhookURL string, opts Options) ([]byte, error) {
 	cfg := amConfig{
 		InhibitRules: opts.InhibitRules,
@@ -169,6 +171,7 @@ func alertmanagerConfig(webhookURL string, opts Options) ([]byte, error) {
 			GroupWait:      promDuration(opts.GroupWait),
 			GroupInterval:  promDuration(opts.GroupInterval),
 			RepeatInterval: promDuration(opts.RepeatInterval),
+			Routes:         opts.Routes,
 		},
 		Receivers: []amReceiver{{
 			Name:           ReceiverName,

@@ -123,6 +123,22 @@ func TestAlertmanagerConfig(t *testing.T) {
 	if len(cfg.InhibitRules) != 1 || !reflect.DeepEqual(cfg.InhibitRules[0], rule) {
 		t.Errorf("inhibit_rules %+v, want [%+v]", cfg.InhibitRules, rule)
 	}
+	if len(cfg.Route.Routes) != 0 {
+		t.Errorf("child routes written without any: %+v", cfg.Route.Routes)
+	}
+
+	child := map[string]any{"matchers": []any{`alertname=~"A.+"`}, "group_by": []any{"alertname", "provider"}, "group_wait": "3s"}
+	out, err = alertmanagerConfig("http://127.0.0.1:1234", Options{Routes: []map[string]any{child}}.withDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = amConfig{}
+	if err := yaml.Unmarshal(out, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Route.Routes) != 1 || !reflect.DeepEqual(cfg.Route.Routes[0], child) || cfg.Route.Receiver != ReceiverName {
+		t.Errorf("route %+v, want the receiver %s with the child route %+v", cfg.Route, ReceiverName, child)
+	}
 }
 
 func TestDecodeQueryData(t *testing.T) {

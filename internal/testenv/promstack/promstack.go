@@ -51,6 +51,15 @@ type Options struct {
 	BasicAuthPassword string
 	// ExternalLabels are added to every alert Prometheus sends.
 	ExternalLabels map[string]string
+	// ResendDelay is Prometheus's --rules.alert.resend-delay (how often a firing alert is sent
+	// again); 0 keeps Prometheus's default, 1m. A test scaling every duration down scales it too.
+	ResendDelay time.Duration
+
+	// Alertmanager, when set, is another stack whose Alertmanager this stack's Prometheus sends
+	// its alerts to, instead of starting one of its own (several Prometheus servers, one
+	// Alertmanager): the notifications then arrive at that stack's receiver, and the settings
+	// below are that stack's.
+	Alertmanager *Stack
 
 	// GroupWait, GroupInterval and RepeatInterval of Alertmanager's route; they default to
 	// 1s, 1s and 1h so a test sees a notification about a second after an alert arrives.
@@ -61,6 +70,11 @@ type Options struct {
 	// (source_matchers, target_matchers, equal), e.g. decoded from the mixin's
 	// alertmanager/inhibit_rules.yaml.
 	InhibitRules []map[string]any
+	// Routes are child routes of the top-level route, each as alertmanager.yml writes one
+	// (matchers, group_by, group_wait, ...), e.g. decoded from the mixin's
+	// alertmanager/route.yaml. They inherit the receiver (the webhook); an alert no child route
+	// matches is grouped by every label.
+	Routes []map[string]any
 	// StartTimeout bounds the wait for both daemons to be ready; it defaults to 30s.
 	StartTimeout time.Duration
 
@@ -99,7 +113,8 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Stack is a running Prometheus and Alertmanager. Everything is stopped in the test's cleanup.
+// Stack is a running Prometheus and Alertmanager (or a Prometheus sending to another stack's
+// Alertmanager, see Options.Alertmanager). Everything is stopped in the test's cleanup.
 type Stack struct {
 	// PrometheusURL and AlertmanagerURL are the daemons' base URLs (http://127.0.0.1:PORT).
 	PrometheusURL   string
@@ -151,14 +166,18 @@ func Start(tb testing.TB, opts Options) *Stack {
 		}
 	})
 
-	webhook := httptest.NewServer(http.HandlerFunc(s.receive))
-	tb.Cleanup(webhook.Close)
-	s.WebhookURL = webhook.URL
+	if opts.Alertmanager == nil {
+		webhook := httptest.NewServer(http.HandlerFunc(s.receive))
+		tb.Cleanup(webhook.Close)
+		s.WebhookURL = webhook.URL
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), opts.StartTimeout)
 	defer cancel()
 
-	if err := s.startAlertmanager(ctx, tb, amBin, opts); err != nil {
+	if shared := opts.Alertmanager; shared != nil {
+		s.amAddr, s.AlertmanagerURL, s.WebhookURL = shared.amAddr, shared.AlertmanagerURL, shared.WebhookURL
+	} else if err := s.startAlertmanager(ctx, tb, amBin, opts); err != nil {
 		tb.Fatalf("start alertmanager: %v", err)
 	}
 	if err := s.startPrometheus(ctx, tb, promBin, opts); err != nil {
@@ -208,13 +227,17 @@ func (s *Stack) startPrometheus(ctx context.Context, tb testing.TB, bin string, 
 		return fmt.Errorf("create prometheus storage: %w", err)
 	}
 	d, addr, err := startWithFreePort(ctx, tb, "prometheus", bin, opts.PrometheusAddr, filepath.Join(s.Dir, "prometheus.log"), func(addr string) []string {
-		return []string{
+		args := []string{
 			"--config.file=" + s.PrometheusConfigFile,
 			"--storage.tsdb.path=" + data,
 			"--web.listen-address=" + addr,
 			"--web.enable-lifecycle",
 			"--log.level=debug",
 		}
+		if opts.ResendDelay > 0 {
+			args = append(args, "--rules.alert.resend-delay="+promDuration(opts.ResendDelay))
+		}
+		return args
 	})
 	if err != nil {
 		return err
