@@ -16,7 +16,7 @@ BINARY   := provider_health_exporter
 PKGS     := ./...
 
 .PHONY: all build generate test test-unit test-mixin test-deps kube-binaries prom-binaries mixin bench fuzz lint vet fmt-check staticcheck fmt clean demo soak
-.PHONY: docker docker-binary deploy-rules
+.PHONY: docker docker-binary deploy-rules helm-binary
 
 ## all (the default goal): lint, the unit tests and the build; it installs nothing and needs no root.
 all: lint test-unit build
@@ -41,7 +41,7 @@ docker: docker-binary
 ## one also builds etcd and kube-apiserver (kube-binaries) and Prometheus 3 and Alertmanager
 ## (prom-binaries), so the per-binary timeout is raised.
 ## -count=1: Go's test cache cannot see the systems the tests start, so results are never reused.
-test: test-deps kube-binaries prom-binaries test-mixin
+test: test-deps kube-binaries prom-binaries helm-binary test-mixin
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
 
 ## test-unit: the tests that need no real system, for the edit-test loop: go test -short, under
@@ -89,10 +89,14 @@ mixin:
 	$(GOTOOL) jsonnet -J mixin -m mixin/dashboards_out mixin/dashboards.jsonnet >/dev/null
 
 ## deploy-rules: deploy/prometheusrule.yaml, the mixin's alerts and rules as a PrometheusRule,
-## and deploy/alertmanagerconfig.yaml, its inhibit rules as an AlertmanagerConfig, generated from mixin/ (run it after `make mixin`; make test fails when the file drifts).
+## and deploy/alertmanagerconfig.yaml, its inhibit rules as an AlertmanagerConfig, generated from mixin/
+## (run it after `make mixin`; make test fails when the file drifts), and the same two specs in
+## the Helm chart (charts/provider-health-exporter/files/).
 deploy-rules:
 	$(GOTOOL) jsonnet -J mixin -S deploy/prometheusrule.jsonnet > deploy/prometheusrule.yaml
 	$(GOTOOL) jsonnet -J mixin -S deploy/alertmanagerconfig.jsonnet > deploy/alertmanagerconfig.yaml
+	$(GOTOOL) jsonnet -J mixin -S charts/prometheusrule-spec.jsonnet > charts/provider-health-exporter/files/prometheusrule-spec.yaml
+	$(GOTOOL) jsonnet -J mixin -S charts/alertmanagerconfig-spec.jsonnet > charts/provider-health-exporter/files/alertmanagerconfig-spec.yaml
 
 ## test-deps: install the Debian packages the integration tests need (as root, when missing).
 test-deps:
@@ -102,6 +106,11 @@ test-deps:
 ## (once; later runs find them in a fraction of a second).
 kube-binaries:
 	sh scripts/build-kube.sh
+
+## helm-binary: build helm (tools/helm, its own module: helm brings its own Kubernetes library
+## versions) from the Go module proxy into bin/helm-<version>/, for the chart's tests (charts/).
+helm-binary:
+	$(GO) run ./internal/testenv/helm/cmd/build-helm >/dev/null
 
 ## prom-binaries: build Prometheus 3 and promtool (tools/prometheus, -tags remove_all_sd, version
 ## stamped) and Alertmanager and amtool (tools/alertmanager) from the Go module proxy into
@@ -122,10 +131,11 @@ demo: test-deps build kube-binaries prom-binaries
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./config
 
-## generate: the ProviderHealth CRD (deploy/crd/) and the API types' deepcopy code, from the
+## generate: the ProviderHealth CRD (deploy/crd/, copied into the Helm chart's crds/) and the API types' deepcopy code, from the
 ## kubebuilder markers in crdwriter/v1alpha1. `make test` fails when the committed files drift.
 generate:
 	$(GOTOOL) controller-gen object paths=./crdwriter/v1alpha1/... crd:crdVersions=v1 output:crd:dir=deploy/crd
+	cp deploy/crd/providerhealth.io_providerhealths.yaml charts/provider-health-exporter/crds/
 
 ## bench: every benchmark, with allocations; no tests. Then the mixin's availability rules
 ## against the rules they replaced on a real Prometheus (TestAvailabilityCost, docs/benchmarks.md):

@@ -1,0 +1,10 @@
+// charts/provider-health-exporter/files/alertmanagerconfig-spec.yaml: the spec of the mixin's
+// AlertmanagerConfig (mixin/alertmanager_config.jsonnet, the same source as
+// deploy/alertmanagerconfig.yaml), which the chart's templates/alertmanagerconfig.yaml includes.
+// Regenerate with `make deploy-rules`; a test fails when the committed file drifts.
+'# Generated from mixin/ by `make deploy-rules` (charts/alertmanagerconfig-spec.jsonnet): do not edit.\n'
++ std.manifestYamlDoc(
+  (import 'alertmanager_config.jsonnet')().spec,
+  indent_array_in_object=false,
+  quote_keys=false,
+) + '\n'

@@ -1,0 +1,415 @@
+package charts
+
+import (
+	"context"
+	"encoding/base64"
+	"maps"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	_ "github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
+	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	_ "github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+)
+
+// kustomize renders deploy/ with the machine's kubectl, the way docs/deploy.md installs it.
+func kustomize(t *testing.T) objects {
+	t.Helper()
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		testenv.Unavailable(t, "kubectl is not on PATH: install it (e.g. the kubectl package) to render deploy/ with its kustomize")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, kubectl, "kustomize", filepath.Join(repoRoot(t), "deploy")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl kustomize deploy/: %v\n%s", err, out)
+	}
+	return decodeObjects(t, out)
+}
+
+// monitoringKinds are the Prometheus Operator's objects, off by default, and the NetworkPolicy.
+var monitoringKinds = []string{"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig", "NetworkPolicy"}
+
+// TestTemplateDefaults: the default rendering holds the exporter's objects and none of the
+// Prometheus Operator's (whose CRDs may not be installed) nor the NetworkPolicy; every object
+// is in the release's namespace (but the Events Role, in default) and carries the chart's labels.
+func TestTemplateDefaults(t *testing.T) {
+	h := newHelm(t)
+	objs := objects(decodeObjects(t, h.template()))
+	want := []string{
+		"ClusterRole/provider-health-exporter", "ClusterRole/provider-health-exporter-viewer",
+		"ClusterRoleBinding/provider-health-exporter", "ConfigMap/provider-health-exporter-providers",
+		"Deployment/provider-health-exporter", "PodDisruptionBudget/provider-health-exporter",
+		"Role/provider-health-exporter-events", "Role/provider-health-exporter-leader-election",
+		"RoleBinding/provider-health-exporter-events", "RoleBinding/provider-health-exporter-leader-election",
+		"Service/provider-health-exporter", "ServiceAccount/provider-health-exporter",
+	}
+	if got := objs.kinds(); !slices.Equal(got, want) {
+		t.Errorf("the default rendering holds\n%v\nwant\n%v", got, want)
+	}
+	for _, o := range objs {
+		l := o.GetLabels()
+		if l["app.kubernetes.io/name"] != "provider-health-exporter" || l["app.kubernetes.io/instance"] != release ||
+			l["app.kubernetes.io/managed-by"] != "Helm" || !strings.HasPrefix(l["helm.sh/chart"], "provider-health-exporter-") {
+			t.Errorf("%s/%s lacks the chart's labels: %v", o.GetKind(), o.GetName(), l)
+		}
+		ns := o.GetNamespace()
+		switch {
+		case strings.HasPrefix(o.GetKind(), "Cluster"):
+			if ns != "" {
+				t.Errorf("cluster-scoped %s/%s has namespace %q", o.GetKind(), o.GetName(), ns)
+			}
+		case strings.HasSuffix(o.GetName(), "-events"):
+			if ns != "default" {
+				t.Errorf("%s/%s is in %q: Events about a cluster-scoped object are stored in default", o.GetKind(), o.GetName(), ns)
+			}
+		case ns != namespace:
+			t.Errorf("%s/%s is in %q, not the release's namespace %q", o.GetKind(), o.GetName(), ns, namespace)
+		}
+	}
+	dep := objs.get(t, "Deployment", namespace, release)
+	if img := field(dep, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)["image"]; img != "provider-health-exporter:v"+chartAppVersion(t) {
+		t.Errorf("the default image is %v, want provider-health-exporter:v<appVersion>", img)
+	}
+	// The inline providers file by default: no providers, a file the exporter accepts.
+	cm := objs.get(t, "ConfigMap", namespace, release+"-providers")
+	data, _ := field(cm, "data", "providers.yml").(string)
+	if cfg, err := config.Parse("/etc/phe/config/providers.yml", []byte(data)); err != nil || len(cfg.Providers) != 0 {
+		t.Errorf("the default providers file %q: %v (providers %v)", data, err, cfg)
+	}
+}
+
+func chartAppVersion(t *testing.T) string {
+	t.Helper()
+	for _, line := range strings.Split(string(readFile(t, filepath.Join(chartDir(t), "Chart.yaml"))), "\n") {
+		if v, ok := strings.CutPrefix(line, "appVersion:"); ok {
+			return strings.Trim(strings.TrimSpace(v), `"`)
+		}
+	}
+	t.Fatal("Chart.yaml has no appVersion")
+	return ""
+}
+
+// TestTemplateMatchesKustomize: where the chart's default rendering and kustomize's rendering
+// of deploy/ overlap they agree, object by object: the Deployment's replicas, rollout, args,
+// ports, probes, resources, security contexts, ServiceAccount, mounts and Secret volumes; the
+// RBAC rules, role references and subjects; the Service's ports; the PodDisruptionBudget. With
+// the monitoring toggles on, the ServiceMonitor's endpoints, the PrometheusRule's and the
+// AlertmanagerConfig's specs and the NetworkPolicy's rules agree too.
+func TestTemplateMatchesKustomize(t *testing.T) {
+	h := newHelm(t)
+	k := kustomize(t)
+	c := objects(decodeObjects(t, h.template("--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
+		"--set", "alertmanagerConfig.enabled=true", "--set", "networkPolicy.enabled=true")))
+
+	same := func(what string, got, want any) {
+		t.Helper()
+		if g, w := asYAML(t, got), asYAML(t, want); g != w || want == nil {
+			t.Errorf("%s: the chart renders\n%s\nkustomize renders\n%s", what, g, w)
+		}
+	}
+
+	// The Deployment.
+	kd := k.get(t, "Deployment", namespace, "provider-health-exporter")
+	cd := c.get(t, "Deployment", namespace, "provider-health-exporter")
+	for _, p := range [][]string{
+		{"spec", "replicas"}, {"spec", "strategy"},
+		{"spec", "template", "spec", "serviceAccountName"}, {"spec", "template", "spec", "securityContext"},
+	} {
+		same("Deployment "+strings.Join(p, "."), field(cd, p...), field(kd, p...))
+	}
+	kc := field(kd, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
+	cc := field(cd, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
+	for _, f := range []string{"name", "args", "ports", "readinessProbe", "livenessProbe", "resources", "securityContext"} {
+		same("container "+f, cc[f], kc[f])
+	}
+	// Every mount and Secret volume of deploy/ is the chart's too (the chart adds vsphere); the
+	// config volume is a ConfigMap in both, named differently (kustomize adds a hash).
+	cMounts := map[string]any{}
+	for _, m := range cc["volumeMounts"].([]any) {
+		cMounts[m.(map[string]any)["name"].(string)] = m
+	}
+	for _, m := range kc["volumeMounts"].([]any) {
+		same("volume mount "+m.(map[string]any)["name"].(string), cMounts[m.(map[string]any)["name"].(string)], m)
+	}
+	cVols := map[string]map[string]any{}
+	for _, v := range field(cd, "spec", "template", "spec", "volumes").([]any) {
+		cVols[v.(map[string]any)["name"].(string)] = v.(map[string]any)
+	}
+	for _, v := range field(kd, "spec", "template", "spec", "volumes").([]any) {
+		v := v.(map[string]any)
+		name := v["name"].(string)
+		if name == "config" {
+			if cVols[name]["configMap"] == nil || v["configMap"] == nil {
+				t.Errorf("the config volume is not a ConfigMap in both: chart %v, kustomize %v", cVols[name], v)
+			}
+			continue
+		}
+		same("volume "+name, cVols[name], v)
+	}
+	// The spread over nodes, but for the selector (the chart's pods carry the release's label too).
+	kts := field(kd, "spec", "template", "spec", "topologySpreadConstraints").([]any)[0].(map[string]any)
+	cts := field(cd, "spec", "template", "spec", "topologySpreadConstraints").([]any)[0].(map[string]any)
+	for _, f := range []string{"maxSkew", "topologyKey", "whenUnsatisfiable"} {
+		same("topologySpreadConstraints "+f, cts[f], kts[f])
+	}
+
+	// RBAC: every Role and ClusterRole of deploy/ with the same rules, every binding with the
+	// same role and subjects; the chart renders no other.
+	for _, kind := range []string{"ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"} {
+		var kNames, cNames []string
+		for _, o := range k.all(kind) {
+			kNames = append(kNames, o.GetNamespace()+"/"+o.GetName())
+			co := c.get(t, kind, o.GetNamespace(), o.GetName())
+			if strings.HasSuffix(kind, "Binding") {
+				same(kind+" "+o.GetName()+" roleRef", field(co, "roleRef"), field(o, "roleRef"))
+				same(kind+" "+o.GetName()+" subjects", field(co, "subjects"), field(o, "subjects"))
+			} else {
+				same(kind+" "+o.GetName()+" rules", field(co, "rules"), field(o, "rules"))
+			}
+			if kind == "ClusterRole" && o.GetLabels()["rbac.authorization.k8s.io/aggregate-to-view"] != co.GetLabels()["rbac.authorization.k8s.io/aggregate-to-view"] {
+				t.Errorf("ClusterRole %s: aggregate-to-view label %q, kustomize's %q", o.GetName(),
+					co.GetLabels()["rbac.authorization.k8s.io/aggregate-to-view"], o.GetLabels()["rbac.authorization.k8s.io/aggregate-to-view"])
+			}
+		}
+		for _, o := range c.all(kind) {
+			cNames = append(cNames, o.GetNamespace()+"/"+o.GetName())
+		}
+		slices.Sort(kNames)
+		slices.Sort(cNames)
+		if !slices.Equal(kNames, cNames) {
+			t.Errorf("%s: the chart renders %v, kustomize %v", kind, cNames, kNames)
+		}
+	}
+	c.get(t, "ServiceAccount", namespace, "provider-health-exporter")
+
+	same("Service ports", field(c.get(t, "Service", namespace, "provider-health-exporter"), "spec", "ports"),
+		field(k.get(t, "Service", namespace, "provider-health-exporter"), "spec", "ports"))
+	same("PodDisruptionBudget minAvailable", field(c.get(t, "PodDisruptionBudget", namespace, "provider-health-exporter"), "spec", "minAvailable"),
+		field(k.get(t, "PodDisruptionBudget", namespace, "provider-health-exporter"), "spec", "minAvailable"))
+
+	// The monitoring objects and the NetworkPolicy.
+	same("ServiceMonitor endpoints", field(c.get(t, "ServiceMonitor", namespace, "provider-health-exporter"), "spec", "endpoints"),
+		field(k.get(t, "ServiceMonitor", namespace, "provider-health-exporter"), "spec", "endpoints"))
+	// The series get job="provider-health-exporter", the job the rules select, whatever the
+	// release's name: the ServiceMonitor takes it from the Service's app.kubernetes.io/name.
+	if jl := field(c.get(t, "ServiceMonitor", namespace, "provider-health-exporter"), "spec", "jobLabel"); jl != "app.kubernetes.io/name" {
+		t.Errorf("ServiceMonitor jobLabel = %v, want app.kubernetes.io/name", jl)
+	}
+	for _, kind := range []string{"PrometheusRule", "AlertmanagerConfig"} {
+		same(kind+" spec", field(c.get(t, kind, namespace, "provider-health-exporter"), "spec"),
+			field(k.get(t, kind, namespace, "provider-health-exporter"), "spec"))
+	}
+	kn := k.get(t, "NetworkPolicy", namespace, "provider-health-exporter")
+	cn := c.get(t, "NetworkPolicy", namespace, "provider-health-exporter")
+	same("NetworkPolicy policyTypes", field(cn, "spec", "policyTypes"), field(kn, "spec", "policyTypes"))
+	same("NetworkPolicy ingress", field(cn, "spec", "ingress"), field(kn, "spec", "ingress"))
+	// Each selector picks the release's pods.
+	podLabels := field(cd, "spec", "template", "metadata", "labels").(map[string]any)
+	for _, sel := range []struct {
+		what string
+		m    any
+	}{
+		{"Deployment selector", field(cd, "spec", "selector", "matchLabels")},
+		{"Service selector", field(c.get(t, "Service", namespace, release), "spec", "selector")},
+		{"PodDisruptionBudget selector", field(c.get(t, "PodDisruptionBudget", namespace, release), "spec", "selector", "matchLabels")},
+		{"NetworkPolicy podSelector", field(cn, "spec", "podSelector", "matchLabels")},
+		{"topologySpreadConstraints selector", cts["labelSelector"].(map[string]any)["matchLabels"]},
+	} {
+		m, _ := sel.m.(map[string]any)
+		if len(m) == 0 {
+			t.Errorf("%s is empty", sel.what)
+		}
+		for k, v := range m {
+			if podLabels[k] != v {
+				t.Errorf("%s %v does not select the pods (labels %v)", sel.what, m, podLabels)
+			}
+		}
+	}
+	if got := field(c.get(t, "ServiceMonitor", namespace, release), "spec", "selector", "matchLabels").(map[string]any); !maps.EqualFunc(got,
+		field(c.get(t, "Service", namespace, release), "spec", "selector").(map[string]any), func(a, b any) bool { return a == b }) {
+		t.Errorf("the ServiceMonitor selects %v, not the Service's labels", got)
+	}
+}
+
+// TestTemplateEveryToggle renders testdata/every-toggle.yaml: the four monitoring and network
+// objects are there with their extra labels; the inline providers file is one the exporter
+// accepts and every file it names is a key of a Secret the chart creates and mounts at that
+// path, readable by the group only; no ConfigMap holds a credential; another instance's name
+// moves the Lease the Role grants; a change of a credential rolls the pods.
+func TestTemplateEveryToggle(t *testing.T) {
+	h := newHelm(t)
+	rendered := h.template("-f", everyToggle(t))
+	objs := objects(decodeObjects(t, rendered))
+	for _, kind := range monitoringKinds {
+		if len(objs.all(kind)) != 1 {
+			t.Errorf("want one %s with every toggle on, found %d", kind, len(objs.all(kind)))
+		}
+	}
+	if l := objs.get(t, "ServiceMonitor", namespace, release).GetLabels(); l["release"] != "kube-prometheus-stack" {
+		t.Errorf("ServiceMonitor labels %v lack serviceMonitor.additionalLabels", l)
+	}
+	if l := objs.get(t, "AlertmanagerConfig", namespace, release).GetLabels(); l["alertmanagerConfig"] != "main" {
+		t.Errorf("AlertmanagerConfig labels %v lack alertmanagerConfig.additionalLabels", l)
+	}
+
+	dep := objs.get(t, "Deployment", namespace, release)
+	pod := field(dep, "spec", "template", "spec").(map[string]any)
+	ctr := pod["containers"].([]any)[0].(map[string]any)
+	args := ctr["args"].([]any)
+	for _, want := range []string{"--crd.enabled", "--crd.leader-elect", "--crd.instance=site-a", "--provider-check-interval=30s"} {
+		if !slices.Contains(args, any(want)) {
+			t.Errorf("args %v lack %s", args, want)
+		}
+	}
+	lease := objs.get(t, "Role", namespace, release+"-leader-election")
+	if names := field(lease, "rules").([]any)[1].(map[string]any)["resourceNames"]; asYAML(t, names) != asYAML(t, []string{"site-a"}) {
+		t.Errorf("the leader-election Role grants the Leases %v, want the instance's, site-a", names)
+	}
+
+	// Mount path -> volume.
+	vols := map[string]map[string]any{}
+	for _, v := range pod["volumes"].([]any) {
+		vols[v.(map[string]any)["name"].(string)] = v.(map[string]any)
+	}
+	mounts := map[string]map[string]any{}
+	for _, m := range ctr["volumeMounts"].([]any) {
+		m := m.(map[string]any)
+		if m["readOnly"] != true {
+			t.Errorf("volume %v is mounted writable", m["name"])
+		}
+		mounts[m["mountPath"].(string)] = vols[m["name"].(string)]
+	}
+	cfgVol := mounts["/etc/phe/config"]
+	cm := objs.get(t, "ConfigMap", namespace, cfgVol["configMap"].(map[string]any)["name"].(string))
+	data := field(cm, "data", "providers.yml").(string)
+	if !slices.Contains(args, any("--config.file=/etc/phe/config/providers.yml")) {
+		t.Errorf("args %v do not name the mounted providers file", args)
+	}
+	cfg, err := config.Parse("/etc/phe/config/providers.yml", []byte(data))
+	if err != nil {
+		t.Fatalf("the rendered providers file: %v\n%s", err, data)
+	}
+	types := map[string]bool{}
+	for _, p := range cfg.Providers {
+		types[p.Type] = true
+		for _, f := range p.Block.Files() {
+			if f.Path == "" {
+				continue
+			}
+			v := mounts[filepath.Dir(f.Path)]
+			sec, _ := v["secret"].(map[string]any)
+			if sec == nil {
+				t.Errorf("provider %s names %s, which is in no mounted Secret", p.Name, f.Path)
+				continue
+			}
+			if mode, _ := sec["defaultMode"].(float64); int(mode)&0o007 != 0 || mode == 0 {
+				t.Errorf("Secret volume %v is readable by others (defaultMode %v)", v["name"], sec["defaultMode"])
+			}
+			s := objs.get(t, "Secret", namespace, sec["secretName"].(string))
+			content, _ := field(s, "data", filepath.Base(f.Path)).(string)
+			if raw, err := base64.StdEncoding.DecodeString(content); err != nil || len(raw) == 0 {
+				t.Errorf("provider %s names %s: Secret %s has no key %s", p.Name, f.Path, s.GetName(), filepath.Base(f.Path))
+			}
+		}
+	}
+	if len(types) != 4 {
+		t.Errorf("testdata/every-toggle.yaml covers the types %v, want all four", types)
+	}
+	// No credential in a ConfigMap, in plain text or base64, nor in the Deployment.
+	for _, secret := range []string{"FAKE-SSH-PRIVATE-KEY", "FAKE-HOST-KEY", "FAKE-GCP-KEY", "FAKE-VSPHERE-USER", "FAKE-VSPHERE-PASSWORD", "FAKE-VSPHERE-CA", "FAKE-KUBECONFIG"} {
+		for _, o := range objs {
+			if o.GetKind() == "Secret" {
+				continue
+			}
+			if s := asYAML(t, o.Object); strings.Contains(s, secret) {
+				t.Errorf("%s/%s holds the credential %s: credentials belong in Secrets", o.GetKind(), o.GetName(), secret)
+			}
+		}
+	}
+	if n := len(objs.all("Secret")); n != 4 {
+		t.Errorf("want the four credentials Secrets, found %d", n)
+	}
+
+	// A new credential rolls the pods (the exporter reads credentials when it loads the file).
+	other := objects(decodeObjects(t, h.template("-f", everyToggle(t), "--set", "credentials.ssh.knownHosts=changed")))
+	annotation := func(o *unstructured.Unstructured) any {
+		return field(o, "spec", "template", "metadata", "annotations", "checksum/credentials")
+	}
+	if a, b := annotation(objs.get(t, "Deployment", namespace, release)), annotation(other.get(t, "Deployment", namespace, release)); a == nil || a == b {
+		t.Errorf("the pod template's checksum/credentials did not change with a credential (%v, %v)", a, b)
+	}
+}
+
+// TestTemplateChoices: the other branches of the values: an existing ConfigMap or Secret for
+// the providers file, existing credentials Secrets, one replica (no PodDisruptionBudget), the
+// writer off (no writer RBAC, no --crd flags), and the refusals of contradicting values.
+func TestTemplateChoices(t *testing.T) {
+	h := newHelm(t)
+	volumes := func(objs objects) map[string]map[string]any {
+		out := map[string]map[string]any{}
+		for _, v := range field(objs.get(t, "Deployment", namespace, release), "spec", "template", "spec", "volumes").([]any) {
+			out[v.(map[string]any)["name"].(string)] = v.(map[string]any)
+		}
+		return out
+	}
+
+	objs := objects(decodeObjects(t, h.template("--set", "config.existingConfigMap=my-providers", "--set", "config.key=phe.yml")))
+	if len(objs.all("ConfigMap")) != 0 {
+		t.Errorf("with config.existingConfigMap the chart renders a ConfigMap: %v", objs.kinds())
+	}
+	if got := asYAML(t, volumes(objs)["config"]["configMap"]); got != asYAML(t, map[string]any{"name": "my-providers"}) {
+		t.Errorf("config volume %s, want the ConfigMap my-providers", got)
+	}
+	if args := field(objs.get(t, "Deployment", namespace, release), "spec", "template", "spec", "containers").([]any)[0].(map[string]any)["args"].([]any); args[0] != "--config.file=/etc/phe/config/phe.yml" {
+		t.Errorf("args %v do not name config.key", args)
+	}
+
+	objs = objects(decodeObjects(t, h.template("--set", "config.existingSecret=my-providers",
+		"--set", "credentials.ssh.existingSecret=my-ssh", "--set", "credentials.vsphere.existingSecret=my-vcenter")))
+	v := volumes(objs)
+	if len(objs.all("ConfigMap")) != 0 || len(objs.all("Secret")) != 0 ||
+		asYAML(t, v["config"]["secret"]) != asYAML(t, map[string]any{"secretName": "my-providers", "defaultMode": 0o440}) {
+		t.Errorf("with config.existingSecret: objects %v, config volume %v", objs.kinds(), v["config"])
+	}
+	for name, secret := range map[string]string{"ssh": "my-ssh", "vsphere": "my-vcenter", "gcp": release + "-gcp"} {
+		if got := v[name]["secret"].(map[string]any)["secretName"]; got != secret {
+			t.Errorf("volume %s mounts Secret %v, want %s", name, got, secret)
+		}
+	}
+
+	objs = objects(decodeObjects(t, h.template("--set", "replicas=1", "--set", "crd.enabled=false")))
+	if len(objs.all("PodDisruptionBudget")) != 0 {
+		t.Error("one replica: a PodDisruptionBudget with minAvailable 1 would block every drain, yet it is rendered")
+	}
+	args := field(objs.get(t, "Deployment", namespace, release), "spec", "template", "spec", "containers").([]any)[0].(map[string]any)["args"].([]any)
+	if asYAML(t, args) != asYAML(t, []string{"--config.file=/etc/phe/config/providers.yml", "--web.listen-address=:9847"}) {
+		t.Errorf("crd.enabled=false: args %v", args)
+	}
+	if got := objs.kinds(); slices.ContainsFunc(got, func(s string) bool {
+		return strings.Contains(s, "Role") && s != "ClusterRole/provider-health-exporter-viewer"
+	}) {
+		t.Errorf("crd.enabled=false still renders the writer's RBAC: %v", got)
+	}
+
+	for set, want := range map[string]string{
+		"config.existingConfigMap=a,config.existingSecret=b":                              "set at most one of config.providers",
+		"credentials.gcp.existingSecret=a,credentials.gcp.key=FAKE":                       "credentials.gcp: set either existingSecret",
+		"config.providers[0].name=a,config.providers[0].type=kvm,config.existingSecret=b": "set at most one of config.providers",
+	} {
+		out, err := h.run("template", release, chartDir(t), "--set", set)
+		if err == nil || !strings.Contains(out, want) {
+			t.Errorf("helm template --set %s: err %v, want an error saying %q:\n%s", set, err, want, out)
+		}
+	}
+}
