@@ -126,10 +126,18 @@ func (m *providerMem) adopt(st *v1alpha1.ProviderHealthStatus) map[string]bool {
 }
 
 // notYetListed returns the targets of the provider the snapshot does not list yet because
-// they have not been checked since the exporter started (or since they were added): their
-// verdicts read back from the live object stay until their first check. Today's runner lists
-// every target of a provider from its first round on, so there are none.
-func notYetListed(*checks.ProviderState) map[string]bool { return nil }
+// they have no verdict since the exporter started (or since they were added: ProviderState's
+// Unchecked): their verdicts read back from the live object stay until their first verdict.
+func notYetListed(ps *checks.ProviderState) map[string]bool {
+	if len(ps.Unchecked) == 0 {
+		return nil
+	}
+	keep := make(map[string]bool, len(ps.Unchecked))
+	for _, u := range ps.Unchecked {
+		keep[u.Target] = true
+	}
+	return keep
+}
 
 // observe folds a provider's state from a snapshot into its memory and returns the target
 // transitions to report. A provider not checked yet (no targets) leaves known targets alone, so
