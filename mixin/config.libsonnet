@@ -101,9 +101,11 @@
     // budget burns faster than factor times the sustainable rate over both the long and the
     // short window of a pair. Fast burns page, slow burns open a ticket.
     availabilityBurnRates: {
+      // fast's for: is longer than providerDownFor, so that a whole provider's outage pages
+      // ProviderDown first and the inhibit rule mutes the burn alerts (one page per outage).
       fast: {
         severity: 'critical',
-        'for': '2m',
+        'for': '6m',
         windows: [{ long: '1h', short: '5m', factor: 14.4 }, { long: '6h', short: '30m', factor: 6 }],
       },
       slow: {

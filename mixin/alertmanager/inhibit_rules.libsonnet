@@ -22,6 +22,18 @@
       target: [matcher('alertname', 'ProviderHealthTargetDown')],
       equal: [c.clusterLabel, 'provider'],
     },
+    // A provider down as a whole burns its error budget as fast as it can: ProviderDown is the
+    // page, and the burn alerts (whose fast for: outlasts providerDownFor) are muted.
+    {
+      source: [matcher('alertname', 'ProviderHealthProviderDown')],
+      target: [matcher('alertname', 'ProviderHealthErrorBudgetFastBurn')],
+      equal: [c.clusterLabel, 'provider'],
+    },
+    {
+      source: [matcher('alertname', 'ProviderHealthProviderDown')],
+      target: [matcher('alertname', 'ProviderHealthErrorBudgetSlowBurn')],
+      equal: [c.clusterLabel, 'provider'],
+    },
     {
       source: [matcher('alertname', 'ProviderHealthExporterDown'), matcher('severity', c.severities.exporterDown)],
       target: [matcher('alertname', 'ProviderHealthExporterDown'), matcher('severity', c.severities.exporterReplicaDown)],
