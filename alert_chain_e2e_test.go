@@ -573,7 +573,10 @@ func TestAlertChainClusters(t *testing.T) {
 	count := map[string]int{}
 	for _, n := range a.Notifications() {
 		for _, p := range pages(n) {
-			if p.status == "firing" {
+			// One host of b's two down burns b's error budget at 500 times its rate: its
+			// ErrorBudget alerts are true pages, and not what this test is about. a's are
+			// counted: a's ProviderDown mutes them.
+			if p.status == "firing" && !(p.cluster == "b" && strings.HasPrefix(p.alertname, "ProviderHealthErrorBudget")) {
 				count[p.String()]++
 			}
 		}
