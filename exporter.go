@@ -11,6 +11,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/collector"
+	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
 )
 
@@ -36,6 +37,10 @@ type exporter struct {
 	checkTimeout  prometheus.Gauge
 	// lifecycle: POST /-/reload is served (--web.enable-lifecycle); else it answers 403.
 	lifecycle bool
+
+	// crdReport is the ProviderHealth writer's Report (--crd.enabled), set before the server starts;
+	// nil without one. The status page shows its Report.
+	crdReport func() crdwriter.Report
 
 	// landingSlots bounds the status page renders in flight (landingMaxInFlight).
 	landingSlots chan struct{}

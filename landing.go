@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/version"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 )
 
 // landingTemplate is the status page: plain server-rendered HTML, no script. It answers "what
@@ -113,6 +114,7 @@ Version {{.Version}}.</p>
 {{range .Up}}{{template "row" .}}{{end -}}
 {{end}}
 {{end -}}
+{{if .UncheckedNote}}<tr class="unchecked-targets"><td colspan="7" class="unchecked">{{.UncheckedNote}}</td></tr>{{end}}
 {{if .Hidden}}<tr><td colspan="7" class="note">{{.Hidden}}</td></tr>{{end}}
 {{if .Elsewhere}}<tr><td colspan="7" class="note">{{.Elsewhere}}</td></tr>{{end}}
 </tbody>
@@ -124,11 +126,24 @@ Version {{.Version}}.</p>
 {{- else -}}
 <p class="note">The providers file lists no providers.</p>
 {{- end}}
+{{with .Writer -}}
+<h2 id="writer">ProviderHealth objects</h2>
+<p>{{.State}}</p>
+{{if .Problems -}}
+<table id="writer-problems">
+<thead><tr><th>Provider</th><th>Problem</th><th>Since</th><th>Retry</th><th>API server's answer</th></tr></thead>
+{{range .Problems}}<tr><td>{{.Provider}}</td><td class="down">{{.Problem}}</td><td class="time">{{.Since}}<br><span class="note">for {{.SinceFor}}</span></td><td>{{.Retry}}</td><td>{{.Err}}</td></tr>
+{{end -}}
+</table>
+{{- end}}
+{{- end}}
 <p class="note">Page generated {{.Now}}; it refreshes every 30 seconds. A provider's "since" is
 when it last turned down (its first target down) or ready (its last target back), as in its
 ProviderHealth object; a target's is when its verdict last changed. A verdict held by a
 provider's failureThreshold or successThreshold is marked "failures pending" or "recovery
-pending", with what the last check itself said. Each target's last {{.HistoryLength}} transitions
+pending", with what the last check itself said. A target not checked yet (not contacted since the
+exporter listed it, or its first checks have not met a threshold) has no verdict: it is counted
+neither up nor down, here as in the metrics and the ProviderHealth objects. Each target's last {{.HistoryLength}} transitions
 are listed under Transitions (none for a target unchanged since its first check); they are kept
 in memory only: a restart of the exporter starts a new history. A target's name links to
 a check of it run now, with debug output.</p>
@@ -190,6 +205,45 @@ type landingData struct {
 	Now     string
 	// HistoryLength is how many transitions per target are kept.
 	HistoryLength int
+	// Writer is the ProviderHealth writer's section; nil without --crd.enabled.
+	Writer *landingWriter
+}
+
+// landingWriter is what the ProviderHealth writer is doing: whether this replica writes, and
+// the objects it cannot write.
+type landingWriter struct {
+	State    string
+	Problems []landingObjectProblem
+}
+
+type landingObjectProblem struct {
+	Provider, Problem, Since, SinceFor, Retry, Err string
+}
+
+// landingWriterOf describes the writer's report r for the page.
+func landingWriterOf(r crdwriter.Report, now time.Time) *landingWriter {
+	w := &landingWriter{}
+	switch {
+	case !r.Writing:
+		w.State = "This replica does not write the ProviderHealth objects now: another replica holds the Lease (--crd.leader-elect), or the writer has not started writing yet."
+	case len(r.Problems) == 0:
+		w.State = fmt.Sprintf("This replica writes the ProviderHealth objects; every provider's object is written (round %d synced).", r.SyncedRound)
+	default:
+		w.State = fmt.Sprintf("This replica writes the ProviderHealth objects; %d cannot be written now (the others are written as usual; round %d synced):", len(r.Problems), r.SyncedRound)
+	}
+	for _, p := range r.Problems {
+		lp := landingObjectProblem{Provider: p.Provider, Problem: p.Problem, Since: formatTime(p.Since), SinceFor: humanDuration(now.Sub(p.Since)), Err: p.Err}
+		switch p.Problem {
+		case crdwriter.ProblemFailing:
+			lp.Retry = fmt.Sprintf("%d failed write%s; next attempt in %s", p.Attempts, plural(p.Attempts), humanDuration(p.RetryAt.Sub(now)))
+		case crdwriter.ProblemRejected:
+			lp.Retry = "when its status changes, or after the heartbeat interval"
+		case crdwriter.ProblemNameClash:
+			lp.Retry = "never written: the object of this name is not this deployment's (see the writer's log)"
+		}
+		w.Problems = append(w.Problems, lp)
+	}
+	return w
 }
 
 // landingFilter is the page's query: provider (empty: all), state ("", "down" or "up") and the
@@ -283,6 +337,11 @@ type landingProvider struct {
 	// ones are on other pages.
 	Hidden    string
 	Elsewhere string
+	// Unchecked counts its targets without a verdict yet (neither up nor down: not contacted
+	// since they were listed, or their first checks have not met a threshold); UncheckedNote
+	// names the first landingUncheckedNames of them and why they have no verdict.
+	Unchecked     int
+	UncheckedNote string
 
 	ps *checks.ProviderState
 	// selected counts the rows the state filter selects: its down targets unless state is
@@ -418,18 +477,22 @@ func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 	if d.Version == "" {
 		d.Version = "(development build)"
 	}
+	if e.crdReport != nil {
+		d.Writer = landingWriterOf(e.crdReport(), now)
+	}
 	if s.Round > 0 {
 		d.RoundStarted = formatTime(s.RoundStarted)
 		d.RoundAgo = humanDuration(now.Sub(s.RoundStarted))
 	}
 	var down, unchecked, healthy []landingProvider
-	var targets, ready, downProviders, uncheckedProviders int
+	var targets, ready, downProviders, uncheckedProviders, uncheckedTargets int
 	for i := range s.Providers {
 		ps := &s.Providers[i]
 		d.AllProviders = append(d.AllProviders, ps.Name)
 		p := landingProviderOf(ps, f.State, now)
 		targets += p.Total
 		ready += p.Ready
+		uncheckedTargets += p.Unchecked
 		switch {
 		case !p.Checked:
 			uncheckedProviders++
@@ -452,7 +515,7 @@ func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 	}
 	d.Providers = slices.Concat(down, unchecked, healthy)
 	d.Pager = paginate(d.Providers, f, now)
-	d.Summary = landingSummary(len(s.Providers), downProviders, uncheckedProviders, targets, ready)
+	d.Summary = landingSummary(len(s.Providers), downProviders, uncheckedProviders, targets, ready, uncheckedTargets)
 	switch {
 	case f.Provider != "" && !slices.Contains(d.AllProviders, f.Provider):
 		d.NoMatch = fmt.Sprintf("No provider is named %q.", f.Provider)
@@ -517,6 +580,7 @@ func paginate(providers []landingProvider, f landingFilter, now time.Time) landi
 // that the page shows.
 func landingProviderOf(ps *checks.ProviderState, state string, now time.Time) landingProvider {
 	p := landingProvider{Name: ps.Name, Type: ps.Type, Checked: len(ps.Targets) > 0, Total: len(ps.Targets), FoldUp: state == "", ps: ps}
+	p.Unchecked, p.UncheckedNote = uncheckedNote(ps.Unchecked, now)
 	if !p.Checked {
 		return p
 	}
@@ -561,6 +625,38 @@ func landingProviderOf(ps *checks.ProviderState, state string, now time.Time) la
 		p.Hidden = fmt.Sprintf("%d down target%s not shown (state filter: ready only).", p.DownTotal, plural(p.DownTotal))
 	}
 	return p
+}
+
+// landingUncheckedNames bounds the names of a provider's unchecked targets the page lists: after
+// a start of a large fleet they can be thousands, and they have nothing to show but a name.
+const landingUncheckedNames = 20
+
+// uncheckedNote says which of a provider's targets have no verdict yet, since when, and why
+// (the first one's note: "not started: ..." or its first checks' count).
+func uncheckedNote(us []checks.UncheckedTarget, now time.Time) (int, string) {
+	if len(us) == 0 {
+		return 0, ""
+	}
+	names := make([]string, 0, min(len(us), landingUncheckedNames))
+	oldest := us[0].Listed
+	for i := range us {
+		if len(names) < landingUncheckedNames {
+			names = append(names, us[i].Target)
+		}
+		if us[i].Listed.Before(oldest) {
+			oldest = us[i].Listed
+		}
+	}
+	list := strings.Join(names, ", ")
+	if more := len(us) - len(names); more > 0 {
+		list += fmt.Sprintf(" and %d more", more)
+	}
+	note := fmt.Sprintf("%d target%s not checked yet, counted neither up nor down (listed %s, %s ago): %s.",
+		len(us), plural(len(us)), formatTime(oldest), humanDuration(now.Sub(oldest)), list)
+	if us[0].Message != "" {
+		note += fmt.Sprintf(" %s: %s", us[0].Target, us[0].Message)
+	}
+	return len(us), note
 }
 
 // fill builds the rows from..to-1 of the provider's down targets (up false) or ready ones (up
@@ -625,13 +721,16 @@ func worstReason(typ checks.ProviderType, counts map[checks.Reason]int) (checks.
 	return worst, n
 }
 
-func landingSummary(providers, downProviders, uncheckedProviders, targets, ready int) string {
+func landingSummary(providers, downProviders, uncheckedProviders, targets, ready, uncheckedTargets int) string {
 	if providers == 0 {
 		return ""
 	}
 	s := fmt.Sprintf("%d provider%s, %d of %d targets ready", providers, plural(providers), ready, targets)
 	if down := targets - ready; down > 0 {
 		s += fmt.Sprintf("; %d target%s down in %d provider%s", down, plural(down), downProviders, plural(downProviders))
+	}
+	if uncheckedTargets > 0 {
+		s += fmt.Sprintf("; %d more target%s not checked yet", uncheckedTargets, plural(uncheckedTargets))
 	}
 	if uncheckedProviders > 0 {
 		s += fmt.Sprintf("; %d provider%s not checked yet", uncheckedProviders, plural(uncheckedProviders))

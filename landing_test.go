@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 )
 
@@ -484,4 +485,81 @@ func BenchmarkLanding1000TargetsFullHistory(b *testing.B) {
 		}
 	}
 	benchmarkLanding(b, f)
+}
+
+// TestLandingUncheckedAndWriter: targets without a verdict yet are listed as such, counted
+// neither up nor down (bounded to landingUncheckedNames names); the ProviderHealth writer's
+// section names the objects it cannot write, and says so when this replica does not write.
+func TestLandingUncheckedAndWriter(t *testing.T) {
+	f := newFleet()
+	listed := f.now.Add(-3 * time.Minute)
+	// kvm-west has 398 targets with a verdict and 30 more added by a reload, not contacted yet.
+	west := &f.snap.Providers[3]
+	if west.Name != "kvm-west" {
+		t.Fatalf("the fleet's 4th provider is %s, want kvm-west", west.Name)
+	}
+	for i := range 30 {
+		west.Unchecked = append(west.Unchecked, checks.UncheckedTarget{Target: fmt.Sprintf("hv-west-new-%02d", i), Listed: listed,
+			Message: "not started: the round's deadline came while waiting for a concurrency slot"})
+	}
+	e := landingExporter()
+	report := crdwriter.Report{Writing: true, SyncedRound: 41, Problems: []crdwriter.ObjectProblem{
+		{Provider: "gcp-prod", Problem: crdwriter.ProblemFailing, Err: `providerhealths.providerhealth.io "gcp-prod" is forbidden: ValidatingAdmissionPolicy 'deny' denied request`,
+			Since: f.now.Add(-10 * time.Minute), Attempts: 7, RetryAt: f.now.Add(2 * time.Minute)},
+		{Provider: "kvm-east", Problem: crdwriter.ProblemNameClash, Since: f.now.Add(-time.Minute)},
+	}}
+	e.crdReport = func() crdwriter.Report { return report }
+
+	d := e.landingData(f.snap, landingFilter{}, f.now)
+	if want := "5 providers, 972 of 1000 targets ready; 28 targets down in 2 providers; 30 more targets not checked yet; 1 provider not checked yet."; d.Summary != want {
+		t.Errorf("summary %q, want %q", d.Summary, want)
+	}
+	var w *landingProvider
+	for i := range d.Providers {
+		if d.Providers[i].Name == "kvm-west" {
+			w = &d.Providers[i]
+		}
+	}
+	if w == nil || w.Ready != 398 || w.Total != 398 || w.DownTotal != 0 || w.Unchecked != 30 {
+		t.Fatalf("kvm-west = %+v, want 398/398 ready, none down, 30 unchecked", w)
+	}
+	for _, want := range []string{"30 targets not checked yet, counted neither up nor down", "3m ago", "hv-west-new-00, ", "hv-west-new-19 and 10 more.",
+		"hv-west-new-00: not started: the round's deadline came"} {
+		if !strings.Contains(w.UncheckedNote, want) {
+			t.Errorf("kvm-west's unchecked note %q lacks %q", w.UncheckedNote, want)
+		}
+	}
+	if strings.Contains(w.UncheckedNote, "hv-west-new-20") {
+		t.Errorf("the unchecked note lists more than %d names: %q", landingUncheckedNames, w.UncheckedNote)
+	}
+
+	rec := httptest.NewRecorder()
+	e.renderLanding(rec, httptest.NewRequest("GET", "/", nil), f.snap, f.now)
+	page := rec.Body.String()
+	for _, want := range []string{
+		`<tr class="unchecked-targets">`,
+		`<h2 id="writer">ProviderHealth objects</h2>`,
+		"2 cannot be written now (the others are written as usual; round 41 synced)",
+		"<td>gcp-prod</td><td class=\"down\">failing</td>",
+		"7 failed writes; next attempt in 2m",
+		"ValidatingAdmissionPolicy &#39;deny&#39; denied request",
+		"<td>kvm-east</td><td class=\"down\">name clash</td>",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+
+	report = crdwriter.Report{}
+	rec = httptest.NewRecorder()
+	e.renderLanding(rec, httptest.NewRequest("GET", "/", nil), f.snap, f.now)
+	if page := rec.Body.String(); !strings.Contains(page, "This replica does not write the ProviderHealth objects now") || strings.Contains(page, "writer-problems") {
+		t.Errorf("a replica that does not write: the writer section is wrong:\n%s", page[strings.Index(page, `id="writer"`):])
+	}
+	e.crdReport = nil
+	rec = httptest.NewRecorder()
+	e.renderLanding(rec, httptest.NewRequest("GET", "/", nil), f.snap, f.now)
+	if strings.Contains(rec.Body.String(), `id="writer"`) {
+		t.Error("without a writer the page shows a writer section")
+	}
 }

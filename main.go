@@ -222,6 +222,7 @@ func startCRDWriter(ctx context.Context, o crdOptions, e *exporter, interval tim
 	if err != nil {
 		return nil, err
 	}
+	e.crdReport = w.Report
 	go func() {
 		defer close(done)
 		if !e.checksOn() {

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 )
 
@@ -22,6 +23,9 @@ var errRejected = errors.New("the API server rejected the object")
 // rejection is a provider whose object the API server refused (422 Invalid).
 type rejection struct {
 	at time.Time
+	// since is when the rejection started; err is the API server's newest answer.
+	since time.Time
+	err   string
 	// status is the status refused; nil when the create was refused.
 	status *v1alpha1.ProviderHealthStatus
 }
@@ -31,8 +35,11 @@ type rejection struct {
 // metric while it lasts. The same write is not tried again before a heartbeat interval has
 // passed; a visibly different status is tried at once.
 func (s *session) reject(name string, status *v1alpha1.ProviderHealthStatus, now time.Time, err error) {
-	_, known := s.rejected[name]
-	r := rejection{at: now}
+	old, known := s.rejected[name]
+	r := rejection{at: now, since: now, err: checks.Clip(err.Error(), maxInlineMessage)}
+	if known {
+		r.since = old.since
+	}
 	if status != nil {
 		c := status.DeepCopy()
 		r.status = c

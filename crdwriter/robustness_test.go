@@ -199,7 +199,22 @@ func testBadObjectHoldsNothingBack(t *testing.T, f *kubeFixture) {
 	if o := f.get(t, "bad-one"); len(o.Status.Conditions) != 0 {
 		t.Errorf("bad-one was written under the policy: %+v", o.Status)
 	}
+	// The status page's report names the failing object, with the policy's answer.
+	r := h.w.Report()
+	if !r.Writing || len(r.Problems) != 1 {
+		t.Fatalf("report = %+v, want this writer writing with one problem (bad-one)", r)
+	}
+	if p := r.Problems[0]; p.Provider != "bad-one" || p.Problem != ProblemFailing || !strings.Contains(p.Err, "bad-one may not be written") ||
+		p.Attempts < 1 || !p.RetryAt.After(p.Since) {
+		t.Errorf("problem = %+v, want bad-one failing with the policy's message, its attempts and next retry", p)
+	}
+	if r.SyncedRound != src.Current().Round {
+		t.Errorf("report's synced round = %d, want %d (good-one was written)", r.SyncedRound, src.Current().Round)
+	}
 	h.stop()
+	if r := h.w.Report(); r.Writing || len(r.Problems) != 0 {
+		t.Errorf("report after the term = %+v, want not writing, no problems", r)
+	}
 
 	// Without the policy, the next term writes it and the metric is back to 0.
 	unbind()
@@ -217,6 +232,9 @@ func testBadObjectHoldsNothingBack(t *testing.T, f *kubeFixture) {
 	}
 	if got := h.metric("crd_writer_failing_objects"); got != 0 {
 		t.Errorf("failing objects = %v once written, want 0", got)
+	}
+	if r := h.w.Report(); len(r.Problems) != 0 {
+		t.Errorf("problems once written = %+v, want none", r.Problems)
 	}
 }
 

@@ -108,6 +108,8 @@ func (w *Writer) lead(ctx context.Context, lease *leaseView) {
 	defer w.metrics.nameClashes.Set(0)
 	defer w.metrics.rejected.Set(0)
 	defer w.metrics.failing.Set(0)
+	w.report.set(Report{Writing: true})
+	defer w.report.set(Report{})
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel() // before the wait: the term's goroutines end with ctx

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 )
 
@@ -20,6 +21,7 @@ func (s *session) syncLoop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	failures := 0
+	var synced uint64
 	var retryAt, nextGC time.Time
 	if s.w.checksOff != nil {
 		// Checks off: every object of ours is garbage, and an old replica may still make some.
@@ -59,6 +61,10 @@ func (s *session) syncLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if err == nil {
+			synced = round
+		}
+		s.publish(synced)
 		switch {
 		case err == nil:
 			if failures > 0 {
@@ -200,6 +206,9 @@ func perObject(err error) bool {
 type objectFailure struct {
 	failures int
 	retryAt  time.Time
+	// since is when the first failure of the episode came; err is the newest.
+	since time.Time
+	err   string
 }
 
 // objectFailed backs the provider's object off: logged when its episode starts, counted in the
@@ -207,13 +216,14 @@ type objectFailure struct {
 func (s *session) objectFailed(name string, err error) {
 	f := s.failing[name]
 	if f == nil {
-		f = &objectFailure{}
+		f = &objectFailure{since: time.Now()}
 		s.failing[name] = f
 		s.w.metrics.failing.Set(float64(len(s.failing)))
 	}
 	wait := s.w.backoff(f.failures)
 	f.retryAt = time.Now().Add(wait)
 	f.failures++
+	f.err = checks.Clip(err.Error(), maxInlineMessage)
 	if f.failures == 1 {
 		s.w.logger.Warn("writing this provider's ProviderHealth object failed; retrying it with backoff, the other providers are written as usual",
 			"provider", name, "err", err, "retry_in", wait.Round(time.Millisecond))

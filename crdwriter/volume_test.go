@@ -3,6 +3,7 @@ package crdwriter
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,6 +42,30 @@ func kvmMessage(i int, r checks.Reason) string {
 // fleetRound is round r of the fleet: provider p's hosts (i+fleetShift×r) mod fleetTargets <
 // fleetDown are down with reason down, the others ready; since is when each last flipped.
 func fleetRound(r int, down checks.Reason, since time.Time) []checks.ProviderState {
+	return fleetRoundWith(r, down, since, kvmMessage)
+}
+
+// pendingMessage is host i's message while a threshold holds its verdict (checks/thresholds.go),
+// the longest the checks write in steady operation: a down host whose checks answer Ready
+// again ("recovery pending", quoting both the last check and the down message) and a ready host
+// whose checks fail ("failures pending", quoting the last check).
+func pendingMessage(i int, r checks.Reason) string {
+	if r == checks.ReasonReady {
+		return fmt.Sprintf("failures pending: 1 of 3 consecutive failed checks (failureThreshold) turn the target down; the last check: %s: %s",
+			checks.ReasonTCPUnreachable, kvmMessage(i, checks.ReasonTCPUnreachable))
+	}
+	return fmt.Sprintf("recovery pending: answering Ready, 1 of 2 consecutive successful checks (successThreshold) turn the target up; the last check: %s: %s; down: %s",
+		checks.ReasonReady, kvmMessage(i, checks.ReasonReady), kvmMessage(i, r))
+}
+
+// capMessage is a message at the CRD's limit (v1alpha1.MaxTargetMessageLength): the bound of an
+// object's size whatever the checks write.
+func capMessage(int, checks.Reason) string {
+	return strings.Repeat("m", v1alpha1.MaxTargetMessageLength)
+}
+
+// fleetRoundWith is fleetRound with host i's message msg(i, reason).
+func fleetRoundWith(r int, down checks.Reason, since time.Time, msg func(int, checks.Reason) string) []checks.ProviderState {
 	out := make([]checks.ProviderState, fleetProviders)
 	for p := range fleetProviders {
 		ts := make([]checks.TargetState, fleetTargets)
@@ -49,7 +74,7 @@ func fleetRound(r int, down checks.Reason, since time.Time) []checks.ProviderSta
 			if (i+fleetShift*r)%fleetTargets < fleetDown {
 				reason = down
 			}
-			ts[i] = target(fmt.Sprintf("hv%04d.lab.example", i), reason, kvmMessage(i, reason), since)
+			ts[i] = target(fmt.Sprintf("hv%04d.lab.example", i), reason, msg(i, reason), since)
 		}
 		out[p] = provider(fmt.Sprintf("kvm-%03d", p), checks.TypeKVM, ts...)
 	}
@@ -61,7 +86,21 @@ func fleetRound(r int, down checks.Reason, since time.Time) []checks.ProviderSta
 // (every object has a flip, so every object is written) and their size: one iteration is one
 // round. The object's metadata is the writer's (labels, annotation, resourceVersion, UID); the
 // API server also returns managedFields, a few hundred bytes more.
+//
+// Three sets of messages: those the KVM checks write (kvmMessage; the real API server's figure
+// is TestAgainstAPIServer/WriteVolumeAtScale), every target's message while a threshold holds
+// its verdict (pendingMessage, the longest in steady operation), and every message at the CRD's
+// 1,024-byte limit (the bound whatever the checks write).
 func BenchmarkFleetWriteVolume(b *testing.B) {
+	for _, m := range []struct {
+		name string
+		msg  func(int, checks.Reason) string
+	}{{"messages=checks", kvmMessage}, {"messages=pending", pendingMessage}, {"messages=cap", capMessage}} {
+		b.Run(m.name, func(b *testing.B) { benchmarkFleetWriteVolume(b, m.msg) })
+	}
+}
+
+func benchmarkFleetWriteVolume(b *testing.B, msg func(int, checks.Reason) string) {
 	since := time.Now().Add(-time.Hour)
 	mems := make([]*providerMem, fleetProviders)
 	for p := range mems {
@@ -74,7 +113,7 @@ func BenchmarkFleetWriteVolume(b *testing.B) {
 	}
 	round := 0
 	observe := func() (bytes, writes int) {
-		snap := fleetRound(round, checks.ReasonTCPUnreachable, since)
+		snap := fleetRoundWith(round, checks.ReasonTCPUnreachable, since, msg)
 		round++
 		now := time.Now()
 		for p := range snap {

@@ -172,6 +172,8 @@ type Writer struct {
 	// passes counts the sync loop's passes (each wake-up that may write): tests read it to
 	// tell a loop that waits from one that spins.
 	passes atomic.Int64
+	// report is what Report returns, published by the term's sync loop (report.go).
+	report report
 }
 
 // New returns a Writer. It does not contact the API server.

@@ -18,6 +18,17 @@
     // ProviderHealthTargetFlapping: more than flappingThreshold up/down changes in flappingWindow.
     flappingWindow: '30m',
     flappingThreshold: 4,
+    // ProviderHealthTargetFailingChecks: more than failingChecksRatio of a target's own checks
+    // (at least failingChecksMin of them) failed over failingChecksWindow, on every replica,
+    // while its verdict stayed up.
+    failingChecksWindow: '30m',
+    failingChecksMin: 5,
+    failingChecksRatio: 0.25,
+    failingChecksFor: '10m',
+    // ProviderHealthTargetUnchecked: a target listed more than uncheckedIntervals check
+    // intervals ago still has no verdict.
+    uncheckedIntervals: 3,
+    targetUncheckedFor: '5m',
     // ProviderHealthChecksStale: the last check is older than staleIntervals check intervals.
     staleIntervals: 3,
     checksStaleFor: '5m',
@@ -127,6 +138,8 @@
       targetDown: 'warning',
       providerDown: 'critical',
       targetFlapping: 'warning',
+      targetFailingChecks: 'warning',
+      targetUnchecked: 'warning',
       checksStale: 'warning',
       checksSlow: 'warning',
       poolFillingUp: 'warning',

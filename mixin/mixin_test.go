@@ -90,7 +90,7 @@ func TestPromtool(t *testing.T) {
 		return string(out)
 	}
 	out := run("check", "rules", "prometheus_alerts.yaml", "prometheus_rules.yaml")
-	if !strings.Contains(out, "SUCCESS: 18 rules found") || !strings.Contains(out, "SUCCESS: 26 rules found") {
+	if !strings.Contains(out, "SUCCESS: 20 rules found") || !strings.Contains(out, "SUCCESS: 26 rules found") {
 		t.Errorf("promtool check rules: %s", out)
 	}
 	tests, _ := filepath.Glob("tests/*.yaml")
@@ -305,8 +305,8 @@ func TestPrometheusRule(t *testing.T) {
 			}
 		}
 	}
-	if len(pr.Spec.Groups) != 6 || rules != 44 {
-		t.Errorf("%d groups with %d rules, want the 6 groups of 18 alerting rules (17 alerts, ExporterDown twice) and 26 recording rules", len(pr.Spec.Groups), rules)
+	if len(pr.Spec.Groups) != 6 || rules != 46 {
+		t.Errorf("%d groups with %d rules, want the 6 groups of 20 alerting rules (19 alerts, ExporterDown twice) and 26 recording rules", len(pr.Spec.Groups), rules)
 	}
 	if !overridden {
 		t.Error("the config argument did not set ProviderHealthTargetDown's for: to 20s")

@@ -35,6 +35,15 @@ local promql = import '../lib/promql.libsonnet';
       + matchers(['provider', 'target']) + '} == 1)` ' + args(['provider', 'target'])
       + ') | sortByLabel "reason" }}{{ if $i }}, {{ end }}{{ $r.Labels.reason }}{{ else }}unknown{{ end }}',
 
+    // While a recovery is pending (the last checks answered Ready, fewer than successThreshold
+    // of them), what the checks say now, beside the verdict's reason.
+    local recoveryPending =
+      '{{ with query (printf `max (proxy_operator_provider_target_consecutive_successes{'
+      + matchers(['provider', 'target']) + '}) > 0` ' + args(['provider', 'target'])
+      + ') }}; recovery pending: answering Ready, {{ . | first | value }} of {{ with query (printf `max (proxy_operator_provider_success_threshold{'
+      + matchers(['provider']) + '})` ' + args(['provider'])
+      + ') }}{{ . | first | value }}{{ else }}?{{ end }} successes{{ end }}',
+
     local alert(name, severityKey, expr, forWindow, summary, description) = {
       alert: name,
       expr: expr,
@@ -91,7 +100,7 @@ local promql = import '../lib/promql.libsonnet';
             c.targetDownFor,
             'A provider target has been down.',
             'Target {{ $labels.target }} of provider {{ $labels.provider }} has been down for more than '
-            + c.targetDownFor + ' on every exporter replica; reason: ' + reason + '.',
+            + c.targetDownFor + ' on every exporter replica; reason: ' + reason + recoveryPending + '.',
           ),
           alert(
             'ProviderHealthProviderDown',
@@ -114,6 +123,51 @@ local promql = import '../lib/promql.libsonnet';
             'A provider target keeps changing between up and down.',
             'Target {{ $labels.target }} of provider {{ $labels.provider }} changed between up and down {{ $value }} times in the last '
             + c.flappingWindow + '; current reason: ' + reason + '.',
+          ),
+          // A target whose own checks fail often while its thresholded verdict stays up: a
+          // failureThreshold of 3 hides a target failing two checks of every three from
+          // TargetDown, TargetFlapping and availability. The ratio is each replica's own
+          // (raw results, target_checks_failed_total over target_checks_total), on every
+          // replica.
+          alert(
+            'ProviderHealthTargetFailingChecks',
+            'targetFailingChecks',
+            'min %(byTarget)s (\n  increase(%(failed)s[%(w)s])\n  /\n  (increase(%(total)s[%(w)s]) >= %(min)d)\n) > %(ratio)s\nand on (%(onTarget)s)\nmin %(byTarget)s (min_over_time(%(up)s[%(w)s])) == 1' % {
+              byTarget: by(['provider', 'target']),
+              onTarget: std.join(', ', promql.groupLabels(c, ['provider', 'target'])),
+              failed: sel('proxy_operator_provider_target_checks_failed_total'),
+              total: sel('proxy_operator_provider_target_checks_total'),
+              up: sel('proxy_operator_provider_target_up'),
+              w: c.failingChecksWindow,
+              min: c.failingChecksMin,
+              ratio: std.format('%g', c.failingChecksRatio),
+            },
+            c.failingChecksFor,
+            'A provider target fails many of its checks while its verdict stays up.',
+            '{{ $value | humanizePercentage }} of the checks of target {{ $labels.target }} of provider {{ $labels.provider }} failed over the last '
+            + c.failingChecksWindow + ' on every exporter replica (threshold ' + std.toString(c.failingChecksRatio * 100)
+            + "%), while its verdict stayed up: the failures never reached the provider's failureThreshold in a row, so TargetDown and the availability figures do not show them.",
+          ),
+          // A target the rounds have not contacted since the exporter listed it (its start or
+          // the reload that added it), for several check intervals: the rounds' capacity
+          // (concurrency, the round's timeout) is short of the fleet. It has no verdict, so no
+          // other alert can fire for it.
+          alert(
+            'ProviderHealthTargetUnchecked',
+            'targetUnchecked',
+            'min %s ((time() - %s) / %s group_left () (%s > 0)) > %s\nunless on (%s)\n%s' % [
+              by(['provider', 'target']),
+              sel('proxy_operator_provider_target_unchecked_since_timestamp_seconds'),
+              on,
+              sel('proxy_operator_provider_check_interval_seconds'),
+              c.uncheckedIntervals,
+              std.join(', ', promql.groupLabels(c, ['provider', 'target'])),
+              'max %s (%s)' % [by(['provider', 'target']), sel('proxy_operator_provider_target_up')],
+            ],
+            c.targetUncheckedFor,
+            'A provider target has had no verdict for several check intervals.',
+            'Target {{ $labels.target }} of provider {{ $labels.provider }} was listed {{ $value | printf "%.1f" }} check intervals ago (more than '
+            + c.uncheckedIntervals + ") and has no verdict yet on any exporter replica: the rounds did not reach it (a provider's concurrency or the check timeout is short of its fleet), or its first checks have not met a threshold. It is neither up nor down, so no other alert can fire for it.",
           ),
           alert(
             'ProviderHealthChecksStale',
