@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,6 +28,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/vcsim"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
@@ -449,7 +452,9 @@ func TestProbeHealthyHostsBesideHangingOnes(t *testing.T) {
 // probeFleet is the fleet test of /probe: a real Prometheus probes every target of a KVM fleet
 // of n hosts on the scale stand-in (in-process SSH + libvirt servers, not KVM hosts), 10% of
 // them dead (half dropping SYNs, half accepting TCP and never speaking), through two exporter
-// replicas, beside a slow API provider (the GCE wire server answering each call after 600ms).
+// replicas, beside an API provider of each other type: a slow gcp one (the GCE wire server
+// answering each call after 600ms), a kubernetes one (the real API server) and a vsphere one (the
+// vCenter simulator).
 // Over several scrapes of every target through both replicas: every scrape reads up 1, every
 // healthy target probe_success 1 (never 0), every dead one probe_success 0 with the reason of
 // the stage it really fails at (TCPUnreachable, SSHHandshakeFailed).
@@ -460,6 +465,8 @@ func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
 	gce := gcefake.Start(tb)
 	gce.SetLatency(600 * time.Millisecond)
 	key := gce.ServiceAccountKey(tb)
+	env := kube.Start(tb)
+	sim := vcsim.Start(tb, vcsim.Options{})
 	// Every dead host fails within its stage's bound, well inside the probe's deadline.
 	providers := standInProviders(f, 500*time.Millisecond, 500*time.Millisecond, fmt.Sprintf(`  - name: gce
     type: gcp
@@ -467,17 +474,40 @@ func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
       project: %s
       credentialsFile: %s
       endpoint: %s
-`, gcefake.DefaultProject, key, gce.URL()))
+  - name: cluster
+    type: kubernetes
+    kubernetes:
+      kubeconfig: %s
+  - name: vcenter
+    type: vsphere
+    vsphere:
+      url: %s
+      usernameFile: %s
+      passwordFile: %s
+      caFile: %s
+      datacenter: DC0
+`, gcefake.DefaultProject, key, gce.URL(), env.Kubeconfig, sim.URL(), sim.UsernameFile(), sim.PasswordFile(), sim.CAFile()))
 	path := filepath.Join(tb.TempDir(), "providers.yml")
 	if err := os.WriteFile(path, []byte(providers), 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	var replicas []string
+	// The API providers' targets, probed beside the fleet: each provider's one target, as the
+	// first round lists it.
+	api := map[string]string{"gce": gcefake.DefaultProject}
 	for range 2 {
 		e := runExporter(tb, path, time.Minute, 15*time.Second)
 		srv := httptest.NewServer(e.handler())
 		tb.Cleanup(srv.Close)
 		replicas = append(replicas, strings.TrimPrefix(srv.URL, "http://"))
+		for _, p := range e.runner.Current().Providers {
+			if (p.Name == "cluster" || p.Name == "vcenter") && len(p.Targets) == 1 {
+				api[p.Name] = p.Targets[0].Target
+			}
+		}
+	}
+	if len(api) != 3 {
+		tb.Fatalf("API providers' targets %v, want gce, cluster and vcenter", api)
 	}
 
 	// The documented probe job, once per replica, each target labelled with what it is.
@@ -489,7 +519,9 @@ func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
 		for _, h := range f.Hosts {
 			fmt.Fprintf(&cfg, "      - {targets: [%s], labels: {__param_provider: fleet, mode: %s}}\n", h.Name, h.Mode)
 		}
-		fmt.Fprintf(&cfg, "      - {targets: [%s], labels: {__param_provider: gce, mode: api}}\n", gcefake.DefaultProject)
+		for _, p := range slices.Sorted(maps.Keys(api)) {
+			fmt.Fprintf(&cfg, "      - {targets: [%q], labels: {__param_provider: %s, mode: api}}\n", api[p], p)
+		}
 		fmt.Fprintf(&cfg, `    relabel_configs:
       - {source_labels: [__address__], target_label: __param_target}
       - {source_labels: [__param_target], target_label: target}
@@ -545,7 +577,7 @@ func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
 		}
 		return out
 	}
-	targets := 2 * (n + 1)
+	targets := 2 * (n + len(api))
 	// From the first scrape of every target on, count `scrapes` more of each.
 	window := time.Duration(scrapes) * interval
 	start := time.Now()
@@ -564,8 +596,13 @@ func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
 		tb.Errorf("%d of %d targets were scraped %d times or more, want every one", len(scraped), targets, scrapes)
 	}
 	healthy := `{job=~"probe-.*",mode=~"healthy|api"}`
-	if got := query(`count(probe_success` + healthy + `)`); got["//"] != float64(2*(n-dead+1)) {
-		tb.Errorf("%v healthy targets have probe_success, want %d", got, 2*(n-dead+1))
+	if got := query(`count(probe_success` + healthy + `)`); got["//"] != float64(2*(n-dead+len(api))) {
+		tb.Errorf("%v healthy targets have probe_success, want %d", got, 2*(n-dead+len(api)))
+	}
+	for _, p := range []string{"gce", "cluster", "vcenter"} {
+		if got := query(fmt.Sprintf(`count_over_time(probe_success{job=~"probe-.*",provider=%q}[%s]) >= %d`, p, w, scrapes)); len(got) != 2 {
+			tb.Errorf("provider %s: %d of 2 replicas' probes scraped %d times or more, want both", p, len(got), scrapes)
+		}
 	}
 	for k := range query(fmt.Sprintf(`min_over_time(probe_success%s[%s]) < 1`, healthy, w)) {
 		tb.Errorf("healthy %s read probe_success 0 in a scrape, want 1 in every one", k)

@@ -372,3 +372,180 @@ func readyTransition(obj *unstructured.Unstructured) string {
 	}
 	return ""
 }
+
+// TestNotStartedHasNoVerdict: a round whose deadline comes before a host's turn does not
+// contact it, and a host never contacted has no verdict, on real KVM hosts. A kvm provider of
+// concurrency 1 lists two hosts whose sshd hangs (each runs out its sshTimeout) before a healthy
+// one: the first round reaches the deadline on the hung hosts and never starts the healthy
+// one. It must be unchecked (the status page's "not checked yet"), with no target_up series, no
+// count of a check, no Event and no down entry in the ProviderHealth object; the next round,
+// which ranks the hung hosts last, checks it and it reads Ready.
+func TestNotStartedHasNoVerdict(t *testing.T) {
+	env := kube.Start(t)
+	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	fleet := kvmhost.Start(t, 3)
+	hung1, hung2, healthy := fleet.Hosts[0], fleet.Hosts[1], fleet.Hosts[2]
+	hung1.PauseSSHD()
+	hung2.PauseSSHD()
+	t.Cleanup(func() { hung1.ResumeSSHD(); hung2.ResumeSSHD() })
+	kvm := fleet.KVMConfig()
+	file := fmt.Sprintf(`providers:
+  - name: starved
+    type: kvm
+    kvm:
+      user: %s
+      privateKeyFile: %s
+      knownHostsFile: %s
+      socket: %s
+      storagePool: %s
+      concurrency: 1
+      tcpTimeout: 300ms
+      sshTimeout: 1500ms
+      libvirtTimeout: 300ms
+      rpcTimeout: 200ms
+      hosts:
+        - {address: %q, name: %s}
+        - {address: %q, name: %s}
+        - {address: %q, name: %s}
+`, kvm.User, kvm.PrivateKeyFile, kvm.KnownHostsFile, kvm.Socket, kvm.StoragePool,
+		kvm.Hosts[0].Address, kvm.Hosts[0].Name, kvm.Hosts[1].Address, kvm.Hosts[1].Name, kvm.Hosts[2].Address, kvm.Hosts[2].Name)
+	cfg, err := config.Parse(filepath.Join(t.TempDir(), "providers.yml"), []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &testutil.SyncBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	set, err := buildCheckers(cfg, nil, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeAll(set.allClosers(), logger) })
+	// The round's deadline (2.5s) comes during the second hung host's handshake: the healthy
+	// host's turn never comes in the first round.
+	const interval, timeout = 4 * time.Second, 2500 * time.Millisecond
+	runner := checks.NewRunner(checks.Options{Interval: interval, Timeout: timeout, Logger: logger}, nil)
+	runner.SetProviders(set.providers())
+	w, err := crdwriter.New(crdwriter.Options{Config: env.AdminConfig, Source: runner, Logger: logger, Interval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { runner.Run(ctx) })
+	wg.Go(func() { _ = w.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	defer func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs.String())
+		}
+	}()
+
+	testutil.Eventually(t, 30*time.Second, "the first round", func() bool { return runner.Current().Round >= 1 })
+	first := runner.Current()
+	p := first.Providers[0]
+	for _, ts := range p.Targets {
+		if ts.Target == healthy.Name {
+			t.Fatalf("round 1: the healthy host, never contacted, has a verdict: %s %q", ts.Reason, ts.Message)
+		}
+	}
+	// The hung hosts were contacted and read down, each for the stage it hung at.
+	for _, h := range []*kvmhost.Host{hung1, hung2} {
+		var ts *checks.TargetState
+		for i := range p.Targets {
+			if p.Targets[i].Target == h.Name {
+				ts = &p.Targets[i]
+			}
+		}
+		if ts == nil || ts.Up || (ts.Reason != checks.ReasonTimeout && ts.Reason != checks.ReasonSSHHandshakeFailed) {
+			t.Fatalf("round 1: hung host %s reads %+v, want down at its SSH handshake (the round's deadline or sshTimeout)", h.Name, ts)
+		}
+	}
+	if len(p.Unchecked) != 1 || p.Unchecked[0].Target != healthy.Name || !strings.Contains(p.Unchecked[0].Message, "not started") ||
+		!p.Unchecked[0].CheckedAt.IsZero() {
+		t.Fatalf("round 1: unchecked %+v, want the healthy host, not started, never contacted", p.Unchecked)
+	}
+	mfs, err := collector.NewGatherer(func() *checks.Snapshot { return first }).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hasSeries(mfs, "proxy_operator_provider_target_up", healthy.Name) {
+		t.Error("round 1: the never-contacted host has a target_up series")
+	}
+	if g := gaugeOf(mfs, "proxy_operator_provider_target_checks_total", healthy.Name); g != 0 {
+		t.Errorf("round 1: the never-contacted host counts %v checks, want 0", g)
+	}
+	if !hasSeries(mfs, "proxy_operator_provider_target_unchecked_since_timestamp_seconds", healthy.Name) {
+		t.Error("round 1: the never-contacted host has no unchecked_since series")
+	}
+	d := (&exporter{interval: interval, timeout: timeout}).landingData(first, landingFilter{}, time.Now())
+	if len(d.Providers) != 1 || d.Providers[0].Unchecked != 1 || !strings.Contains(d.Providers[0].UncheckedNote, healthy.Name) {
+		t.Errorf("round 1: the status page does not list %s as not checked yet: %+v", healthy.Name, d.Providers)
+	}
+
+	// The object of round 1 names no verdict for the healthy host.
+	dyn, err := dynamic.NewForConfig(env.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gvr := schema.GroupVersionResource{Group: "providerhealth.io", Version: "v1alpha1", Resource: "providerhealths"}
+	var obj *unstructured.Unstructured
+	testutil.Eventually(t, 30*time.Second, "the object of the first round", func() bool {
+		obj, err = dyn.Resource(gvr).Get(ctx, "starved", metav1.GetOptions{})
+		return err == nil && readyTransition(obj) != ""
+	})
+	if runner.Current().Round == 1 {
+		if ltt := targetTransition(obj, healthy.Name); ltt != "" {
+			t.Errorf("round 1: the object lists the never-contacted host (since %s)", ltt)
+		}
+	} else {
+		t.Log("round 2 ended before the object of round 1 was read: its check is left out")
+	}
+
+	// Round 2 ranks the hung hosts last: the healthy host is checked and reads Ready.
+	testutil.Eventually(t, 30*time.Second, "the second round", func() bool { return runner.Current().Round >= 2 })
+	var got *checks.TargetState
+	for _, ts := range runner.Current().Providers[0].Targets {
+		if ts.Target == healthy.Name {
+			got = &ts
+		}
+	}
+	if got == nil || !got.Up || got.Reason != checks.ReasonReady || got.CheckedAt.Before(first.RoundStarted.Add(interval/2)) {
+		t.Fatalf("round 2: the healthy host reads %+v, want Ready from a check of round 2", got)
+	}
+	// No Event ever said it was down.
+	core, err := typedcorev1.NewForConfig(env.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the object lists the healthy host", func() bool {
+		obj, err = dyn.Resource(gvr).Get(ctx, "starved", metav1.GetOptions{})
+		return err == nil && targetTransition(obj, healthy.Name) != ""
+	})
+	list, err := core.Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.uid", string(obj.GetUID())).String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range list.Items {
+		if strings.Contains(ev.Message, healthy.Name) && ev.Type == corev1.EventTypeWarning {
+			t.Errorf("an Event says the never-contacted host was down: %s %s", ev.Reason, ev.Message)
+		}
+	}
+}
+
+// hasSeries reports whether mfs holds a series of metric name for target.
+func hasSeries(mfs []*dto.MetricFamily, name, target string) bool {
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "target" && l.GetValue() == target {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
