@@ -139,7 +139,7 @@ generate:
 
 ## bench: every benchmark, with allocations; no tests. Then the mixin's availability rules
 ## against the rules they replaced on a real Prometheus (TestAvailabilityCost, docs/benchmarks.md):
-## 30 days of 1,000 targets backfilled with promtool (a 4 GB input file in the temporary
+## 30 days of 1,000 targets backfilled with promtool (a 5 GB input file in the temporary
 ## directory, tens of minutes on two cores); BENCH_TARGETS changes the number of targets.
 BENCH_TARGETS ?= 1000
 bench: prom-binaries

@@ -22,7 +22,7 @@ import (
 )
 
 // The cost of the availability rules on a real Prometheus, side by side with the rules this
-// mixin shipped before (docs/benchmarks.md). Heavy (tens of GB-seconds of CPU, a 4 GB input
+// mixin shipped before (docs/benchmarks.md). Heavy (tens of GB-seconds of CPU, a 5 GB input
 // file): run by `make bench`, never by make test.
 var (
 	availabilityCost        = flag.Bool("availability.cost", false, "run TestAvailabilityCost (make bench)")
