@@ -23,6 +23,8 @@ func (e *exporter) handler() http.Handler {
 	// One check of one target now (blackbox's multi-target convention); see probe.go.
 	mux.Handle("GET /probe", newProbeHandler(e, 0))
 	mux.HandleFunc("GET /{$}", e.serveLanding)
+	// What the status page shows, as JSON (api.go, docs/api.md).
+	mux.HandleFunc("GET /api/v1/status", e.serveStatusAPI)
 	mux.HandleFunc("GET /-/healthy", e.serveHealthy)
 	mux.HandleFunc("GET /-/ready", e.serveReady)
 	// Other methods get 405 from the mux: a reload changes state, so GET must not trigger it.

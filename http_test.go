@@ -368,9 +368,9 @@ func TestWebConfigTLSAndBasicAuth(t *testing.T) {
 	x := startExporter(t, "https", "--config.file="+path, "--provider-check-interval=0", "--web.config.file="+webConfig)
 	client := tlsClient(t, certPEM)
 
-	get := func(user, password string) int {
+	getPath := func(path, user, password string) int {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodGet, x.base+"/metrics", nil)
+		req, err := http.NewRequest(http.MethodGet, x.base+path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -383,6 +383,16 @@ func TestWebConfigTLSAndBasicAuth(t *testing.T) {
 		}
 		resp.Body.Close()
 		return resp.StatusCode
+	}
+	get := func(user, password string) int { t.Helper(); return getPath("/metrics", user, password) }
+	// Every endpoint is behind the same TLS and basic auth: the status page and its JSON too.
+	for _, path := range []string{"/", "/api/v1/status", "/probe?provider=alpha&target=a1"} {
+		if code := getPath(path, "", ""); code != http.StatusUnauthorized {
+			t.Errorf("%s without credentials: %d, want 401", path, code)
+		}
+	}
+	if code := getPath("/api/v1/status", "prometheus", "s3cret"); code != http.StatusOK {
+		t.Errorf("/api/v1/status with the right password: %d, want 200", code)
 	}
 	if code := get("", ""); code != http.StatusUnauthorized {
 		t.Errorf("no credentials: %d, want 401", code)

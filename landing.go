@@ -59,6 +59,7 @@ Version {{.Version}}.</p>
 <li><a href="metrics">Metrics</a></li>
 <li><a href="-/healthy">Health</a></li>
 <li><a href="-/ready">Readiness</a></li>
+<li><a href="api/v1/status">Status as JSON</a> (<a href="https://github.com/provider-health-exporter/provider-health-exporter/blob/main/docs/api.md">docs</a>)</li>
 </ul>
 <h2>Providers</h2>
 {{if .ChecksOn -}}
@@ -83,8 +84,9 @@ Version {{.Version}}.</p>
 <option value="down"{{if eq .Filter.State "down"}} selected{{end}}>down only</option>
 <option value="up"{{if eq .Filter.State "up"}} selected{{end}}>ready only</option>
 </select></label>
+{{if .Filter.Reason}}<label>Reason <input type="text" name="reason" value="{{.Filter.Reason}}" size="24"></label>{{end}}
 <button type="submit">Filter</button>
-{{if or .Filter.Provider .Filter.State}}<a href="./">clear the filter</a>{{end}}
+{{if or .Filter.Provider .Filter.State .Filter.Reason}}<a href="./">clear the filter</a>{{end}}
 </form>
 {{- end}}
 {{if .Providers -}}
@@ -246,11 +248,12 @@ func landingWriterOf(r crdwriter.Report, now time.Time) *landingWriter {
 	return w
 }
 
-// landingFilter is the page's query: provider (empty: all), state ("", "down" or "up") and the
-// page (from 1).
+// landingFilter is the page's query: provider (empty: all), state ("", "down" or "up"), reason
+// (empty: all) and the page (from 1).
 type landingFilter struct {
 	Provider string
 	State    string
+	Reason   checks.Reason
 	Page     int
 }
 
@@ -272,11 +275,14 @@ var (
 )
 
 func parseLandingFilter(q url.Values) (landingFilter, error) {
-	f := landingFilter{Provider: q.Get("provider"), State: q.Get("state"), Page: 1}
+	f := landingFilter{Provider: q.Get("provider"), State: q.Get("state"), Reason: checks.Reason(q.Get("reason")), Page: 1}
 	switch f.State {
 	case "", "down", "up":
 	default:
 		return f, errBadState
+	}
+	if f.Reason != "" && !slices.ContainsFunc(checks.Registered(), func(t *checks.Type) bool { return checks.ValidReason(t.Name, f.Reason) }) {
+		return f, fmt.Errorf("unknown reason %q: use a reason of a provider type's catalogue (docs/reasons.md), or nothing", f.Reason)
 	}
 	if p := q.Get("page"); p != "" {
 		n, err := strconv.Atoi(p)
@@ -296,6 +302,9 @@ func (f landingFilter) url(n int) string {
 	}
 	if f.State != "" {
 		v.Set("state", f.State)
+	}
+	if f.Reason != "" {
+		v.Set("reason", string(f.Reason))
 	}
 	if n > 1 {
 		v.Set("page", strconv.Itoa(n))
@@ -344,9 +353,11 @@ type landingProvider struct {
 	UncheckedNote string
 
 	ps *checks.ProviderState
-	// selected counts the rows the state filter selects: its down targets unless state is
-	// "up", its ready ones unless state is "down".
-	selected int
+	// selected counts the rows the filter selects: selDown of its down targets unless state
+	// is "up", selUp of its ready ones unless state is "down" (with a reason filter, only those
+	// of that reason).
+	selected, selDown, selUp int
+	reason                   checks.Reason
 }
 
 // landingRow is one target.
@@ -368,6 +379,9 @@ type landingRow struct {
 	Pending string
 	// History lists the target's last transitions, newest first.
 	History []landingTransition
+
+	// ts is the row's target, for the JSON API (api.go).
+	ts *checks.TargetState
 }
 
 // landingTransition is one transition of a target's verdict.
@@ -489,7 +503,7 @@ func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 	for i := range s.Providers {
 		ps := &s.Providers[i]
 		d.AllProviders = append(d.AllProviders, ps.Name)
-		p := landingProviderOf(ps, f.State, now)
+		p := landingProviderOf(ps, f, now)
 		targets += p.Total
 		ready += p.Ready
 		uncheckedTargets += p.Unchecked
@@ -503,7 +517,7 @@ func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 			continue
 		}
 		switch {
-		case f.State == "down" && p.DownTotal == 0, f.State == "up" && p.Ready == 0:
+		case (f.State != "" || f.Reason != "") && p.selected == 0:
 			continue
 		case !p.Checked:
 			unchecked = append(unchecked, p)
@@ -519,6 +533,8 @@ func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 	switch {
 	case f.Provider != "" && !slices.Contains(d.AllProviders, f.Provider):
 		d.NoMatch = fmt.Sprintf("No provider is named %q.", f.Provider)
+	case f.Reason != "":
+		d.NoMatch = fmt.Sprintf("No target reads %s.", f.Reason)
 	case f.State == "down":
 		d.NoMatch = "No target is down."
 	case f.State == "up":
@@ -541,9 +557,9 @@ func paginate(providers []landingProvider, f landingFilter, now time.Time) landi
 		}
 		for i := range providers {
 			p := &providers[i]
-			n := p.DownTotal
+			n := p.selDown
 			if up {
-				n = p.Ready
+				n = p.selUp
 			}
 			if from, to := max(lo-offset, 0), min(hi-offset, n); from < to {
 				p.fill(up, from, to, now)
@@ -578,8 +594,9 @@ func paginate(providers []landingProvider, f landingFilter, now time.Time) landi
 
 // landingProviderOf summarizes one provider for the page; fill builds the rows of its targets
 // that the page shows.
-func landingProviderOf(ps *checks.ProviderState, state string, now time.Time) landingProvider {
-	p := landingProvider{Name: ps.Name, Type: ps.Type, Checked: len(ps.Targets) > 0, Total: len(ps.Targets), FoldUp: state == "", ps: ps}
+func landingProviderOf(ps *checks.ProviderState, f landingFilter, now time.Time) landingProvider {
+	state := f.State
+	p := landingProvider{Name: ps.Name, Type: ps.Type, Checked: len(ps.Targets) > 0, Total: len(ps.Targets), FoldUp: state == "" && f.Reason == "", ps: ps, reason: f.Reason}
 	p.Unchecked, p.UncheckedNote = uncheckedNote(ps.Unchecked, now)
 	if !p.Checked {
 		return p
@@ -594,22 +611,30 @@ func landingProviderOf(ps *checks.ProviderState, state string, now time.Time) la
 		if t.Since.After(lastFlip) {
 			lastFlip = t.Since
 		}
+		matches := f.Reason == "" || t.Reason == f.Reason
 		if t.Up {
 			p.Ready++
+			if matches {
+				p.selUp++
+			}
 			continue
 		}
 		p.DownTotal++
+		if matches {
+			p.selDown++
+		}
 		reasons[t.Reason]++
 		if firstDown.IsZero() || t.Since.Before(firstDown) {
 			firstDown = t.Since
 		}
 	}
-	if state != "up" {
-		p.selected += p.DownTotal
+	if state == "up" {
+		p.selDown = 0
 	}
-	if state != "down" {
-		p.selected += p.Ready
+	if state == "down" {
+		p.selUp = 0
 	}
+	p.selected = p.selDown + p.selUp
 	since := lastFlip
 	if p.DownTotal > 0 {
 		since = firstDown
@@ -618,11 +643,14 @@ func landingProviderOf(ps *checks.ProviderState, state string, now time.Time) la
 	}
 	p.Since, p.SinceFor = formatTime(since), humanDuration(now.Sub(since))
 	p.LastChecked, p.LastCheckedAgo = formatTime(lastChecked), humanDuration(now.Sub(lastChecked))
-	switch {
-	case state == "down" && p.Ready > 0:
-		p.Hidden = fmt.Sprintf("%d ready target%s not shown (state filter: down only).", p.Ready, plural(p.Ready))
-	case state == "up" && p.DownTotal > 0:
-		p.Hidden = fmt.Sprintf("%d down target%s not shown (state filter: ready only).", p.DownTotal, plural(p.DownTotal))
+	switch hidden := p.Total - p.selected; {
+	case hidden == 0:
+	case f.Reason != "":
+		p.Hidden = fmt.Sprintf("%d target%s of other reasons or states not shown (filter: reason %s).", hidden, plural(hidden), f.Reason)
+	case state == "down":
+		p.Hidden = fmt.Sprintf("%d ready target%s not shown (state filter: down only).", hidden, plural(hidden))
+	case state == "up":
+		p.Hidden = fmt.Sprintf("%d down target%s not shown (state filter: ready only).", hidden, plural(hidden))
 	}
 	return p
 }
@@ -665,7 +693,7 @@ func (p *landingProvider) fill(up bool, from, to int, now time.Time) {
 	k := 0
 	for i := range p.ps.Targets {
 		t := &p.ps.Targets[i]
-		if t.Up != up {
+		if t.Up != up || p.reason != "" && t.Reason != p.reason {
 			continue
 		}
 		if k >= to {
@@ -698,6 +726,7 @@ func landingRowOf(provider string, typ checks.ProviderType, t *checks.TargetStat
 		Duration:   roundDuration(t.Duration),
 		Pending:    pendingNote(t),
 		History:    landingHistory(t.History),
+		ts:         t,
 	}
 }
 
