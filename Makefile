@@ -16,7 +16,7 @@ BINARY   := provider_health_exporter
 PKGS     := ./...
 
 .PHONY: all build generate test test-unit test-mixin test-deps kube-binaries prom-binaries mixin bench fuzz lint vet fmt-check staticcheck fmt clean demo soak
-.PHONY: docker docker-binary deploy-rules helm-binary
+.PHONY: docker docker-binary deploy-rules helm-binary crossbuild tarballs image
 
 ## all (the default goal): lint, the unit tests and the build; it installs nothing and needs no root.
 all: lint test-unit build
@@ -34,6 +34,48 @@ docker-binary:
 	GOOS=linux GOARCH=$(DOCKER_ARCH) $(GOTOOL) promu build --prefix .build/linux-$(DOCKER_ARCH)
 docker: docker-binary
 	docker build -t "$(DOCKER_IMAGE):$(DOCKER_IMAGE_TAG)" --build-arg ARCH="$(DOCKER_ARCH)" --build-arg OS=linux .
+
+# The project's repository: the image's org.opencontainers.image.source, the SBOM's namespace.
+SOURCE_URL ?= https://github.com/provider-health-exporter/provider-health-exporter
+# The time of the crossbuild's build date and of every time stamp in the image: the commit's.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
+
+## crossbuild: the binary for every platform of PLATFORMS into .build/<os>-<arch>/, the layout of
+## `promu crossbuild` (.promu.yml lists the same platforms), through `promu build` for each
+## (static, CGO_ENABLED=0), so it needs neither Docker nor promu's builder images. promu itself
+## is built for this machine (`go tool -n` prints its path) before GOOS and GOARCH are set.
+PLATFORMS ?= linux/amd64 linux/arm64
+crossbuild:
+	@set -e; promu="$$($(GOTOOL) -n promu)"; for p in $(PLATFORMS); do \
+		echo ">> building $$p"; \
+		SOURCE_DATE_EPOCH="$(SOURCE_DATE_EPOCH)" GOOS=$${p%/*} GOARCH=$${p#*/} CGO_ENABLED=0 "$$promu" build --prefix .build/$${p%/*}-$${p#*/}; \
+	done
+
+## tarballs: the release tarballs of the crossbuild (binary, README.md, CHANGELOG.md, LICENSE) in
+## .tarballs/provider-health-exporter-<version>.<os>-<arch>.tar.gz, with promu tarball, and their
+## sha256sums.txt. promu names them after the git remote's repository; SOURCE_URL stands in
+## for a clone without a remote.
+tarballs: crossbuild
+	rm -rf .tarballs
+	@set -e; promu="$$($(GOTOOL) -n promu)"; for p in $(PLATFORMS); do \
+		GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.url GIT_CONFIG_VALUE_0="$(SOURCE_URL)" \
+		GOOS=$${p%/*} GOARCH=$${p#*/} "$$promu" tarball --prefix .tarballs .build/$${p%/*}-$${p#*/}; \
+	done
+	$(GOTOOL) promu checksum .tarballs
+
+## image: the multi-platform OCI image of the crossbuild (PLATFORMS), built without a container
+## engine by tools/cmd/build-image (go-containerregistry): an OCI image layout in .build/image/
+## (tag VERSION) and an SPDX SBOM per platform in .build/sbom/. Its base holds the CA certificates
+## and time zones of Debian's ca-certificates and tzdata packages, installed as root when missing.
+IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+image: crossbuild
+	@[ -s /etc/ssl/certs/ca-certificates.crt ] && [ -d /usr/share/zoneinfo ] || \
+		{ [ "$$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends ca-certificates tzdata; } || \
+		{ echo "make image: the image's base needs Debian's ca-certificates and tzdata: apt-get install ca-certificates tzdata" >&2; exit 1; }
+	$(GO) build -C tools -o $(CURDIR)/.build/tools/build-image ./cmd/build-image
+	.build/tools/build-image -binaries .build -out .build/image -sbom .build/sbom \
+		-platforms "$(shell echo $(PLATFORMS) | tr ' ' ,)" -version "$(shell cat VERSION)" \
+		-revision "$(IMAGE_REVISION)" -source "$(SOURCE_URL)" -source-date-epoch "$(SOURCE_DATE_EPOCH)"
 
 ## test: every test with the race detector; parts of the test environment that are missing
 ## skip, or fail under REQUIRE_INTEGRATION=1.
@@ -169,4 +211,4 @@ fmt:
 
 clean:
 	rm -f $(BINARY)
-	rm -rf .build
+	rm -rf .build .tarballs
