@@ -188,12 +188,14 @@ bench: prom-binaries
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 	cd mixin && $(GO) test -count=1 -timeout 120m -run '^TestAvailabilityCost$$' -v . -availability.cost -availability.cost.targets=$(BENCH_TARGETS)
 
-## lint: go vet, a gofmt check and staticcheck.
+## lint: go vet, a gofmt check and staticcheck, of this module, the mixin's and the tools module's
+## programs (tools/cmd/).
 lint: vet fmt-check staticcheck
 
 vet:
 	$(GO) vet $(PKGS)
 	cd mixin && $(GO) vet ./...
+	cd tools && $(GO) vet ./...
 
 fmt-check:
 	@unformatted="$$(gofmt -l .)"; \
@@ -204,6 +206,7 @@ fmt-check:
 staticcheck:
 	$(GOTOOL) staticcheck $(PKGS)
 	cd mixin && $(GO) tool -modfile=../tools/go.mod staticcheck ./...
+	cd tools && $(GO) tool staticcheck ./...
 
 ## fmt: format every Go file.
 fmt:
