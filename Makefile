@@ -12,6 +12,9 @@ ifneq ($(filter /%,$(GO)),)
 export PATH := $(patsubst %/,%,$(dir $(GO))):$(PATH)
 endif
 GOTOOL   := $(GO) tool -modfile=tools/go.mod
+# promu built for this machine, for recipes that set GOOS and GOARCH for the exporter's build
+# (`go tool` would build promu itself for that platform): `go tool -n` builds it and prints its path.
+PROMU    := "$$($(GOTOOL) -n promu)"
 BINARY   := provider_health_exporter
 PKGS     := ./...
 
@@ -31,7 +34,7 @@ DOCKER_ARCH      ?= $(shell $(GO) env GOARCH)
 DOCKER_IMAGE     ?= provider-health-exporter
 DOCKER_IMAGE_TAG ?= v$(shell cat VERSION)
 docker-binary:
-	GOOS=linux GOARCH=$(DOCKER_ARCH) $(GOTOOL) promu build --prefix .build/linux-$(DOCKER_ARCH)
+	GOOS=linux GOARCH=$(DOCKER_ARCH) CGO_ENABLED=0 $(PROMU) build --prefix .build/linux-$(DOCKER_ARCH)
 docker: docker-binary
 	docker build -t "$(DOCKER_IMAGE):$(DOCKER_IMAGE_TAG)" --build-arg ARCH="$(DOCKER_ARCH)" --build-arg OS=linux .
 
@@ -42,11 +45,10 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
 
 ## crossbuild: the binary for every platform of PLATFORMS into .build/<os>-<arch>/, the layout of
 ## `promu crossbuild` (.promu.yml lists the same platforms), through `promu build` for each
-## (static, CGO_ENABLED=0), so it needs neither Docker nor promu's builder images. promu itself
-## is built for this machine (`go tool -n` prints its path) before GOOS and GOARCH are set.
+## (static, CGO_ENABLED=0), so it needs neither Docker nor promu's builder images.
 PLATFORMS ?= linux/amd64 linux/arm64
 crossbuild:
-	@set -e; promu="$$($(GOTOOL) -n promu)"; for p in $(PLATFORMS); do \
+	@set -e; promu=$(PROMU); for p in $(PLATFORMS); do \
 		echo ">> building $$p"; \
 		SOURCE_DATE_EPOCH="$(SOURCE_DATE_EPOCH)" GOOS=$${p%/*} GOARCH=$${p#*/} CGO_ENABLED=0 "$$promu" build --prefix .build/$${p%/*}-$${p#*/}; \
 	done
@@ -57,7 +59,7 @@ crossbuild:
 ## for a clone without a remote.
 tarballs: crossbuild
 	rm -rf .tarballs
-	@set -e; promu="$$($(GOTOOL) -n promu)"; for p in $(PLATFORMS); do \
+	@set -e; promu=$(PROMU); for p in $(PLATFORMS); do \
 		GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.url GIT_CONFIG_VALUE_0="$(SOURCE_URL)" \
 		GOOS=$${p%/*} GOARCH=$${p#*/} "$$promu" tarball --prefix .tarballs .build/$${p%/*}-$${p#*/}; \
 	done
