@@ -67,7 +67,7 @@ tarballs: crossbuild
 
 ## image: the multi-platform OCI image of the crossbuild (PLATFORMS), built without a container
 ## engine by tools/cmd/build-image (go-containerregistry): an OCI image layout in .build/image/
-## (tag VERSION) and an SPDX SBOM per platform in .build/sbom/. Its base holds the CA certificates
+## (tag v<VERSION>) and an SPDX SBOM per platform in .build/sbom/. Its base holds the CA certificates
 ## and time zones of Debian's ca-certificates and tzdata packages, installed as root when missing.
 IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 image: crossbuild

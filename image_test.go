@@ -183,14 +183,15 @@ func extractLayer(t *testing.T, d ociDescriptor, root string) (diffID string, na
 
 // TestImage: `make image tarballs` builds, without a container engine, the OCI image layout of
 // both platforms and the release tarballs. The test reads the layout as the OCI image spec
-// defines it: one index tagged VERSION with linux/amd64 and linux/arm64, every blob of the size
-// and digest its descriptor says; each image runs the binary of its architecture as 65534 with
-// the OCI labels of this version, commit and repository, on a base of CA certificates, time
-// zones and a passwd, nothing else. The amd64 image's root filesystem, extracted, runs the
+// defines it: one index tagged v<VERSION> with linux/amd64 and linux/arm64, every blob of the
+// size and digest its descriptor says; each image runs the binary of its architecture as 65534
+// with the OCI labels of this version, commit and repository, on a base of CA certificates,
+// time zones and a passwd, nothing else. The amd64 image's root filesystem, extracted, runs the
 // exporter: --version and --config.check of the example providers file (testdata/providers.yml,
-// docs/configuration.md), chrooted into it as 65534 when the test runs as root. The SBOM lists
-// every Go module the binary records and the Debian packages of the base; the tarballs hold the
-// same binaries with the systemd unit, and sha256sums.txt their checksums.
+// docs/configuration.md), chrooted into it as 65534 when the test runs as root. The layout is
+// pushed with crane to a registry on loopback and read back. The SBOM lists every Go module
+// the binary records and the Debian packages of the base; the tarballs hold the same binaries
+// with the systemd unit, and sha256sums.txt their checksums.
 func TestImage(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the image is built on linux")
@@ -230,8 +231,8 @@ func TestImage(t *testing.T) {
 	if err := json.Unmarshal(must(os.ReadFile(filepath.Join(imageLayout, "index.json"))), &top); err != nil {
 		t.Fatal(err)
 	}
-	if len(top.Manifests) != 1 || top.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != version {
-		t.Fatalf("index.json lists %+v, want one index tagged %s", top.Manifests, version)
+	if len(top.Manifests) != 1 || top.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "v"+version {
+		t.Fatalf("index.json lists %+v, want one index tagged v%s (as make docker tags it)", top.Manifests, version)
 	}
 	var idx ociIndex
 	decodeBlob(t, top.Manifests[0], "application/vnd.oci.image.index.v1+json", &idx)
@@ -455,7 +456,7 @@ func pushToRegistry(t *testing.T, index ociDescriptor, idx ociIndex, version str
 			t.Fatalf("crane registry serve --address %s does not listen:\n%s", addr, serveLog.String())
 		}
 	}
-	ref := addr + "/provider-health-exporter:" + version
+	ref := addr + "/provider-health-exporter:v" + version
 	if out, err := crane(ctx, "push", "--insecure", imageLayout, ref).CombinedOutput(); err != nil {
 		t.Fatalf("crane push %s %s: %v\n%s", imageLayout, ref, err, out)
 	}

@@ -151,8 +151,17 @@ func build(o options) error {
 		return err
 	}
 	if err := lp.AppendIndex(idx, layout.WithAnnotations(map[string]string{
-		"org.opencontainers.image.ref.name": o.version,
+		"org.opencontainers.image.ref.name": tag(o.version),
 	})); err != nil {
+		return err
+	}
+	// Blobs are written through temporary files (0600): readable by whoever pushes them.
+	if err := filepath.WalkDir(o.out, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		return os.Chmod(p, 0o644)
+	}); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(o.sbomDir, 0o755); err != nil {
@@ -167,6 +176,10 @@ func build(o options) error {
 	fmt.Printf("build-image: %s (%s), index %s; SBOMs in %s\n", o.out, o.version, digest, o.sbomDir)
 	return nil
 }
+
+// tag is the image's tag for a version: v-prefixed, as `make docker` tags it and the Helm
+// chart's image.tag defaults to.
+func tag(version string) string { return "v" + version }
 
 func platformImage(o options, p v1.Platform, base v1.Layer, bin string) (v1.Image, error) {
 	exe, err := os.ReadFile(bin)
@@ -409,7 +422,7 @@ func spdx(o options, p v1.Platform, digest v1.Hash, bin string, debs map[string]
 			CopyrightText:    na,
 			PrimaryPurpose:   "CONTAINER",
 			Checksums:        []spdxChecksum{{Algorithm: "SHA256", Value: digest.Hex}},
-			ExternalRefs:     purl(fmt.Sprintf("pkg:oci/provider-health-exporter@%s?arch=%s&tag=%s", strings.Replace(digest.String(), ":", "%3A", 1), p.Architecture, o.version)),
+			ExternalRefs:     purl(fmt.Sprintf("pkg:oci/provider-health-exporter@%s?arch=%s&tag=%s", strings.Replace(digest.String(), ":", "%3A", 1), p.Architecture, tag(o.version))),
 		}, {
 			SPDXID:           exporterID,
 			Name:             info.Main.Path,
