@@ -12,11 +12,14 @@ ifneq ($(filter /%,$(GO)),)
 export PATH := $(patsubst %/,%,$(dir $(GO))):$(PATH)
 endif
 GOTOOL   := $(GO) tool -modfile=tools/go.mod
+# promu built for this machine, for recipes that set GOOS and GOARCH for the exporter's build
+# (`go tool` would build promu itself for that platform): `go tool -n` builds it and prints its path.
+PROMU    := "$$($(GOTOOL) -n promu)"
 BINARY   := provider_health_exporter
 PKGS     := ./...
 
 .PHONY: all build generate test test-unit test-mixin test-deps kube-binaries prom-binaries mixin bench fuzz lint vet fmt-check staticcheck fmt clean demo soak
-.PHONY: docker docker-binary deploy-rules helm-binary
+.PHONY: docker docker-binary deploy-rules helm-binary crossbuild tarballs image
 
 ## all (the default goal): lint, the unit tests and the build; it installs nothing and needs no root.
 all: lint test-unit build
@@ -31,9 +34,50 @@ DOCKER_ARCH      ?= $(shell $(GO) env GOARCH)
 DOCKER_IMAGE     ?= provider-health-exporter
 DOCKER_IMAGE_TAG ?= v$(shell cat VERSION)
 docker-binary:
-	GOOS=linux GOARCH=$(DOCKER_ARCH) $(GOTOOL) promu build --prefix .build/linux-$(DOCKER_ARCH)
+	GOOS=linux GOARCH=$(DOCKER_ARCH) CGO_ENABLED=0 $(PROMU) build --prefix .build/linux-$(DOCKER_ARCH)
 docker: docker-binary
 	docker build -t "$(DOCKER_IMAGE):$(DOCKER_IMAGE_TAG)" --build-arg ARCH="$(DOCKER_ARCH)" --build-arg OS=linux .
+
+# The project's repository: the image's org.opencontainers.image.source, the SBOM's namespace.
+SOURCE_URL ?= https://github.com/provider-health-exporter/provider-health-exporter
+# The time of the crossbuild's build date and of every time stamp in the image: the commit's.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
+
+## crossbuild: the binary for every platform of PLATFORMS into .build/<os>-<arch>/, the layout of
+## `promu crossbuild` (.promu.yml lists the same platforms), through `promu build` for each
+## (static, CGO_ENABLED=0), so it needs neither Docker nor promu's builder images.
+PLATFORMS ?= linux/amd64 linux/arm64
+crossbuild:
+	@set -e; promu=$(PROMU); for p in $(PLATFORMS); do \
+		echo ">> building $$p"; \
+		SOURCE_DATE_EPOCH="$(SOURCE_DATE_EPOCH)" GOOS=$${p%/*} GOARCH=$${p#*/} CGO_ENABLED=0 "$$promu" build --prefix .build/$${p%/*}-$${p#*/}; \
+	done
+
+## tarballs: the release tarballs of the crossbuild (binary, README.md, CHANGELOG.md, LICENSE) in
+## .tarballs/provider-health-exporter-<version>.<os>-<arch>.tar.gz, with promu tarball, and their
+## sha256sums.txt. promu names them after the git remote's repository; SOURCE_URL stands in
+## for a clone without a remote.
+tarballs: crossbuild
+	rm -rf .tarballs
+	@set -e; promu=$(PROMU); for p in $(PLATFORMS); do \
+		GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.url GIT_CONFIG_VALUE_0="$(SOURCE_URL)" \
+		GOOS=$${p%/*} GOARCH=$${p#*/} "$$promu" tarball --prefix .tarballs .build/$${p%/*}-$${p#*/}; \
+	done
+	$(GOTOOL) promu checksum .tarballs
+
+## image: the multi-platform OCI image of the crossbuild (PLATFORMS), built without a container
+## engine by tools/cmd/build-image (go-containerregistry): an OCI image layout in .build/image/
+## (tag v<VERSION>) and an SPDX SBOM per platform in .build/sbom/. Its base holds the CA certificates
+## and time zones of Debian's ca-certificates and tzdata packages, installed as root when missing.
+IMAGE_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+image: crossbuild
+	@[ -s /etc/ssl/certs/ca-certificates.crt ] && [ -d /usr/share/zoneinfo ] || \
+		{ [ "$$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends ca-certificates tzdata; } || \
+		{ echo "make image: the image's base needs Debian's ca-certificates and tzdata: apt-get install ca-certificates tzdata" >&2; exit 1; }
+	$(GO) build -C tools -o $(CURDIR)/.build/tools/build-image ./cmd/build-image
+	.build/tools/build-image -binaries .build -out .build/image -sbom .build/sbom \
+		-platforms "$(shell echo $(PLATFORMS) | tr ' ' ,)" -version "$(shell cat VERSION)" \
+		-revision "$(IMAGE_REVISION)" -source "$(SOURCE_URL)" -source-date-epoch "$(SOURCE_DATE_EPOCH)"
 
 ## test: every test with the race detector; parts of the test environment that are missing
 ## skip, or fail under REQUIRE_INTEGRATION=1.
@@ -146,12 +190,14 @@ bench: prom-binaries
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 	cd mixin && $(GO) test -count=1 -timeout 120m -run '^TestAvailabilityCost$$' -v . -availability.cost -availability.cost.targets=$(BENCH_TARGETS)
 
-## lint: go vet, a gofmt check and staticcheck.
+## lint: go vet, a gofmt check and staticcheck, of this module, the mixin's and the tools module's
+## programs (tools/cmd/).
 lint: vet fmt-check staticcheck
 
 vet:
 	$(GO) vet $(PKGS)
 	cd mixin && $(GO) vet ./...
+	cd tools && $(GO) vet ./...
 
 fmt-check:
 	@unformatted="$$(gofmt -l .)"; \
@@ -162,6 +208,7 @@ fmt-check:
 staticcheck:
 	$(GOTOOL) staticcheck $(PKGS)
 	cd mixin && $(GO) tool -modfile=../tools/go.mod staticcheck ./...
+	cd tools && $(GO) tool staticcheck ./...
 
 ## fmt: format every Go file.
 fmt:
@@ -169,4 +216,4 @@ fmt:
 
 clean:
 	rm -f $(BINARY)
-	rm -rf .build
+	rm -rf .build .tarballs

@@ -140,7 +140,7 @@ func TestProbeKVMEndToEnd(t *testing.T) {
 	if s := probeSamples(t, body); code != http.StatusOK || s["probe_success"] != 1 || s[`probe_reason{reason="Ready"}`] != 1 {
 		t.Errorf("a healthy host: %d %v, want probe_success 1, reason Ready", code, s)
 	}
-	code, body = fetch(t, client, srv.URL+"/probe?provider=hypervisors&target="+h0.Name+"&debug=true")
+	_, body = fetch(t, client, srv.URL+"/probe?provider=hypervisors&target="+h0.Name+"&debug=true")
 	// The round dialled the host and learnt its facts: a probe makes the steady check's one call.
 	for _, want := range []string{"pooled connection", "ok: reusing the live link",
 		"libvirt StoragePoolGetInfo", "verdict: Ready (up)", "probe_success 1"} {

@@ -183,15 +183,6 @@ func (d *decoder) provider(n *yaml.Node, path string, i int, names map[string]na
 	return p, ok && len(d.errs) == errs && p.Block != nil
 }
 
-// record notes a problem found by a check and reports whether there was none.
-func (d *decoder) record(v *yaml.Node, field, problem string) bool {
-	if problem == "" {
-		return true
-	}
-	d.add(v, field, "%s", problem)
-	return false
-}
-
 // dnsLabel checks a DNS-1123 label; the result is empty when s is one.
 func dnsLabel(s string) string {
 	const rule = "must be a DNS-1123 label: 1 to 63 characters of a-z, 0-9 and '-', starting and ending with a letter or digit"

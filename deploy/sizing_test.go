@@ -19,7 +19,7 @@ func TestSizingTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := regexp.MustCompile("(?m)^\\| ([0-9,]+) \\| ([0-9]+)Mi \\| ([0-9]+)(Mi|Gi) \\| [0-9]+m \\| [0-9]+m? \\| ([0-9]+) \\| ([0-9]+) \\(the default\\) \\|$")
+	row := regexp.MustCompile(`(?m)^\| ([0-9,]+) \| ([0-9]+)Mi \| ([0-9]+)(Mi|Gi) \| [0-9]+m \| [0-9]+m? \| ([0-9]+) \| ([0-9]+) \(the default\) \|$`)
 	rows := row.FindAllStringSubmatch(string(b), -1)
 	if len(rows) != 3 {
 		t.Fatalf("found %d rows of the sizing table, want 3 (100, 1,000, 5,000 hosts)", len(rows))

@@ -19,6 +19,8 @@ PACKAGES=(
 	iptables
 	procps
 	chromium # headless, renders the status page in landing_test.go
+	ca-certificates # the image's base (make image, image_test.go)
+	tzdata # the image's base
 )
 
 # Pid files of the services these packages ship, to catch one started despite policy-rc.d.
