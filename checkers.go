@@ -51,7 +51,11 @@ func (s *checkerSet) providers() []checks.Provider {
 	ps := make([]checks.Provider, len(s.checkers))
 	for i, c := range s.checkers {
 		p := s.entries[c.Name()].provider
-		ps[i] = checks.Provider{Checker: c, Thresholds: checks.Thresholds{Failure: p.FailureThreshold, Success: p.SuccessThreshold}}
+		labels := checks.Labels{Provider: p.Labels}
+		if tl, ok := p.Block.(config.TargetLabeler); ok {
+			labels.Targets = tl.TargetLabels()
+		}
+		ps[i] = checks.Provider{Checker: c, Thresholds: checks.Thresholds{Failure: p.FailureThreshold, Success: p.SuccessThreshold}, Labels: labels}
 	}
 	return ps
 }
@@ -77,7 +81,8 @@ func buildCheckers(cfg *config.Config, old map[string]entry, logger *slog.Logger
 	var errs []error
 	for _, p := range cfg.Providers {
 		if prev, ok := old[p.Name]; ok && prev.provider.Equal(p) && !isStale(prev.checker) {
-			set.entries[p.Name] = prev
+			// The new provider, whose labels may differ (they change no checker).
+			set.entries[p.Name] = entry{provider: p, checker: prev.checker}
 			set.checkers = append(set.checkers, prev.checker)
 			set.kept++
 			continue

@@ -259,7 +259,7 @@ func kvmBlock(b testenv.KVMBlock) kvm.Config {
 		TCPTimeout: kvm.DefaultTCPTimeout, SSHTimeout: kvm.DefaultSSHTimeout, LibvirtTimeout: kvm.DefaultLibvirtTimeout,
 		RPCTimeout: kvm.DefaultRPCTimeout}
 	for _, h := range b.Hosts {
-		k.Hosts = append(k.Hosts, kvm.Host(h))
+		k.Hosts = append(k.Hosts, kvm.Host{Address: h.Address, Name: h.Name})
 	}
 	return k
 }

@@ -518,3 +518,39 @@ func TestInsecureHostKeyWarningAtEveryLoad(t *testing.T) {
 		t.Fatalf("%d host-key warnings after a reload, want 2; logs:\n%s", n, x.logs.String())
 	}
 }
+
+// TestReloadLabels: a reload that changes only a provider's labels keeps its checker (no
+// rebuild, no redial) and serves the new labels in target_info at once.
+func TestReloadLabels(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	path := filepath.Join(t.TempDir(), "providers.yml")
+	write := func(labels string) {
+		t.Helper()
+		file := "providers:\n  - name: alpha\n    type: gcp\n    labels: " + labels + "\n    gcp:\n      project: alpha-project\n      filter: \"a1\"\n"
+		if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("{site: ams1, owner: platform}")
+	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s", "--web.enable-lifecycle")
+	testutil.Eventually(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
+	const before = `proxy_operator_provider_target_info{owner="platform",provider="alpha",site="ams1",target="a1"} 1`
+	if _, metrics := x.get("/metrics"); !strings.Contains(metrics, before) {
+		t.Fatalf("/metrics lacks %s", before)
+	}
+	write("{site: fra2}")
+	if code, body := x.do(http.MethodPost, "/-/reload"); code != http.StatusOK {
+		t.Fatalf("POST /-/reload: %d %q", code, body)
+	}
+	_, metrics := x.get("/metrics")
+	if want := `proxy_operator_provider_target_info{provider="alpha",site="fra2",target="a1"} 1`; !strings.Contains(metrics, want) || strings.Contains(metrics, `site="ams1"`) {
+		t.Errorf("after the reload /metrics lacks %s or still has the old labels", want)
+	}
+	if n := f.count(f.built, "alpha"); n != 1 {
+		t.Errorf("alpha built %d times, want 1: a change of labels alone keeps the checker", n)
+	}
+	if n := strings.Count(metrics, "proxy_operator_provider_target_info{"); n != 1 {
+		t.Errorf("%d target_info series, want 1", n)
+	}
+}

@@ -166,7 +166,7 @@ func TestMetricsDocumented(t *testing.T) {
 	}
 	// Families the round above cannot produce: the connection pool's, from the collector the
 	// exporter registers, and the snapshot's of a KVM target with its storage pool and of a
-	// target without a verdict yet.
+	// target without a verdict yet, in a provider with labels.
 	described := map[string]bool{}
 	for _, name := range describedNames(t, hostpool.Collector()) {
 		described[name] = true
@@ -177,7 +177,7 @@ func TestMetricsDocumented(t *testing.T) {
 	kvm := &checks.Snapshot{Round: 1, Providers: []checks.ProviderState{{Name: "kvm", Type: "kvm",
 		Targets: []checks.TargetState{{TargetResult: checks.TargetResult{Target: "hv1", Up: true, Reason: checks.ReasonReady,
 			Samples: kvm.PoolSamples("default", 0, 0, 0)}}},
-		Unchecked: []checks.UncheckedTarget{{Target: "hv2"}}}}}
+		Unchecked: []checks.UncheckedTarget{{Target: "hv2"}}, Labels: checks.Labels{Provider: map[string]string{"site": "ams1"}}}}}
 	kvmFamilies, err := collector.NewGatherer(func() *checks.Snapshot { return kvm }).Gather()
 	if err != nil {
 		t.Fatal(err)

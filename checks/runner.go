@@ -62,8 +62,9 @@ type slot struct {
 	c    Checker
 	name string
 	typ  ProviderType
-	// th are the provider's thresholds; guarded by Runner.mu.
-	th Thresholds
+	// th are the provider's thresholds and labels their labels; guarded by Runner.mu.
+	th     Thresholds
+	labels Labels
 	// targets is the checker's Targets() as of the last round (or of SetCheckers); guarded by
 	// Runner.mu.
 	targets []string
@@ -173,11 +174,11 @@ func (r *Runner) SetProviders(ps []Provider) {
 			// keeps counting as busy.
 			delete(old, name)
 			o.targets = c.Targets()
-			o.th = th
+			o.th, o.labels = th, p.Labels
 			slots = append(slots, o)
 			continue
 		}
-		slots = append(slots, &slot{c: c, name: name, typ: c.Type(), th: th, targets: c.Targets()})
+		slots = append(slots, &slot{c: c, name: name, typ: c.Type(), th: th, labels: p.Labels, targets: c.Targets()})
 	}
 	for _, o := range old {
 		o.removed = true
@@ -497,7 +498,7 @@ func (r *Runner) publishLocked() {
 		Providers:      make([]ProviderState, len(r.slots)),
 	}
 	for i, s := range r.slots {
-		ps := ProviderState{Name: s.name, Type: s.typ, Thresholds: s.th}
+		ps := ProviderState{Name: s.name, Type: s.typ, Thresholds: s.th, Labels: s.labels}
 		if pm := r.memory[s.name]; pm != nil {
 			for _, t := range s.targets {
 				switch m := pm.targets[t]; {

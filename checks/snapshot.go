@@ -25,6 +25,9 @@ type ProviderState struct {
 	Type ProviderType
 	// Thresholds are the provider's failureThreshold and successThreshold, as configured now.
 	Thresholds Thresholds
+	// Labels are the provider's and its targets' labels, as configured now (Labels.Of); shared
+	// between snapshots, never modified.
+	Labels Labels
 	// Targets lists the targets that have a verdict, in the order of the checker's Targets().
 	// A target has one once its checks have met a threshold (see Thresholds): with the default
 	// thresholds, from its first check that contacted it. A provider none of whose targets has a

@@ -33,6 +33,36 @@ func (th Thresholds) normalized() Thresholds {
 type Provider struct {
 	Checker    Checker
 	Thresholds Thresholds
+	// Labels are the provider's labels and its targets' (the providers file's labels maps),
+	// exported once per target in target_info. Labels change no verdict and no checker: a
+	// reload that changes only labels keeps the checker.
+	Labels Labels
+}
+
+// Labels are a provider's labels (for every target) and per-target ones, which win.
+type Labels struct {
+	Provider map[string]string
+	Targets  map[string]map[string]string
+}
+
+// Of returns target's labels: the provider's, with the target's own over them; nil when it
+// has none. The result must not be modified.
+func (l Labels) Of(target string) map[string]string {
+	own := l.Targets[target]
+	switch {
+	case len(own) == 0:
+		return l.Provider
+	case len(l.Provider) == 0:
+		return own
+	}
+	out := make(map[string]string, len(l.Provider)+len(own))
+	for k, v := range l.Provider {
+		out[k] = v
+	}
+	for k, v := range own {
+		out[k] = v
+	}
+	return out
 }
 
 // threshold turns the result of the last check (raw) into the verdict to publish, given what

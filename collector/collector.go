@@ -62,6 +62,8 @@ var (
 		"The provider's failureThreshold: consecutive failed checks that turn an up target down.")
 	successThreshold = gaugeFamily("provider", "success_threshold",
 		"The provider's successThreshold: consecutive successful checks that turn a down target up.")
+	targetInfo = gaugeFamily("provider", "target_info",
+		"1 for every target with labels (its provider's labels and its own, from the providers file), carrying them; join them onto a target's series with * on (provider, target) group_left (LABEL). Targets without labels have no series.")
 	providerInfo = gaugeFamily("provider", "info",
 		"1 for every configured provider, with its type.")
 	roundDuration = gaugeFamily("provider", "check_round_duration_seconds",
@@ -162,6 +164,20 @@ func families(s *checks.Snapshot) ([]*dto.MetricFamily, error) {
 	failTh := newFamily(failureThreshold, len(s.Providers))
 	succTh := newFamily(successThreshold, len(s.Providers))
 	since := newFamily(uncheckedSince, 0)
+	tinfo := newFamily(targetInfo, 0)
+	// targetLabels adds target's target_info series when it has labels.
+	targetLabels := func(p *checks.ProviderState, labels []*dto.LabelPair, target string) {
+		ls := p.Labels.Of(target)
+		if len(ls) == 0 {
+			return
+		}
+		pairs := append(make([]*dto.LabelPair, 0, len(labels)+len(ls)), labels...)
+		for name, value := range ls {
+			pairs = append(pairs, labelPair(new(name), value))
+		}
+		slices.SortFunc(pairs, func(a, b *dto.LabelPair) int { return strings.Compare(a.GetName(), b.GetName()) })
+		tinfo.Metric = append(tinfo.Metric, &dto.Metric{Label: pairs, Gauge: gauge(1)})
+	}
 	total := newFamily(checksTotal, 0)
 	failed := newFamily(checksFailedTotal, 0)
 	counters := func(labels []*dto.LabelPair, checks, failedChecks uint64) {
@@ -182,12 +198,14 @@ func families(s *checks.Snapshot) ([]*dto.MetricFamily, error) {
 		for j := range p.Targets {
 			t := &p.Targets[j]
 			refs = append(refs, ref{t: t, labels: []*dto.LabelPair{pp, labelPair(lTarget, t.Target)}})
+			targetLabels(p, refs[len(refs)-1].labels, t.Target)
 		}
 		for j := range p.Unchecked {
 			u := &p.Unchecked[j]
 			labels := []*dto.LabelPair{pp, labelPair(lTarget, u.Target)}
 			since.Metric = append(since.Metric, &dto.Metric{Label: labels, Gauge: gauge(float64(u.Listed.UnixNano()) / 1e9)})
 			counters(labels, u.Checks, u.FailedChecks)
+			targetLabels(p, labels, u.Target)
 		}
 	}
 
@@ -246,7 +264,7 @@ func families(s *checks.Snapshot) ([]*dto.MetricFamily, error) {
 		mfs = append(mfs, rd)
 	}
 	for _, f := range append([]*dto.MetricFamily{info, unchecked, failTh, succTh, up, duration, timestamp, transition, reason,
-		failures, successes, since, total, failed}, ownOrder...) {
+		failures, successes, since, total, failed, tinfo}, ownOrder...) {
 		if len(f.Metric) > 0 {
 			slices.SortStableFunc(f.Metric, byLabelValues)
 			mfs = append(mfs, f)

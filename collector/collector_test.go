@@ -617,3 +617,66 @@ func TestLabelPairsInNameOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetInfoCardinality: labels add exactly one series per labelled target (target_info),
+// and change no other series; a target's own labels win over its provider's.
+func TestTargetInfoCardinality(t *testing.T) {
+	const n = 5000
+	now := time.Now()
+	snapOf := func(labelled bool) *checks.Snapshot {
+		ps := checks.ProviderState{Name: "kvm-ams", Type: checks.TypeKVM}
+		if labelled {
+			ps.Labels = checks.Labels{Provider: map[string]string{"site": "ams1", "owner": "platform"}, Targets: map[string]map[string]string{}}
+		}
+		for i := range n {
+			name := fmt.Sprintf("hv%04d", i)
+			ps.Targets = append(ps.Targets, checks.TargetState{TargetResult: checks.TargetResult{Target: name, Up: true, Reason: checks.ReasonReady, CheckedAt: now}, Since: now})
+			if labelled {
+				ps.Labels.Targets[name] = map[string]string{"rack": fmt.Sprintf("r%02d", i%40)}
+			}
+		}
+		if labelled {
+			ps.Labels.Targets["hv0001"]["owner"] = "storage"
+		}
+		return &checks.Snapshot{Round: 1, Providers: []checks.ProviderState{ps}}
+	}
+	count := func(s *checks.Snapshot) (int, map[string]int) {
+		mfs, err := NewGatherer(func() *checks.Snapshot { return s }).Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		total, by := 0, map[string]int{}
+		for _, mf := range mfs {
+			total += len(mf.Metric)
+			by[mf.GetName()] = len(mf.Metric)
+		}
+		return total, by
+	}
+	plain, plainBy := count(snapOf(false))
+	labelled, labelledBy := count(snapOf(true))
+	if labelled-plain != n || labelledBy["proxy_operator_provider_target_info"] != n || plainBy["proxy_operator_provider_target_info"] != 0 {
+		t.Errorf("labels add %d series (%d target_info), want exactly %d target_info series", labelled-plain, labelledBy["proxy_operator_provider_target_info"], n)
+	}
+	mfs, _ := NewGatherer(func() *checks.Snapshot { return snapOf(true) }).Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "proxy_operator_provider_target_info" {
+			for _, m := range mf.Metric {
+				for _, l := range m.Label {
+					if l.GetName() == "rack" || l.GetName() == "site" {
+						t.Fatalf("%s carries the label %s", mf.GetName(), l.GetName())
+					}
+				}
+			}
+			continue
+		}
+		for _, m := range mf.Metric {
+			got := map[string]string{}
+			for _, l := range m.Label {
+				got[l.GetName()] = l.GetValue()
+			}
+			if got["target"] == "hv0001" && (got["owner"] != "storage" || got["site"] != "ams1" || got["rack"] != "r01" || got["provider"] != "kvm-ams") {
+				t.Errorf("hv0001's target_info %v, want its own owner over the provider's, the site and its rack", got)
+			}
+		}
+	}
+}

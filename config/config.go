@@ -159,6 +159,9 @@ func (d *decoder) provider(n *yaml.Node, path string, i int, names map[string]na
 	var thresholdsOK bool
 	p.FailureThreshold, p.SuccessThreshold, thresholdsOK = d.thresholds(m, path)
 	ok = ok && thresholdsOK
+	var labelsOK bool
+	p.Labels, labelsOK = d.labels(m)
+	ok = ok && labelsOK
 	if !typeOK {
 		return p, false
 	}
@@ -222,6 +225,8 @@ func (c *Config) Warnings() []string {
 
 // Equal reports whether p and q are the same entry in every field, blocks included. A reload
 // keeps the checker (and its connections and state) of a provider whose entry is Equal.
+// Labels are left out (the provider's and a block's target labels): they change no checker, and
+// a reload applies them to the running one.
 func (p Provider) Equal(q Provider) bool {
 	if p.Name != q.Name || p.Type != q.Type || p.FailureThreshold != q.FailureThreshold ||
 		p.SuccessThreshold != q.SuccessThreshold || (p.Block == nil) != (q.Block == nil) {

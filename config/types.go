@@ -25,6 +25,9 @@ type Provider struct {
 	// probes' names and meaning). After loading both are at least 1 (default 1).
 	FailureThreshold int `yaml:"failureThreshold,omitempty"`
 	SuccessThreshold int `yaml:"successThreshold,omitempty"`
+	// Labels are exported for every target of the provider in target_info (a target's own
+	// labels win); names follow LabelNameProblem.
+	Labels map[string]string `yaml:"labels,omitempty"`
 	// Block is the provider's type block as its type decoded it: the type package's own
 	// struct (for example *kvm.Config). Never nil after loading.
 	Block Block `yaml:"-"`

@@ -7,10 +7,10 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
-// TestProviderKeys: a provider's own keys are name, type and the thresholds; its block's key is
+// TestProviderKeys: a provider's own keys are name, type, the thresholds and labels; its block's key is
 // its type, one of the registered ones.
 func TestProviderKeys(t *testing.T) {
-	if want, got := []string{"name", "type", "failureThreshold", "successThreshold"}, config.YAMLKeys[config.Provider](); !slices.Equal(got, want) {
+	if want, got := []string{"name", "type", "failureThreshold", "successThreshold", "labels"}, config.YAMLKeys[config.Provider](); !slices.Equal(got, want) {
 		t.Errorf("Provider's keys %q, want %q", got, want)
 	}
 	if got := config.TypeNames(); !slices.Equal(got, []string{"gcp", "kubernetes", "kvm", "vsphere"}) {

@@ -131,6 +131,9 @@ type Host struct {
 	Address string `yaml:"address"`
 	// Name is the target name; after loading it is never empty (it defaults to the address).
 	Name string `yaml:"name,omitempty"`
+	// Labels are the host's own labels, over the provider's (config.Provider.Labels). They
+	// change no check: Equal leaves them out.
+	Labels map[string]string `yaml:"labels,omitempty"`
 }
 
 // HostBound is the longest one check of a host can take: every stage of a dial and every call
@@ -213,12 +216,26 @@ func fitBounds(bounds []*bound, rt time.Duration) (derived uint8) {
 }
 
 // Equal reports whether o is the same block, hosts included.
+// TargetLabels maps each host's target name to its own labels (config.TargetLabeler).
+func (k *Config) TargetLabels() map[string]map[string]string {
+	var out map[string]map[string]string
+	for _, h := range k.Hosts {
+		if len(h.Labels) > 0 {
+			if out == nil {
+				out = make(map[string]map[string]string)
+			}
+			out[h.Name] = h.Labels
+		}
+	}
+	return out
+}
+
 func (k *Config) Equal(o config.Block) bool {
 	ok, is := o.(*Config)
 	if !is {
 		return false
 	}
-	if !slices.Equal(k.Hosts, ok.Hosts) {
+	if !slices.EqualFunc(k.Hosts, ok.Hosts, func(a, b Host) bool { return a.Address == b.Address && a.Name == b.Name }) {
 		return false
 	}
 	a, b := *k, *ok
@@ -378,7 +395,8 @@ func decodeHosts(f *config.Fields, defaultPort int) []Host {
 		} else {
 			names[name] = hostUse{index: i, line: line(nv)}
 		}
-		hosts = append(hosts, Host{Address: addr, Name: name})
+		labels, _ := hm.Labels()
+		hosts = append(hosts, Host{Address: addr, Name: name, Labels: labels})
 	}
 	return hosts
 }

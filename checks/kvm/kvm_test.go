@@ -586,7 +586,7 @@ func fleetConfig(b testenv.KVMBlock) Config {
 		TCPTimeout: DefaultTCPTimeout, SSHTimeout: DefaultSSHTimeout, LibvirtTimeout: DefaultLibvirtTimeout,
 		RPCTimeout: DefaultRPCTimeout}
 	for _, h := range b.Hosts {
-		k.Hosts = append(k.Hosts, Host(h))
+		k.Hosts = append(k.Hosts, Host{Address: h.Address, Name: h.Name})
 	}
 	return k
 }

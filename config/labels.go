@@ -1,0 +1,100 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Labels: a provider's `labels:` and a target's (a kvm host's), exported once per target in
+// proxy_operator_provider_target_info. Their names follow Prometheus's label name rules; the
+// names the exporter's own series carry, or that Prometheus adds, are refused.
+
+// reservedLabels are the label names a labels map may not use: target_info's own labels, and
+// those Prometheus adds to every scraped series.
+var reservedLabels = []string{"provider", "target", "job", "instance"}
+
+// LabelNameProblem says what is wrong with a label name of a labels map; "" when it is valid.
+func LabelNameProblem(name string) string {
+	const rule = "must match [a-zA-Z_][a-zA-Z0-9_]* (Prometheus's label names)"
+	if name == "" {
+		return "invalid label name \"\": " + rule
+	}
+	for i, c := range name {
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9') {
+			return fmt.Sprintf("invalid label name %s: %s", quote(name), rule)
+		}
+	}
+	if strings.HasPrefix(name, "__") {
+		return fmt.Sprintf("invalid label name %s: names starting with __ are reserved for Prometheus", quote(name))
+	}
+	for _, r := range reservedLabels {
+		if name == r {
+			return fmt.Sprintf("label name %s is reserved (the exporter's or Prometheus's own label; not allowed: %s, or a name starting with __)",
+				quote(name), strings.Join(reservedLabels, ", "))
+		}
+	}
+	return ""
+}
+
+// labels reads the optional labels field of m: a mapping of label names to non-empty string
+// values. ok is false when a problem was recorded.
+func (d *decoder) labels(m *mapping) (map[string]string, bool) {
+	e, has := m.fields["labels"]
+	if !has {
+		return nil, true
+	}
+	path := join(m.path, "labels")
+	v := d.resolve(e.value)
+	if isNull(v) {
+		return nil, true
+	}
+	if v == nil || v.Kind != yaml.MappingNode {
+		d.add(v, path, "must be a mapping of label names to values, got %s", describe(v))
+		return nil, false
+	}
+	out := make(map[string]string, len(v.Content)/2)
+	ok := true
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, val := d.resolve(v.Content[i]), d.resolve(v.Content[i+1])
+		if k == nil || k.Kind != yaml.ScalarNode {
+			d.add(k, path, "a label name must be a string, got %s", describe(k))
+			ok = false
+			continue
+		}
+		field := join(path, k.Value)
+		if p := LabelNameProblem(k.Value); p != "" {
+			d.add(k, field, "%s", p)
+			ok = false
+			continue
+		}
+		if _, dup := out[k.Value]; dup {
+			d.add(k, field, "duplicate label %s", quote(k.Value))
+			ok = false
+			continue
+		}
+		if val == nil || val.Kind != yaml.ScalarNode || isNull(val) {
+			d.add(val, field, "a label value must be a string, got %s", describe(val))
+			ok = false
+			continue
+		}
+		if val.Value == "" {
+			d.add(val, field, "a label value must not be empty (Prometheus drops a label with an empty value)")
+			ok = false
+			continue
+		}
+		out[k.Value] = val.Value
+	}
+	return out, ok
+}
+
+// Labels reads the mapping's optional labels field (a target's own labels, in a type's block).
+func (f *Fields) Labels() (map[string]string, bool) { return f.d.labels(f.m) }
+
+// TargetLabeler is a Block whose targets carry labels of their own (a kvm host's labels), beside
+// the provider's.
+type TargetLabeler interface {
+	// TargetLabels maps a target's name to its own labels; targets without any are left out.
+	TargetLabels() map[string]map[string]string
+}
