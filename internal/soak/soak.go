@@ -58,6 +58,13 @@ type Options struct {
 	TCPTimeout, SSHTimeout, LibvirtTimeout time.Duration
 	// Settle bounds the wait for every target to read Ready once every fault has cleared.
 	Settle time.Duration
+	// Chain runs the rest of the alert chain behind the runner (chain.go): its metrics scraped by
+	// a Prometheus evaluating the mixin's rules, an Alertmanager with the mixin's inhibit rules
+	// and recommended route, a webhook receiver, and the ProviderHealth writer; every page and
+	// every object is judged against the truth.
+	Chain bool
+	// Scale divides every duration of the mixin and of Prometheus (see internal/testenv/chain).
+	Scale int
 	// Logf receives the run's log (seed, every fault, every wrong verdict).
 	Logf func(format string, args ...any)
 }
@@ -72,6 +79,7 @@ func DefaultOptions() Options {
 		Hosts: 4, Concurrency: 1,
 		TCPTimeout: 300 * time.Millisecond, SSHTimeout: 700 * time.Millisecond, LibvirtTimeout: 500 * time.Millisecond,
 		Settle: 90 * time.Second,
+		Chain:  true, Scale: 120,
 	}
 }
 
@@ -92,6 +100,8 @@ type Report struct {
 	Final    Resources
 	Leaks    []string
 	Stats    string
+	// Chain is the judgement of the pages and objects (nil without Options.Chain).
+	Chain *ChainReport
 }
 
 // Wrong counts the target-rounds of wrong verdicts.
@@ -208,9 +218,21 @@ func Run(tb testing.TB, o Options) *Report {
 		}
 	}
 
-	// Warm-up: every target Ready, then the baseline.
+	targets := map[string][]string{}
+	for _, k := range all {
+		targets[k.Provider] = append(targets[k.Provider], k.Target)
+	}
+	var ch *chainRun
+	if o.Chain {
+		ch = e.startChain(tb, ctx, &bg, r, logf)
+	}
+
+	// Warm-up: every target Ready (in Prometheus and in the objects too), then the baseline.
 	if ok, notReady := waitAllReady(r, all, time.Minute, waitRound); !ok {
 		tb.Fatalf("soak: the environment is not healthy before any fault: %s", strings.Join(notReady, "; "))
+	}
+	if ch != nil {
+		ch.waitReady(tb, all, 2*time.Minute)
 	}
 	for _, k := range all {
 		j.set(k, truth{Reasons: []checks.Reason{checks.ReasonReady}})
@@ -325,9 +347,18 @@ func Run(tb testing.TB, o Options) *Report {
 		time.Sleep(o.Interval)
 	}
 	logf("soak: final: %s", rep.Final)
+	if ch != nil {
+		// The last pages resolve a lag and a notification after the last clear.
+		t := ch.timing
+		ch.waitQuiet(t.Lag() + t.Eval + t.Notify() + 30*time.Second)
+	}
+	end := time.Now()
 	cancel()
 	bg.Wait()
 	rep.Episodes, rep.TimestampLies, rep.Stats = j.results()
+	if ch != nil {
+		rep.Chain = ch.finish(j, targets, end, rep.Episodes)
+	}
 	return rep
 }
 
