@@ -375,7 +375,7 @@ func (c *chainRun) finish(j *judge, targets map[string][]string, end time.Time, 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	exp := expectations(c.timing, targets, spans)
-	rep := &ChainReport{Pages: judgePages(exp, c.book.order), ObjectRead: len(c.objs)}
+	rep := &ChainReport{Pages: judgePages(c.timing, exp, c.book.order), ObjectRead: len(c.objs)}
 	rep.Objects = j.judgeObjects(c.objs, c.crdGrace, apiDown, wrong)
 	return rep
 }

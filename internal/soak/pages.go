@@ -102,6 +102,9 @@ func (p *Page) String() string {
 	if !p.Resolved.IsZero() {
 		res = "resolved " + clock(p.Resolved)
 	}
+	if p.Fired.IsZero() {
+		return fmt.Sprintf("%s (%s) notified resolved only, %s (no page)", s, p.Severity, clock(p.Resolved))
+	}
 	return fmt.Sprintf("%s (%s) fired %s, %s", s, p.Severity, clock(p.Fired), res)
 }
 
@@ -310,8 +313,11 @@ func earlier(a, b time.Time) time.Time {
 }
 
 // judgePages matches every page with an expectation of its alert, labels and severity whose
-// window holds its firing, musts first; a page that matches none is extra.
-func judgePages(expected []*Expect, pages []*Page) *PageReport {
+// window holds its firing; a page that matches none is extra. A page notified only resolved
+// (Alertmanager lists an alert that fired while inhibited, or between two flushes of its
+// group, as resolved in its group's next notification) is no page.
+func judgePages(t Timing, expected []*Expect, pages []*Page) *PageReport {
+	forOf, eval := t.For, t.Eval
 	r := &PageReport{Expected: expected, Pages: pages}
 	for _, e := range expected {
 		e.page = nil
@@ -320,14 +326,16 @@ func judgePages(expected []*Expect, pages []*Page) *PageReport {
 		if p.Fired.IsZero() {
 			continue // resolved only: its firing was notified before the book began
 		}
+		// The page is for the latest span that began at least its for: before it fired (an
+		// evaluation's tolerance) and whose window still holds the firing: a page that fires
+		// shortly after one fault cleared and another began is the new fault's.
 		var best *Expect
 		for _, e := range expected {
 			if e.page != nil || e.Alert != p.Alert || e.Provider != p.Provider || e.Target != p.Target || e.Severity != p.Severity ||
-				p.Fired.Before(e.From) || p.Fired.After(e.To) {
+				p.Fired.Before(e.From.Add(forOf[e.Alert]-eval)) || p.Fired.After(e.To) {
 				continue
 			}
-			// Budget alerts stay allowed for every later page of the provider.
-			if best == nil || (e.Must && !best.Must) {
+			if best == nil || e.From.After(best.From) {
 				best = e
 			}
 		}
@@ -335,6 +343,7 @@ func judgePages(expected []*Expect, pages []*Page) *PageReport {
 			r.Extra = append(r.Extra, p)
 			continue
 		}
+		// Budget alerts stay allowed for every later page of the provider.
 		if best.Alert != alertFastBurn && best.Alert != alertSlowBurn {
 			best.page = p
 		}

@@ -30,6 +30,7 @@ func TestPages(t *testing.T) {
 	spans := map[TargetKey][]span{
 		{"kvm", "hv1"}:  {sp("sshd-stopped", 10, 22), sp("pool-destroyed", 40, 45)},
 		{"gcp", "proj"}: {sp("gce-5xx", 10, 22)},
+		{"kvm", "hv2"}:  {sp("sshd-stopped", 50, 55), sp("libvirtd-sigstop", 58, 75)},
 	}
 	exp := expectations(tm, targets, spans)
 	var must []string
@@ -39,7 +40,8 @@ func TestPages(t *testing.T) {
 		}
 	}
 	// 12 s down is more than for: + lag + an evaluation (7.5 s); 5 s is not.
-	if len(must) != 2 || !strings.Contains(must[0], "ProviderDown gcp (critical)") || !strings.Contains(must[1], "TargetDown kvm/hv1 (warning) for sshd-stopped") {
+	if len(must) != 3 || !strings.Contains(must[0], "ProviderDown gcp (critical)") || !strings.Contains(must[1], "TargetDown kvm/hv1 (warning) for sshd-stopped") ||
+		!strings.Contains(must[2], "TargetDown kvm/hv2 (warning) for libvirtd-sigstop") {
 		t.Fatalf("must pages: %q", must)
 	}
 	page := func(alert, provider, target, sev string, fired, resolved float64) *Page {
@@ -49,19 +51,21 @@ func TestPages(t *testing.T) {
 		}
 		return p
 	}
-	r := judgePages(exp, []*Page{
+	r := judgePages(tm, exp, []*Page{
 		page(alertTargetDown, "kvm", "hv1", "warning", 15, 24),  // in time
 		page(alertProviderDown, "gcp", "", "critical", 25, 0),   // late (due by 17.6) and never resolved
 		page(alertTargetDown, "gcp", "proj", "warning", 20, 23), // muted by ProviderDown: extra
 		page(alertTargetDown, "kvm", "hv1", "warning", 44, 47),  // the short outage: allowed
 		page(alertTargetDown, "kvm", "hv2", "warning", 30, 31),  // nothing held on hv2: extra
 		page(alertTargetDown, "kvm", "hv1", "critical", 16, 24), // wrong severity: extra
+		// Within the first hv2 outage's window, but for: after the second began: the second's.
+		page(alertTargetDown, "kvm", "hv2", "warning", 62, 77),
 	})
 	if len(r.Missing) != 0 || len(r.Late) != 1 || r.Late[0].Alert != alertProviderDown || len(r.LateResolved) != 1 ||
-		len(r.Extra) != 3 || r.Allowed != 1 || r.Must != 2 {
+		len(r.Extra) != 3 || r.Allowed != 1 || r.Must != 3 {
 		t.Errorf("missing %v, late %v, late resolutions %v, extra %v, allowed %d, must %d", r.Missing, r.Late, r.LateResolved, r.Extra, r.Allowed, r.Must)
 	}
-	if r := judgePages(exp, nil); len(r.Missing) != 2 || len(r.Extra) != 0 {
+	if r := judgePages(tm, exp, nil); len(r.Missing) != 3 || len(r.Extra) != 0 {
 		t.Errorf("no pages at all: missing %v, extra %v", r.Missing, r.Extra)
 	}
 }

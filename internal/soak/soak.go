@@ -8,6 +8,13 @@
 // and message. At the end, once every fault has cleared, goroutines, open fds, SSH connections
 // and RSS must be back at their baseline.
 //
+// Behind the runner runs the rest of the chain (chain.go): its metrics scraped by a real
+// Prometheus evaluating the mixin's rules, a real Alertmanager with the mixin's inhibit rules and
+// recommended route notifying a webhook receiver, and the ProviderHealth writer on the soak's
+// API server. Every fault carries the pages it must and may cause (pages.go); each missing,
+// extra or late page, late resolution, and object that disagrees with the truth for longer than
+// a round and the writer's interval is a finding too.
+//
 // The test (soak_test.go) runs a short form in `make test` and the long form in `make soak`;
 // docs/testing.md has the truth table and how to reproduce a run from its seed.
 package soak
@@ -63,6 +70,9 @@ type Options struct {
 	// and recommended route, a webhook receiver, and the ProviderHealth writer; every page and
 	// every object is judged against the truth.
 	Chain bool
+	// MaxHold is the most rounds a fault holds (at least 6; the chain's default is longer, so
+	// that faults both shorter and longer than the alerts' for: plus the chain's lag occur).
+	MaxHold int
 	// Scale divides every duration of the mixin and of Prometheus (see internal/testenv/chain).
 	Scale int
 	// Logf receives the run's log (seed, every fault, every wrong verdict).
@@ -74,12 +84,12 @@ type Options struct {
 // hundreds of hosts), dial bounds that fit a round (300 ms + 700 ms + 500 ms).
 func DefaultOptions() Options {
 	return Options{
-		Rounds:   70,
+		Rounds:   80,
 		Interval: 2 * time.Second, Timeout: 1500 * time.Millisecond,
 		Hosts: 4, Concurrency: 1,
 		TCPTimeout: 300 * time.Millisecond, SSHTimeout: 700 * time.Millisecond, LibvirtTimeout: 500 * time.Millisecond,
 		Settle: 90 * time.Second,
-		Chain:  true, Scale: 120,
+		Chain:  true, Scale: 60, MaxHold: 12,
 	}
 }
 
@@ -246,7 +256,7 @@ func Run(tb testing.TB, o Options) *Report {
 
 	// The faults.
 	rep := &Report{Seed: o.Seed, Rounds: o.Rounds, Baseline: base}
-	sched := newSchedule(o.Seed, o.Hosts)
+	sched := newSchedule(o.Seed, o.Hosts, o.MaxHold)
 	errs := make(chan error, 16)
 	laneMu := map[TargetKey]*sync.Mutex{}
 	for _, k := range all {

@@ -37,6 +37,9 @@ func TestSoak(t *testing.T) {
 		o.Concurrency = *flagConcurrency
 	}
 	o.Chain = *flagChain
+	if !o.Chain {
+		o.MaxHold = 0 // the verdicts' own schedule
+	}
 	if *flagScale > 0 {
 		o.Scale = *flagScale
 	}
@@ -122,7 +125,7 @@ func TestSoak(t *testing.T) {
 // TestScheduleIsReproducible: the same seed gives the same actions; another seed other ones.
 func TestScheduleIsReproducible(t *testing.T) {
 	run := func(seed uint64) string {
-		s := newSchedule(seed, 4)
+		s := newSchedule(seed, 4, 0)
 		var b strings.Builder
 		for r := uint64(1); r <= 200; r++ {
 			for _, a := range s.step(r) {
@@ -148,7 +151,7 @@ func TestScheduleIsReproducible(t *testing.T) {
 func TestScheduleCoversEveryKind(t *testing.T) {
 	o := DefaultOptions()
 	for seed := uint64(1); seed <= 500; seed++ {
-		s := newSchedule(seed, o.Hosts)
+		s := newSchedule(seed, o.Hosts, o.MaxHold)
 		injected := map[string]uint64{}
 		for r := uint64(1); r <= uint64(o.Rounds); r++ {
 			for _, a := range s.step(r) {
