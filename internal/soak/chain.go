@@ -330,8 +330,14 @@ type ChainReport struct {
 // Summary is one line of counts.
 func (c *ChainReport) Summary() string {
 	p := c.Pages
-	return fmt.Sprintf("%d pages notified (%d required, %d more allowed): %d missing, %d extra, %d late, %d late resolutions; %d object reads, %d disagreeing with the truth beyond the grace",
-		len(p.Pages), p.Must, p.Allowed, len(p.Missing), len(p.Extra), len(p.Late), len(p.LateResolved), c.ObjectRead, len(c.Objects))
+	fired := 0
+	for _, pg := range p.Pages {
+		if !pg.Fired.IsZero() {
+			fired++
+		}
+	}
+	return fmt.Sprintf("%d pages notified (%d required, %d more allowed; %d alerts more notified only resolved): %d missing, %d extra, %d late, %d late resolutions; %d object reads, %d disagreeing with the truth beyond the grace",
+		fired, p.Must, p.Allowed, len(p.Pages)-fired, len(p.Missing), len(p.Extra), len(p.Late), len(p.LateResolved), c.ObjectRead, len(c.Objects))
 }
 
 // Failures lists one line per miss.
