@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
 )
 
 // TestPages judges pages by hand against the expectations of a few spans: a long outage of one
@@ -67,5 +69,42 @@ func TestPages(t *testing.T) {
 	}
 	if r := judgePages(tm, exp, nil); len(r.Missing) != 3 || len(r.Extra) != 0 {
 		t.Errorf("no pages at all: missing %v, extra %v", r.Missing, r.Extra)
+	}
+}
+
+// TestJudgeObjects: an object may read the old reason for the grace after the truth changed,
+// not longer; reads within the grace after the API server's outage and reads mirroring a
+// wrong verdict are not the writer's.
+func TestJudgeObjects(t *testing.T) {
+	j := newJudge(t.Logf)
+	hv1 := TargetKey{"kvm", "hv1"}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	j.set(hv1, truth{Reasons: []checks.Reason{checks.ReasonReady}})
+	j.begin(hv1, truth{Fault: "pool-destroyed", Reasons: []checks.Reason{checks.ReasonPoolInactive}}, at(10))
+	j.finish(hv1, at(10.1))
+	j.begin(hv1, truth{After: "pool-destroyed", Reasons: []checks.Reason{checks.ReasonReady}}, at(30))
+	j.finish(hv1, at(30.1))
+	read := func(s float64, r checks.Reason) objectSeen {
+		return objectSeen{At: at(s), Target: hv1, Up: r == checks.ReasonReady, Reason: r}
+	}
+	const grace = 7500 * time.Millisecond
+	objs := []objectSeen{
+		read(5, checks.ReasonReady),
+		read(15, checks.ReasonReady), // within the grace of the fault
+		read(18, checks.ReasonReady), // beyond it: wrong
+		read(19, checks.ReasonReady), // the same episode
+		read(20, checks.ReasonPoolInactive),
+		read(35, checks.ReasonPoolInactive), // within the grace of the recovery
+		read(40, checks.ReasonPoolInactive), // beyond: wrong, unless excused
+	}
+	eps := j.judgeObjects(objs, grace, nil, nil)
+	if len(eps) != 2 || eps[0].Reads != 2 || eps[0].Got != checks.ReasonReady || eps[1].Got != checks.ReasonPoolInactive || !eps[1].First.Equal(at(40)) {
+		t.Fatalf("episodes: %v", eps)
+	}
+	down := []span{{Fault: "apiserver-stopped", OuterFrom: at(16), InnerFrom: at(16), InnerTo: at(19), OuterTo: at(19.5)}}
+	wrong := []Episode{{Target: hv1, Since: at(30.1), Last: at(34)}}
+	if eps := j.judgeObjects(objs, grace, down, wrong); len(eps) != 0 {
+		t.Errorf("excused reads counted: %v", eps)
 	}
 }
