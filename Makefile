@@ -100,11 +100,14 @@ test-unit:
 ## soak: the long form of the ground-truth soak (internal/soak, docs/testing.md): the real round
 ## runner and checkers against the real test environment (KVM hosts, the GCE wire server, a
 ## kube-apiserver) for SOAK_ROUNDS rounds (default 1000, about 35 minutes at 2 s a round) of
-## seeded random faults; it fails on every verdict that stays wrong for more than one round after
-## the truth changed, and on leaks. SOAK_SEED=N replays a run (its seed is the first line it logs).
+## seeded random faults, behind it the alert chain (Prometheus with the mixin's rules,
+## Alertmanager, a webhook receiver) and the ProviderHealth writer; it fails on every verdict
+## that stays wrong for more than one round after the truth changed, on every missing, extra or
+## late page, late resolution or object that disagrees with the truth, and on leaks.
+## SOAK_SEED=N replays a run (its seed is the first line it logs).
 SOAK_ROUNDS ?= 1000
 SOAK_SEED   ?= 0
-soak: test-deps kube-binaries
+soak: test-deps kube-binaries prom-binaries
 	$(GO) test -race -count=1 -timeout 120m -run '^TestSoak$$' -v ./internal/soak -soak.rounds=$(SOAK_ROUNDS) -soak.seed=$(SOAK_SEED)
 
 ## test-mixin: the monitoring mixin's tests (their own Go module, mixin/go.mod): the generated

@@ -2,21 +2,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/model"
-	"sigs.k8s.io/yaml"
-
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/chain"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
 )
@@ -34,162 +28,12 @@ const chainScale = 10
 
 // chainDefaultInterval is Prometheus's default scrape and evaluation interval and resend
 // delay (1m), scaled.
-const chainDefaultInterval = time.Minute / chainScale
+const chainDefaultInterval = chain.PrometheusDefault / chainScale
 
 const (
 	alertTargetDown   = "ProviderHealthTargetDown"
 	alertProviderDown = "ProviderHealthProviderDown"
 )
-
-// chainMixin is the mixin rendered with every duration scaled: its rule files, inhibit rules
-// and recommended route, and the scaled windows the test waits on.
-type chainMixin struct {
-	ruleFiles    map[string][]byte // file name: content
-	inhibitRules []map[string]any
-	routes       []map[string]any
-	// targetDownFor, groupWait and groupInterval as scaled.
-	targetDownFor, groupWait, groupInterval time.Duration
-}
-
-// renderChainMixin renders the mixin's entry points with every duration of its _config divided
-// by chainScale, as `make mixin` renders them (go-jsonnet from tools/go.mod).
-func renderChainMixin(t *testing.T) *chainMixin {
-	t.Helper()
-	defaults := map[string]any{}
-	if err := json.Unmarshal(jsonnetEval(t, "-e", "(import 'mixin.libsonnet')._config"), &defaults); err != nil {
-		t.Fatalf("decode the mixin's _config: %v", err)
-	}
-	scaled := scaleDurations(t, defaults).(map[string]any)
-	config, err := json.Marshal(scaled)
-	if err != nil {
-		t.Fatal(err)
-	}
-	render := func(entry string) []byte {
-		return jsonnetEval(t, "-S", "--tla-code", "config="+string(config), filepath.Join("mixin", entry))
-	}
-	m := &chainMixin{ruleFiles: map[string][]byte{
-		"prometheus_alerts.yaml": render("alerts.jsonnet"),
-		"prometheus_rules.yaml":  render("rules.jsonnet"),
-	}}
-	var inhibit struct {
-		InhibitRules []map[string]any `json:"inhibit_rules"`
-	}
-	if err := yaml.UnmarshalStrict(render("inhibit_rules.jsonnet"), &inhibit); err != nil || len(inhibit.InhibitRules) == 0 {
-		t.Fatalf("the mixin's inhibit rules: %v (%d rules)", err, len(inhibit.InhibitRules))
-	}
-	var route struct {
-		Routes []map[string]any `json:"routes"`
-	}
-	if err := yaml.UnmarshalStrict(render("route.jsonnet"), &route); err != nil || len(route.Routes) == 0 {
-		t.Fatalf("the mixin's recommended route: %v (%d routes)", err, len(route.Routes))
-	}
-	m.inhibitRules, m.routes = inhibit.InhibitRules, route.Routes
-	d := func(key string) time.Duration {
-		v, err := model.ParseDuration(scaled[key].(string))
-		if err != nil {
-			t.Fatalf("_config.%s: %v", key, err)
-		}
-		return time.Duration(v)
-	}
-	m.targetDownFor, m.groupWait, m.groupInterval = d("targetDownFor"), d("alertmanagerGroupWait"), d("alertmanagerGroupInterval")
-	t.Logf("mixin rendered with every duration divided by %d: targetDownFor %v, providerDownFor %v, group_wait %v, group_interval %v, repeat_interval %v",
-		chainScale, m.targetDownFor, d("providerDownFor"), m.groupWait, m.groupInterval, d("alertmanagerRepeatInterval"))
-	return m
-}
-
-// jsonnetEval runs the tools module's jsonnet in the repository root with -J mixin.
-func jsonnetEval(t *testing.T, args ...string) []byte {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		testenv.Unavailable(t, "rendering the mixin needs Go on PATH: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, goBin, append([]string{"tool", "-modfile=tools/go.mod", "jsonnet", "-J", "mixin"}, args...)...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("jsonnet %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	return out
-}
-
-// durationPattern is a Prometheus duration ("5m", "1h30m", "1500ms").
-var durationPattern = regexp.MustCompile(`^([0-9]+(ms|s|m|h|d|w|y))+$`)
-
-// scaleDurations divides every duration string in v (a decoded JSON value) by chainScale.
-func scaleDurations(t *testing.T, v any) any {
-	t.Helper()
-	switch v := v.(type) {
-	case map[string]any:
-		out := map[string]any{}
-		for k, e := range v {
-			out[k] = scaleDurations(t, e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(v))
-		for i, e := range v {
-			out[i] = scaleDurations(t, e)
-		}
-		return out
-	case string:
-		if !durationPattern.MatchString(v) {
-			return v
-		}
-		d, err := model.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("duration %q: %v", v, err)
-		}
-		scaled := time.Duration(d) / chainScale
-		if scaled%time.Second == 0 {
-			return fmt.Sprintf("%ds", scaled/time.Second)
-		}
-		return fmt.Sprintf("%dms", scaled/time.Millisecond)
-	default:
-		return v
-	}
-}
-
-// writeRuleFiles writes the mixin's rule files into a directory of their own under dir, with
-// names of their own: Prometheus places a group in its interval by a hash of the group's name
-// and file, so each placement k puts the groups elsewhere.
-func (m *chainMixin) writeRuleFiles(t *testing.T, dir string, k int) []string {
-	t.Helper()
-	sub := filepath.Join(dir, fmt.Sprintf("placement-%d", k))
-	if err := os.MkdirAll(sub, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var paths []string
-	for name, content := range m.ruleFiles {
-		p := filepath.Join(sub, fmt.Sprintf("%d-%s", k, name))
-		if err := os.WriteFile(p, content, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		paths = append(paths, p)
-	}
-	slices.Sort(paths)
-	return paths
-}
-
-// stackOptions are the options of a Prometheus (and Alertmanager) of the chain, scaled.
-func (m *chainMixin) stackOptions(scrape []string, ruleFiles []string) promstack.Options {
-	return promstack.Options{
-		ScrapeTargets:      scrape,
-		ScrapeInterval:     chainDefaultInterval,
-		EvaluationInterval: chainDefaultInterval,
-		ResendDelay:        chainDefaultInterval,
-		RuleFiles:          ruleFiles,
-		InhibitRules:       m.inhibitRules,
-		Routes:             m.routes,
-		// The top-level route, for an alert the recommended route does not catch (none here).
-		GroupWait:      m.groupWait,
-		GroupInterval:  m.groupInterval,
-		RepeatInterval: time.Hour,
-	}
-}
 
 // kvmProviders writes a providers file with one kvm provider per entry of hosts (provider
 // name: the fleet's hosts it checks).
@@ -330,7 +174,7 @@ func TestAlertChainOnePagePerOutage(t *testing.T) {
 	t.Parallel()
 	const provider = "hypervisors"
 	const placements = 4
-	mixin := renderChainMixin(t)
+	mixin := chain.Render(t, chainScale)
 	fleet := kvmhost.Start(t, 4)
 	hosts := fleet.Hosts
 	providers := kvmProviders(t, fleet, map[string][]int{provider: {0, 1, 2, 3}})
@@ -340,7 +184,7 @@ func TestAlertChainOnePagePerOutage(t *testing.T) {
 	dir := t.TempDir()
 	stacks := make([]*promstack.Stack, placements)
 	for k := range stacks {
-		stacks[k] = promstack.Start(t, mixin.stackOptions(scrape, mixin.writeRuleFiles(t, dir, k)))
+		stacks[k] = promstack.Start(t, mixin.StackOptions(scrape, mixin.WriteRuleFiles(t, dir, k)))
 	}
 	up := func(n float64) func([]promstack.Sample) bool {
 		return func(s []promstack.Sample) bool { return len(s) == 1 && s[0].Value == n }
@@ -363,7 +207,7 @@ func TestAlertChainOnePagePerOutage(t *testing.T) {
 	}
 	// The longest a page may take after its alert's condition holds: a round of checks, a
 	// scrape, an evaluation, for:, group_wait, with room for a loaded machine.
-	pageWithin := 10*time.Second + 2*chainDefaultInterval + mixin.targetDownFor + mixin.groupWait + 30*time.Second
+	pageWithin := 10*time.Second + 2*chainDefaultInterval + mixin.TargetDownFor + mixin.GroupWait + 30*time.Second
 
 	// One host of 4 down: one TargetDown notification, no ProviderDown.
 	from := marks()
@@ -428,11 +272,11 @@ func TestAlertChainOnePagePerOutage(t *testing.T) {
 		return err == nil && len(r) == 1 && r[0].Value == 4
 	}
 	for k, s := range stacks {
-		if !waitAll(pageWithin+mixin.targetDownFor, func() bool { return allTargetDownFiring(s) }) {
+		if !waitAll(pageWithin+mixin.TargetDownFor, func() bool { return allTargetDownFiring(s) }) {
 			t.Errorf("placement %d: the 4 TargetDown alerts of the outage do not fire in Prometheus (the inhibit rule has nothing to mute; the test would prove nothing)", k)
 		}
 	}
-	time.Sleep(mixin.groupWait + mixin.groupInterval + chainDefaultInterval)
+	time.Sleep(mixin.GroupWait + mixin.GroupInterval + chainDefaultInterval)
 	for k, s := range stacks {
 		var providerDown int
 		var targetDown []string
@@ -473,7 +317,7 @@ func TestAlertChainOnePagePerOutage(t *testing.T) {
 	stillDown := []string{hosts[2].Name, hosts[3].Name}
 	slices.Sort(stillDown)
 	for k := range stacks {
-		ok := waitAll(mixin.groupInterval+2*chainDefaultInterval+10*time.Second+30*time.Second, func() bool {
+		ok := waitAll(mixin.GroupInterval+2*chainDefaultInterval+10*time.Second+30*time.Second, func() bool {
 			for _, n := range notifiedSince(k, from[k]) {
 				if len(firing(n, alertTargetDown, "")) > 0 {
 					return true
@@ -524,22 +368,22 @@ func TestAlertChainOnePagePerOutage(t *testing.T) {
 func TestAlertChainClusters(t *testing.T) {
 	t.Parallel()
 	const provider = "hypervisors"
-	mixin := renderChainMixin(t)
+	mixin := chain.Render(t, chainScale)
 	fleet := kvmhost.Start(t, 3)
 	hosts := fleet.Hosts
 	xa := startExporter(t, "http", "--config.file="+kvmProviders(t, fleet, map[string][]int{provider: {0}}), "--provider-check-interval=10s")
 	xb := startExporter(t, "http", "--config.file="+kvmProviders(t, fleet, map[string][]int{provider: {1, 2}}), "--provider-check-interval=10s")
 	dir := t.TempDir()
-	optsA := mixin.stackOptions([]string{strings.TrimPrefix(xa.base, "http://")}, mixin.writeRuleFiles(t, dir, 0))
+	optsA := mixin.StackOptions([]string{strings.TrimPrefix(xa.base, "http://")}, mixin.WriteRuleFiles(t, dir, 0))
 	optsA.ExternalLabels = map[string]string{"cluster": "a"}
 	a := promstack.Start(t, optsA)
-	optsB := mixin.stackOptions([]string{strings.TrimPrefix(xb.base, "http://")}, mixin.writeRuleFiles(t, dir, 1))
+	optsB := mixin.StackOptions([]string{strings.TrimPrefix(xb.base, "http://")}, mixin.WriteRuleFiles(t, dir, 1))
 	optsB.ExternalLabels = map[string]string{"cluster": "b"}
 	optsB.Alertmanager = a
 	b := promstack.Start(t, optsB)
 	a.WaitForQuery(t, `count(proxy_operator_provider_target_up == 1)`, func(s []promstack.Sample) bool { return len(s) == 1 && s[0].Value == 1 }, 90*time.Second)
 	b.WaitForQuery(t, `count(proxy_operator_provider_target_up == 1)`, func(s []promstack.Sample) bool { return len(s) == 1 && s[0].Value == 2 }, 90*time.Second)
-	pageWithin := 10*time.Second + 2*chainDefaultInterval + mixin.targetDownFor + mixin.groupWait + 30*time.Second
+	pageWithin := 10*time.Second + 2*chainDefaultInterval + mixin.TargetDownFor + mixin.GroupWait + 30*time.Second
 
 	has := func(alertname, cluster string, targets ...string) func() bool {
 		return func() bool {
@@ -561,7 +405,7 @@ func TestAlertChainClusters(t *testing.T) {
 	}
 	// a's one target's TargetDown fires (targetDownFor after its outage began, and
 	// targetDownFor later) and is muted by a's ProviderDown: a single-target provider pages once.
-	if !waitAll(pageWithin+mixin.targetDownFor, func() bool {
+	if !waitAll(pageWithin+mixin.TargetDownFor, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		r, err := a.Query(ctx, `ALERTS{alertname="`+alertTargetDown+`", alertstate="firing"}`)
@@ -569,7 +413,7 @@ func TestAlertChainClusters(t *testing.T) {
 	}) {
 		t.Errorf("cluster a: the TargetDown of its one target does not fire in Prometheus (the inhibit rule has nothing to mute; the test would prove nothing)")
 	}
-	time.Sleep(mixin.groupWait + mixin.groupInterval + chainDefaultInterval)
+	time.Sleep(mixin.GroupWait + mixin.GroupInterval + chainDefaultInterval)
 	count := map[string]int{}
 	for _, n := range a.Notifications() {
 		for _, p := range pages(n) {

@@ -64,10 +64,13 @@ type schedule struct {
 	lanes    []*laneState
 	used     map[*FaultKind]int
 	rotUntil uint64 // no kvm fault starts before this round (a rotation's aftermath)
+	maxHold  int    // the longest a fault holds, in rounds
 }
 
-func newSchedule(seed uint64, hosts int) *schedule {
-	s := &schedule{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), used: map[*FaultKind]int{}}
+// newSchedule returns the schedule of a seed; faults hold minHold to hold rounds (at least
+// maxHold).
+func newSchedule(seed uint64, hosts, hold int) *schedule {
+	s := &schedule{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), used: map[*FaultKind]int{}, maxHold: max(hold, maxHold)}
 	s.lanes = append(s.lanes, &laneState{lane: laneKube, choice: kindsOf(laneKube), until: 1})
 	s.lanes = append(s.lanes, &laneState{lane: laneGCP, choice: kindsOf(laneGCP), until: 1})
 	for i := range hosts {
@@ -138,7 +141,7 @@ func (s *schedule) step(r uint64) []Action {
 		k := s.pick(l.choice, covering)
 		s.used[k]++
 		l.kind = k
-		l.until = r + uint64(minHold+s.rng.IntN(maxHold-minHold+1))
+		l.until = r + uint64(minHold+s.rng.IntN(s.maxHold-minHold+1))
 		a := Action{Step: r, Kind: k, Index: l.index}
 		if len(k.Variants) > 0 {
 			a.Variant = k.Variants[s.rng.IntN(len(k.Variants))]

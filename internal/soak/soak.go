@@ -8,6 +8,13 @@
 // and message. At the end, once every fault has cleared, goroutines, open fds, SSH connections
 // and RSS must be back at their baseline.
 //
+// Behind the runner runs the rest of the chain (chain.go): its metrics scraped by a real
+// Prometheus evaluating the mixin's rules, a real Alertmanager with the mixin's inhibit rules and
+// recommended route notifying a webhook receiver, and the ProviderHealth writer on the soak's
+// API server. Every fault carries the pages it must and may cause (pages.go); each missing,
+// extra or late page, late resolution, and object that disagrees with the truth for longer than
+// a round and the writer's interval is a finding too.
+//
 // The test (soak_test.go) runs a short form in `make test` and the long form in `make soak`;
 // docs/testing.md has the truth table and how to reproduce a run from its seed.
 package soak
@@ -58,6 +65,16 @@ type Options struct {
 	TCPTimeout, SSHTimeout, LibvirtTimeout time.Duration
 	// Settle bounds the wait for every target to read Ready once every fault has cleared.
 	Settle time.Duration
+	// Chain runs the rest of the alert chain behind the runner (chain.go): its metrics scraped by
+	// a Prometheus evaluating the mixin's rules, an Alertmanager with the mixin's inhibit rules
+	// and recommended route, a webhook receiver, and the ProviderHealth writer; every page and
+	// every object is judged against the truth.
+	Chain bool
+	// MaxHold is the most rounds a fault holds (at least 6; the chain's default is longer, so
+	// that faults both shorter and longer than the alerts' for: plus the chain's lag occur).
+	MaxHold int
+	// Scale divides every duration of the mixin and of Prometheus (see internal/testenv/chain).
+	Scale int
 	// Logf receives the run's log (seed, every fault, every wrong verdict).
 	Logf func(format string, args ...any)
 }
@@ -67,11 +84,12 @@ type Options struct {
 // hundreds of hosts), dial bounds that fit a round (300 ms + 700 ms + 500 ms).
 func DefaultOptions() Options {
 	return Options{
-		Rounds:   70,
+		Rounds:   80,
 		Interval: 2 * time.Second, Timeout: 1500 * time.Millisecond,
 		Hosts: 4, Concurrency: 1,
 		TCPTimeout: 300 * time.Millisecond, SSHTimeout: 700 * time.Millisecond, LibvirtTimeout: 500 * time.Millisecond,
 		Settle: 90 * time.Second,
+		Chain:  true, Scale: 60, MaxHold: 12,
 	}
 }
 
@@ -92,6 +110,8 @@ type Report struct {
 	Final    Resources
 	Leaks    []string
 	Stats    string
+	// Chain is the judgement of the pages and objects (nil without Options.Chain).
+	Chain *ChainReport
 }
 
 // Wrong counts the target-rounds of wrong verdicts.
@@ -208,9 +228,21 @@ func Run(tb testing.TB, o Options) *Report {
 		}
 	}
 
-	// Warm-up: every target Ready, then the baseline.
+	targets := map[string][]string{}
+	for _, k := range all {
+		targets[k.Provider] = append(targets[k.Provider], k.Target)
+	}
+	var ch *chainRun
+	if o.Chain {
+		ch = e.startChain(tb, ctx, &bg, r, logf)
+	}
+
+	// Warm-up: every target Ready (in Prometheus and in the objects too), then the baseline.
 	if ok, notReady := waitAllReady(r, all, time.Minute, waitRound); !ok {
 		tb.Fatalf("soak: the environment is not healthy before any fault: %s", strings.Join(notReady, "; "))
+	}
+	if ch != nil {
+		ch.waitReady(tb, all, 2*time.Minute)
 	}
 	for _, k := range all {
 		j.set(k, truth{Reasons: []checks.Reason{checks.ReasonReady}})
@@ -224,7 +256,7 @@ func Run(tb testing.TB, o Options) *Report {
 
 	// The faults.
 	rep := &Report{Seed: o.Seed, Rounds: o.Rounds, Baseline: base}
-	sched := newSchedule(o.Seed, o.Hosts)
+	sched := newSchedule(o.Seed, o.Hosts, o.MaxHold)
 	errs := make(chan error, 16)
 	laneMu := map[TargetKey]*sync.Mutex{}
 	for _, k := range all {
@@ -325,9 +357,18 @@ func Run(tb testing.TB, o Options) *Report {
 		time.Sleep(o.Interval)
 	}
 	logf("soak: final: %s", rep.Final)
+	if ch != nil {
+		// The last pages resolve a lag and a notification after the last clear.
+		t := ch.timing
+		ch.waitQuiet(t.Lag() + t.Eval + t.Notify() + 30*time.Second)
+	}
+	end := time.Now()
 	cancel()
 	bg.Wait()
 	rep.Episodes, rep.TimestampLies, rep.Stats = j.results()
+	if ch != nil {
+		rep.Chain = ch.finish(j, targets, end, rep.Episodes)
+	}
 	return rep
 }
 

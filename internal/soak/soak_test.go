@@ -17,6 +17,8 @@ var (
 	flagSeed        = flag.Uint64("soak.seed", 0, "seed of the faults (0: a new one, logged)")
 	flagInterval    = flag.Duration("soak.interval", 0, "round interval (0: DefaultOptions')")
 	flagConcurrency = flag.Int("soak.concurrency", 0, "the kvm provider's concurrency (0: DefaultOptions')")
+	flagScale       = flag.Int("soak.scale", 0, "divide every duration of the mixin and Prometheus by this (0: DefaultOptions')")
+	flagChain       = flag.Bool("soak.chain", true, "run the alert chain and the ProviderHealth writer behind the runner and judge pages and objects")
 )
 
 // TestSoak drives the real runner and checkers against the real environment under seeded faults
@@ -34,6 +36,13 @@ func TestSoak(t *testing.T) {
 	if *flagConcurrency > 0 {
 		o.Concurrency = *flagConcurrency
 	}
+	o.Chain = *flagChain
+	if !o.Chain {
+		o.MaxHold = 0 // the verdicts' own schedule
+	}
+	if *flagScale > 0 {
+		o.Scale = *flagScale
+	}
 	o.Seed = *flagSeed
 	if o.Seed == 0 {
 		o.Seed = rand.Uint64()
@@ -48,6 +57,12 @@ func TestSoak(t *testing.T) {
 	}
 	if *flagConcurrency > 0 {
 		repro += fmt.Sprintf(" -soak.concurrency=%d", *flagConcurrency)
+	}
+	if *flagScale > 0 {
+		repro += fmt.Sprintf(" -soak.scale=%d", *flagScale)
+	}
+	if !*flagChain {
+		repro += " -soak.chain=false"
 	}
 
 	if len(rep.Episodes) > 0 {
@@ -93,6 +108,15 @@ func TestSoak(t *testing.T) {
 	if len(rep.Leaks) > 0 {
 		t.Errorf("not back at the baseline after every fault cleared (baseline %s):\n  %s\n%s", rep.Baseline, strings.Join(rep.Leaks, "\n  "), repro)
 	}
+	if c := rep.Chain; c != nil {
+		t.Logf("soak: chain: %s", c.Summary())
+		for _, p := range c.Pages.Pages {
+			t.Logf("soak: page: %s", p)
+		}
+		if f := c.Failures(); len(f) > 0 {
+			t.Errorf("the alert chain and the objects disagree with the truth (goal 0 of each): %s\n  %s\n%s", c.Summary(), strings.Join(f, "\n  "), repro)
+		}
+	}
 	if o.Rounds >= DefaultOptions().Rounds && len(rep.Uncovered) > 0 {
 		t.Errorf("fault kinds never injected in %d rounds: %s", o.Rounds, strings.Join(rep.Uncovered, ", "))
 	}
@@ -101,7 +125,7 @@ func TestSoak(t *testing.T) {
 // TestScheduleIsReproducible: the same seed gives the same actions; another seed other ones.
 func TestScheduleIsReproducible(t *testing.T) {
 	run := func(seed uint64) string {
-		s := newSchedule(seed, 4)
+		s := newSchedule(seed, 4, 0)
 		var b strings.Builder
 		for r := uint64(1); r <= 200; r++ {
 			for _, a := range s.step(r) {
@@ -127,7 +151,7 @@ func TestScheduleIsReproducible(t *testing.T) {
 func TestScheduleCoversEveryKind(t *testing.T) {
 	o := DefaultOptions()
 	for seed := uint64(1); seed <= 500; seed++ {
-		s := newSchedule(seed, o.Hosts)
+		s := newSchedule(seed, o.Hosts, o.MaxHold)
 		injected := map[string]uint64{}
 		for r := uint64(1); r <= uint64(o.Rounds); r++ {
 			for _, a := range s.step(r) {
