@@ -11,8 +11,9 @@ import (
 )
 
 // TestVSphereEndToEnd runs the exporter with a vsphere provider against the vCenter simulator:
-// the target reads up on /metrics and the status page, a probe reuses the round's session (the
-// simulator counts one), and no answer holds the password.
+// the vCenter's target and each ESXi host of the datacenter read up on /metrics and the status
+// page, the datastore's gauges are exported, probes of the vCenter and of a host reuse the
+// round's session (the simulator counts one), and no answer holds the password.
 func TestVSphereEndToEnd(t *testing.T) {
 	sim := vcsim.Start(t, vcsim.Options{})
 	_, srv := startProbeExporter(t, fmt.Sprintf(`providers:
@@ -33,18 +34,34 @@ func TestVSphereEndToEnd(t *testing.T) {
 	if !strings.Contains(metrics, up) {
 		t.Errorf("/metrics lacks %s:\n%s", up, verdictLines(metrics))
 	}
-	noSecrets(t, "/metrics", metrics, secrets)
-	code, body := fetch(t, client, srv.URL+"/probe?provider=vcenter&target="+sim.Host()+"&debug=true")
-	if code != http.StatusOK || !strings.Contains(body, "verdict: Ready (up)") || !strings.Contains(body, "probe_success 1") {
-		t.Errorf("probe: %d\n%s", code, body)
+	hosts := []string{"DC0_C0_H0", "DC0_C0_H1", "DC0_C0_H2", "DC0_H0"}
+	for _, h := range hosts {
+		if up := fmt.Sprintf(`proxy_operator_provider_target_up{provider="vcenter",target=%q} 1`, h); !strings.Contains(metrics, up) {
+			t.Errorf("/metrics lacks %s:\n%s", up, verdictLines(metrics))
+		}
 	}
-	noSecrets(t, "the probe's trace", body, secrets)
+	for _, g := range []string{"accessible", "capacity_bytes", "free_bytes"} {
+		series := fmt.Sprintf(`proxy_operator_vsphere_datastore_%s{datacenter="DC0",datastore="LocalDS_0",provider="vcenter",target=%q}`, g, sim.Host())
+		if !strings.Contains(metrics, series) {
+			t.Errorf("/metrics lacks %s", series)
+		}
+	}
+	noSecrets(t, "/metrics", metrics, secrets)
+	for _, target := range []string{sim.Host(), "DC0_C0_H1"} {
+		code, body := fetch(t, client, srv.URL+"/probe?provider=vcenter&target="+target+"&debug=true")
+		if code != http.StatusOK || !strings.Contains(body, "verdict: Ready (up)") || !strings.Contains(body, "probe_success 1") {
+			t.Errorf("probe of %s: %d\n%s", target, code, body)
+		}
+		noSecrets(t, "the probe's trace", body, secrets)
+	}
 	_, page := fetch(t, client, srv.URL+"/")
-	if !strings.Contains(page, sim.Host()) {
-		t.Errorf("the status page does not list the target %s", sim.Host())
+	for _, target := range append([]string{sim.Host()}, hosts...) {
+		if !strings.Contains(page, target) {
+			t.Errorf("the status page does not list the target %s", target)
+		}
 	}
 	noSecrets(t, "the status page", page, secrets)
-	if got := sim.SessionsOf(sim.Username()); len(got) != 1 || got[0].CallCount != 3 {
-		t.Errorf("sessions %+v, want one with 3 calls (the login, the round's, the probe's)", got)
+	if got := sim.SessionsOf(sim.Username()); len(got) != 1 || got[0].CallCount != 4 {
+		t.Errorf("sessions %+v, want one with 4 calls (the login, the round's retrieval, one for each probe)", got)
 	}
 }
