@@ -58,8 +58,16 @@ local promql = import '../lib/promql.libsonnet';
 
     // A target down on every replica, and a provider all of whose targets are down on every
     // replica: both from the raw series, never from a series recorded by another group.
-    local targetDownExpr = 'max %s (%s) == 0' % [by(['provider', 'target']), sel('proxy_operator_provider_target_up')],
-    local providerDownExpr = 'max %s (%s) == 0' % [by(['provider']), sel('proxy_operator_provider_target_up')],
+    // A target in maintenance (reason Maintenance, on any replica) is deliberately out of
+    // service: neither down alert counts it, and a provider whose other targets are all up (or
+    // whose every target is in maintenance) is not down.
+    local upOutsideMaintenance = '(%s unless on (%s) %s == 1)' % [
+      sel('proxy_operator_provider_target_up'),
+      std.join(', ', promql.groupLabels(c, ['provider', 'target'])),
+      sel('proxy_operator_provider_target_reason', ['reason="Maintenance"']),
+    ],
+    local targetDownExpr = 'max %s %s == 0' % [by(['provider', 'target']), upOutsideMaintenance],
+    local providerDownExpr = 'max %s %s == 0' % [by(['provider']), upOutsideMaintenance],
     // TargetDown leaves out a target of a provider down as a whole until the target has been
     // down for this window: targetDownFor, so that a target whose TargetDown fired before the
     // rest of its provider failed keeps it; at least providerDownFor, so that the TargetDown
