@@ -117,10 +117,11 @@ local promql = import '../lib/promql.libsonnet';
             c.providerDownFor,
             'Every target of a provider has been down.',
             'All {{ with query (printf `count (max by (target) (proxy_operator_provider_target_up{'
-            + matchers(['provider']) + '}))` ' + args(['provider'])
+            + matchers(['provider']) + '} unless on (target) proxy_operator_provider_target_reason{'
+            + matchers(['provider']) + ', reason="Maintenance"} == 1))` ' + args(['provider']) + ' ' + args(['provider'])
             + ') }}{{ . | first | value }}{{ end }} targets of provider {{ $labels.provider }} have been down for more than '
             + c.providerDownFor + '; reasons: {{ range $i, $r := query (printf `count by (reason) (max by (target, reason) (proxy_operator_provider_target_reason{'
-            + matchers(['provider']) + '} == 1))` ' + args(['provider'])
+            + matchers(['provider']) + ', reason!="Maintenance"} == 1))` ' + args(['provider'])
             + ') | sortByLabel "reason" }}{{ if $i }}, {{ end }}{{ $r.Labels.reason }} ({{ $r.Value }}){{ end }}.',
           ),
           alert(
