@@ -65,3 +65,55 @@ func TestVSphereEndToEnd(t *testing.T) {
 		t.Errorf("sessions %+v, want one with 4 calls (the login, the round's retrieval, one for each probe)", got)
 	}
 }
+
+// TestVSphereHostMaintenanceEndToEnd: a host put in maintenance mode reads Maintenance at the
+// exporter's next round (target_up 0, reason Maintenance), listed apart on the status page and
+// not counted down in its summary; the other hosts stay up, and every round costs the session
+// one call.
+func TestVSphereHostMaintenanceEndToEnd(t *testing.T) {
+	sim := vcsim.Start(t, vcsim.Options{})
+	const interval = time.Second
+	e, srv := startProbeExporter(t, fmt.Sprintf(`providers:
+  - name: vcenter
+    type: vsphere
+    vsphere:
+      url: %s
+      usernameFile: %s
+      passwordFile: %s
+      caFile: %s
+`, sim.URL(), sim.UsernameFile(), sim.PasswordFile(), sim.CAFile()), interval, interval)
+	client := &http.Client{Timeout: 30 * time.Second}
+	sim.HostTask("DC0_C0_H1", vcsim.EnterMaintenance)
+	entered := e.runner.Current().Round
+	var metrics string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, metrics = fetch(t, client, srv.URL+"/metrics")
+		if strings.Contains(metrics, `proxy_operator_provider_target_reason{provider="vcenter",reason="Maintenance",target="DC0_C0_H1"} 1`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("DC0_C0_H1 does not read Maintenance within 30s:\n%s", verdictLines(metrics))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r := e.runner.Current().Round; r > entered+2 {
+		t.Errorf("Maintenance read at round %d, %d rounds after the change (round %d): want the next round", r, r-entered, entered)
+	}
+	for target, up := range map[string]int{sim.Host(): 1, "DC0_H0": 1, "DC0_C0_H0": 1, "DC0_C0_H1": 0, "DC0_C0_H2": 1} {
+		if line := fmt.Sprintf(`proxy_operator_provider_target_up{provider="vcenter",target=%q} %d`, target, up); !strings.Contains(metrics, line) {
+			t.Errorf("/metrics lacks %s:\n%s", line, verdictLines(metrics))
+		}
+	}
+	_, page := fetch(t, client, srv.URL+"/")
+	for _, want := range []string{"4 of 5 targets ready; 1 target in maintenance.", "1 target in maintenance, counted neither ready nor down: DC0_C0_H1"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the status page lacks %q", want)
+		}
+	}
+	// The calls the session counted: the login, then one a round (a round may be under way).
+	rounds := e.runner.Current().Round
+	if got := sim.SessionsOf(sim.Username()); len(got) != 1 || got[0].CallCount < int64(1+rounds) || got[0].CallCount > int64(2+rounds) {
+		t.Errorf("sessions %+v after %d rounds, want one with the login and one call a round", got, rounds)
+	}
+}
