@@ -81,8 +81,8 @@ func TestHosts(t *testing.T) {
 }
 
 // Without a datacenter, the hosts of every datacenter; the vCenter's target carries each
-// datastore's gauges, and a round that cannot read the inventory keeps the hosts, not
-// contacted, with the vCenter's reason.
+// datastore's gauges, and a round that cannot read the inventory keeps the hosts with the
+// vCenter's verdict.
 func TestAllDatacentersAndDatastores(t *testing.T) {
 	sim := start(t, vcsim.Options{Datacenters: 2})
 	c := newChecker(t, block(sim))
@@ -121,8 +121,8 @@ func TestAllDatacentersAndDatastores(t *testing.T) {
 		t.Errorf("the stopped vCenter's verdict: %s (%s), %d samples", r.Reason, r.Message, len(r.Samples))
 	}
 	for _, h := range want[1:] {
-		if r := got[h]; r.Reason != checks.ReasonAPIUnreachable || !r.NotContacted || !strings.Contains(r.Message, "state is unknown") {
-			t.Errorf("host %s of the stopped vCenter: %s (%q), not contacted %v", h, r.Reason, r.Message, r.NotContacted)
+		if r := got[h]; r.Reason != checks.ReasonAPIUnreachable || r.NotContacted || !strings.Contains(r.Message, "state is unknown") {
+			t.Errorf("host %s of the stopped vCenter: %s (%q), not contacted %v; want the vCenter's reason, contacted as it was", h, r.Reason, r.Message, r.NotContacted)
 		}
 	}
 }

@@ -369,8 +369,10 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 
 // results are the round's verdicts: the vCenter's (vc), then one per host. With the inventory
 // read, the hosts are those it holds, each with its own state, and the vCenter's verdict carries
-// the datastores' samples. Without it, the hosts of the last inventory stand, not contacted,
-// with the vCenter's reason: their state is unknown.
+// the datastores' samples. Without it, the hosts of the last inventory stand with the vCenter's
+// verdict (its reason, and whether the vCenter was contacted): a host is checked through
+// vCenter, and its state is unknown. So the hosts' check timestamps move as the vCenter's does,
+// and a vCenter outage reads as the provider down, not as checks that stopped.
 func (c *Checker) results(vc checks.TargetResult, inv *inventory) []checks.TargetResult {
 	if inv == nil {
 		c.mu.Lock()
@@ -380,7 +382,7 @@ func (c *Checker) results(vc checks.TargetResult, inv *inventory) []checks.Targe
 		rs = append(rs, vc)
 		for _, h := range hosts {
 			r := vc
-			r.Target, r.NotContacted = h, true
+			r.Target = h
 			r.Message = checks.Clip("the host's state is unknown: the inventory was not read: "+vc.Message, maxMessageLen)
 			rs = append(rs, r)
 		}
