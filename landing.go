@@ -40,6 +40,7 @@ tr.provider th { background: #f6f8fa; border-top: 2px solid #888; }
 tr.provider.down th { background: #ffebe9; }
 .up { color: #1a7f37; font-weight: bold; }
 .down { color: #cf222e; font-weight: bold; }
+.maintenance { color: #9a6700; }
 .unchecked { color: #666; }
 .note { color: #555; font-weight: normal; }
 details summary { cursor: pointer; color: #1a7f37; }
@@ -97,9 +98,9 @@ Version {{.Version}}.</p>
 <tbody id="provider-{{.Name}}">
 <tr class="provider{{if .Down}} down{{end}}"><th colspan="7">{{.Name}} <span class="note">({{.Type}})</span> &mdash;
 {{if .Checked -}}
-<span class="{{if eq .Ready .Total}}up{{else}}down{{end}}">{{.Ready}}/{{.Total}} ready</span>
+<span class="{{if eq .DownTotal 0}}up{{else}}down{{end}}">{{.Ready}}/{{.Total}} ready</span>
 {{- if .WorstReason}} &mdash; worst reason: <span class="down">{{.WorstReason}}</span> ({{.WorstCount}} of {{.DownTotal}} down{{if .OtherReasons}}; {{.OtherReasons}} other reason{{if gt .OtherReasons 1}}s{{end}}{{end}}){{end}}
-&mdash; {{if eq .Ready .Total}}ready{{else}}down{{end}} since {{.Since}} <span class="note">for {{.SinceFor}}</span>
+&mdash; {{if eq .DownTotal 0}}ready{{else}}down{{end}} since {{.Since}} <span class="note">for {{.SinceFor}}</span>
 &mdash; last checked {{.LastChecked}} <span class="note">{{.LastCheckedAgo}} ago</span>
 {{- else -}}
 <span class="unchecked">not checked yet</span>
@@ -117,6 +118,7 @@ Version {{.Version}}.</p>
 {{end}}
 {{end -}}
 {{if .UncheckedNote}}<tr class="unchecked-targets"><td colspan="7" class="unchecked">{{.UncheckedNote}}</td></tr>{{end}}
+{{if .MaintenanceNote}}<tr class="maintenance-targets"><td colspan="7" class="maintenance">{{.MaintenanceNote}}</td></tr>{{end}}
 {{if .Hidden}}<tr><td colspan="7" class="note">{{.Hidden}}</td></tr>{{end}}
 {{if .Elsewhere}}<tr><td colspan="7" class="note">{{.Elsewhere}}</td></tr>{{end}}
 </tbody>
@@ -145,7 +147,9 @@ ProviderHealth object; a target's is when its verdict last changed. A verdict he
 provider's failureThreshold or successThreshold is marked "failures pending" or "recovery
 pending", with what the last check itself said. A target not checked yet (not contacted since the
 exporter listed it, or its first checks have not met a threshold) has no verdict: it is counted
-neither up nor down, here as in the metrics and the ProviderHealth objects. Each target's last {{.HistoryLength}} transitions
+neither up nor down, here as in the metrics and the ProviderHealth objects. A target in
+maintenance (deliberately out of service: an ESXi host in maintenance mode) is listed apart under
+its provider, neither ready nor down. Each target's last {{.HistoryLength}} transitions
 are listed under Transitions (none for a target unchanged since its first check); they are kept
 in memory only: a restart of the exporter starts a new history. A target's name links to
 a check of it run now, with debug output.</p>
@@ -351,6 +355,10 @@ type landingProvider struct {
 	// names the first landingUncheckedNames of them and why they have no verdict.
 	Unchecked     int
 	UncheckedNote string
+	// Maintenance counts its targets in maintenance (deliberately out of service: neither
+	// ready nor down, listed apart); MaintenanceNote names the first landingUncheckedNames.
+	Maintenance     int
+	MaintenanceNote string
 
 	ps *checks.ProviderState
 	// selected counts the rows the filter selects: selDown of its down targets unless state
@@ -499,13 +507,14 @@ func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 		d.RoundAgo = humanDuration(now.Sub(s.RoundStarted))
 	}
 	var down, unchecked, healthy []landingProvider
-	var targets, ready, downProviders, uncheckedProviders, uncheckedTargets int
+	var targets, ready, maintenance, downProviders, uncheckedProviders, uncheckedTargets int
 	for i := range s.Providers {
 		ps := &s.Providers[i]
 		d.AllProviders = append(d.AllProviders, ps.Name)
 		p := landingProviderOf(ps, f, now)
 		targets += p.Total
 		ready += p.Ready
+		maintenance += p.Maintenance
 		uncheckedTargets += p.Unchecked
 		switch {
 		case !p.Checked:
@@ -529,7 +538,7 @@ func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 	}
 	d.Providers = slices.Concat(down, unchecked, healthy)
 	d.Pager = paginate(d.Providers, f, now)
-	d.Summary = landingSummary(len(s.Providers), downProviders, uncheckedProviders, targets, ready, uncheckedTargets)
+	d.Summary = landingSummary(len(s.Providers), downProviders, uncheckedProviders, targets, ready, maintenance, uncheckedTargets)
 	switch {
 	case f.Provider != "" && !slices.Contains(d.AllProviders, f.Provider):
 		d.NoMatch = fmt.Sprintf("No provider is named %q.", f.Provider)
@@ -603,6 +612,7 @@ func landingProviderOf(ps *checks.ProviderState, f landingFilter, now time.Time)
 	}
 	var lastChecked, firstDown, lastFlip time.Time
 	reasons := map[checks.Reason]int{}
+	var maintenance []string
 	for i := range ps.Targets {
 		t := &ps.Targets[i]
 		if t.CheckedAt.After(lastChecked) {
@@ -619,6 +629,13 @@ func landingProviderOf(ps *checks.ProviderState, f landingFilter, now time.Time)
 			}
 			continue
 		}
+		if inMaintenance(t) {
+			if len(maintenance) < landingUncheckedNames {
+				maintenance = append(maintenance, fmt.Sprintf("%s (since %s)", t.Target, formatTime(t.Since)))
+			}
+			p.Maintenance++
+			continue
+		}
 		p.DownTotal++
 		if matches {
 			p.selDown++
@@ -627,6 +644,13 @@ func landingProviderOf(ps *checks.ProviderState, f landingFilter, now time.Time)
 		if firstDown.IsZero() || t.Since.Before(firstDown) {
 			firstDown = t.Since
 		}
+	}
+	if p.Maintenance > 0 {
+		list := strings.Join(maintenance, ", ")
+		if more := p.Maintenance - len(maintenance); more > 0 {
+			list += fmt.Sprintf(" and %d more", more)
+		}
+		p.MaintenanceNote = fmt.Sprintf("%d target%s in maintenance, counted neither ready nor down: %s.", p.Maintenance, plural(p.Maintenance), list)
 	}
 	if state == "up" {
 		p.selDown = 0
@@ -643,7 +667,7 @@ func landingProviderOf(ps *checks.ProviderState, f landingFilter, now time.Time)
 	}
 	p.Since, p.SinceFor = formatTime(since), humanDuration(now.Sub(since))
 	p.LastChecked, p.LastCheckedAgo = formatTime(lastChecked), humanDuration(now.Sub(lastChecked))
-	switch hidden := p.Total - p.selected; {
+	switch hidden := p.Total - p.Maintenance - p.selected; {
 	case hidden == 0:
 	case f.Reason != "":
 		p.Hidden = fmt.Sprintf("%d target%s of other reasons or states not shown (filter: reason %s).", hidden, plural(hidden), f.Reason)
@@ -693,7 +717,7 @@ func (p *landingProvider) fill(up bool, from, to int, now time.Time) {
 	k := 0
 	for i := range p.ps.Targets {
 		t := &p.ps.Targets[i]
-		if t.Up != up || p.reason != "" && t.Reason != p.reason {
+		if t.Up != up || inMaintenance(t) || p.reason != "" && t.Reason != p.reason {
 			continue
 		}
 		if k >= to {
@@ -708,6 +732,11 @@ func (p *landingProvider) fill(up bool, from, to int, now time.Time) {
 		}
 		k++
 	}
+}
+
+// inMaintenance reports a target deliberately out of service: the page lists it apart.
+func inMaintenance(t *checks.TargetState) bool {
+	return !t.Up && t.Reason == checks.ReasonMaintenance
 }
 
 func landingRowOf(provider string, typ checks.ProviderType, t *checks.TargetState, now time.Time) landingRow {
@@ -750,13 +779,16 @@ func worstReason(typ checks.ProviderType, counts map[checks.Reason]int) (checks.
 	return worst, n
 }
 
-func landingSummary(providers, downProviders, uncheckedProviders, targets, ready, uncheckedTargets int) string {
+func landingSummary(providers, downProviders, uncheckedProviders, targets, ready, maintenance, uncheckedTargets int) string {
 	if providers == 0 {
 		return ""
 	}
 	s := fmt.Sprintf("%d provider%s, %d of %d targets ready", providers, plural(providers), ready, targets)
-	if down := targets - ready; down > 0 {
+	if down := targets - ready - maintenance; down > 0 {
 		s += fmt.Sprintf("; %d target%s down in %d provider%s", down, plural(down), downProviders, plural(downProviders))
+	}
+	if maintenance > 0 {
+		s += fmt.Sprintf("; %d target%s in maintenance", maintenance, plural(maintenance))
 	}
 	if uncheckedTargets > 0 {
 		s += fmt.Sprintf("; %d more target%s not checked yet", uncheckedTargets, plural(uncheckedTargets))

@@ -21,6 +21,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
 	"github.com/provider-health-exporter/provider-health-exporter/collector"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
@@ -165,8 +166,8 @@ func TestMetricsDocumented(t *testing.T) {
 		}
 	}
 	// Families the round above cannot produce: the connection pool's, from the collector the
-	// exporter registers, and the snapshot's of a KVM target with its storage pool and of a
-	// target without a verdict yet, in a provider with labels.
+	// exporter registers, and the snapshot's of a KVM target with its storage pool, of a vCenter
+	// with its datastore and of a target without a verdict yet, in a provider with labels.
 	described := map[string]bool{}
 	for _, name := range describedNames(t, hostpool.Collector()) {
 		described[name] = true
@@ -177,7 +178,9 @@ func TestMetricsDocumented(t *testing.T) {
 	kvm := &checks.Snapshot{Round: 1, Providers: []checks.ProviderState{{Name: "kvm", Type: "kvm",
 		Targets: []checks.TargetState{{TargetResult: checks.TargetResult{Target: "hv1", Up: true, Reason: checks.ReasonReady,
 			Samples: kvm.PoolSamples("default", 0, 0, 0)}}},
-		Unchecked: []checks.UncheckedTarget{{Target: "hv2"}}, Labels: checks.Labels{Provider: map[string]string{"site": "ams1"}}}}}
+		Unchecked: []checks.UncheckedTarget{{Target: "hv2"}}, Labels: checks.Labels{Provider: map[string]string{"site": "ams1"}}},
+		{Name: "vc", Type: "vsphere", Targets: []checks.TargetState{{TargetResult: checks.TargetResult{Target: "vc.example.com", Up: true, Reason: checks.ReasonReady,
+			Samples: vsphere.DatastoreSamples("DC0", "ds1", 0, 0, true)}}}}}}
 	kvmFamilies, err := collector.NewGatherer(func() *checks.Snapshot { return kvm }).Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -185,7 +188,7 @@ func TestMetricsDocumented(t *testing.T) {
 	for _, mf := range kvmFamilies {
 		described[mf.GetName()] = true
 		if _, ok := docs[mf.GetName()]; !ok {
-			t.Errorf("%s is served for a kvm target but has no row in docs/metrics.md", mf.GetName())
+			t.Errorf("%s is served for a kvm or vsphere target but has no row in docs/metrics.md", mf.GetName())
 		}
 	}
 	for name := range docs {

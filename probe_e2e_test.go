@@ -493,7 +493,8 @@ func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
 	}
 	var replicas []string
 	// The API providers' targets, probed beside the fleet: each provider's one target, as the
-	// first round lists it.
+	// first round lists it (the vsphere provider's first, the vCenter's own; its ESXi hosts
+	// follow).
 	api := map[string]string{"gce": gcefake.DefaultProject}
 	for range 2 {
 		e := runExporter(tb, path, time.Minute, 15*time.Second)
@@ -501,7 +502,7 @@ func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
 		tb.Cleanup(srv.Close)
 		replicas = append(replicas, strings.TrimPrefix(srv.URL, "http://"))
 		for _, p := range e.runner.Current().Providers {
-			if (p.Name == "cluster" || p.Name == "vcenter") && len(p.Targets) == 1 {
+			if p.Name == "cluster" && len(p.Targets) == 1 || p.Name == "vcenter" && len(p.Targets) > 0 {
 				api[p.Name] = p.Targets[0].Target
 			}
 		}

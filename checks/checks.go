@@ -32,6 +32,11 @@ type Reason string
 const (
 	ReasonReady   Reason = "Ready"
 	ReasonTimeout Reason = "Timeout"
+	// ReasonMaintenance is a target deliberately out of service (vSphere: a host in
+	// maintenance mode). It is not up, but it is not down either: the down alerts, the
+	// ProviderHealth Ready condition's count of down targets and the availability leave it out.
+	// A type reports it only when its catalogue lists it.
+	ReasonMaintenance Reason = "Maintenance"
 )
 
 // Reasons of API-backed providers (kubernetes and gcp).

@@ -350,6 +350,11 @@ collect:
 			// Dropped or replaced by a reload while the round ran.
 			continue
 		}
+		if outcomes[i].kind == outcomeReturned {
+			// A checker that discovers its targets (vsphere's hosts) lists, once its check
+			// returned, what that check found: a new target has its verdict in this round.
+			targets[i] = s.c.Targets()
+		}
 		s.targets = targets[i]
 		if outcomes[i].kind == outcomeAbandoned {
 			r.abandonedTotal++

@@ -816,3 +816,51 @@ func TestNotContactedKeepsTheLastContactsTime(t *testing.T) {
 		t.Errorf("after a new contact: %s checked at %v, want Ready at %v", got.Reason, got.CheckedAt, later)
 	}
 }
+
+// discoveringChecker finds its targets in its check, as vsphere finds its hosts: Targets lists
+// what the last check found.
+type discoveringChecker struct {
+	mu    sync.Mutex
+	found []string
+	next  [][]string // what each check finds
+}
+
+func (d *discoveringChecker) Name() string       { return "vc" }
+func (d *discoveringChecker) Type() ProviderType { return TypeGCP }
+func (d *discoveringChecker) Targets() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string{"vc"}, d.found...)
+}
+func (d *discoveringChecker) Check(context.Context) []TargetResult {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.found, d.next = d.next[0], d.next[1:]
+	out := []TargetResult{{Target: "vc", Reason: ReasonReady, Message: "ok"}}
+	for _, t := range d.found {
+		out = append(out, TargetResult{Target: t, Reason: ReasonReady, Message: "found"})
+	}
+	return out
+}
+
+// A target a check discovers has its verdict in the same round; one no longer found is gone
+// in the round that no longer finds it.
+func TestDiscoveredTargetsInTheirRound(t *testing.T) {
+	d := &discoveringChecker{next: [][]string{{"h1", "h2"}, {"h2"}}}
+	r, _ := newTestRunner(t, time.Second, d)
+	r.round(context.Background())
+	names := func() []string {
+		var out []string
+		for _, ts := range r.Current().Providers[0].Targets {
+			out = append(out, ts.Target)
+		}
+		return out
+	}
+	if got := names(); !slices.Equal(got, []string{"vc", "h1", "h2"}) {
+		t.Errorf("after the first round: targets %q, want vc, h1, h2", got)
+	}
+	r.round(context.Background())
+	if got := names(); !slices.Equal(got, []string{"vc", "h2"}) {
+		t.Errorf("after the second round: targets %q, want vc, h2", got)
+	}
+}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	kvmcheck "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	vspherecheck "github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
 )
 
@@ -65,6 +66,14 @@ func fullSnapshot() *checks.Snapshot {
 					Duration: 250 * time.Millisecond, CheckedAt: t0.Add(2 * time.Second)}},
 			}},
 			{Name: "cluster-new", Type: "kubernetes"}, // added by a reload, not checked yet
+			{Name: "vcenter", Type: "vsphere", Targets: []checks.TargetState{
+				{Since: t0, Checks: 5, TargetResult: checks.TargetResult{Target: "vc.example.com", Up: true, Reason: checks.ReasonReady,
+					Duration: 40 * time.Millisecond, CheckedAt: t0.Add(2 * time.Second),
+					Samples: append(vspherecheck.DatastoreSamples("DC0", "ds1", 5000, 2000, true), vspherecheck.DatastoreSamples("DC0", "ds2", 0, 0, false)...)}},
+				// In maintenance: not up.
+				{Since: t0, Checks: 5, TargetResult: checks.TargetResult{Target: "esx1", Up: false, Reason: checks.ReasonMaintenance,
+					Duration: 40 * time.Millisecond, CheckedAt: t0.Add(2 * time.Second)}},
+			}},
 		},
 	}
 }
@@ -84,6 +93,8 @@ proxy_operator_kvm_storage_pool_capacity_bytes{pool="default",provider="kvm-lab"
 proxy_operator_provider_check_duration_seconds{provider="gcp-prod",target="my-project"} 0.25
 proxy_operator_provider_check_duration_seconds{provider="kvm-lab",target="hv1"} 0.003
 proxy_operator_provider_check_duration_seconds{provider="kvm-lab",target="hv2"} 0.012
+proxy_operator_provider_check_duration_seconds{provider="vcenter",target="esx1"} 0.04
+proxy_operator_provider_check_duration_seconds{provider="vcenter",target="vc.example.com"} 0.04
 # HELP proxy_operator_provider_check_round_duration_seconds How long the last completed round of provider checks took.
 # TYPE proxy_operator_provider_check_round_duration_seconds gauge
 proxy_operator_provider_check_round_duration_seconds 2.5
@@ -95,6 +106,8 @@ proxy_operator_provider_check_rounds_total 7
 proxy_operator_provider_check_timestamp_seconds{provider="gcp-prod",target="my-project"} 1.800000002e+09
 proxy_operator_provider_check_timestamp_seconds{provider="kvm-lab",target="hv1"} 1.800000001e+09
 proxy_operator_provider_check_timestamp_seconds{provider="kvm-lab",target="hv2"} 1.8000000005e+09
+proxy_operator_provider_check_timestamp_seconds{provider="vcenter",target="esx1"} 1.800000002e+09
+proxy_operator_provider_check_timestamp_seconds{provider="vcenter",target="vc.example.com"} 1.800000002e+09
 # HELP proxy_operator_provider_checkers_abandoned_total Checkers that had not returned by a round's deadline and were abandoned (their targets read Timeout).
 # TYPE proxy_operator_provider_checkers_abandoned_total counter
 proxy_operator_provider_checkers_abandoned_total 2
@@ -103,16 +116,19 @@ proxy_operator_provider_checkers_abandoned_total 2
 proxy_operator_provider_failure_threshold{provider="cluster-new"} 1
 proxy_operator_provider_failure_threshold{provider="gcp-prod"} 1
 proxy_operator_provider_failure_threshold{provider="kvm-lab"} 3
+proxy_operator_provider_failure_threshold{provider="vcenter"} 1
 # HELP proxy_operator_provider_info 1 for every configured provider, with its type.
 # TYPE proxy_operator_provider_info gauge
 proxy_operator_provider_info{provider="cluster-new",type="kubernetes"} 1
 proxy_operator_provider_info{provider="gcp-prod",type="gcp"} 1
 proxy_operator_provider_info{provider="kvm-lab",type="kvm"} 1
+proxy_operator_provider_info{provider="vcenter",type="vsphere"} 1
 # HELP proxy_operator_provider_success_threshold The provider's successThreshold: consecutive successful checks that turn a down target up.
 # TYPE proxy_operator_provider_success_threshold gauge
 proxy_operator_provider_success_threshold{provider="cluster-new"} 1
 proxy_operator_provider_success_threshold{provider="gcp-prod"} 1
 proxy_operator_provider_success_threshold{provider="kvm-lab"} 2
+proxy_operator_provider_success_threshold{provider="vcenter"} 1
 # HELP proxy_operator_provider_target_checks_failed_total Checks of the target (as in target_checks_total) whose own result was not Ready, whatever the provider's thresholds published.
 # TYPE proxy_operator_provider_target_checks_failed_total counter
 proxy_operator_provider_target_checks_failed_total{provider="gcp-prod",target="my-project"} 0
@@ -120,6 +136,8 @@ proxy_operator_provider_target_checks_failed_total{provider="kvm-lab",target="hv
 proxy_operator_provider_target_checks_failed_total{provider="kvm-lab",target="hv2"} 2
 proxy_operator_provider_target_checks_failed_total{provider="kvm-lab",target="hv3"} 0
 proxy_operator_provider_target_checks_failed_total{provider="kvm-lab",target="hv4"} 1
+proxy_operator_provider_target_checks_failed_total{provider="vcenter",target="esx1"} 0
+proxy_operator_provider_target_checks_failed_total{provider="vcenter",target="vc.example.com"} 0
 # HELP proxy_operator_provider_target_checks_total Checks of the target since the exporter listed it: rounds that started its check, and rounds that found an earlier call to it still outstanding (a continuing Timeout); rounds that did not start it are not counted.
 # TYPE proxy_operator_provider_target_checks_total counter
 proxy_operator_provider_target_checks_total{provider="gcp-prod",target="my-project"} 5
@@ -127,26 +145,36 @@ proxy_operator_provider_target_checks_total{provider="kvm-lab",target="hv1"} 9
 proxy_operator_provider_target_checks_total{provider="kvm-lab",target="hv2"} 9
 proxy_operator_provider_target_checks_total{provider="kvm-lab",target="hv3"} 0
 proxy_operator_provider_target_checks_total{provider="kvm-lab",target="hv4"} 1
+proxy_operator_provider_target_checks_total{provider="vcenter",target="esx1"} 5
+proxy_operator_provider_target_checks_total{provider="vcenter",target="vc.example.com"} 5
 # HELP proxy_operator_provider_target_consecutive_failures Checks of the target that failed in a row up to the last one, before the provider's failureThreshold (0 when the last check succeeded). Above 0 while target_up is 1: failures pending.
 # TYPE proxy_operator_provider_target_consecutive_failures gauge
 proxy_operator_provider_target_consecutive_failures{provider="gcp-prod",target="my-project"} 0
 proxy_operator_provider_target_consecutive_failures{provider="kvm-lab",target="hv1"} 0
 proxy_operator_provider_target_consecutive_failures{provider="kvm-lab",target="hv2"} 2
+proxy_operator_provider_target_consecutive_failures{provider="vcenter",target="esx1"} 0
+proxy_operator_provider_target_consecutive_failures{provider="vcenter",target="vc.example.com"} 0
 # HELP proxy_operator_provider_target_consecutive_successes Checks of the target that succeeded in a row up to the last one, before the provider's successThreshold (0 when the last check failed). Above 0 while target_up is 0: recovery pending.
 # TYPE proxy_operator_provider_target_consecutive_successes gauge
 proxy_operator_provider_target_consecutive_successes{provider="gcp-prod",target="my-project"} 0
 proxy_operator_provider_target_consecutive_successes{provider="kvm-lab",target="hv1"} 1
 proxy_operator_provider_target_consecutive_successes{provider="kvm-lab",target="hv2"} 0
+proxy_operator_provider_target_consecutive_successes{provider="vcenter",target="esx1"} 0
+proxy_operator_provider_target_consecutive_successes{provider="vcenter",target="vc.example.com"} 0
 # HELP proxy_operator_provider_target_last_transition_timestamp_seconds When the verdict on the target last flipped between up and down (a new reason while down is no flip), in seconds since the Unix epoch; before the first flip this process saw, its first check of the target.
 # TYPE proxy_operator_provider_target_last_transition_timestamp_seconds gauge
 proxy_operator_provider_target_last_transition_timestamp_seconds{provider="gcp-prod",target="my-project"} 1.8e+09
 proxy_operator_provider_target_last_transition_timestamp_seconds{provider="kvm-lab",target="hv1"} 1.79999991e+09
 proxy_operator_provider_target_last_transition_timestamp_seconds{provider="kvm-lab",target="hv2"} 1.8e+09
+proxy_operator_provider_target_last_transition_timestamp_seconds{provider="vcenter",target="esx1"} 1.8e+09
+proxy_operator_provider_target_last_transition_timestamp_seconds{provider="vcenter",target="vc.example.com"} 1.8e+09
 # HELP proxy_operator_provider_target_reason 1 for the reason of the last verdict on the target (Ready when up); other reasons have no series.
 # TYPE proxy_operator_provider_target_reason gauge
 proxy_operator_provider_target_reason{provider="gcp-prod",reason="Ready",target="my-project"} 1
 proxy_operator_provider_target_reason{provider="kvm-lab",reason="Ready",target="hv2"} 1
 proxy_operator_provider_target_reason{provider="kvm-lab",reason="TCPUnreachable",target="hv1"} 1
+proxy_operator_provider_target_reason{provider="vcenter",reason="Maintenance",target="esx1"} 1
+proxy_operator_provider_target_reason{provider="vcenter",reason="Ready",target="vc.example.com"} 1
 # HELP proxy_operator_provider_target_unchecked_since_timestamp_seconds For a target without a verdict yet, when the exporter listed it (its start, or the reload that added it), in seconds since the Unix epoch; no series once it has a verdict.
 # TYPE proxy_operator_provider_target_unchecked_since_timestamp_seconds gauge
 proxy_operator_provider_target_unchecked_since_timestamp_seconds{provider="kvm-lab",target="hv3"} 1.79999997e+09
@@ -156,11 +184,24 @@ proxy_operator_provider_target_unchecked_since_timestamp_seconds{provider="kvm-l
 proxy_operator_provider_target_up{provider="gcp-prod",target="my-project"} 1
 proxy_operator_provider_target_up{provider="kvm-lab",target="hv1"} 0
 proxy_operator_provider_target_up{provider="kvm-lab",target="hv2"} 1
+proxy_operator_provider_target_up{provider="vcenter",target="esx1"} 0
+proxy_operator_provider_target_up{provider="vcenter",target="vc.example.com"} 1
 # HELP proxy_operator_provider_targets_unchecked Targets of the provider without a verdict yet: no round has started their check since they were listed, or their first checks have not met a threshold. They have no target_up series.
 # TYPE proxy_operator_provider_targets_unchecked gauge
 proxy_operator_provider_targets_unchecked{provider="cluster-new"} 0
 proxy_operator_provider_targets_unchecked{provider="gcp-prod"} 0
 proxy_operator_provider_targets_unchecked{provider="kvm-lab"} 2
+proxy_operator_provider_targets_unchecked{provider="vcenter"} 0
+# HELP proxy_operator_vsphere_datastore_accessible Whether the vSphere datastore is accessible (summary.accessible: 1 yes, 0 no), as read by the last check.
+# TYPE proxy_operator_vsphere_datastore_accessible gauge
+proxy_operator_vsphere_datastore_accessible{datacenter="DC0",datastore="ds1",provider="vcenter",target="vc.example.com"} 1
+proxy_operator_vsphere_datastore_accessible{datacenter="DC0",datastore="ds2",provider="vcenter",target="vc.example.com"} 0
+# HELP proxy_operator_vsphere_datastore_capacity_bytes Capacity of the vSphere datastore (summary.capacity), as read by the last check.
+# TYPE proxy_operator_vsphere_datastore_capacity_bytes gauge
+proxy_operator_vsphere_datastore_capacity_bytes{datacenter="DC0",datastore="ds1",provider="vcenter",target="vc.example.com"} 5000
+# HELP proxy_operator_vsphere_datastore_free_bytes Free space of the vSphere datastore (summary.freeSpace), as read by the last check.
+# TYPE proxy_operator_vsphere_datastore_free_bytes gauge
+proxy_operator_vsphere_datastore_free_bytes{datacenter="DC0",datastore="ds1",provider="vcenter",target="vc.example.com"} 2000
 `
 
 func fixed(s *checks.Snapshot) func() *checks.Snapshot { return func() *checks.Snapshot { return s } }
@@ -483,7 +524,7 @@ func TestMetricsDocMatchesCollector(t *testing.T) {
 
 // labelNames lists a series' label names in the order the doc uses: provider, target first.
 func labelNames(m *dto.Metric) string {
-	order := []string{"provider", "target", "type", "reason", "pool"}
+	order := []string{"provider", "target", "type", "reason", "pool", "datacenter", "datastore"}
 	var names []string
 	for _, lp := range m.GetLabel() {
 		names = append(names, lp.GetName())
@@ -496,7 +537,7 @@ func labelNames(m *dto.Metric) string {
 // person may ask for, each body decoding to the snapshot's series and the registry's.
 func TestFormatsAndCompressions(t *testing.T) {
 	h := handler(fullSnapshot())
-	const series = 52 // fullExposition's 51 and the registry's gauge
+	const series = 78 // fullExposition's 77 and the registry's gauge
 	for _, accept := range []string{"", "*/*", "text/plain; version=0.0.4", "text/plain;version=1.0.0;escaping=allow-utf-8",
 		"application/openmetrics-text; version=1.0.0", acceptPrometheus,
 		"application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"} {

@@ -209,6 +209,9 @@ func (m *providerMem) observe(ps *checks.ProviderState, now time.Time, staleAfte
 					flipAt = prev.since
 				}
 				prev.since = flipAt
+			case !ts.Up && prev.reason != reason && (reason == string(checks.ReasonMaintenance) || prev.reason == string(checks.ReasonMaintenance)):
+				// Into or out of maintenance while not up: a change of kind, not "still down".
+				events = append(events, downEvent(ts.Target, reason, ts.Message))
 			case !ts.Up && prev.reason != reason:
 				events = append(events, targetEvent{target: ts.Target, eventType: "Warning", reason: reason,
 					message: checks.Clip(fmt.Sprintf("target %s is still down, now %s (was %s): %s", ts.Target, reason, prev.reason, ts.Message), maxEventMessage)})
@@ -234,6 +237,13 @@ func (m *providerMem) observe(ps *checks.ProviderState, now time.Time, staleAfte
 }
 
 func downEvent(target, reason, message string) targetEvent {
+	if reason == string(checks.ReasonMaintenance) {
+		msg := fmt.Sprintf("target %s is in maintenance", target)
+		if message != "" {
+			msg += ": " + message
+		}
+		return targetEvent{target: target, eventType: "Normal", reason: reason, message: checks.Clip(msg, maxEventMessage)}
+	}
 	msg := fmt.Sprintf("target %s is down (%s)", target, reason)
 	if message != "" {
 		msg += ": " + message
@@ -244,7 +254,11 @@ func downEvent(target, reason, message string) targetEvent {
 func upEvent(target, prevReason string, downFor time.Duration) targetEvent {
 	msg := fmt.Sprintf("target %s is ready again (was %s)", target, prevReason)
 	if downFor > 0 {
-		msg = fmt.Sprintf("target %s is ready again after %s down (was %s)", target, downFor.Round(time.Second), prevReason)
+		how := "down"
+		if prevReason == string(checks.ReasonMaintenance) {
+			how = "in maintenance"
+		}
+		msg = fmt.Sprintf("target %s is ready again after %s %s (was %s)", target, downFor.Round(time.Second), how, prevReason)
 	}
 	return targetEvent{target: target, eventType: "Normal", reason: string(checks.ReasonReady), message: msg}
 }
@@ -269,10 +283,15 @@ func (m *providerMem) readyCondition(now time.Time, staleAfter time.Duration) me
 			m.lastChecked.UTC().Format(time.RFC3339), staleAfter)
 		return c
 	}
-	var down []string
+	// A target in maintenance is deliberately out of service: not ready, not down.
+	var down, maintenance []string
 	reasons := map[string]bool{}
 	for _, name := range m.order {
-		if t := m.targets[name]; !t.up {
+		switch t := m.targets[name]; {
+		case t.up:
+		case t.reason == string(checks.ReasonMaintenance):
+			maintenance = append(maintenance, name)
+		default:
 			down = append(down, name)
 			reasons[t.reason] = true
 		}
@@ -281,7 +300,10 @@ func (m *providerMem) readyCondition(now time.Time, staleAfter time.Duration) me
 	if len(down) == 0 {
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonAllTargetsReady
 		c.Message = fmt.Sprintf("all %d targets ready", total)
-		if total == 1 {
+		switch {
+		case len(maintenance) > 0:
+			c.Message = fmt.Sprintf("%d of %d targets ready, none down", total-len(maintenance), total)
+		case total == 1:
 			c.Message = "the target is ready"
 		}
 	} else {
@@ -303,6 +325,9 @@ func (m *providerMem) readyCondition(now time.Time, staleAfter time.Duration) me
 		default:
 			c.Message = fmt.Sprintf("%d of %d targets down: %s", len(down), total, listNames(down, m.targets))
 		}
+	}
+	if len(maintenance) > 0 {
+		c.Message += fmt.Sprintf("; %d in maintenance: %s", len(maintenance), listNames(maintenance, nil))
 	}
 	if total > v1alpha1.MaxTargets {
 		c.Message += fmt.Sprintf(" (%d targets not listed in status.targets, which holds at most %d)", total-v1alpha1.MaxTargets, v1alpha1.MaxTargets)

@@ -34,6 +34,11 @@ func TestReadyCondition(t *testing.T) {
 			metav1.ConditionFalse, "Timeout", "2 of 3 targets down (Timeout): hv1, hv3", "1/3"},
 		{"down for different reasons", []checks.TargetState{down("hv1", checks.ReasonTimeout, "x"), down("hv2", checks.ReasonHostKeyMismatch, "y"), up("hv3")},
 			metav1.ConditionFalse, v1alpha1.ReasonMultipleReasons, "2 of 3 targets down: hv1 (Timeout), hv2 (HostKeyMismatch)", "1/3"},
+		// A target in maintenance is not ready, and not counted as down.
+		{"in maintenance, none down", []checks.TargetState{up("vc"), down("esx1", checks.ReasonMaintenance, "in maintenance mode")},
+			metav1.ConditionTrue, v1alpha1.ReasonAllTargetsReady, "1 of 2 targets ready, none down; 1 in maintenance: esx1", "1/2"},
+		{"down and in maintenance", []checks.TargetState{down("esx1", checks.ReasonMaintenance, "m"), down("esx2", "HostDisconnected", "x"), up("vc")},
+			metav1.ConditionFalse, "HostDisconnected", "1 of 3 targets down: esx2 (HostDisconnected): x; 1 in maintenance: esx1", "1/3"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -46,6 +51,11 @@ func TestReadyCondition(t *testing.T) {
 			c := st.Conditions[0]
 			if c.Type != v1alpha1.ConditionReady || c.Status != tc.status || c.Reason != tc.reason || c.Message != tc.message {
 				t.Errorf("condition = %s %s %s %q, want Ready %s %s %q", c.Type, c.Status, c.Reason, c.Message, tc.status, tc.reason, tc.message)
+			}
+			for _, ts := range st.Targets {
+				if ts.Reason == string(checks.ReasonMaintenance) && ts.Up {
+					t.Errorf("target %s in maintenance reads up", ts.Name)
+				}
 			}
 			if st.TargetsReady != tc.targetsText || int(st.TotalTargets) != len(tc.targets) || st.Type != "kvm" {
 				t.Errorf("targetsReady %q total %d type %q, want %q %d kvm", st.TargetsReady, st.TotalTargets, st.Type, tc.targetsText, len(tc.targets))
@@ -252,5 +262,29 @@ func BenchmarkObserveRender(b *testing.B) {
 		if !sameVisible(&prev, &st) {
 			b.Fatal("status changed")
 		}
+	}
+}
+
+// A host entering maintenance records a Normal Event that says so, not a Warning that it is
+// down; leaving it says how long it was in maintenance.
+func TestMaintenanceEvents(t *testing.T) {
+	now := time.Now().Truncate(time.Second)
+	m := &providerMem{}
+	ps := func(ts ...checks.TargetState) *checks.ProviderState {
+		return &checks.ProviderState{Name: "vc", Type: "vsphere", Targets: ts}
+	}
+	m.observe(ps(target("esx1", checks.ReasonReady, "", now)), now, time.Hour)
+	t1 := now.Add(time.Minute)
+	ev := m.observe(ps(target("esx1", checks.ReasonMaintenance, "in maintenance mode", t1)), t1, time.Hour)
+	if len(ev) != 1 || ev[0].eventType != "Normal" || ev[0].reason != "Maintenance" || ev[0].message != "target esx1 is in maintenance: in maintenance mode" {
+		t.Errorf("events = %+v, want one Normal Maintenance", ev)
+	}
+	if c := m.render().Conditions[0]; c.Status != metav1.ConditionTrue {
+		t.Errorf("condition %s %s %q with its one target in maintenance, want True", c.Status, c.Reason, c.Message)
+	}
+	t2 := t1.Add(3 * time.Minute)
+	ev = m.observe(ps(target("esx1", checks.ReasonReady, "", t2)), t2, time.Hour)
+	if len(ev) != 1 || ev[0].message != "target esx1 is ready again after 3m0s in maintenance (was Maintenance)" {
+		t.Errorf("events = %+v, want one saying the host is back after 3m0s in maintenance", ev)
 	}
 }

@@ -1,15 +1,18 @@
 // Package vsphere checks a vCenter Server (`type: vsphere`) through its SOAP API with
-// github.com/vmware/govmomi: one logged-in session kept across rounds, and one cheap inventory
-// call per round.
+// github.com/vmware/govmomi: one logged-in session kept across rounds, and one inventory
+// retrieval per round.
 //
-// Calls per round, in the steady state: one RetrievePropertiesEx.
-//   - Without `datacenter`: the root folder's name (one object, never a continuation token),
-//     proving the session is alive and the inventory answers.
-//   - With `datacenter`: the names of the datacenters, from a traversal from the root folder
-//     through its folders (not into the datacenters), at most 1000 objects: the named one must
-//     be among them. Only an inventory of more than 1000 folders and datacenters costs one more
-//     call per 1000 (ContinueRetrievePropertiesEx), or one CancelRetrievePropertiesEx when the
-//     name was found before the end, so that no result set is left on the server.
+// The targets are the vCenter itself (its address) and every ESXi host of the inventory (of
+// the datacenter `datacenter`, or of all datacenters when it is empty), each named as in the
+// inventory. A host's verdict is its `runtime.connectionState` and `runtime.inMaintenanceMode`
+// as vCenter reports them; the vCenter's target carries the datastores' gauges. The hosts are
+// discovered: Targets lists those the last retrieval read.
+//
+// Calls per round, in the steady state: one RetrievePropertiesEx, a traversal from the root
+// folder through the folders, the datacenters' host and datastore folders and the compute
+// resources, reading the hosts, the datastores and the parents that place them in their
+// datacenter, at most 1000 objects a call. Only an inventory of more than 1000 objects costs
+// one more call per 1000 (ContinueRetrievePropertiesEx).
 //
 // A login costs two more calls (RetrieveServiceContent, then Login), only when there is no
 // session: the first round, after the server dropped the session (NotAuthenticated, as a fault
@@ -33,10 +36,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,6 +73,10 @@ const (
 	ReasonTLSError checks.Reason = "TLSError"
 	// ReasonDatacenterNotFound: the configured datacenter is not in the inventory.
 	ReasonDatacenterNotFound checks.Reason = "DatacenterNotFound"
+	// ReasonHostDisconnected: an ESXi host's runtime.connectionState is disconnected.
+	ReasonHostDisconnected checks.Reason = "HostDisconnected"
+	// ReasonHostNotResponding: an ESXi host's runtime.connectionState is notResponding.
+	ReasonHostNotResponding checks.Reason = "HostNotResponding"
 )
 
 const (
@@ -81,8 +90,7 @@ const (
 	maxMessageLen = 300
 )
 
-// pageSize is how many folders and datacenters one inventory call reads when a datacenter is
-// named (a variable for the tests).
+// pageSize is how many objects one inventory call reads (a variable for the tests).
 var pageSize int32 = 1000
 
 // Config is the providers-file block of a vsphere provider.
@@ -176,6 +184,10 @@ type Checker struct {
 	// closing ends with Close: it cuts the calls of checks still running.
 	closing checks.Closing
 
+	// mu guards hosts: the names of the hosts the last inventory read, sorted.
+	mu    sync.Mutex
+	hosts []string
+
 	// Held with turn:
 	creds creds
 	sess  *session
@@ -228,8 +240,13 @@ func (c *Checker) Name() string { return c.name }
 // Type is "vsphere".
 func (c *Checker) Type() checks.ProviderType { return Type }
 
-// Targets is the one target: the URL's host (and port when not 443).
-func (c *Checker) Targets() []string { return []string{c.target} }
+// Targets are the vCenter's own target (the URL's host, and port when not 443) and the ESXi
+// hosts the last inventory read.
+func (c *Checker) Targets() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string{c.target}, c.hosts...)
+}
 
 // Logins is how many logins the checker made so far.
 func (c *Checker) Logins() int64 { return c.logins.Load() }
@@ -289,19 +306,38 @@ var stageNames = map[int32]string{
 	stageLogout:      "logging out the replaced session",
 }
 
-// outcome is what a round learned.
+// outcome is what a round learned: the vCenter's verdict, and the inventory when it was read.
 type outcome struct {
 	reason checks.Reason
 	msg    string
+	inv    *inventory
+}
+
+// inventory is what one retrieval read, of the configured datacenter (all when it is empty).
+type inventory struct {
+	hosts      []host // sorted by name, names unique
+	datastores []datastore
+}
+
+type host struct {
+	name, datacenter string
+	state            types.HostSystemConnectionState
+	maintenance      bool
+}
+
+type datastore struct {
+	name, datacenter string
+	capacity, free   int64
+	accessible       bool
 }
 
 // Check makes the round's calls. It returns by ctx's deadline whatever the server does.
 func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 	start := time.Now()
 	if ctx.Err() != nil {
-		rs := c.result(start, checks.ReasonTimeout, "check not started: the check's deadline had already passed")
-		rs[0].NotContacted, rs[0].NotStarted = true, true
-		return rs
+		r := c.result(start, checks.ReasonTimeout, "check not started: the check's deadline had already passed")
+		r.NotContacted, r.NotStarted = true, true
+		return c.results(r, nil)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -316,7 +352,7 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 	go func() { done <- c.round(ctx, stage) }()
 	o, ok := checks.Await(ctx, done)
 	if !ok {
-		o = outcome{checks.ReasonTimeout, ""}
+		o = outcome{reason: checks.ReasonTimeout, msg: ""}
 	}
 	notContacted := false
 	if o.reason == checks.ReasonTimeout && o.msg == "" {
@@ -326,9 +362,70 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 		// Cut before any call: the server was not contacted this round.
 		notContacted = st == stageWait || st == stageCredentials
 	}
-	rs := c.result(start, o.reason, o.msg)
-	rs[0].NotContacted = notContacted
+	r := c.result(start, o.reason, o.msg)
+	r.NotContacted = notContacted
+	return c.results(r, o.inv)
+}
+
+// results are the round's verdicts: the vCenter's (vc), then one per host. With the inventory
+// read, the hosts are those it holds, each with its own state, and the vCenter's verdict carries
+// the datastores' samples. Without it, the hosts of the last inventory stand with the vCenter's
+// verdict (its reason, and whether the vCenter was contacted): a host is checked through
+// vCenter, and its state is unknown. So the hosts' check timestamps move as the vCenter's does,
+// and a vCenter outage reads as the provider down, not as checks that stopped.
+func (c *Checker) results(vc checks.TargetResult, inv *inventory) []checks.TargetResult {
+	if inv == nil {
+		c.mu.Lock()
+		hosts := slices.Clone(c.hosts)
+		c.mu.Unlock()
+		rs := make([]checks.TargetResult, 0, 1+len(hosts))
+		rs = append(rs, vc)
+		for _, h := range hosts {
+			r := vc
+			r.Target = h
+			r.Message = checks.Clip("the host's state is unknown: the inventory was not read: "+vc.Message, maxMessageLen)
+			rs = append(rs, r)
+		}
+		return rs
+	}
+	for _, d := range inv.datastores {
+		vc.Samples = append(vc.Samples, DatastoreSamples(d.datacenter, d.name, d.capacity, d.free, d.accessible)...)
+	}
+	rs := make([]checks.TargetResult, 0, 1+len(inv.hosts))
+	rs = append(rs, vc)
+	names := make([]string, 0, len(inv.hosts))
+	for _, h := range inv.hosts {
+		reason, msg := hostVerdict(h)
+		r := vc
+		r.Target, r.Reason, r.Up, r.Message, r.Samples = h.name, reason, reason == checks.ReasonReady, msg, nil
+		rs = append(rs, r)
+		names = append(names, h.name)
+	}
+	c.mu.Lock()
+	c.hosts = names
+	c.mu.Unlock()
 	return rs
+}
+
+// hostVerdict reads a host's state. Maintenance mode comes first: a host deliberately out of
+// service is not down, whatever its connection (a host is often disconnected while it is
+// serviced).
+func hostVerdict(h host) (checks.Reason, string) {
+	where := ""
+	if h.datacenter != "" {
+		where = " (datacenter " + strconv.Quote(h.datacenter) + ")"
+	}
+	switch {
+	case h.maintenance:
+		return checks.ReasonMaintenance, fmt.Sprintf("in maintenance mode (runtime.inMaintenanceMode); runtime.connectionState is %s%s", h.state, where)
+	case h.state == types.HostSystemConnectionStateConnected:
+		return checks.ReasonReady, "connected (runtime.connectionState), not in maintenance mode" + where
+	case h.state == types.HostSystemConnectionStateDisconnected:
+		return ReasonHostDisconnected, "runtime.connectionState is disconnected: vCenter does not manage the host (disconnected by a user, or its license or agent failed)" + where
+	case h.state == types.HostSystemConnectionStateNotResponding:
+		return ReasonHostNotResponding, "runtime.connectionState is notResponding: vCenter lost its heartbeat from the host" + where
+	}
+	return checks.ReasonAPIError, fmt.Sprintf("runtime.connectionState %q is not a known state%s", h.state, where)
 }
 
 // round runs in its own goroutine and holds the turn while it makes calls.
@@ -336,18 +433,18 @@ func (c *Checker) round(ctx context.Context, stage *atomic.Int32) outcome {
 	select {
 	case <-c.turn:
 	case <-ctx.Done():
-		return outcome{checks.ReasonTimeout, ""}
+		return outcome{reason: checks.ReasonTimeout, msg: ""}
 	}
 	defer c.release()
 	if c.closed.Load() {
-		return outcome{checks.ReasonAPIError, "the checker is closed"}
+		return outcome{reason: checks.ReasonAPIError, msg: "the checker is closed"}
 	}
 	ctx = withDialDeadline(ctx)
 
 	stage.Store(stageCredentials)
 	cr := c.loadCreds()
 	if cr.err != nil {
-		return outcome{checks.ReasonCredentialsError, cr.err.Error()}
+		return outcome{reason: checks.ReasonCredentialsError, msg: cr.err.Error()}
 	}
 	if c.sess != nil && c.sess.gen != cr.gen {
 		stage.Store(stageLogout)
@@ -375,7 +472,7 @@ func (c *Checker) round(ctx context.Context, stage *atomic.Int32) outcome {
 			continue
 		}
 		if gone {
-			return outcome{checks.ReasonAPIError, "the server refused the session it had just created (NotAuthenticated right after Login)"}
+			return outcome{reason: checks.ReasonAPIError, msg: "the server refused the session it had just created (NotAuthenticated right after Login)"}
 		}
 		if ctx.Err() != nil && o.reason != checks.ReasonReady {
 			c.sess.soap.CloseIdleConnections() // cancel a dial in progress
@@ -402,7 +499,7 @@ func (c *Checker) login(ctx context.Context, stage *atomic.Int32, cr creds) (*se
 	if _, err := methods.Login(ctx, vc, &req); err != nil {
 		sc.CloseIdleConnections()
 		if fault.Is(err, &types.InvalidLogin{}) || fault.Is(err, &types.NoPermission{}) {
-			return nil, outcome{checks.ReasonUnauthorized, fmt.Sprintf("login of user %s refused: %s", quoteUser(cr.user), describe(err))}, false
+			return nil, outcome{reason: checks.ReasonUnauthorized, msg: fmt.Sprintf("login of user %s refused: %s", quoteUser(cr.user), describe(err))}, false
 		}
 		return nil, c.classify(ctx, err, "Login"), false
 	}
@@ -410,25 +507,14 @@ func (c *Checker) login(ctx context.Context, stage *atomic.Int32, cr creds) (*se
 	return &session{client: vc, soap: sc, gen: cr.gen}, outcome{}, true
 }
 
-// inventory makes the round's inventory call. gone says the session is not (or no longer)
-// authenticated.
+// inventory makes the round's inventory retrieval. gone says the session is not (or no
+// longer) authenticated.
 func (c *Checker) inventory(ctx context.Context, s *session) (o outcome, gone bool) {
 	root := s.client.ServiceContent.RootFolder
-	spec := types.PropertyFilterSpec{
-		ObjectSet: []types.ObjectSpec{{Obj: root}},
-		PropSet:   []types.PropertySpec{{Type: "Folder", PathSet: []string{"name"}}},
-	}
-	req := types.RetrievePropertiesEx{This: s.client.ServiceContent.PropertyCollector, SpecSet: []types.PropertyFilterSpec{spec}}
-	if c.cfg.Datacenter != "" {
-		spec.ObjectSet[0].SelectSet = []types.BaseSelectionSpec{&types.TraversalSpec{
-			SelectionSpec: types.SelectionSpec{Name: "folders"},
-			Type:          "Folder",
-			Path:          "childEntity",
-			SelectSet:     []types.BaseSelectionSpec{&types.SelectionSpec{Name: "folders"}},
-		}}
-		spec.PropSet = append(spec.PropSet, types.PropertySpec{Type: "Datacenter", PathSet: []string{"name"}})
-		req.SpecSet[0] = spec
-		req.Options.MaxObjects = pageSize
+	req := types.RetrievePropertiesEx{
+		This:    s.client.ServiceContent.PropertyCollector,
+		SpecSet: []types.PropertyFilterSpec{inventorySpec(root)},
+		Options: types.RetrieveOptions{MaxObjects: pageSize},
 	}
 	res, err := methods.RetrievePropertiesEx(ctx, s.client, &req)
 	if err != nil {
@@ -442,34 +528,38 @@ func (c *Checker) inventory(ctx context.Context, s *session) (o outcome, gone bo
 	if res.Returnval != nil {
 		objects, token = res.Returnval.Objects, res.Returnval.Token
 	}
-	rootSeen, found, datacenters := false, false, 0
+	var (
+		rootSeen   bool
+		parent     = map[types.ManagedObjectReference]types.ManagedObjectReference{}
+		dcName     = map[types.ManagedObjectReference]string{}
+		hosts      []types.ObjectContent
+		datastores []types.ObjectContent
+	)
 	for {
 		for _, obj := range objects {
 			for _, m := range obj.MissingSet {
 				if _, ok := m.Fault.Fault.(*types.NotAuthenticated); ok {
 					return outcome{}, true
 				}
-				return outcome{checks.ReasonAPIError, fmt.Sprintf("RetrievePropertiesEx: %s %s: %s is missing: %s",
+				return outcome{reason: checks.ReasonAPIError, msg: fmt.Sprintf("RetrievePropertiesEx: %s %s: %s is missing: %s",
 					obj.Obj.Type, obj.Obj.Value, m.Path, faultName(m.Fault.Fault))}, false
 			}
 			if obj.Obj == root {
 				rootSeen = true
 			}
-			if obj.Obj.Type == "Datacenter" {
-				datacenters++
-				for _, p := range obj.PropSet {
-					if name, ok := p.Val.(string); ok && p.Name == "name" && name == c.cfg.Datacenter {
-						found = true
-					}
-				}
+			if p, ok := prop(obj, "parent").(types.ManagedObjectReference); ok {
+				parent[obj.Obj] = p
+			}
+			switch obj.Obj.Type {
+			case "Datacenter":
+				dcName[obj.Obj], _ = prop(obj, "name").(string)
+			case "HostSystem":
+				hosts = append(hosts, obj)
+			case "Datastore":
+				datastores = append(datastores, obj)
 			}
 		}
 		if token == "" || ctx.Err() != nil {
-			break
-		}
-		if found {
-			// Leave no result set on the server. The simulator has no such method.
-			_, _ = methods.CancelRetrievePropertiesEx(ctx, s.client, &types.CancelRetrievePropertiesEx{This: req.This, Token: token})
 			break
 		}
 		more, err := methods.ContinueRetrievePropertiesEx(ctx, s.client, &types.ContinueRetrievePropertiesEx{This: req.This, Token: token})
@@ -481,19 +571,106 @@ func (c *Checker) inventory(ctx context.Context, s *session) (o outcome, gone bo
 		}
 		objects, token = more.Returnval.Objects, more.Returnval.Token
 	}
+	if token != "" {
+		return outcome{reason: checks.ReasonTimeout}, false
+	}
 	if !rootSeen {
-		return outcome{checks.ReasonAPIError, "RetrievePropertiesEx answered without the root folder"}, false
+		return outcome{reason: checks.ReasonAPIError, msg: "RetrievePropertiesEx answered without the root folder"}, false
 	}
-	if c.cfg.Datacenter == "" {
-		return outcome{checks.ReasonReady, "logged in; the inventory answered (root folder read)"}, false
-	}
-	if !found {
-		if ctx.Err() != nil {
-			return outcome{checks.ReasonTimeout, ""}, false
+	// datacenterOf walks up the parents to the datacenter; "" when the chain does not reach
+	// one (an object the account cannot see on the way).
+	datacenterOf := func(ref types.ManagedObjectReference) string {
+		for range 64 {
+			if name, ok := dcName[ref]; ok {
+				return name
+			}
+			p, ok := parent[ref]
+			if !ok {
+				return ""
+			}
+			ref = p
 		}
-		return outcome{ReasonDatacenterNotFound, fmt.Sprintf("no datacenter named %q among the %d datacenters of the inventory", c.cfg.Datacenter, datacenters)}, false
+		return ""
 	}
-	return outcome{checks.ReasonReady, fmt.Sprintf("logged in; datacenter %q is in the inventory", c.cfg.Datacenter)}, false
+	inv := &inventory{}
+	seen := map[string]bool{c.target: true}
+	for _, obj := range hosts {
+		h := host{datacenter: datacenterOf(obj.Obj)}
+		h.name, _ = prop(obj, "name").(string)
+		h.state, _ = prop(obj, "runtime.connectionState").(types.HostSystemConnectionState)
+		h.maintenance, _ = prop(obj, "runtime.inMaintenanceMode").(bool)
+		if h.name == "" || c.cfg.Datacenter != "" && h.datacenter != c.cfg.Datacenter {
+			continue
+		}
+		if seen[h.name] {
+			c.logger.Debug("vsphere host name seen twice in the inventory, keeping the first", "target", c.target, "host", h.name)
+			continue
+		}
+		seen[h.name] = true
+		inv.hosts = append(inv.hosts, h)
+	}
+	slices.SortFunc(inv.hosts, func(a, b host) int { return strings.Compare(a.name, b.name) })
+	for _, obj := range datastores {
+		d := datastore{datacenter: datacenterOf(obj.Obj)}
+		d.name, _ = prop(obj, "name").(string)
+		d.capacity, _ = prop(obj, "summary.capacity").(int64)
+		d.free, _ = prop(obj, "summary.freeSpace").(int64)
+		d.accessible, _ = prop(obj, "summary.accessible").(bool)
+		if d.name == "" || c.cfg.Datacenter != "" && d.datacenter != c.cfg.Datacenter {
+			continue
+		}
+		inv.datastores = append(inv.datastores, d)
+	}
+	slices.SortFunc(inv.datastores, func(a, b datastore) int {
+		return strings.Compare(a.datacenter+"\x00"+a.name, b.datacenter+"\x00"+b.name)
+	})
+	counts := fmt.Sprintf("%d hosts, %d datastores", len(inv.hosts), len(inv.datastores))
+	if c.cfg.Datacenter == "" {
+		return outcome{reason: checks.ReasonReady, msg: fmt.Sprintf("logged in; the inventory answered: %d datacenters, %s", len(dcName), counts), inv: inv}, false
+	}
+	if !slices.Contains(slices.Collect(maps.Values(dcName)), c.cfg.Datacenter) {
+		return outcome{reason: ReasonDatacenterNotFound, msg: fmt.Sprintf("no datacenter named %q among the %d datacenters of the inventory", c.cfg.Datacenter, len(dcName)), inv: inv}, false
+	}
+	return outcome{reason: checks.ReasonReady, msg: fmt.Sprintf("logged in; datacenter %q is in the inventory: %s", c.cfg.Datacenter, counts), inv: inv}, false
+}
+
+// inventorySpec reads, from the root folder down, the folders and datacenters (names and
+// parents), the compute resources (parents), the hosts (name, parent, connection state,
+// maintenance mode) and the datastores (name, parent, capacity, free space, accessible). The
+// parents place each host and datastore in its datacenter. Not the VM or network folders.
+func inventorySpec(root types.ManagedObjectReference) types.PropertyFilterSpec {
+	traverse := func(name, typ, path string, next ...string) types.BaseSelectionSpec {
+		ts := &types.TraversalSpec{SelectionSpec: types.SelectionSpec{Name: name}, Type: typ, Path: path}
+		for _, n := range next {
+			ts.SelectSet = append(ts.SelectSet, &types.SelectionSpec{Name: n})
+		}
+		return ts
+	}
+	return types.PropertyFilterSpec{
+		ObjectSet: []types.ObjectSpec{{Obj: root, SelectSet: []types.BaseSelectionSpec{
+			traverse("folder", "Folder", "childEntity", "folder", "hostFolder", "datastoreFolder", "hosts"),
+			traverse("hostFolder", "Datacenter", "hostFolder", "folder"),
+			traverse("datastoreFolder", "Datacenter", "datastoreFolder", "folder"),
+			traverse("hosts", "ComputeResource", "host"),
+		}}},
+		PropSet: []types.PropertySpec{
+			{Type: "Folder", PathSet: []string{"name", "parent"}},
+			{Type: "Datacenter", PathSet: []string{"name", "parent"}},
+			{Type: "ComputeResource", PathSet: []string{"parent"}},
+			{Type: "HostSystem", PathSet: []string{"name", "parent", "runtime.connectionState", "runtime.inMaintenanceMode"}},
+			{Type: "Datastore", PathSet: []string{"name", "parent", "summary.capacity", "summary.freeSpace", "summary.accessible"}},
+		},
+	}
+}
+
+// prop is the value of obj's property name, nil when it was not returned.
+func prop(obj types.ObjectContent, name string) any {
+	for _, p := range obj.PropSet {
+		if p.Name == name {
+			return p.Val
+		}
+	}
+	return nil
 }
 
 // classify maps a failed call to a reason and a message naming the call.
@@ -502,7 +679,7 @@ func (c *Checker) classify(ctx context.Context, err error, call string) outcome 
 	// before ctx's: a cut at or after the deadline is the deadline's.
 	dl, hasDeadline := ctx.Deadline()
 	if cutByDeadline(err) && (ctx.Err() != nil || hasDeadline && !time.Now().Before(dl)) {
-		return outcome{checks.ReasonTimeout, ""}
+		return outcome{reason: checks.ReasonTimeout, msg: ""}
 	}
 	var (
 		unknownCA   x509.UnknownAuthorityError
@@ -518,22 +695,22 @@ func (c *Checker) classify(ctx context.Context, err error, call string) outcome 
 		if c.cfg.CAFile != "" {
 			what = "caFile " + c.cfg.CAFile
 		}
-		return outcome{ReasonTLSError, fmt.Sprintf("%s: the server's certificate is not signed by %s: %s", call, what, checks.ErrorDetail(err))}
+		return outcome{reason: ReasonTLSError, msg: fmt.Sprintf("%s: the server's certificate is not signed by %s: %s", call, what, checks.ErrorDetail(err))}
 	case errors.As(err, &hostnameErr):
-		return outcome{ReasonTLSError, fmt.Sprintf("%s: the server's certificate is not for %s: %s", call, c.sdk.Hostname(), checks.ErrorDetail(err))}
+		return outcome{reason: ReasonTLSError, msg: fmt.Sprintf("%s: the server's certificate is not for %s: %s", call, c.sdk.Hostname(), checks.ErrorDetail(err))}
 	case errors.As(err, &invalidErr), errors.As(err, &verifyErr):
-		return outcome{ReasonTLSError, fmt.Sprintf("%s: the server's certificate is not valid: %s", call, checks.ErrorDetail(err))}
+		return outcome{reason: ReasonTLSError, msg: fmt.Sprintf("%s: the server's certificate is not valid: %s", call, checks.ErrorDetail(err))}
 	case errors.As(err, &recordErr):
-		return outcome{ReasonTLSError, fmt.Sprintf("%s: the server does not speak TLS: %s", call, checks.ErrorDetail(err))}
+		return outcome{reason: ReasonTLSError, msg: fmt.Sprintf("%s: the server does not speak TLS: %s", call, checks.ErrorDetail(err))}
 	case errors.As(err, &alertErr):
-		return outcome{ReasonTLSError, fmt.Sprintf("%s: the server refused the TLS handshake: %s", call, checks.ErrorDetail(err))}
+		return outcome{reason: ReasonTLSError, msg: fmt.Sprintf("%s: the server refused the TLS handshake: %s", call, checks.ErrorDetail(err))}
 	case soap.IsSoapFault(err) || soap.IsVimFault(err):
-		return outcome{checks.ReasonAPIError, fmt.Sprintf("%s: the server answered a fault: %s", call, describe(err))}
+		return outcome{reason: checks.ReasonAPIError, msg: fmt.Sprintf("%s: the server answered a fault: %s", call, describe(err))}
 	}
 	if unreachable(err) {
-		return outcome{checks.ReasonAPIUnreachable, fmt.Sprintf("%s: %s unreachable: %s", call, c.sdk.Host, checks.ErrorDetail(err))}
+		return outcome{reason: checks.ReasonAPIUnreachable, msg: fmt.Sprintf("%s: %s unreachable: %s", call, c.sdk.Host, checks.ErrorDetail(err))}
 	}
-	return outcome{checks.ReasonAPIError, fmt.Sprintf("%s failed: %s", call, checks.ErrorDetail(err))}
+	return outcome{reason: checks.ReasonAPIError, msg: fmt.Sprintf("%s failed: %s", call, checks.ErrorDetail(err))}
 }
 
 // unreachable reports a failure to get any answer: name resolution, connect, a connection
@@ -667,7 +844,7 @@ func readSecret(path, field string) (raw, value string, err error) {
 	return raw, value, nil
 }
 
-func (c *Checker) result(start time.Time, reason checks.Reason, msg string) []checks.TargetResult {
+func (c *Checker) result(start time.Time, reason checks.Reason, msg string) checks.TargetResult {
 	now := time.Now()
 	msg = checks.Clip(strings.Join(strings.Fields(msg), " "), maxMessageLen)
 	r := checks.TargetResult{
@@ -675,11 +852,27 @@ func (c *Checker) result(start time.Time, reason checks.Reason, msg string) []ch
 		Duration: now.Sub(start), CheckedAt: now,
 	}
 	c.logger.Debug("vsphere check done", "target", c.target, "reason", string(reason), "message", msg, "duration", r.Duration)
-	return []checks.TargetResult{r}
+	return r
 }
 
-// ProbeTarget checks the one target now, on demand: the same calls as a round's check, on the
-// same session.
+// ProbeTarget checks a target now, on demand: the same calls as a round's check, on the same
+// session, whose verdict on target it returns (a host's too: it is read by the same retrieval).
 func (c *Checker) ProbeTarget(ctx context.Context, target string, trace *checks.Trace) (checks.TargetResult, error) {
-	return checks.ProbeSingle(ctx, c, target, trace, "vSphere RetrievePropertiesEx on "+c.target)
+	if !slices.Contains(c.Targets(), target) {
+		return checks.TargetResult{}, checks.ErrUnknownTarget
+	}
+	end := trace.Begin("vSphere RetrievePropertiesEx on " + c.target)
+	for _, r := range c.Check(ctx) {
+		if r.Target != target {
+			continue
+		}
+		if r.Up {
+			end("ok: " + r.Message)
+		} else {
+			end(string(r.Reason) + ": " + r.Message)
+		}
+		return r, nil
+	}
+	end("no verdict: the host is no longer in the inventory")
+	return checks.TargetResult{}, fmt.Errorf("%w: %s is no longer in the inventory", checks.ErrUnknownTarget, target)
 }

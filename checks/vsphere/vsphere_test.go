@@ -46,29 +46,43 @@ func newChecker(t *testing.T, cfg *vsphere.Config) *vsphere.Checker {
 // secrets are strings no message may hold.
 var secrets []string
 
-// check runs one round bounded by timeout and returns its one verdict, which must come from
-// the catalogue and hold no secret.
+// check runs one round bounded by timeout and returns the vCenter's verdict. Every verdict must
+// come from the catalogue and hold no secret, and the round must report each of the checker's
+// targets once, the vCenter's first.
 func check(t *testing.T, c *vsphere.Checker, timeout time.Duration) checks.TargetResult {
+	t.Helper()
+	return checkAll(t, c, timeout)[c.Targets()[0]]
+}
+
+// checkAll is check's round, every verdict by target.
+func checkAll(t *testing.T, c *vsphere.Checker, timeout time.Duration) map[string]checks.TargetResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	rs := c.Check(ctx)
-	if len(rs) != 1 || rs[0].Target != c.Targets()[0] {
-		t.Fatalf("Check returned %+v, want one verdict on %v", rs, c.Targets())
+	targets := c.Targets()
+	if len(rs) != len(targets) || rs[0].Target != targets[0] {
+		t.Fatalf("Check returned %+v, want one verdict on each of %v, the vCenter's first", rs, targets)
 	}
-	r := rs[0]
-	if !slices.Contains(vsphere.Reasons, r.Reason) {
-		t.Errorf("reason %s is not in the catalogue %v", r.Reason, vsphere.Reasons)
-	}
-	if r.Up != (r.Reason == checks.ReasonReady) {
-		t.Errorf("Up %v with reason %s", r.Up, r.Reason)
-	}
-	for _, s := range secrets {
-		if s != "" && strings.Contains(r.Message, s) {
-			t.Errorf("message %q holds a secret", r.Message)
+	byTarget := map[string]checks.TargetResult{}
+	for _, r := range rs {
+		if _, dup := byTarget[r.Target]; dup || !slices.Contains(targets, r.Target) {
+			t.Fatalf("Check returned %+v, want one verdict on each of %v", rs, targets)
+		}
+		byTarget[r.Target] = r
+		if !slices.Contains(vsphere.Reasons, r.Reason) {
+			t.Errorf("reason %s is not in the catalogue %v", r.Reason, vsphere.Reasons)
+		}
+		if r.Up != (r.Reason == checks.ReasonReady) {
+			t.Errorf("Up %v with reason %s", r.Up, r.Reason)
+		}
+		for _, s := range secrets {
+			if s != "" && strings.Contains(r.Message, s) {
+				t.Errorf("message %q holds a secret", r.Message)
+			}
 		}
 	}
-	return r
+	return byTarget
 }
 
 func want(t *testing.T, r checks.TargetResult, reason checks.Reason, in string) {
@@ -103,6 +117,9 @@ func TestOneSessionAcrossRounds(t *testing.T) {
 	const rounds = 5
 	for range rounds {
 		want(t, check(t, c, 30*time.Second), checks.ReasonReady, "inventory answered")
+	}
+	if got, want := c.Targets(), []string{sim.Host(), "DC0_C0_H0", "DC0_C0_H1", "DC0_C0_H2", "DC0_H0"}; !slices.Equal(got, want) {
+		t.Fatalf("targets %v after the rounds, want %v (the vCenter and its hosts)", got, want)
 	}
 	got := sim.SessionsOf(sim.Username())
 	if len(got) != 1 {
@@ -244,23 +261,26 @@ func TestDatacenter(t *testing.T) {
 			}
 		})
 	}
-	// Pages of one object (the root folder and 3 datacenters: 4 objects): the named datacenter
-	// is read through continuations.
+	// Pages of one object: the whole inventory (folders, datacenters, compute resources, hosts
+	// and datastores of 3 datacenters) is read through continuations.
 	restore := vsphere.SetPageSize(1)
 	defer restore()
 	cfg := block(sim)
 	cfg.Datacenter = "DC2"
 	c := newChecker(t, cfg)
 	want(t, check(t, c, 30*time.Second), checks.ReasonReady, "DC2")
-	if n := calls(t, c); n < 3 {
-		t.Errorf("%d calls with pages of one object, want the login, the first page and continuations", n)
+	if got, want := c.Targets(), []string{sim.Host(), "DC2_C0_H0", "DC2_C0_H1", "DC2_C0_H2", "DC2_H0"}; !slices.Equal(got, want) {
+		t.Errorf("targets read one object a page: %v, want %v", got, want)
+	}
+	if n := calls(t, c); n < 20 {
+		t.Errorf("%d calls with pages of one object, want the login, the first page and a continuation for each object of 3 datacenters", n)
 	}
 	cfg = block(sim)
 	cfg.Datacenter = "DC9"
 	c = newChecker(t, cfg)
 	want(t, check(t, c, 30*time.Second), vsphere.ReasonDatacenterNotFound, "among the 3 datacenters")
-	if n := calls(t, c); n != 5 {
-		t.Errorf("%d calls reading 4 objects one by one, want 5 (the login, the first page, 3 continuations)", n)
+	if got := c.Targets(); len(got) != 1 {
+		t.Errorf("targets %v of a datacenter that does not exist, want only the vCenter's", got)
 	}
 }
 

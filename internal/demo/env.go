@@ -133,9 +133,13 @@ func (e *Env) providers(gceKey string) string {
 		VSphereProvider, e.VCSim.URL(), e.VCSim.UsernameFile(), e.VCSim.PasswordFile(), e.VCSim.CAFile())
 }
 
-// Targets is the number of targets the providers file names: one per provider, except the kvm
-// provider, which has one per host.
-func (e *Env) Targets() int { return 3 + len(e.Fleet.Hosts) }
+// Targets is the number of targets the providers report: one per provider, except the kvm
+// provider, which has one per host, and the vsphere provider, which has the vCenter's and one
+// per ESXi host of the simulator's inventory.
+func (e *Env) Targets() int { return 3 + len(e.Fleet.Hosts) + vsphereHosts }
+
+// vsphereHosts are the ESXi hosts of the simulator's one datacenter: DC0_H0 and DC0_C0_H0..H2.
+const vsphereHosts = 4
 
 // BreakCommand is a shell command that makes KVM host i refuse SSH: a firewall rule in the host's
 // network namespace that answers every packet to port 22 with a TCP reset. The exporter's pooled

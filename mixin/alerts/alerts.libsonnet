@@ -58,8 +58,16 @@ local promql = import '../lib/promql.libsonnet';
 
     // A target down on every replica, and a provider all of whose targets are down on every
     // replica: both from the raw series, never from a series recorded by another group.
-    local targetDownExpr = 'max %s (%s) == 0' % [by(['provider', 'target']), sel('proxy_operator_provider_target_up')],
-    local providerDownExpr = 'max %s (%s) == 0' % [by(['provider']), sel('proxy_operator_provider_target_up')],
+    // A target in maintenance (reason Maintenance, on any replica) is deliberately out of
+    // service: neither down alert counts it, and a provider whose other targets are all up (or
+    // whose every target is in maintenance) is not down.
+    local upOutsideMaintenance = '(%s unless on (%s) %s == 1)' % [
+      sel('proxy_operator_provider_target_up'),
+      std.join(', ', promql.groupLabels(c, ['provider', 'target'])),
+      sel('proxy_operator_provider_target_reason', ['reason="Maintenance"']),
+    ],
+    local targetDownExpr = 'max %s %s == 0' % [by(['provider', 'target']), upOutsideMaintenance],
+    local providerDownExpr = 'max %s %s == 0' % [by(['provider']), upOutsideMaintenance],
     // TargetDown leaves out a target of a provider down as a whole until the target has been
     // down for this window: targetDownFor, so that a target whose TargetDown fired before the
     // rest of its provider failed keeps it; at least providerDownFor, so that the TargetDown
@@ -109,10 +117,11 @@ local promql = import '../lib/promql.libsonnet';
             c.providerDownFor,
             'Every target of a provider has been down.',
             'All {{ with query (printf `count (max by (target) (proxy_operator_provider_target_up{'
-            + matchers(['provider']) + '}))` ' + args(['provider'])
+            + matchers(['provider']) + '} unless on (target) proxy_operator_provider_target_reason{'
+            + matchers(['provider']) + ', reason="Maintenance"} == 1))` ' + args(['provider']) + ' ' + args(['provider'])
             + ') }}{{ . | first | value }}{{ end }} targets of provider {{ $labels.provider }} have been down for more than '
             + c.providerDownFor + '; reasons: {{ range $i, $r := query (printf `count by (reason) (max by (target, reason) (proxy_operator_provider_target_reason{'
-            + matchers(['provider']) + '} == 1))` ' + args(['provider'])
+            + matchers(['provider']) + ', reason!="Maintenance"} == 1))` ' + args(['provider'])
             + ') | sortByLabel "reason" }}{{ if $i }}, {{ end }}{{ $r.Labels.reason }} ({{ $r.Value }}){{ end }}.',
           ),
           alert(

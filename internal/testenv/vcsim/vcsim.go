@@ -433,6 +433,22 @@ func (s *Sim) ClearFaults() {
 	s.adminCall(http.MethodDelete, "/fault", nil)
 }
 
+// The host tasks HostTask runs.
+const (
+	Disconnect       = "disconnect"       // DisconnectHost_Task
+	Reconnect        = "reconnect"        // ReconnectHost_Task
+	EnterMaintenance = "enterMaintenance" // EnterMaintenanceMode_Task
+	ExitMaintenance  = "exitMaintenance"  // ExitMaintenanceMode_Task
+)
+
+// HostTask runs action (Disconnect, Reconnect, EnterMaintenance, ExitMaintenance) on the
+// ESXi host named host (DC0_C0_H0) and waits for the task, through the simulator's internal
+// session: no session of the test's user counts a call.
+func (s *Sim) HostTask(host, action string) {
+	s.tb.Helper()
+	s.adminCall(http.MethodPost, "/host?"+url.Values{"name": {host}, "action": {action}}.Encode(), nil)
+}
+
 func (s *Sim) adminCall(method, path string, out any) {
 	s.tb.Helper()
 	s.mu.Lock()

@@ -13,6 +13,9 @@
 //	POST /fault?method=M&fault=F&count=N  the next N calls (0: all) of method M answer fault F
 //	                                      (SystemError, NotAuthenticated or NoPermission)
 //	DELETE /fault             no more injected faults
+//	POST /host?name=H&action=A  runs a task on host H and waits for it: A is disconnect
+//	                            (DisconnectHost_Task), reconnect (ReconnectHost_Task),
+//	                            enterMaintenance or exitMaintenance (Enter/ExitMaintenanceMode_Task)
 package main
 
 import (
@@ -30,7 +33,10 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/property"
 	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/view"
 	"github.com/vmware/govmomi/vim25"
 	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/mo"
@@ -150,6 +156,14 @@ func main() {
 		model.Service.ClearFaultRules()
 		log.Printf("vcsim: no more injected faults")
 	})
+	mux.HandleFunc("POST /host", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if err := hostAction(r.Context(), admin, q.Get("name"), q.Get("action")); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		log.Printf("vcsim: host %s: %s done", q.Get("name"), q.Get("action"))
+	})
 	go func() { _ = http.Serve(ln, mux) }()
 
 	b, err := json.Marshal(State{URL: server.URL.String(), Admin: ln.Addr().String()})
@@ -194,4 +208,35 @@ func sessions(ctx context.Context, c *vim25.Client) ([]Session, error) {
 		list = append(list, Session{Key: s.Key, UserName: s.UserName, CallCount: s.CallCount})
 	}
 	return list, nil
+}
+
+// hostAction runs the task action on the host named name and waits for it.
+func hostAction(ctx context.Context, c *vim25.Client, name, action string) error {
+	v, err := view.NewManager(c).CreateContainerView(ctx, c.ServiceContent.RootFolder, []string{"HostSystem"}, true)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = v.Destroy(ctx) }()
+	var hosts []mo.HostSystem
+	if err := v.RetrieveWithFilter(ctx, []string{"HostSystem"}, []string{"name"}, &hosts, property.Match{"name": name}); err != nil {
+		return fmt.Errorf("host %q: %w", name, err)
+	}
+	h := object.NewHostSystem(c, hosts[0].Reference())
+	var task *object.Task
+	switch action {
+	case "disconnect":
+		task, err = h.Disconnect(ctx)
+	case "reconnect":
+		task, err = h.Reconnect(ctx, nil, nil)
+	case "enterMaintenance":
+		task, err = h.EnterMaintenanceMode(ctx, 0, false, nil)
+	case "exitMaintenance":
+		task, err = h.ExitMaintenanceMode(ctx, 0)
+	default:
+		return fmt.Errorf("action %q: want disconnect, reconnect, enterMaintenance or exitMaintenance", action)
+	}
+	if err != nil {
+		return err
+	}
+	return task.Wait(ctx)
 }
