@@ -11,7 +11,7 @@ import (
 )
 
 // GET /api/v1/status answers what the status page shows, as JSON (docs/api.md): the same
-// filters (provider, state, reason), the same order and the same pages of at most
+// filters (provider, state, reason, label), the same order and the same pages of at most
 // landingPageRows targets, in Prometheus's HTTP API envelope ({"status": "success", "data":
 // ...}, or "error" with errorType and error). The field names are a stable interface:
 // api_test.go pins them; a change that removes or renames one needs a new version of the path.
@@ -79,6 +79,8 @@ type apiTarget struct {
 	Reason  string `json:"reason"`
 	Meaning string `json:"meaning"`
 	Message string `json:"message"`
+	// Labels are the target's labels: its provider's, with its own over them ({} when none).
+	Labels map[string]string `json:"labels"`
 	// Since is when the verdict last changed; LastContacted when the last check that
 	// contacted the target completed, and CheckDuration how long it took.
 	Since         time.Time `json:"since"`
@@ -227,7 +229,7 @@ func apiProviderOf(p *landingProvider) apiProvider {
 	}
 	for _, rows := range [][]landingRow{p.Down, p.Up} {
 		for i := range rows {
-			ap.Targets = append(ap.Targets, apiTargetOf(p.Type, rows[i].ts))
+			ap.Targets = append(ap.Targets, apiTargetOf(p.ps, rows[i].ts))
 		}
 	}
 	for i := range p.ps.Unchecked[:min(len(p.ps.Unchecked), landingUncheckedNames)] {
@@ -237,10 +239,15 @@ func apiProviderOf(p *landingProvider) apiProvider {
 	return ap
 }
 
-func apiTargetOf(typ checks.ProviderType, t *checks.TargetState) apiTarget {
+func apiTargetOf(ps *checks.ProviderState, t *checks.TargetState) apiTarget {
+	labels := ps.Labels.Of(t.Target)
+	if labels == nil {
+		labels = map[string]string{}
+	}
 	at := apiTarget{
-		Name: t.Target, Up: t.Up, Reason: string(t.Reason), Meaning: checks.Meaning(typ, t.Reason), Message: t.Message,
-		Since: t.Since.UTC(), LastContacted: t.CheckedAt.UTC(), CheckDuration: t.Duration.Seconds(),
+		Name: t.Target, Up: t.Up, Reason: string(t.Reason), Meaning: checks.Meaning(ps.Type, t.Reason), Message: t.Message,
+		Labels: labels,
+		Since:  t.Since.UTC(), LastContacted: t.CheckedAt.UTC(), CheckDuration: t.Duration.Seconds(),
 		Pending: pendingNote(t), CheckReason: string(t.CheckReason),
 		ConsecutiveFailures: t.ConsecutiveFailures, ConsecutiveSuccesses: t.ConsecutiveSuccesses,
 		History: []apiTransition{},

@@ -58,7 +58,7 @@ func TestStatusAPIShape(t *testing.T) {
 		"summary":    "down,providers,ready,targets,unchecked",
 		"page":       "number,pages,size,total",
 		"provider":   "checked,down,lastChecked,name,ready,since,targets,total,type,unchecked,uncheckedTargets,worstReason",
-		"target":     "checkDurationSeconds,checkReason,consecutiveFailures,consecutiveSuccesses,history,lastContacted,meaning,message,name,pending,reason,since,up",
+		"target":     "checkDurationSeconds,checkReason,consecutiveFailures,consecutiveSuccesses,history,labels,lastContacted,meaning,message,name,pending,reason,since,up",
 		"transition": "at,first,fromReason,fromUp,message,reason,up",
 		"unchecked":  "listed,message,name",
 		"writer":     "problems,syncedRound,writing",

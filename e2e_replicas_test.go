@@ -161,7 +161,7 @@ func TestEndToEndReplicas(t *testing.T) {
 	}
 	allReady := map[string]string{demo.KubernetesProvider: "True AllTargetsReady 1/1", demo.GCPProvider: "True AllTargetsReady 1/1",
 		demo.KVMProvider:     fmt.Sprintf("True AllTargetsReady %d/%d", len(env.Fleet.Hosts), len(env.Fleet.Hosts)),
-		demo.VSphereProvider: "True AllTargetsReady 1/1"}
+		demo.VSphereProvider: fmt.Sprintf("True AllTargetsReady %d/%d", demo.VSphereTargets, demo.VSphereTargets)}
 	waitPH("every provider ready", allReady)
 
 	var leaders []*replica

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/common/version"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 )
 
@@ -86,8 +88,11 @@ Version {{.Version}}.</p>
 <option value="up"{{if eq .Filter.State "up"}} selected{{end}}>ready only</option>
 </select></label>
 {{if .Filter.Reason}}<label>Reason <input type="text" name="reason" value="{{.Filter.Reason}}" size="24"></label>{{end}}
+{{range .Filter.Labels}}<input type="hidden" name="label" value="{{.}}">{{end}}
+<label>Label <input type="text" name="label" value="" size="20" placeholder="name=value"></label>
 <button type="submit">Filter</button>
-{{if or .Filter.Provider .Filter.State .Filter.Reason}}<a href="./">clear the filter</a>{{end}}
+{{if .Filter.Labels}}<span class="note">labels: {{range $i, $l := .Filter.Labels}}{{if $i}}, {{end}}{{$l}}{{end}}</span>{{end}}
+{{if or .Filter.Provider .Filter.State .Filter.Reason .Filter.Labels}}<a href="./">clear the filter</a>{{end}}
 </form>
 {{- end}}
 {{if .Providers -}}
@@ -161,7 +166,7 @@ a check of it run now, with debug output.</p>
 {{if .Next}}<a href="{{.Next}}">next &rarr;</a>{{end}}</p>{{end}}
 {{- end}}
 {{define "row" -}}
-<tr class="target"><td><a href="{{.ProbeURL}}">{{.Target}}</a></td>
+<tr class="target"><td><a href="{{.ProbeURL}}">{{.Target}}</a>{{if .Labels}}<br><span class="note labels">{{.Labels}}</span>{{end}}</td>
 <td class="{{if .Up}}up{{else}}down{{end}}">{{if .Up}}up{{else}}down{{end}}{{if .Pending}}<br><span class="pending">{{.Pending}}</span>{{end}}</td>
 <td title="{{.Meaning}}">{{.Reason}}</td><td>{{.Message}}</td>
 <td class="time">{{.Since}}<br><span class="note">for {{.SinceFor}}</span></td>
@@ -253,12 +258,40 @@ func landingWriterOf(r crdwriter.Report, now time.Time) *landingWriter {
 }
 
 // landingFilter is the page's query: provider (empty: all), state ("", "down" or "up"), reason
-// (empty: all) and the page (from 1).
+// (empty: all), labels (every one a target must have; none: all) and the page (from 1).
 type landingFilter struct {
 	Provider string
 	State    string
 	Reason   checks.Reason
+	Labels   []labelMatch
 	Page     int
+}
+
+// labelMatch is one label=value of the filter: a target matches when its labels (its
+// provider's, with its own over them) hold Name with exactly Value.
+type labelMatch struct{ Name, Value string }
+
+func (l labelMatch) String() string { return l.Name + "=" + l.Value }
+
+// narrows reports whether the filter selects fewer rows than the whole page (beyond the
+// provider): a reason or labels, or a state.
+func (f landingFilter) narrows() bool { return f.State != "" || f.Reason != "" || len(f.Labels) > 0 }
+
+// matches reports whether target t of provider ps has the filter's reason and labels.
+func (f landingFilter) matches(ps *checks.ProviderState, t *checks.TargetState) bool {
+	if f.Reason != "" && t.Reason != f.Reason {
+		return false
+	}
+	if len(f.Labels) == 0 {
+		return true
+	}
+	ls := ps.Labels.Of(t.Target)
+	for _, l := range f.Labels {
+		if v, ok := ls[l.Name]; !ok || v != l.Value {
+			return false
+		}
+	}
+	return true
 }
 
 // landingPager says which of the selected target rows this page shows, and links its
@@ -288,6 +321,22 @@ func parseLandingFilter(q url.Values) (landingFilter, error) {
 	if f.Reason != "" && !slices.ContainsFunc(checks.Registered(), func(t *checks.Type) bool { return checks.ValidReason(t.Name, f.Reason) }) {
 		return f, fmt.Errorf("unknown reason %q: use a reason of a provider type's catalogue (docs/reasons.md), or nothing", f.Reason)
 	}
+	for _, l := range q["label"] {
+		if l == "" {
+			continue // the form's empty label field
+		}
+		name, value, ok := strings.Cut(l, "=")
+		if !ok {
+			return f, fmt.Errorf("label %q: want name=value (a target's label and its exact value)", l)
+		}
+		if p := config.LabelNameProblem(name); p != "" {
+			return f, fmt.Errorf("label %q: %s", l, p)
+		}
+		m := labelMatch{Name: name, Value: value}
+		if !slices.Contains(f.Labels, m) {
+			f.Labels = append(f.Labels, m)
+		}
+	}
 	if p := q.Get("page"); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 {
@@ -309,6 +358,9 @@ func (f landingFilter) url(n int) string {
 	}
 	if f.Reason != "" {
 		v.Set("reason", string(f.Reason))
+	}
+	for _, l := range f.Labels {
+		v.Add("label", l.String())
 	}
 	if n > 1 {
 		v.Set("page", strconv.Itoa(n))
@@ -365,12 +417,15 @@ type landingProvider struct {
 	// is "up", selUp of its ready ones unless state is "down" (with a reason filter, only those
 	// of that reason).
 	selected, selDown, selUp int
-	reason                   checks.Reason
+	filter                   landingFilter
 }
 
 // landingRow is one target.
 type landingRow struct {
 	Target string
+	// Labels are the target's labels (its provider's, with its own over them), name=value
+	// sorted by name; "" when it has none.
+	Labels string
 	// ProbeURL is the relative URL of a check of the target run now, with debug output.
 	ProbeURL string
 	Up       bool
@@ -526,7 +581,7 @@ func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 			continue
 		}
 		switch {
-		case (f.State != "" || f.Reason != "") && p.selected == 0:
+		case f.narrows() && p.selected == 0:
 			continue
 		case !p.Checked:
 			unchecked = append(unchecked, p)
@@ -542,8 +597,12 @@ func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 	switch {
 	case f.Provider != "" && !slices.Contains(d.AllProviders, f.Provider):
 		d.NoMatch = fmt.Sprintf("No provider is named %q.", f.Provider)
+	case f.Reason != "" && len(f.Labels) > 0:
+		d.NoMatch = fmt.Sprintf("No target reads %s with the labels %s.", f.Reason, f.labelList())
 	case f.Reason != "":
 		d.NoMatch = fmt.Sprintf("No target reads %s.", f.Reason)
+	case len(f.Labels) > 0:
+		d.NoMatch = fmt.Sprintf("No target has the labels %s.", f.labelList())
 	case f.State == "down":
 		d.NoMatch = "No target is down."
 	case f.State == "up":
@@ -605,7 +664,7 @@ func paginate(providers []landingProvider, f landingFilter, now time.Time) landi
 // that the page shows.
 func landingProviderOf(ps *checks.ProviderState, f landingFilter, now time.Time) landingProvider {
 	state := f.State
-	p := landingProvider{Name: ps.Name, Type: ps.Type, Checked: len(ps.Targets) > 0, Total: len(ps.Targets), FoldUp: state == "" && f.Reason == "", ps: ps, reason: f.Reason}
+	p := landingProvider{Name: ps.Name, Type: ps.Type, Checked: len(ps.Targets) > 0, Total: len(ps.Targets), FoldUp: !f.narrows(), ps: ps, filter: f}
 	p.Unchecked, p.UncheckedNote = uncheckedNote(ps.Unchecked, now)
 	if !p.Checked {
 		return p
@@ -621,7 +680,7 @@ func landingProviderOf(ps *checks.ProviderState, f landingFilter, now time.Time)
 		if t.Since.After(lastFlip) {
 			lastFlip = t.Since
 		}
-		matches := f.Reason == "" || t.Reason == f.Reason
+		matches := f.matches(ps, t)
 		if t.Up {
 			p.Ready++
 			if matches {
@@ -669,8 +728,8 @@ func landingProviderOf(ps *checks.ProviderState, f landingFilter, now time.Time)
 	p.LastChecked, p.LastCheckedAgo = formatTime(lastChecked), humanDuration(now.Sub(lastChecked))
 	switch hidden := p.Total - p.Maintenance - p.selected; {
 	case hidden == 0:
-	case f.Reason != "":
-		p.Hidden = fmt.Sprintf("%d target%s of other reasons or states not shown (filter: reason %s).", hidden, plural(hidden), f.Reason)
+	case f.Reason != "" || len(f.Labels) > 0:
+		p.Hidden = fmt.Sprintf("%d target%s of other reasons, labels or states not shown (filter: %s).", hidden, plural(hidden), f.describe())
 	case state == "down":
 		p.Hidden = fmt.Sprintf("%d ready target%s not shown (state filter: down only).", hidden, plural(hidden))
 	case state == "up":
@@ -717,7 +776,7 @@ func (p *landingProvider) fill(up bool, from, to int, now time.Time) {
 	k := 0
 	for i := range p.ps.Targets {
 		t := &p.ps.Targets[i]
-		if t.Up != up || inMaintenance(t) || p.reason != "" && t.Reason != p.reason {
+		if t.Up != up || inMaintenance(t) || !p.filter.matches(p.ps, t) {
 			continue
 		}
 		if k >= to {
@@ -725,13 +784,46 @@ func (p *landingProvider) fill(up bool, from, to int, now time.Time) {
 		}
 		if k >= from {
 			if up {
-				p.Up = append(p.Up, landingRowOf(p.Name, p.ps.Type, t, now))
+				p.Up = append(p.Up, landingRowOf(p.ps, t, now))
 			} else {
-				p.Down = append(p.Down, landingRowOf(p.Name, p.ps.Type, t, now))
+				p.Down = append(p.Down, landingRowOf(p.ps, t, now))
 			}
 		}
 		k++
 	}
+}
+
+// labelList is the filter's labels, name=value, comma-separated.
+func (f landingFilter) labelList() string {
+	s := make([]string, len(f.Labels))
+	for i, l := range f.Labels {
+		s[i] = l.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// describe says what the filter's reason and labels select, for the page's notes.
+func (f landingFilter) describe() string {
+	var parts []string
+	if f.Reason != "" {
+		parts = append(parts, "reason "+string(f.Reason))
+	}
+	if len(f.Labels) > 0 {
+		parts = append(parts, "labels "+f.labelList())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// labelString is labels as name=value, sorted by name, comma-separated.
+func labelString(labels map[string]string) string {
+	if len(labels) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(labels))
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		parts = append(parts, k+"="+labels[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // inMaintenance reports a target deliberately out of service: the page lists it apart.
@@ -739,10 +831,12 @@ func inMaintenance(t *checks.TargetState) bool {
 	return !t.Up && t.Reason == checks.ReasonMaintenance
 }
 
-func landingRowOf(provider string, typ checks.ProviderType, t *checks.TargetState, now time.Time) landingRow {
+func landingRowOf(ps *checks.ProviderState, t *checks.TargetState, now time.Time) landingRow {
+	typ := ps.Type
 	return landingRow{
 		Target:   t.Target,
-		ProbeURL: probeURL(provider, t.Target),
+		Labels:   labelString(ps.Labels.Of(t.Target)),
+		ProbeURL: probeURL(ps.Name, t.Target),
 		Up:       t.Up,
 		Reason:   t.Reason,
 		// The catalogue marks names with backticks, as Markdown does; a title shows them bare.

@@ -138,6 +138,9 @@ func (e *Env) providers(gceKey string) string {
 // per ESXi host of the simulator's inventory.
 func (e *Env) Targets() int { return 3 + len(e.Fleet.Hosts) + vsphereHosts }
 
+// VSphereTargets is the number of targets of the vsphere provider: the vCenter and its ESXi hosts.
+const VSphereTargets = 1 + vsphereHosts
+
 // vsphereHosts are the ESXi hosts of the simulator's one datacenter: DC0_H0 and DC0_C0_H0..H2.
 const vsphereHosts = 4
 

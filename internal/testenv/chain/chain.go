@@ -238,9 +238,12 @@ func (m *Mixin) StackOptions(scrape []string, ruleFiles []string) promstack.Opti
 		ScrapeInterval:     m.Interval(),
 		EvaluationInterval: m.Interval(),
 		ResendDelay:        m.Interval(),
-		RuleFiles:          ruleFiles,
-		InhibitRules:       m.InhibitRules,
-		Routes:             m.Routes,
+		// Prometheus's first scrape comes at its discovery reload (5s by default), as long as
+		// an alert's scaled for: (ExporterDown's 5m is 5s at 1/60) and it would page.
+		DiscoveryReloadInterval: m.Interval(),
+		RuleFiles:               ruleFiles,
+		InhibitRules:            m.InhibitRules,
+		Routes:                  m.Routes,
 		// The top-level route, for an alert the recommended route does not catch.
 		GroupWait:      m.GroupWait,
 		GroupInterval:  m.GroupInterval,

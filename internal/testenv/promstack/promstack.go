@@ -54,6 +54,12 @@ type Options struct {
 	// ResendDelay is Prometheus's --rules.alert.resend-delay (how often a firing alert is sent
 	// again); 0 keeps Prometheus's default, 1m. A test scaling every duration down scales it too.
 	ResendDelay time.Duration
+	// DiscoveryReloadInterval is Prometheus's hidden --scrape.discovery-reload-interval: the
+	// scrape manager applies discovered targets at most this often, and so scrapes first up to
+	// this long after the start (default 5s). A test scaling every duration down scales it
+	// too: at 1/60 an alert's for: of 5m is 5s, and a first scrape 5s late reads as an
+	// exporter that is not scraped. 0 keeps Prometheus's default.
+	DiscoveryReloadInterval time.Duration
 
 	// Alertmanager, when set, is another stack whose Alertmanager this stack's Prometheus sends
 	// its alerts to, instead of starting one of its own (several Prometheus servers, one
@@ -236,6 +242,9 @@ func (s *Stack) startPrometheus(ctx context.Context, tb testing.TB, bin string, 
 		}
 		if opts.ResendDelay > 0 {
 			args = append(args, "--rules.alert.resend-delay="+promDuration(opts.ResendDelay))
+		}
+		if opts.DiscoveryReloadInterval > 0 {
+			args = append(args, "--scrape.discovery-reload-interval="+promDuration(opts.DiscoveryReloadInterval))
 		}
 		return args
 	})

@@ -3,6 +3,7 @@ package promstack_test
 import (
 	"bufio"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -84,7 +85,12 @@ func TestScrapeRuleAlertNotify(t *testing.T) {
 		ScrapeTargets:  []string{target},
 		RuleFiles:      []string{writeFile(t, "rules.yml", smokeRules)},
 		ExternalLabels: map[string]string{"cluster": "smoke"},
+		// A scaled test's first scrape must not wait out the default 5s discovery reload.
+		DiscoveryReloadInterval: 500 * time.Millisecond,
 	})
+	if got := prometheusFlag(t, s, "scrape.discovery-reload-interval"); got != "500ms" {
+		t.Errorf("Prometheus runs with --scrape.discovery-reload-interval=%q, want 500ms", got)
+	}
 
 	tg := s.WaitTargetUp(t, target, wait)
 	if tg.ScrapePool != promstack.JobName || tg.Labels["job"] != promstack.JobName {
@@ -137,6 +143,23 @@ func TestScrapeRuleAlertNotify(t *testing.T) {
 		_, ok := n.Alert("PromstackSmokeGaugePositive", "resolved")
 		return ok
 	}, wait)
+}
+
+// prometheusFlag is the value Prometheus reports for its command-line flag name.
+func prometheusFlag(t *testing.T, s *promstack.Stack, name string) string {
+	t.Helper()
+	resp, err := http.Get(s.PrometheusURL + "/api/v1/status/flags")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		t.Fatalf("GET /api/v1/status/flags: %v", err)
+	}
+	return r.Data[name]
 }
 
 // TestPostAlertDirectly pushes a test alert to Alertmanager without Prometheus.

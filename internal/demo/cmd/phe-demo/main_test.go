@@ -228,8 +228,8 @@ func TestDemo(t *testing.T) {
 	// Every target up, as the exporter serves it.
 	metrics := get(t, client, "http://"+exporterAddr+"/metrics")
 	up := regexp.MustCompile(`(?m)^proxy_operator_provider_target_up\{[^}]*\} (\S+)$`).FindAllStringSubmatch(metrics, -1)
-	if len(up) != 6 {
-		t.Errorf("%d target_up series, want 6 (a cluster, a GCE project, 3 KVM hosts, a vCenter)", len(up))
+	if want := 5 + demo.VSphereTargets; len(up) != want {
+		t.Errorf("%d target_up series, want %d (a cluster, a GCE project, 3 KVM hosts, a vCenter and its %d ESXi hosts)", len(up), want, demo.VSphereTargets-1)
 	}
 	for _, m := range up {
 		if m[1] != "1" {
@@ -252,7 +252,7 @@ func TestDemo(t *testing.T) {
 			rows[f[0]] = strings.Join(f[1:4], " ")
 		}
 	}
-	for name, want := range map[string]string{demo.KubernetesProvider: "True AllTargetsReady 1/1", demo.GCPProvider: "True AllTargetsReady 1/1", demo.KVMProvider: "True AllTargetsReady 3/3", demo.VSphereProvider: "True AllTargetsReady 1/1"} {
+	for name, want := range map[string]string{demo.KubernetesProvider: "True AllTargetsReady 1/1", demo.GCPProvider: "True AllTargetsReady 1/1", demo.KVMProvider: "True AllTargetsReady 3/3", demo.VSphereProvider: fmt.Sprintf("True AllTargetsReady %d/%d", demo.VSphereTargets, demo.VSphereTargets)} {
 		if rows[name] != want {
 			t.Errorf("kubectl get ph %s: %q, want %q\n%s", name, rows[name], want, ph)
 		}
