@@ -71,6 +71,11 @@ type apiProvider struct {
 	Targets []apiTarget `json:"targets"`
 	// UncheckedTargets are the first landingUncheckedNames of its targets without a verdict.
 	UncheckedTargets []apiUnchecked `json:"uncheckedTargets"`
+	// Maintenance counts its targets in maintenance (neither ready nor down);
+	// MaintenanceTargets are the first landingUncheckedNames of them the filter selects (none
+	// under a state filter: they are neither), on every page.
+	Maintenance        int         `json:"maintenance"`
+	MaintenanceTargets []apiTarget `json:"maintenanceTargets"`
 }
 
 type apiTarget struct {
@@ -205,7 +210,8 @@ func (e *exporter) apiStatusOf(s *checks.Snapshot, f landingFilter, now time.Tim
 
 func apiProviderOf(p *landingProvider) apiProvider {
 	ap := apiProvider{Name: p.Name, Type: string(p.Type), Checked: p.Checked, Ready: p.Ready, Down: p.DownTotal, Total: p.Total,
-		Unchecked: p.Unchecked, WorstReason: string(p.WorstReason), Targets: []apiTarget{}, UncheckedTargets: []apiUnchecked{}}
+		Unchecked: p.Unchecked, WorstReason: string(p.WorstReason), Targets: []apiTarget{}, UncheckedTargets: []apiUnchecked{},
+		Maintenance: p.Maintenance, MaintenanceTargets: []apiTarget{}}
 	var lastChecked, lastFlip, firstDown time.Time
 	for i := range p.ps.Targets {
 		t := &p.ps.Targets[i]
@@ -230,6 +236,11 @@ func apiProviderOf(p *landingProvider) apiProvider {
 	for _, rows := range [][]landingRow{p.Down, p.Up} {
 		for i := range rows {
 			ap.Targets = append(ap.Targets, apiTargetOf(p.ps, rows[i].ts))
+		}
+	}
+	for i := range p.ps.Targets {
+		if t := &p.ps.Targets[i]; inMaintenance(t) && p.filter.State == "" && p.filter.matches(p.ps, t) && len(ap.MaintenanceTargets) < landingUncheckedNames {
+			ap.MaintenanceTargets = append(ap.MaintenanceTargets, apiTargetOf(p.ps, t))
 		}
 	}
 	for i := range p.ps.Unchecked[:min(len(p.ps.Unchecked), landingUncheckedNames)] {

@@ -153,7 +153,7 @@ provider's failureThreshold or successThreshold is marked "failures pending" or 
 pending", with what the last check itself said. A target not checked yet (not contacted since the
 exporter listed it, or its first checks have not met a threshold) has no verdict: it is counted
 neither up nor down, here as in the metrics and the ProviderHealth objects. A target in
-maintenance (deliberately out of service: an ESXi host in maintenance mode) is listed apart under
+maintenance (deliberately out of service: its maintenance label, or an ESXi host in maintenance mode) is listed apart under
 its provider, neither ready nor down. Each target's last {{.HistoryLength}} transitions
 are listed under Transitions (none for a target unchanged since its first check); they are kept
 in memory only: a restart of the exporter starts a new history. A target's name links to
@@ -418,6 +418,8 @@ type landingProvider struct {
 	// of that reason).
 	selected, selDown, selUp int
 	filter                   landingFilter
+	// selMaint counts its targets in maintenance the filter selects (listed apart, not rows).
+	selMaint int
 }
 
 // landingRow is one target.
@@ -581,7 +583,7 @@ func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 			continue
 		}
 		switch {
-		case f.narrows() && p.selected == 0:
+		case f.narrows() && p.selected == 0 && p.selMaint == 0:
 			continue
 		case !p.Checked:
 			unchecked = append(unchecked, p)
@@ -689,6 +691,9 @@ func landingProviderOf(ps *checks.ProviderState, f landingFilter, now time.Time)
 			continue
 		}
 		if inMaintenance(t) {
+			if state == "" && matches {
+				p.selMaint++
+			}
 			if len(maintenance) < landingUncheckedNames {
 				maintenance = append(maintenance, fmt.Sprintf("%s (since %s)", t.Target, formatTime(t.Since)))
 			}

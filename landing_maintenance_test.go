@@ -53,4 +53,31 @@ func TestLandingMaintenance(t *testing.T) {
 	if strings.Contains(section, "msg-esx-a2") {
 		t.Errorf("vc-a's section lists the target in maintenance as a row:\n%s", section)
 	}
+
+	// ?reason=Maintenance selects both providers (their targets in maintenance, listed apart),
+	// not "no target reads Maintenance"; the API lists those targets in maintenanceTargets,
+	// under no state filter only (they are neither down nor ready).
+	d = e.landingData(snap, landingFilter{Reason: checks.ReasonMaintenance}, now)
+	if len(d.Providers) != 2 {
+		t.Errorf("reason=Maintenance: %d providers, want both", len(d.Providers))
+	}
+	for q, want := range map[string]int{"": 2, "reason=Maintenance": 2, "reason=HostDisconnected": 0, "state=down": 0, "state=up": 0} {
+		_, out, _ := statusJSON(t, e, q, snap, now)
+		n := 0
+		for _, p := range out["data"].(map[string]any)["providers"].([]any) {
+			pm := p.(map[string]any)
+			for _, tg := range pm["maintenanceTargets"].([]any) {
+				if tm := tg.(map[string]any); tm["reason"] != "Maintenance" || !strings.HasPrefix(tm["name"].(string), "esx-") {
+					t.Errorf("?%s: maintenanceTargets holds %v", q, tm)
+				}
+				n++
+			}
+			if pm["maintenance"] != 1.0 {
+				t.Errorf("?%s: %s counts %v in maintenance, want 1", q, pm["name"], pm["maintenance"])
+			}
+		}
+		if n != want {
+			t.Errorf("?%s: %d targets in maintenanceTargets, want %d", q, n, want)
+		}
+	}
 }

@@ -32,12 +32,18 @@ type Reason string
 const (
 	ReasonReady   Reason = "Ready"
 	ReasonTimeout Reason = "Timeout"
-	// ReasonMaintenance is a target deliberately out of service (vSphere: a host in
-	// maintenance mode). It is not up, but it is not down either: the down alerts, the
-	// ProviderHealth Ready condition's count of down targets and the availability leave it out.
-	// A type reports it only when its catalogue lists it.
+	// ReasonMaintenance is a target deliberately out of service: the operator's maintenance
+	// label (config.MaintenanceLabel, every type; the runner sets it) or the provider's own
+	// state (vSphere: a host in maintenance mode). It is not up, but it is not down either: the
+	// down alerts, the ProviderHealth Ready condition's count of down targets and the
+	// availability leave it out. It takes effect and ends at once, whatever the thresholds.
+	// Every type's catalogue lists it (Register adds MaintenanceMeaning where a type does not).
 	ReasonMaintenance Reason = "Maintenance"
 )
+
+// MaintenanceMeaning is the meaning of ReasonMaintenance in a catalogue that does not give its
+// own.
+const MaintenanceMeaning = "The target is deliberately out of service: its `maintenance` label (a provider's or its own) is `true` or an end time not reached yet. Neither up nor counted as down; it is still checked, and the message keeps what the last check found."
 
 // Reasons of API-backed providers (kubernetes and gcp).
 const (

@@ -74,6 +74,10 @@ func Register(t Type) {
 			panic(fmt.Sprintf("checks: provider type %q: a gauge needs a name and help", t.Name))
 		}
 	}
+	if !slices.ContainsFunc(t.Reasons, func(r ReasonInfo) bool { return r.Reason == ReasonMaintenance }) {
+		// Every type's targets may be put in maintenance by the operator's label.
+		t.Reasons = append(slices.Clip(t.Reasons), ReasonInfo{Reason: ReasonMaintenance, Meaning: MaintenanceMeaning})
+	}
 	registryMu.Lock()
 	defer registryMu.Unlock()
 	if _, dup := registry[t.Name]; dup {

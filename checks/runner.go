@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
 // Options configures a Runner.
@@ -365,6 +367,7 @@ collect:
 		bugs := make(map[string]bool)
 		verdicts := r.verdicts(s, targets[i], outcomes[i], start, deadline, pm.targets, pm.bugs, bugs)
 		pm.bugs = bugs
+		operatorMaintenance(verdicts, s.labels, start)
 		pm.apply(r.logger, s.name, s.th, verdicts)
 	}
 	r.rounds++
@@ -474,6 +477,25 @@ func (r *Runner) verdicts(s *slot, targets []string, o outcome, start, deadline 
 		out[i] = v
 	}
 	return contacted(out, prev)
+}
+
+// operatorMaintenance turns the verdicts of targets whose labels put them in maintenance at now
+// (config.InMaintenance: the operator's maintenance label) into Maintenance, whatever the check
+// found, which the message keeps. A round that did not start such a target is not a check, but
+// the maintenance is still in force: its verdict is published.
+func operatorMaintenance(verdicts []TargetResult, labels Labels, now time.Time) {
+	if len(labels.Provider) == 0 && len(labels.Targets) == 0 {
+		return
+	}
+	for i := range verdicts {
+		v := &verdicts[i]
+		in, how := config.InMaintenance(labels.Of(v.Target), now)
+		if !in {
+			continue
+		}
+		v.Message = fmt.Sprintf("in maintenance (%s): counted neither up nor down; the last check: %s", how, describeCheck(*v))
+		v.Reason, v.Up, v.NotStarted = ReasonMaintenance, false, false
+	}
 }
 
 // contacted gives the verdicts of targets the check did not contact (NotContacted) the time of

@@ -34,8 +34,9 @@ type Provider struct {
 	Checker    Checker
 	Thresholds Thresholds
 	// Labels are the provider's labels and its targets' (the providers file's labels maps),
-	// exported once per target in target_info. Labels change no verdict and no checker: a
-	// reload that changes only labels keeps the checker.
+	// exported once per target in target_info. Labels change no checker (a reload that
+	// changes only labels keeps it) and no verdict, but for the maintenance label
+	// (config.MaintenanceLabel), which puts a target in Maintenance.
 	Labels Labels
 }
 
@@ -73,10 +74,19 @@ func (l Labels) Of(target string) map[string]string {
 // a verdict now.
 func threshold(prev *targetMemory, raw TargetResult, th Thresholds) (TargetState, string, bool) {
 	st := TargetState{TargetResult: raw, CheckReason: raw.Reason, CheckMessage: raw.Message, Thresholds: th}
+	if raw.Reason == ReasonMaintenance {
+		// Deliberately out of service, not a failure: in force at once whatever the
+		// thresholds, and counted toward neither.
+		return st, raw.Message, true
+	}
 	if raw.Up {
 		st.ConsecutiveSuccesses = 1 + prev.state.ConsecutiveSuccesses
 	} else {
 		st.ConsecutiveFailures = 1 + prev.state.ConsecutiveFailures
+	}
+	if prev.verdict && prev.state.Reason == ReasonMaintenance {
+		// Out of maintenance: the check's own verdict at once, its run counted from this check.
+		return st, raw.Message, true
 	}
 	if !prev.verdict {
 		// The initial state: no verdict until a threshold is met.

@@ -90,7 +90,7 @@ func (pm *providerMemory) apply(logger *slog.Logger, provider string, th Thresho
 		}
 		st, verdictMessage, verdict := threshold(prev, raw, th)
 		st.Checks, st.FailedChecks = prev.state.Checks+1, prev.state.FailedChecks
-		if !raw.Up {
+		if !raw.Up && raw.Reason != ReasonMaintenance {
 			st.FailedChecks++
 		}
 		next := &targetMemory{verdict: verdict, state: st, verdictMessage: verdictMessage, listed: prev.listed}
@@ -115,6 +115,8 @@ func (pm *providerMemory) apply(logger *slog.Logger, provider string, th Thresho
 			}
 			next.state.History = appendHistory(nil, tr)
 			continue
+		case v.Reason == ReasonMaintenance && prev.state.Reason != ReasonMaintenance:
+			logger.Info("target is in maintenance", "provider", provider, "target", v.Target, "message", v.Message)
 		case prev.state.Up && !v.Up:
 			logger.Warn("target went down", "provider", provider, "target", v.Target,
 				"reason", string(v.Reason), "message", v.Message,

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -84,9 +85,52 @@ func (d *decoder) labels(m *mapping) (map[string]string, bool) {
 			ok = false
 			continue
 		}
+		if k.Value == MaintenanceLabel {
+			if p := MaintenanceValueProblem(val.Value); p != "" {
+				d.add(val, field, "%s", p)
+				ok = false
+				continue
+			}
+		}
 		out[k.Value] = val.Value
 	}
 	return out, ok
+}
+
+// MaintenanceLabel is the label that puts a target in maintenance (deliberately out of
+// service: reason Maintenance, neither up nor down): "true" until the label is removed or set
+// to "false", or an RFC 3339 time until which the target is in maintenance. A host's value wins
+// over its provider's, as for every label.
+const MaintenanceLabel = "maintenance"
+
+// MaintenanceValueProblem says what is wrong with a value of the maintenance label; "" when it
+// is valid.
+func MaintenanceValueProblem(v string) string {
+	if v == "true" || v == "false" {
+		return ""
+	}
+	if _, err := time.Parse(time.RFC3339, v); err != nil {
+		return fmt.Sprintf("invalid maintenance %s: want true, false or an RFC 3339 end time such as 2026-12-24T06:00:00Z", quote(v))
+	}
+	return ""
+}
+
+// InMaintenance reports whether labels (a target's, merged) put it in maintenance at now, and
+// how, for its message: "label maintenance=true" or "label maintenance until TIME". An end
+// time that has passed, "false" or no label is not maintenance.
+func InMaintenance(labels map[string]string, now time.Time) (bool, string) {
+	v, ok := labels[MaintenanceLabel]
+	switch {
+	case !ok || v == "false":
+		return false, ""
+	case v == "true":
+		return true, "label maintenance=true"
+	}
+	until, err := time.Parse(time.RFC3339, v)
+	if err != nil || !now.Before(until) {
+		return false, ""
+	}
+	return true, "label maintenance until " + until.UTC().Format(time.RFC3339)
 }
 
 // Labels reads the mapping's optional labels field (a target's own labels, in a type's block).

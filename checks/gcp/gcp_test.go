@@ -372,7 +372,8 @@ func TestReasons(t *testing.T) {
 		})
 	}
 	for _, reason := range checks.Reasons(checks.TypeGCP) {
-		if !produced[reason] {
+		// Maintenance is the runner's, from the operator's label (checks/maintenance_test.go).
+		if !produced[reason] && reason != checks.ReasonMaintenance {
 			t.Errorf("reason %s is in the gcp catalogue but no case produced it", reason)
 		}
 	}

@@ -29,7 +29,7 @@ var reasons = []checks.ReasonInfo{
 	{Reason: checks.ReasonCredentialsError, Meaning: "A credentials file cannot be used: `usernameFile` or `passwordFile` unreadable or empty, `caFile` unreadable or without a PEM certificate; nothing was sent."},
 	{Reason: ReasonHostDisconnected, Meaning: "A host's `runtime.connectionState` is `disconnected`: vCenter does not manage it (a user disconnected it, or its license or management agent failed)."},
 	{Reason: ReasonHostNotResponding, Meaning: "A host's `runtime.connectionState` is `notResponding`: vCenter stopped receiving the host's heartbeats (the host is down, isolated, or its management agent hangs)."},
-	{Reason: checks.ReasonMaintenance, Meaning: "A host is in maintenance mode (`runtime.inMaintenanceMode`): deliberately out of service, so neither up nor counted as down, whatever its connection state."},
+	{Reason: checks.ReasonMaintenance, Meaning: "A host is in maintenance mode (`runtime.inMaintenanceMode`), or the target's `maintenance` label (a provider's or its own) is `true` or an end time not reached yet: deliberately out of service, so neither up nor counted as down, whatever its connection state."},
 	{Reason: checks.ReasonAPIError, Meaning: "The server answered another fault, an unexpected HTTP status, or an answer that is not SOAP."},
 }
 
