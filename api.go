@@ -76,6 +76,10 @@ type apiProvider struct {
 	// under a state filter: they are neither), on every page.
 	Maintenance        int         `json:"maintenance"`
 	MaintenanceTargets []apiTarget `json:"maintenanceTargets"`
+	// RecentReadyRatio is the share of its targets' recent checks (the status page's strips:
+	// the last checks.RecentLength of each, the rounds that did not contact a target and
+	// maintenance left out) that read Ready; null when there are none.
+	RecentReadyRatio *float64 `json:"recentReadyRatio"`
 }
 
 type apiTarget struct {
@@ -212,6 +216,10 @@ func apiProviderOf(p *landingProvider) apiProvider {
 	ap := apiProvider{Name: p.Name, Type: string(p.Type), Checked: p.Checked, Ready: p.Ready, Down: p.DownTotal, Total: p.Total,
 		Unchecked: p.Unchecked, WorstReason: string(p.WorstReason), Targets: []apiTarget{}, UncheckedTargets: []apiUnchecked{},
 		Maintenance: p.Maintenance, MaintenanceTargets: []apiTarget{}}
+	if ready, all := recentCounts(p.ps); all > 0 {
+		r := float64(ready) / float64(all)
+		ap.RecentReadyRatio = &r
+	}
 	var lastChecked, lastFlip, firstDown time.Time
 	for i := range p.ps.Targets {
 		t := &p.ps.Targets[i]

@@ -57,7 +57,7 @@ func TestStatusAPIShape(t *testing.T) {
 		"round":      "durationSeconds,number,started",
 		"summary":    "down,providers,ready,targets,unchecked",
 		"page":       "number,pages,size,total",
-		"provider":   "checked,down,lastChecked,maintenance,maintenanceTargets,name,ready,since,targets,total,type,unchecked,uncheckedTargets,worstReason",
+		"provider":   "checked,down,lastChecked,maintenance,maintenanceTargets,name,ready,recentReadyRatio,since,targets,total,type,unchecked,uncheckedTargets,worstReason",
 		"target":     "checkDurationSeconds,checkReason,consecutiveFailures,consecutiveSuccesses,history,labels,lastContacted,meaning,message,name,pending,reason,since,up",
 		"transition": "at,first,fromReason,fromUp,message,reason,up",
 		"unchecked":  "listed,message,name",

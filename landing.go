@@ -52,6 +52,12 @@ td.time { white-space: nowrap; }
 .pending { color: #9a6700; font-weight: normal; }
 table.history { font-size: 90%; }
 table.history th, table.history td { padding: 0.15em 0.4em; }
+td.strip { white-space: nowrap; line-height: 0; }
+td.strip i { display: inline-block; width: 5px; height: 14px; margin-right: 1px; }
+td.strip i.o { background: #3fb950; }
+td.strip i.f { background: #e5534b; }
+td.strip i.n { background: #a0a8b0; }
+td.strip i.m { background: #d4a72c; }
 </style>
 </head>
 <body>
@@ -98,22 +104,23 @@ Version {{.Version}}.</p>
 {{if .Providers -}}
 {{template "pager" .Pager}}
 <table id="providers">
-<thead><tr><th>Target</th><th>Verdict</th><th>Reason</th><th>Message</th><th>Since</th><th>Last contacted</th><th>Transitions</th></tr></thead>
+<thead><tr><th>Target</th><th>Verdict</th><th>Reason</th><th>Message</th><th>Since</th><th>Last contacted</th><th>Recent checks</th><th>Transitions</th></tr></thead>
 {{range .Providers -}}
 <tbody id="provider-{{.Name}}">
-<tr class="provider{{if .Down}} down{{end}}"><th colspan="7">{{.Name}} <span class="note">({{.Type}})</span> &mdash;
+<tr class="provider{{if .Down}} down{{end}}"><th colspan="8">{{.Name}} <span class="note">({{.Type}})</span> &mdash;
 {{if .Checked -}}
 <span class="{{if eq .DownTotal 0}}up{{else}}down{{end}}">{{.Ready}}/{{.Total}} ready</span>
 {{- if .WorstReason}} &mdash; worst reason: <span class="down">{{.WorstReason}}</span> ({{.WorstCount}} of {{.DownTotal}} down{{if .OtherReasons}}; {{.OtherReasons}} other reason{{if gt .OtherReasons 1}}s{{end}}{{end}}){{end}}
 &mdash; {{if eq .DownTotal 0}}ready{{else}}down{{end}} since {{.Since}} <span class="note">for {{.SinceFor}}</span>
 &mdash; last checked {{.LastChecked}} <span class="note">{{.LastCheckedAgo}} ago</span>
+{{- if .RecentReady}} &mdash; recent checks: {{.RecentReady}}{{end}}
 {{- else -}}
 <span class="unchecked">not checked yet</span>
 {{- end}}</th></tr>
 {{range .Down}}{{template "row" .}}{{end -}}
 {{if .Up -}}
 {{if .FoldUp -}}
-<tr class="folded"><td colspan="7"><details><summary>{{len .Up}} ready target{{if gt (len .Up) 1}}s{{end}}{{if lt (len .Up) .Ready}} of {{.Ready}}{{end}}</summary>
+<tr class="folded"><td colspan="8"><details><summary>{{len .Up}} ready target{{if gt (len .Up) 1}}s{{end}}{{if lt (len .Up) .Ready}} of {{.Ready}}{{end}}</summary>
 <table>
 {{range .Up}}{{template "row" .}}{{end -}}
 </table>
@@ -122,10 +129,10 @@ Version {{.Version}}.</p>
 {{range .Up}}{{template "row" .}}{{end -}}
 {{end}}
 {{end -}}
-{{if .UncheckedNote}}<tr class="unchecked-targets"><td colspan="7" class="unchecked">{{.UncheckedNote}}</td></tr>{{end}}
-{{if .MaintenanceNote}}<tr class="maintenance-targets"><td colspan="7" class="maintenance">{{.MaintenanceNote}}</td></tr>{{end}}
-{{if .Hidden}}<tr><td colspan="7" class="note">{{.Hidden}}</td></tr>{{end}}
-{{if .Elsewhere}}<tr><td colspan="7" class="note">{{.Elsewhere}}</td></tr>{{end}}
+{{if .UncheckedNote}}<tr class="unchecked-targets"><td colspan="8" class="unchecked">{{.UncheckedNote}}</td></tr>{{end}}
+{{if .MaintenanceNote}}<tr class="maintenance-targets"><td colspan="8" class="maintenance">{{.MaintenanceNote}}</td></tr>{{end}}
+{{if .Hidden}}<tr><td colspan="8" class="note">{{.Hidden}}</td></tr>{{end}}
+{{if .Elsewhere}}<tr><td colspan="8" class="note">{{.Elsewhere}}</td></tr>{{end}}
 </tbody>
 {{end -}}
 </table>
@@ -154,7 +161,11 @@ pending", with what the last check itself said. A target not checked yet (not co
 exporter listed it, or its first checks have not met a threshold) has no verdict: it is counted
 neither up nor down, here as in the metrics and the ProviderHealth objects. A target in
 maintenance (deliberately out of service: its maintenance label, or an ESXi host in maintenance mode) is listed apart under
-its provider, neither ready nor down. Each target's last {{.HistoryLength}} transitions
+its provider, neither ready nor down. Recent checks shows each target's last {{.RecentLength}}
+checks, oldest first, as the checks themselves read them (before the thresholds): green Ready,
+red another reason (the strip's title counts them), grey a round that did not contact it,
+amber maintenance; a provider's row gives the share of its recent checks that read Ready.
+Each target's last {{.HistoryLength}} transitions
 are listed under Transitions (none for a target unchanged since its first check); they are kept
 in memory only: a restart of the exporter starts a new history. A target's name links to
 a check of it run now, with debug output.</p>
@@ -171,6 +182,7 @@ a check of it run now, with debug output.</p>
 <td title="{{.Meaning}}">{{.Reason}}</td><td>{{.Message}}</td>
 <td class="time">{{.Since}}<br><span class="note">for {{.SinceFor}}</span></td>
 <td class="time">{{.CheckedAt}}<br><span class="note">{{.CheckedAgo}} ago, took {{.Duration}}</span></td>
+<td class="strip" title="{{.StripTitle}}">{{.Strip}}</td>
 <td>{{if .History}}<details class="history"><summary>{{len .History}} transition{{if gt (len .History) 1}}s{{end}}</summary>
 <table class="history">
 <tr><th>When</th><th>From</th><th>To</th><th>Reason</th><th>Message</th></tr>
@@ -214,8 +226,9 @@ type landingData struct {
 	// NoMatch says why no provider is shown.
 	NoMatch string
 	Now     string
-	// HistoryLength is how many transitions per target are kept.
+	// HistoryLength is how many transitions per target are kept, RecentLength how many checks.
 	HistoryLength int
+	RecentLength  int
 	// Writer is the ProviderHealth writer's section; nil without --crd.enabled.
 	Writer *landingWriter
 }
@@ -394,6 +407,8 @@ type landingProvider struct {
 	// LastChecked is the newest CheckedAt of its targets.
 	LastChecked    string
 	LastCheckedAgo string
+	// RecentReady is the share of its recent checks that read Ready (recentReady).
+	RecentReady string
 	// Down are the down targets on this page, listed; Up the ready ones, folded when FoldUp.
 	Down   []landingRow
 	Up     []landingRow
@@ -444,9 +459,95 @@ type landingRow struct {
 	Pending string
 	// History lists the target's last transitions, newest first.
 	History []landingTransition
+	// Strip is its recent checks, oldest first (checks.TargetState.Recent), one cell each;
+	// StripTitle sums them up.
+	Strip      template.HTML
+	StripTitle string
 
 	// ts is the row's target, for the JSON API (api.go).
 	ts *checks.TargetState
+}
+
+// landingStrip builds a target's strip from its recent checks, one cell each, <i class="C"></i>
+// with C one of o (the check read Ready), f (it read another reason), n (the round did not
+// contact the target), m (in maintenance): built here from those constants alone, so that a
+// page of 250 rows does not run the template's escaping 7,500 times. The second result is its
+// summary (the strip's title): how many of each reason, from when.
+func landingStrip(rs []checks.RecentCheck) (template.HTML, string) {
+	if len(rs) == 0 {
+		return "", ""
+	}
+	var cells strings.Builder
+	cells.Grow(len(rs) * len(`<i class="o"></i>`))
+	counts := map[string]int{}
+	var order []string
+	for _, c := range rs {
+		what := string(c.Reason)
+		switch {
+		case c.NotContacted:
+			cells.WriteString(`<i class="n"></i>`)
+			what = "not contacted"
+		case c.Up:
+			cells.WriteString(`<i class="o"></i>`)
+		case c.Reason == checks.ReasonMaintenance:
+			cells.WriteString(`<i class="m"></i>`)
+		default:
+			cells.WriteString(`<i class="f"></i>`)
+		}
+		if counts[what] == 0 {
+			order = append(order, what)
+		}
+		counts[what]++
+	}
+	parts := make([]string, len(order))
+	for i, w := range order {
+		parts[i] = fmt.Sprintf("%d %s", counts[w], w)
+	}
+	return template.HTML(cells.String()), fmt.Sprintf("the last %d checks, oldest first, from %s: %s", len(rs), formatTime(rs[0].At), strings.Join(parts, ", "))
+}
+
+// recentReady is the share of a provider's recent checks (every target's strip, the rounds
+// that did not contact a target and maintenance left out) that read Ready, for its row: "" when
+// there are none.
+func recentReady(ps *checks.ProviderState) string {
+	ready, all := recentCounts(ps)
+	if all == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s ready (%d of %d)", percent(ready, all), ready, all)
+}
+
+// recentCounts counts a provider's recent checks that contacted a target outside maintenance,
+// and those of them that read Ready.
+func recentCounts(ps *checks.ProviderState) (ready, all int) {
+	for i := range ps.Targets {
+		for _, c := range ps.Targets[i].Recent {
+			if c.NotContacted || c.Reason == checks.ReasonMaintenance {
+				continue
+			}
+			all++
+			if c.Up {
+				ready++
+			}
+		}
+	}
+	return ready, all
+}
+
+// percent is n/d as a percentage with one decimal, never rounded up to 100% nor down to 0%.
+func percent(n, d int) string {
+	p := float64(n) * 100 / float64(d)
+	switch {
+	case n == d:
+		return "100%"
+	case n == 0:
+		return "0%"
+	case p > 99.9:
+		return "99.9%"
+	case p < 0.1:
+		return "0.1%"
+	}
+	return strconv.FormatFloat(p, 'f', 1, 64) + "%"
 }
 
 // landingTransition is one transition of a target's verdict.
@@ -552,6 +653,7 @@ func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 		Filter:        f,
 		Now:           formatTime(now),
 		HistoryLength: checks.HistoryLength,
+		RecentLength:  checks.RecentLength,
 	}
 	if d.Version == "" {
 		d.Version = "(development build)"
@@ -731,6 +833,7 @@ func landingProviderOf(ps *checks.ProviderState, f landingFilter, now time.Time)
 	}
 	p.Since, p.SinceFor = formatTime(since), humanDuration(now.Sub(since))
 	p.LastChecked, p.LastCheckedAgo = formatTime(lastChecked), humanDuration(now.Sub(lastChecked))
+	p.RecentReady = recentReady(ps)
 	switch hidden := p.Total - p.Maintenance - p.selected; {
 	case hidden == 0:
 	case f.Reason != "" || len(f.Labels) > 0:
@@ -838,7 +941,7 @@ func inMaintenance(t *checks.TargetState) bool {
 
 func landingRowOf(ps *checks.ProviderState, t *checks.TargetState, now time.Time) landingRow {
 	typ := ps.Type
-	return landingRow{
+	r := landingRow{
 		Target:   t.Target,
 		Labels:   labelString(ps.Labels.Of(t.Target)),
 		ProbeURL: probeURL(ps.Name, t.Target),
@@ -856,6 +959,8 @@ func landingRowOf(ps *checks.ProviderState, t *checks.TargetState, now time.Time
 		History:    landingHistory(t.History),
 		ts:         t,
 	}
+	r.Strip, r.StripTitle = landingStrip(t.Recent)
+	return r
 }
 
 // worstReason returns the reason most down targets share; a tie goes to the reason listed first

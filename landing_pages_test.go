@@ -16,14 +16,27 @@ import (
 func bigFleet(providers, hosts int) (*checks.Snapshot, time.Time) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	s := &checks.Snapshot{Round: 7, RoundStarted: now.Add(-10 * time.Second), RoundDuration: 3 * time.Second}
+	// Every target has a full strip (shared: snapshots never modify it): the ready ones every
+	// check Ready, the down ones failing for the last 20 of their checks, each with a title.
+	var readyStrip, downStrip []checks.RecentCheck
+	for i := range checks.RecentLength {
+		at := now.Add(time.Duration(i-checks.RecentLength) * time.Minute)
+		readyStrip = append(readyStrip, checks.RecentCheck{At: at, Up: true, Reason: checks.ReasonReady})
+		c := checks.RecentCheck{At: at, Up: true, Reason: checks.ReasonReady}
+		if i >= checks.RecentLength-20 {
+			c = checks.RecentCheck{At: at, Reason: checks.ReasonTCPUnreachable}
+		}
+		downStrip = append(downStrip, c)
+	}
 	for p := range providers {
 		ps := checks.ProviderState{Name: fmt.Sprintf("kvm-%02d", p), Type: "kvm"}
 		for h := range hosts {
 			t := checks.TargetState{TargetResult: checks.TargetResult{Target: fmt.Sprintf("hv-%02d-%04d", p, h), Up: true,
 				Reason: checks.ReasonReady, Message: "pool default running", Duration: 3 * time.Millisecond, CheckedAt: now.Add(-5 * time.Second)},
-				Since: now.Add(-time.Hour)}
+				Since: now.Add(-time.Hour), Recent: readyStrip}
 			if (p+h)%50 == 3 {
 				t.Up, t.Reason, t.Message = false, checks.ReasonTCPUnreachable, fmt.Sprintf("dial tcp 198.18.%d.%d:22: i/o timeout", p, h%250)
+				t.Recent = downStrip
 			}
 			ps.Targets = append(ps.Targets, t)
 		}

@@ -102,6 +102,37 @@ type TargetState struct {
 	// HistoryLength. It is kept in memory only: a restart starts a new history. Snapshots share
 	// it: never modify it.
 	History []Transition
+	// Recent is the target's last RecentLength checks, oldest first, as the checks themselves
+	// read them (before the thresholds), with the rounds that did not contact it: the status
+	// page's strip. In memory only, like History; snapshots share it: never modify it.
+	Recent []RecentCheck
+}
+
+// RecentLength is how many checks the runner keeps per target in TargetState.Recent.
+const RecentLength = 30
+
+// RecentCheck is one round's result for a target: when, and what its check read (Up, Reason),
+// or that the round did not contact it (NotContacted: not started, or an earlier call still
+// outstanding; Reason is then the round's).
+type RecentCheck struct {
+	At           time.Time
+	Up           bool
+	Reason       Reason
+	NotContacted bool
+}
+
+// appendRecent returns h's last RecentLength-1 checks and c. h is shared with published
+// snapshots, whose views are never changed: c goes past the end of every view of the backing
+// array while it has room (views are only ever read), and a full array is copied into a new one
+// with room for RecentLength more, so a target costs one allocation every RecentLength rounds.
+func appendRecent(h []RecentCheck, c RecentCheck) []RecentCheck {
+	if len(h) < cap(h) {
+		h = append(h, c)
+		return h[max(0, len(h)-RecentLength):]
+	}
+	out := make([]RecentCheck, 0, 2*RecentLength)
+	out = append(out, h[max(0, len(h)-(RecentLength-1)):]...)
+	return append(out, c)
 }
 
 // FailuresPending reports whether the target reads up although its last checks failed (fewer

@@ -79,6 +79,7 @@ func (pm *providerMemory) apply(logger *slog.Logger, provider string, th Thresho
 		if raw.NotStarted {
 			next := *prev
 			next.notStarted = raw.Message
+			next.state.Recent = appendRecent(prev.state.Recent, RecentCheck{At: time.Now(), Reason: raw.Reason, NotContacted: true})
 			pm.targets[raw.Target] = &next
 			continue
 		}
@@ -94,6 +95,7 @@ func (pm *providerMemory) apply(logger *slog.Logger, provider string, th Thresho
 			st.FailedChecks++
 		}
 		next := &targetMemory{verdict: verdict, state: st, verdictMessage: verdictMessage, listed: prev.listed}
+		next.state.Recent = appendRecent(prev.state.Recent, RecentCheck{At: observed, Up: raw.Up, Reason: raw.Reason, NotContacted: raw.NotContacted})
 		pm.targets[raw.Target] = next
 		v := &next.state.TargetResult
 		next.state.Since = observed
