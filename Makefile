@@ -105,10 +105,13 @@ test-unit:
 ## that stays wrong for more than one round after the truth changed, on every missing, extra or
 ## late page, late resolution or object that disagrees with the truth, and on leaks.
 ## SOAK_SEED=N replays a run (its seed is the first line it logs).
+## A failed run keeps the whole Prometheus and Alertmanager logs and configurations in
+## .build/soak/_artifacts/ (the test log prints only their tails).
 SOAK_ROUNDS ?= 1000
 SOAK_SEED   ?= 0
 soak: test-deps kube-binaries prom-binaries
-	$(GO) test -race -count=1 -timeout 120m -run '^TestSoak$$' -v ./internal/soak -soak.rounds=$(SOAK_ROUNDS) -soak.seed=$(SOAK_SEED)
+	mkdir -p .build/soak
+	$(GO) test -race -count=1 -timeout 120m -run '^TestSoak$$' -v -artifacts -outputdir $(CURDIR)/.build/soak ./internal/soak -soak.rounds=$(SOAK_ROUNDS) -soak.seed=$(SOAK_SEED)
 
 ## test-mixin: the monitoring mixin's tests (their own Go module, mixin/go.mod): the generated
 ## files match the sources, which are jsonnetfmt-formatted and jsonnet-lint clean; mixtool's

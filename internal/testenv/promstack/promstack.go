@@ -315,13 +315,20 @@ func (s *Stack) LogFiles() (prometheus, alertmanager string) {
 	return filepath.Join(s.Dir, "prometheus.log"), filepath.Join(s.Dir, "alertmanager.log")
 }
 
+// dumpLogs logs the tail of each daemon's configuration and log, and keeps the whole files in
+// tb's artifact directory (go test -artifacts -outputdir DIR keeps it; make soak does), so that a
+// finding of a long run can be read back.
 func (s *Stack) dumpLogs(tb testing.TB) {
 	promLog, amLog := s.LogFiles()
+	keep := tb.ArtifactDir()
 	for _, p := range []string{s.PrometheusConfigFile, s.AlertmanagerConfigFile, amLog, promLog} {
 		if _, err := os.Stat(p); err != nil {
 			continue
 		}
 		tb.Logf("==== %s ====\n%s", p, fileTail(p, 64<<10))
+		if b, err := os.ReadFile(p); err == nil {
+			_ = os.WriteFile(filepath.Join(keep, filepath.Base(s.Dir)+"-"+filepath.Base(p)), b, 0o644)
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
