@@ -14,11 +14,7 @@ import (
 // 200-byte message, against the same runner after one round (one transition each). history-KiB
 // is what the full histories add, after GC.
 func BenchmarkHistoryHeap1000Targets(b *testing.B) {
-	const n = 1000
-	targets := make([]string, n)
-	for i := range targets {
-		targets[i] = fmt.Sprintf("hv-%04d", i)
-	}
+	targets := benchTargets(1000)
 	msg := strings.Repeat("m", 200)
 	heap := func() uint64 {
 		runtime.GC()
@@ -48,4 +44,13 @@ func BenchmarkHistoryHeap1000Targets(b *testing.B) {
 		b.ReportMetric(float64(after-before)/1024, "history-KiB")
 		runtime.KeepAlive(r)
 	}
+}
+
+// benchTargets names n targets hv-0000, hv-0001, ...
+func benchTargets(n int) []string {
+	targets := make([]string, n)
+	for i := range targets {
+		targets[i] = fmt.Sprintf("hv-%04d", i)
+	}
+	return targets
 }

@@ -2,7 +2,6 @@ package checks
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 )
@@ -11,15 +10,10 @@ import (
 // checker answering at once), after enough rounds that every target's memory is full (its
 // strip of recent checks, RecentLength): what a round costs the runner itself, per round.
 func BenchmarkRound1000Targets(b *testing.B) {
-	const n = 1000
-	targets := make([]string, n)
-	for i := range targets {
-		targets[i] = fmt.Sprintf("hv-%04d", i)
-	}
-	f := newFake("kvm", TypeKVM, targets...)
+	f := newFake("kvm", TypeKVM, benchTargets(1000)...)
 	r := NewRunner(Options{Interval: time.Hour, Timeout: time.Second}, []Checker{f})
 	ctx := context.Background()
-	for range 2 * 30 {
+	for range 2 * RecentLength {
 		r.round(ctx)
 	}
 	b.ReportAllocs()
