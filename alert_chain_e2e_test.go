@@ -309,15 +309,15 @@ func TestAlertChainOnePagePerOutage(t *testing.T) {
 		}
 	}
 
-	// A partial recovery: 2 hosts back. ProviderDown resolves; the 2 targets still down notify
-	// as one notification of the provider's TargetDown group.
+	// A partial recovery: 2 hosts back. ProviderDown resolves (after its keep_firing_for); the
+	// 2 targets still down notify as one notification of the provider's TargetDown group.
 	from = marks()
 	hosts[0].StartLibvirtd()
 	hosts[1].StartLibvirtd()
 	stillDown := []string{hosts[2].Name, hosts[3].Name}
 	slices.Sort(stillDown)
 	for k := range stacks {
-		ok := waitAll(mixin.GroupInterval+2*chainDefaultInterval+10*time.Second+30*time.Second, func() bool {
+		ok := waitAll(mixin.Duration(t, "providerDownKeepFiringFor")+mixin.GroupInterval+2*chainDefaultInterval+10*time.Second+30*time.Second, func() bool {
 			for _, n := range notifiedSince(k, from[k]) {
 				if len(firing(n, alertTargetDown, "")) > 0 {
 					return true
@@ -437,6 +437,45 @@ func TestAlertChainClusters(t *testing.T) {
 	for k, n := range want {
 		if count[k] != n {
 			t.Errorf("%s notified %d times, want %d", k, count[k], n)
+		}
+	}
+
+	// a's provider comes back as a whole: its TargetDown, firing and muted, must resolve in
+	// Prometheus at least one evaluation before its ProviderDown (keep_firing_for), so that
+	// Alertmanager never holds the ProviderDown resolved while the TargetDown it muted still
+	// fires; and a's TargetDown is not notified firing on the way.
+	mark := len(a.Notifications())
+	hosts[0].StartLibvirtd()
+	keep := mixin.Duration(t, "providerDownKeepFiringFor")
+	firingNow := func(alertname string) int {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := a.Query(ctx, `ALERTS{alertname="`+alertname+`", alertstate="firing"}`)
+		if err != nil {
+			return -1
+		}
+		return len(r)
+	}
+	if !waitAll(10*time.Second+2*chainDefaultInterval+keep+30*time.Second, func() bool { return firingNow(alertProviderDown) == 0 && firingNow(alertTargetDown) == 0 }) {
+		t.Fatalf("cluster a's provider back: its ProviderDown and TargetDown still fire in Prometheus")
+	}
+	lastFiring := func(alertname string) time.Time {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := a.Query(ctx, `max_over_time(timestamp(ALERTS{alertname="`+alertname+`", alertstate="firing"})[5m:])`)
+		if err != nil || len(r) != 1 {
+			t.Fatalf("the last evaluation %s fired at: %v (%d samples)", alertname, err, len(r))
+		}
+		return time.UnixMilli(int64(r[0].Value * 1000))
+	}
+	td, pd := lastFiring(alertTargetDown), lastFiring(alertProviderDown)
+	if pd.Sub(td) < chainDefaultInterval {
+		t.Errorf("cluster a's provider back: its TargetDown fired last at %s and its ProviderDown at %s: want ProviderDown to fire at least one evaluation (%v) longer", td.Format(time.StampMilli), pd.Format(time.StampMilli), chainDefaultInterval)
+	}
+	time.Sleep(mixin.GroupWait + mixin.GroupInterval + chainDefaultInterval)
+	for _, n := range a.Notifications()[mark:] {
+		if got := firing(n, alertTargetDown, "a"); len(got) > 0 {
+			t.Errorf("cluster a's provider back: TargetDown notified firing for %v; notifications since the recovery:%s", got, describe(a.Notifications()[mark:]))
 		}
 	}
 	logPlacement(t, "cluster a", a)

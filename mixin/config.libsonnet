@@ -15,6 +15,11 @@
     targetDownFor: '5m',
     // ProviderHealthProviderDown: every target of a provider has been down for this long.
     providerDownFor: '5m',
+    // ProviderHealthProviderDown stays firing this long after its condition clears: at least
+    // two evaluation intervals of the rule group (1m by default), so that the TargetDown alerts
+    // it inhibits always resolve before it does, even when a scrape lands between the two
+    // rules' queries of one evaluation (docs/mixin.md, "When the provider comes back").
+    providerDownKeepFiringFor: '2m',
     // ProviderHealthTargetFlapping: more than flappingThreshold up/down changes in flappingWindow.
     flappingWindow: '30m',
     flappingThreshold: 4,

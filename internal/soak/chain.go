@@ -95,10 +95,12 @@ func (e *env) startChain(tb testing.TB, ctx context.Context, bg *sync.WaitGroup,
 			alertTargetDown: m.TargetDownFor, alertProviderDown: m.ProviderDownFor,
 			alertHostKeyMismatch: m.Duration(tb, "hostKeyMismatchFor"),
 		},
+		KeepFiringFor: map[string]time.Duration{alertProviderDown: m.Duration(tb, "providerDownKeepFiringFor")},
 		Severity: map[string]string{
 			alertTargetDown: m.Severity(tb, "targetDown"), alertProviderDown: m.Severity(tb, "providerDown"),
 			alertHostKeyMismatch: m.Severity(tb, "hostKeyMismatch"), alertChecksStale: m.Severity(tb, "checksStale"),
 			alertChecksSlow: m.Severity(tb, "checksSlow"), alertTargetFlapping: m.Severity(tb, "targetFlapping"),
+			alertFailingChecks: m.Severity(tb, "targetFailingChecks"),
 		},
 		FlappingWindow: m.Duration(tb, "flappingWindow"),
 	}

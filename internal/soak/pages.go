@@ -21,6 +21,7 @@ const (
 	alertTargetFlapping  = "ProviderHealthTargetFlapping"
 	alertFastBurn        = "ProviderHealthErrorBudgetFastBurn"
 	alertSlowBurn        = "ProviderHealthErrorBudgetSlowBurn"
+	alertFailingChecks   = "ProviderHealthTargetFailingChecks"
 )
 
 // stallKinds are the faults under which a target's checks make no contact or take the whole
@@ -47,8 +48,16 @@ type Timing struct {
 	GroupWait, GroupInterval time.Duration
 	// For is each judged alert's for: (absent: 0).
 	For map[string]time.Duration
+	// KeepFiringFor is each judged alert's keep_firing_for (absent: 0): it may fire, and
+	// resolves, that much later than its condition holds.
+	KeepFiringFor map[string]time.Duration
 	// Severity is each judged alert's severity label.
 	Severity map[string]string
+	// Shadows maps a target of a provider with a failureThreshold above any fault's length
+	// to the target whose faults it shares (the same host, checked by another provider):
+	// it has no fault of its own, so no down page is allowed for it; the pages its shadow's
+	// faults allow it are ChecksStale and ChecksSlow during a stall, and TargetFailingChecks.
+	Shadows map[TargetKey]TargetKey
 	// FlappingWindow and FlappingThreshold are ProviderHealthTargetFlapping's.
 	FlappingWindow    time.Duration
 	FlappingThreshold int
@@ -168,18 +177,19 @@ func expectations(t Timing, targets map[string][]string, spans map[TargetKey][]s
 	var out []*Expect
 	lag, notify := t.Lag(), t.Notify()
 	// add derives one expectation of an alert whose condition holds over s.
-	add := func(alert, provider, target string, s span, must bool, why string) {
-		f := t.For[alert]
+	add := func(alert, provider, target string, s span, must bool, why string) *Expect {
+		f, keep := t.For[alert], t.KeepFiringFor[alert]
 		e := &Expect{Alert: alert, Provider: provider, Target: target, Severity: t.Severity[alert], Why: why,
-			From: s.OuterFrom, To: s.OuterTo.Add(lag + t.Eval + notify)}
+			From: s.OuterFrom, To: s.OuterTo.Add(lag + t.Eval + keep + notify)}
 		// Must: even seen as late as the lag allows and ended as early as it can, the
 		// condition holds for its for: and an evaluation.
 		e.Must = must && s.inner() >= f+lag+t.Eval
 		if e.Must {
 			e.FireBy = s.InnerFrom.Add(lag + f + t.Eval + notify)
 		}
-		e.ResolveBy = s.OuterTo.Add(lag + t.Eval + notify)
+		e.ResolveBy = s.OuterTo.Add(lag + t.Eval + keep + notify)
 		out = append(out, e)
+		return e
 	}
 	describe := func(k TargetKey, s span) string {
 		return fmt.Sprintf("%s on %s %s-%s", s.Fault, k, clock(s.OuterFrom), clock(s.OuterTo))
@@ -201,8 +211,23 @@ func expectations(t Timing, targets map[string][]string, spans map[TargetKey][]s
 				whole = intersect(whole, s)
 			}
 		}
-		for _, s := range whole {
-			add(alertProviderDown, p, "", s, true, fmt.Sprintf("every target of %s down (%s) %s-%s", p, s.Fault, clock(s.OuterFrom), clock(s.OuterTo)))
+		// An outage that begins before ProviderDown of the one before it surely resolved
+		// (its keep_firing_for, seen as late as the lag allows) may be paged by that page,
+		// which then resolves only after it: such outages form a run whose pages resolve by
+		// the run's last ResolveBy, and only the run's first must page.
+		slices.SortFunc(whole, func(a, b span) int { return a.OuterFrom.Compare(b.OuterFrom) })
+		var run []*Expect
+		for i, s := range whole {
+			e := add(alertProviderDown, p, "", s, true, fmt.Sprintf("every target of %s down (%s) %s-%s", p, s.Fault, clock(s.OuterFrom), clock(s.OuterTo)))
+			if i == 0 || s.OuterFrom.Sub(whole[i-1].OuterTo) >= t.KeepFiringFor[alertProviderDown]+lag+t.Eval {
+				run = nil
+			} else {
+				e.Must, e.FireBy = false, time.Time{}
+			}
+			run = append(run, e)
+			for _, r := range run {
+				r.ResolveBy = e.ResolveBy
+			}
 		}
 		var stall []span
 		var first time.Time
@@ -249,6 +274,22 @@ func expectations(t Timing, targets map[string][]string, spans map[TargetKey][]s
 				out = append(out, &Expect{Alert: a, Provider: p, Severity: t.Severity[a], Why: "the budget " + p + "'s outages burned",
 					From: first, To: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)})
 			}
+		}
+	}
+	for k, shadow := range t.Shadows {
+		for _, s := range spans[shadow] {
+			why := fmt.Sprintf("%s on %s %s-%s, below %s's failureThreshold", s.Fault, shadow, clock(s.OuterFrom), clock(s.OuterTo), k.Provider)
+			if slices.Contains(stallKinds, s.Fault) {
+				out = append(out,
+					&Expect{Alert: alertChecksStale, Provider: k.Provider, Target: k.Target, Severity: t.Severity[alertChecksStale], Why: why, From: s.OuterFrom, To: s.OuterTo.Add(lag + t.Eval + notify)},
+					&Expect{Alert: alertChecksSlow, Provider: k.Provider, Severity: t.Severity[alertChecksSlow], Why: why, From: s.OuterFrom, To: s.OuterTo.Add(lag + t.Eval + notify)})
+			}
+		}
+		// Its raw checks fail while its verdict holds: what TargetFailingChecks is for. When
+		// it fires and ends depends on the run's history: allowed from the first fault on.
+		if ss := spans[shadow]; len(ss) > 0 {
+			out = append(out, &Expect{Alert: alertFailingChecks, Provider: k.Provider, Target: k.Target, Severity: t.Severity[alertFailingChecks],
+				Why: "the checks " + shadow.String() + "'s faults failed", From: ss[0].OuterFrom, To: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)})
 		}
 	}
 	return out

@@ -72,6 +72,53 @@ func TestPages(t *testing.T) {
 	}
 }
 
+// TestPagesKeepFiring: ProviderDown's keep_firing_for holds it through a short gap between two
+// outages of a provider. An outage that begins before the first surely resolved is not a must
+// page of its own, and the first page may resolve only after it; an outage that begins later
+// must page again, and the first page must resolve in its own time.
+func TestPagesKeepFiring(t *testing.T) {
+	tm := Timing{
+		Interval: 2 * time.Second, Timeout: 1500 * time.Millisecond, Scrape: 500 * time.Millisecond, Eval: 500 * time.Millisecond,
+		GroupWait: 250 * time.Millisecond, GroupInterval: 2500 * time.Millisecond,
+		For:           map[string]time.Duration{alertTargetDown: 2500 * time.Millisecond, alertProviderDown: 2500 * time.Millisecond},
+		KeepFiringFor: map[string]time.Duration{alertProviderDown: 2 * time.Second},
+		Severity:      map[string]string{alertTargetDown: "warning", alertProviderDown: "critical"},
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	sp := func(from, to float64) span {
+		return span{Fault: "rbac-removed", OuterFrom: at(from), InnerFrom: at(from + 0.1), InnerTo: at(to), OuterTo: at(to + 0.1)}
+	}
+	// Lag 4.5 s, keep 2 s, an evaluation 0.5 s: a gap under 7 s may hold the first page.
+	// 10-30 and 33-50 (a gap of 3 s) are one run; 70-90 (a gap of 20 s) pages on its own.
+	exp := expectations(tm, map[string][]string{"kube": {"api"}}, map[TargetKey][]span{{"kube", "api"}: {sp(10, 30), sp(33, 50), sp(70, 90)}})
+	var must []string
+	for _, e := range exp {
+		if e.Must {
+			must = append(must, e.Why)
+		}
+	}
+	if len(must) != 2 || !strings.Contains(must[0], "00:00:10") || !strings.Contains(must[1], "00:01:10") {
+		t.Fatalf("must pages: %q, want the outages at 10 s and 70 s", must)
+	}
+	page := func(fired, resolved float64) *Page {
+		return &Page{Alert: alertProviderDown, Provider: "kube", Severity: "critical", Fired: at(fired), Resolved: at(resolved)}
+	}
+	// The first page held through the short gap: resolved after the second outage, in time.
+	if r := judgePages(tm, exp, []*Page{page(18, 56), page(78, 96)}); len(r.Missing)+len(r.Late)+len(r.LateResolved)+len(r.Extra) != 0 {
+		t.Errorf("held through the gap: missing %v, late %v, late resolutions %v, extra %v", r.Missing, r.Late, r.LateResolved, r.Extra)
+	}
+	// The first page resolved in the gap and the second outage paged again: allowed.
+	if r := judgePages(tm, exp, []*Page{page(18, 36), page(41, 56), page(78, 96)}); len(r.Missing)+len(r.Late)+len(r.LateResolved)+len(r.Extra) != 0 || r.Allowed != 1 {
+		t.Errorf("paged again after the gap: missing %v, late %v, late resolutions %v, extra %v, allowed %d", r.Missing, r.Late, r.LateResolved, r.Extra, r.Allowed)
+	}
+	// A page held from the first outage into the third (20 s later) resolves late, and the
+	// third outage's own page is missing.
+	if r := judgePages(tm, exp, []*Page{page(18, 96)}); len(r.LateResolved) != 1 || len(r.Missing) != 1 {
+		t.Errorf("held across a long gap: late resolutions %v, missing %v", r.LateResolved, r.Missing)
+	}
+}
+
 // TestJudgeObjects: an object may read the old reason for the grace after the truth changed,
 // not longer; reads within the grace after the API server's outage and reads mirroring a
 // wrong verdict are not the writer's.

@@ -43,6 +43,7 @@ import (
 	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
@@ -112,6 +113,18 @@ type Report struct {
 	Stats    string
 	// Chain is the judgement of the pages and objects (nil without Options.Chain).
 	Chain *ChainReport
+	// Blips are soak-blip's targets at the end: how many of their checks failed while their
+	// verdict, judged Ready throughout, held (the lane's proof that it saw the faults).
+	Blips []Blip
+}
+
+// Blip is one soak-blip target's account: its checks, failed ones, and the faults of the host
+// it shares with soak-kvm.
+type Blip struct {
+	Target, Shadow        TargetKey
+	Checks, FailedChecks  uint64
+	FailureThreshold      int
+	ShadowFaults, Longest int // faults injected on the shadow, and the most rounds one held
 }
 
 // Wrong counts the target-rounds of wrong verdicts.
@@ -128,6 +141,10 @@ const (
 	kubeProvider = "soak-kube"
 	gcpProvider  = "soak-gcp"
 	kvmProvider  = "soak-kvm"
+	// blipProvider checks the first KVM host again, with a failureThreshold above the rounds
+	// any fault holds: every fault of that host is a blip to it, which must neither turn its
+	// verdict down nor page, while the same fault pages soak-kvm.
+	blipProvider = "soak-blip"
 	kubeUser     = "soak"
 )
 
@@ -171,9 +188,14 @@ func Run(tb testing.TB, o Options) *Report {
 	e.gce = gcefake.Start(tb)
 	e.gce.AddInstances(gcefake.DefaultProject, gcefake.DefaultZones[0], 3, map[string]string{"managed-by": "proxy-operator"})
 
-	cs := e.checkers(tb)
+	ps := e.providers(tb)
+	cs := make([]checks.Checker, len(ps))
+	for i, p := range ps {
+		cs[i] = p.Checker
+	}
 	runnerLog := slog.New(slog.NewTextHandler(&lineWriter{logf: logf, prefix: "runner: "}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	r := checks.NewRunner(checks.Options{Interval: o.Interval, Timeout: o.Timeout, Logger: runnerLog}, cs)
+	r := checks.NewRunner(checks.Options{Interval: o.Interval, Timeout: o.Timeout, Logger: runnerLog}, nil)
+	r.SetProviders(ps)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
@@ -190,9 +212,14 @@ func Run(tb testing.TB, o Options) *Report {
 
 	// Lanes to targets.
 	keys := map[string][]TargetKey{}
+	var blip []TargetKey // no lane's: its truth stays Ready
 	for _, c := range cs {
 		lane := map[checks.ProviderType]string{checks.TypeKubernetes: laneKube, checks.TypeGCP: laneGCP, checks.TypeKVM: laneKVM}[c.Type()]
 		for _, t := range c.Targets() {
+			if c.Name() == blipProvider {
+				blip = append(blip, TargetKey{c.Name(), t})
+				continue
+			}
 			keys[lane] = append(keys[lane], TargetKey{c.Name(), t})
 		}
 	}
@@ -200,6 +227,7 @@ func Run(tb testing.TB, o Options) *Report {
 	for _, l := range []string{laneKube, laneGCP, laneKVM} {
 		all = append(all, keys[l]...)
 	}
+	all = append(all, blip...)
 
 	j := newJudge(logf)
 	var observed atomic.Uint64
@@ -235,6 +263,10 @@ func Run(tb testing.TB, o Options) *Report {
 	var ch *chainRun
 	if o.Chain {
 		ch = e.startChain(tb, ctx, &bg, r, logf)
+		ch.timing.Shadows = map[TargetKey]TargetKey{}
+		for _, k := range blip {
+			ch.timing.Shadows[k] = TargetKey{kvmProvider, k.Target}
+		}
 	}
 
 	// Warm-up: every target Ready (in Prometheus and in the objects too), then the baseline.
@@ -250,8 +282,8 @@ func Run(tb testing.TB, o Options) *Report {
 	waitRound(observed.Load()+2, "warm-up")
 	base := e.measure()
 	logf("soak: baseline after warm-up (round %d): %s", observed.Load(), base)
-	if base.SSHOnHosts != o.Hosts || base.SSHFromHere != o.Hosts {
-		tb.Fatalf("soak: the baseline has %d SSH connections on the hosts and %d from here, want one per host (%d): the counters do not see the pool", base.SSHOnHosts, base.SSHFromHere, o.Hosts)
+	if want := o.Hosts + len(blip); base.SSHOnHosts != want || base.SSHFromHere != want {
+		tb.Fatalf("soak: the baseline has %d SSH connections on the hosts and %d from here, want one per host and one more for %s (%d): the counters do not see the pool", base.SSHOnHosts, base.SSHFromHere, blipProvider, want)
 	}
 
 	// The faults.
@@ -366,20 +398,66 @@ func Run(tb testing.TB, o Options) *Report {
 	cancel()
 	bg.Wait()
 	rep.Episodes, rep.TimestampLies, rep.Stats = j.results()
+	final := r.Current()
+	for _, k := range blip {
+		b := Blip{Target: k, Shadow: TargetKey{kvmProvider, k.Target}, FailureThreshold: o.blipThreshold()}
+		if ts := find(final, k); ts != nil {
+			b.Checks, b.FailedChecks = ts.Checks, ts.FailedChecks
+		}
+		injected := map[*FaultKind]uint64{}
+		for _, a := range rep.Actions {
+			if a.Index < 0 || a.Kind.Lane != laneKVM || keys[laneKVM][a.Index] != b.Shadow {
+				continue
+			}
+			if !a.Clear {
+				b.ShadowFaults++
+				injected[a.Kind] = a.Step
+			} else if from, ok := injected[a.Kind]; ok {
+				b.Longest = max(b.Longest, int(a.Step-from))
+			}
+		}
+		rep.Blips = append(rep.Blips, b)
+	}
 	if ch != nil {
 		rep.Chain = ch.finish(j, targets, end, rep.Episodes)
 	}
 	return rep
 }
 
-// checkers writes the providers file and builds its checkers as the exporter does.
-func (e *env) checkers(tb testing.TB) []checks.Checker {
+// blipThreshold is soak-blip's failureThreshold: more rounds than a fault holds, and than the
+// rounds overlapping its injection and its clearing.
+func (o Options) blipThreshold() int { return max(o.MaxHold, maxHold) + 3 }
+
+// providers writes the providers file and builds its checkers and thresholds as the exporter
+// does.
+func (e *env) providers(tb testing.TB) []checks.Provider {
 	tb.Helper()
 	o := e.opts
 	kc := e.fleet.KVMConfig()
-	var hosts strings.Builder
-	for _, h := range kc.Hosts {
-		fmt.Fprintf(&hosts, "        - {address: %q, name: %s}\n", h.Address, h.Name)
+	// kvm is a kvm provider's block: the fleet's identity and dial bounds, its own
+	// failureThreshold and hosts.
+	kvm := func(name string, failureThreshold int, hosts []testenv.KVMTarget) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, `  - name: %s
+    type: kvm
+    failureThreshold: %d
+    kvm:
+      user: %s
+      privateKeyFile: %s
+      knownHostsFile: %s
+      socket: %s
+      storagePool: %s
+      concurrency: %d
+      tcpTimeout: %s
+      sshTimeout: %s
+      libvirtTimeout: %s
+      hosts:
+`, name, failureThreshold, kc.User, kc.PrivateKeyFile, kc.KnownHostsFile, kc.Socket, kc.StoragePool,
+			o.Concurrency, o.TCPTimeout, o.SSHTimeout, o.LibvirtTimeout)
+		for _, h := range hosts {
+			fmt.Fprintf(&b, "        - {address: %q, name: %s}\n", h.Address, h.Name)
+		}
+		return b.String()
 	}
 	yml := fmt.Sprintf(`providers:
   - name: %s
@@ -393,23 +471,9 @@ func (e *env) checkers(tb testing.TB) []checks.Checker {
       project: %s
       credentialsFile: %s
       endpoint: %s
-  - name: %s
-    type: kvm
-    kvm:
-      user: %s
-      privateKeyFile: %s
-      knownHostsFile: %s
-      socket: %s
-      storagePool: %s
-      concurrency: %d
-      tcpTimeout: %s
-      sshTimeout: %s
-      libvirtTimeout: %s
-      hosts:
-%s`, kubeProvider, e.kube.KubeconfigFor(kubeUser),
-		gcpProvider, gcefake.DefaultProject, e.gce.ServiceAccountKey(tb), e.gce.URL(),
-		kvmProvider, kc.User, kc.PrivateKeyFile, kc.KnownHostsFile, kc.Socket, kc.StoragePool,
-		o.Concurrency, o.TCPTimeout, o.SSHTimeout, o.LibvirtTimeout, hosts.String())
+`, kubeProvider, e.kube.KubeconfigFor(kubeUser),
+		gcpProvider, gcefake.DefaultProject, e.gce.ServiceAccountKey(tb), e.gce.URL())
+	yml += kvm(kvmProvider, 1, kc.Hosts) + kvm(blipProvider, o.blipThreshold(), kc.Hosts[:1])
 	path := filepath.Join(tb.TempDir(), "providers.yml")
 	if err := os.WriteFile(path, []byte(yml), 0o600); err != nil {
 		tb.Fatal(err)
@@ -418,16 +482,16 @@ func (e *env) checkers(tb testing.TB) []checks.Checker {
 	if err != nil {
 		tb.Fatalf("soak: the providers file does not load: %v\n%s", err, yml)
 	}
-	var cs []checks.Checker
+	var ps []checks.Provider
 	for _, p := range cfg.Providers {
 		t, _ := checks.Lookup(checks.ProviderType(p.Type))
 		c, err := t.New(p, slog.New(slog.DiscardHandler).With("provider", p.Name))
 		if err != nil {
 			tb.Fatalf("soak: build the %s checker: %v", p.Name, err)
 		}
-		cs = append(cs, c)
+		ps = append(ps, checks.Provider{Checker: c, Thresholds: checks.Thresholds{Failure: p.FailureThreshold, Success: p.SuccessThreshold}})
 	}
-	return cs
+	return ps
 }
 
 func (e *env) measure() Resources {

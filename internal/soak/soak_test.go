@@ -117,6 +117,16 @@ func TestSoak(t *testing.T) {
 			t.Errorf("the alert chain and the objects disagree with the truth (goal 0 of each): %s\n  %s\n%s", c.Summary(), strings.Join(f, "\n  "), repro)
 		}
 	}
+	for _, b := range rep.Blips {
+		t.Logf("soak: %s (failureThreshold %d): %d of %d checks failed, in %d faults of %s (the longest %d steps), its verdict judged Ready throughout",
+			b.Target, b.FailureThreshold, b.FailedChecks, b.Checks, b.ShadowFaults, b.Shadow, b.Longest)
+		if b.ShadowFaults > 0 && b.FailedChecks == 0 {
+			t.Errorf("%s: none of its checks failed in %d faults of the host it shares with %s: the lane saw no blip and proves nothing", b.Target, b.ShadowFaults, b.Shadow)
+		}
+		if b.Longest >= b.FailureThreshold-2 {
+			t.Errorf("%s: a fault of %s held %d steps, too close to its failureThreshold %d for a blip", b.Target, b.Shadow, b.Longest, b.FailureThreshold)
+		}
+	}
 	if o.Rounds >= DefaultOptions().Rounds && len(rep.Uncovered) > 0 {
 		t.Errorf("fault kinds never injected in %d rounds: %s", o.Rounds, strings.Join(rep.Uncovered, ", "))
 	}

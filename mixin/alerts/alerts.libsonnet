@@ -44,10 +44,11 @@ local promql = import '../lib/promql.libsonnet';
       + matchers(['provider']) + '})` ' + args(['provider'])
       + ') }}{{ . | first | value }}{{ else }}?{{ end }} successes{{ end }}',
 
-    local alert(name, severityKey, expr, forWindow, summary, description) = {
+    local alert(name, severityKey, expr, forWindow, summary, description, keepFiringFor=null) = {
       alert: name,
       expr: expr,
       [if forWindow != null then 'for']: forWindow,
+      [if keepFiringFor != null then 'keep_firing_for']: keepFiringFor,
       labels: { severity: c.severities[severityKey] },
       annotations: {
         summary: summary,
@@ -123,6 +124,7 @@ local promql = import '../lib/promql.libsonnet';
             + c.providerDownFor + '; reasons: {{ range $i, $r := query (printf `count by (reason) (max by (target, reason) (proxy_operator_provider_target_reason{'
             + matchers(['provider']) + ', reason!="Maintenance"} == 1))` ' + args(['provider'])
             + ') | sortByLabel "reason" }}{{ if $i }}, {{ end }}{{ $r.Labels.reason }} ({{ $r.Value }}){{ end }}.',
+            c.providerDownKeepFiringFor,
           ),
           alert(
             'ProviderHealthTargetFlapping',
