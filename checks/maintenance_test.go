@@ -13,7 +13,8 @@ import (
 // those rounds count as no failed check. A target's "false" wins over its provider's "true".
 // When the label goes (a reload) or its end time passes, the check's own verdict is published at
 // once, its run counted from that check. A round that did not start the target publishes the
-// maintenance too.
+// maintenance too; one that did not start it when its maintenance ended leaves it without a
+// verdict until its next check.
 func TestOperatorMaintenance(t *testing.T) {
 	f := newFake("prov", TypeKVM, "hv1", "hv2", "hv3")
 	r, rec := newTestRunner(t, time.Second)
@@ -76,6 +77,44 @@ func TestOperatorMaintenance(t *testing.T) {
 	if hv2 := mustTarget(t, s, "prov", "hv2"); !hv2.Up || hv2.ConsecutiveSuccesses != 1 {
 		t.Errorf("hv2 after the maintenance: %s, %d successes; want Ready at once", hv2.Reason, hv2.ConsecutiveSuccesses)
 	}
+
+	// The maintenance ends in a round that does not start hv2: no check has said what it is
+	// since, so it has no verdict (unchecked, not Maintenance); its next check, failing, is
+	// published at once though failureThreshold is 3, and its history goes on.
+	set(Labels{Targets: map[string]map[string]string{"hv2": {"maintenance": "true"}}})
+	r.round(ctx)
+	if hv2 := mustTarget(t, r.Current(), "prov", "hv2"); hv2.Reason != ReasonMaintenance {
+		t.Fatalf("hv2 in maintenance again: %s", hv2.Reason)
+	}
+	before := len(mustTarget(t, r.Current(), "prov", "hv2").History)
+	set(Labels{})
+	f.setResult(notStarted("hv2"))
+	r.round(ctx)
+	s = r.Current()
+	if ts := s.Provider("prov").Target("hv2"); ts != nil {
+		t.Errorf("hv2, out of maintenance in a round that did not start it: published %s %q, want no verdict", ts.Reason, ts.Message)
+	}
+	var u *UncheckedTarget
+	for i, c := range s.Provider("prov").Unchecked {
+		if c.Target == "hv2" {
+			u = &s.Provider("prov").Unchecked[i]
+		}
+	}
+	if u == nil || !strings.HasPrefix(u.Message, "out of maintenance, not checked since: not started") {
+		t.Errorf("hv2, out of maintenance, not checked since: unchecked %+v, want it listed as such", u)
+	}
+	f.set("hv2", ReasonTCPUnreachable, "connection refused")
+	r.round(ctx)
+	hv2 := mustTarget(t, r.Current(), "prov", "hv2")
+	if hv2.Up || hv2.Reason != ReasonTCPUnreachable || hv2.ConsecutiveFailures != 1 {
+		t.Errorf("hv2's first check after its maintenance: %s, %d failures; want TCPUnreachable at once, counted from 1", hv2.Reason, hv2.ConsecutiveFailures)
+	}
+	if n := len(hv2.History); n != before+1 || hv2.History[n-1].FromReason != ReasonMaintenance {
+		t.Errorf("hv2's history after its maintenance: %+v, want the %d transitions before and one from Maintenance", hv2.History, before)
+	}
+	f.set("hv2", ReasonReady, "")
+	r.round(ctx)
+	r.round(ctx)
 
 	// An end time: in maintenance until it passes, then the check's verdict at the next round.
 	f.set("hv1", ReasonReady, "")

@@ -367,8 +367,7 @@ collect:
 		bugs := make(map[string]bool)
 		verdicts := r.verdicts(s, targets[i], outcomes[i], start, deadline, pm.targets, pm.bugs, bugs)
 		pm.bugs = bugs
-		operatorMaintenance(verdicts, s.labels, start)
-		pm.apply(r.logger, s.name, s.th, verdicts)
+		pm.apply(r.logger, s.name, s.th, verdicts, operatorMaintenance(verdicts, s.labels, start))
 	}
 	r.rounds++
 	r.roundStarted = start
@@ -481,12 +480,13 @@ func (r *Runner) verdicts(s *slot, targets []string, o outcome, start, deadline 
 
 // operatorMaintenance turns the verdicts of targets whose labels put them in maintenance at now
 // (config.InMaintenance: the operator's maintenance label) into Maintenance, whatever the check
-// found, which the message keeps. A round that did not start such a target is not a check, but
-// the maintenance is still in force: its verdict is published.
-func operatorMaintenance(verdicts []TargetResult, labels Labels, now time.Time) {
+// found, which the message keeps, and returns those targets. A round that did not start such a
+// target is not a check, but the maintenance is still in force: its verdict is published.
+func operatorMaintenance(verdicts []TargetResult, labels Labels, now time.Time) map[string]bool {
 	if len(labels.Provider) == 0 && len(labels.Targets) == 0 {
-		return
+		return nil
 	}
+	var held map[string]bool
 	for i := range verdicts {
 		v := &verdicts[i]
 		in, how := config.InMaintenance(labels.Of(v.Target), now)
@@ -495,7 +495,12 @@ func operatorMaintenance(verdicts []TargetResult, labels Labels, now time.Time) 
 		}
 		v.Message = fmt.Sprintf("in maintenance (%s): counted neither up nor down; the last check: %s", how, describeCheck(*v))
 		v.Reason, v.Up, v.NotStarted = ReasonMaintenance, false, false
+		if held == nil {
+			held = map[string]bool{}
+		}
+		held[v.Target] = true
 	}
+	return held
 }
 
 // contacted gives the verdicts of targets the check did not contact (NotContacted) the time of

@@ -84,7 +84,7 @@ func threshold(prev *targetMemory, raw TargetResult, th Thresholds) (TargetState
 	} else {
 		st.ConsecutiveFailures = 1 + prev.state.ConsecutiveFailures
 	}
-	if prev.verdict && prev.state.Reason == ReasonMaintenance {
+	if prev.verdict && prev.state.Reason == ReasonMaintenance || prev.maintenanceEnded {
 		// Out of maintenance: the check's own verdict at once, its run counted from this check.
 		return st, raw.Message, true
 	}

@@ -22,6 +22,13 @@ type targetMemory struct {
 	// notStarted is the message of the last round that did not start the target's check, ""
 	// when the last round did: what an unchecked target shows.
 	notStarted string
+	// operatorMaintenance is set while the published Maintenance is the operator's (the
+	// maintenance label), not the provider's own.
+	operatorMaintenance bool
+	// maintenanceEnded is set when the operator's maintenance ended in a round that did not
+	// start the target: it has no verdict until its next check, which is published at once,
+	// as out of maintenance.
+	maintenanceEnded bool
 }
 
 // unchecked is the target as ProviderState.Unchecked lists it; m has no verdict.
@@ -67,8 +74,11 @@ func (pm *providerMemory) list(targets []string, now time.Time) {
 // A check whose result a threshold holds back is logged at debug only. A message that changes
 // while the reason stays the same is not a transition. Since moves only when Up flips. Every
 // transition is also kept in the target's History. A result that did not start the check
-// (NotStarted) changes nothing but the note an unchecked target shows.
-func (pm *providerMemory) apply(logger *slog.Logger, provider string, th Thresholds, results []TargetResult) {
+// (NotStarted) changes nothing but the note an unchecked target shows, except after the
+// operator's maintenance (operator lists the targets it holds this round): a target whose
+// maintenance ended in a round that did not start it is not in maintenance any more, and no
+// check has said what it is: it has no verdict (unchecked) until its next check.
+func (pm *providerMemory) apply(logger *slog.Logger, provider string, th Thresholds, results []TargetResult, operator map[string]bool) {
 	th = th.normalized()
 	for _, raw := range results {
 		prev := pm.targets[raw.Target]
@@ -80,6 +90,12 @@ func (pm *providerMemory) apply(logger *slog.Logger, provider string, th Thresho
 			next := *prev
 			next.notStarted = raw.Message
 			next.state.Recent = appendRecent(prev.state.Recent, RecentCheck{At: time.Now(), Reason: raw.Reason, NotContacted: true})
+			if prev.verdict && prev.operatorMaintenance {
+				logger.Info("target is out of maintenance, not checked since", "provider", provider, "target", raw.Target)
+				next.verdict, next.operatorMaintenance, next.maintenanceEnded = false, false, true
+				next.notStarted = "out of maintenance, not checked since: " + raw.Message
+				next.state.ConsecutiveFailures, next.state.ConsecutiveSuccesses = 0, 0
+			}
 			pm.targets[raw.Target] = &next
 			continue
 		}
@@ -94,7 +110,7 @@ func (pm *providerMemory) apply(logger *slog.Logger, provider string, th Thresho
 		if !raw.Up && raw.Reason != ReasonMaintenance {
 			st.FailedChecks++
 		}
-		next := &targetMemory{verdict: verdict, state: st, verdictMessage: verdictMessage, listed: prev.listed}
+		next := &targetMemory{verdict: verdict, state: st, verdictMessage: verdictMessage, listed: prev.listed, operatorMaintenance: operator[raw.Target]}
 		next.state.Recent = appendRecent(prev.state.Recent, RecentCheck{At: observed, Up: raw.Up, Reason: raw.Reason, NotContacted: raw.NotContacted})
 		pm.targets[raw.Target] = next
 		v := &next.state.TargetResult
@@ -107,7 +123,7 @@ func (pm *providerMemory) apply(logger *slog.Logger, provider string, th Thresho
 				"consecutive_successes", st.ConsecutiveSuccesses, "failure_threshold", th.Failure,
 				"success_threshold", th.Success)
 			continue
-		case !prev.verdict:
+		case !prev.verdict && !prev.maintenanceEnded:
 			tr.First = true
 			if v.Up {
 				logger.Info("target is up", "provider", provider, "target", v.Target)
