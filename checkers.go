@@ -32,6 +32,15 @@ type entry struct {
 	checker  checks.Checker
 }
 
+// labels are the entry's provider's labels and its targets' (the providers file's labels maps).
+func (en entry) labels() checks.Labels {
+	l := checks.Labels{Provider: en.provider.Labels}
+	if tl, ok := en.provider.Block.(config.TargetLabeler); ok {
+		l.Targets = tl.TargetLabels()
+	}
+	return l
+}
+
 // checkerSet is the outcome of building the checkers of a providers file.
 type checkerSet struct {
 	// entries by provider name: what the exporter keeps to compare the next reload against.
@@ -50,12 +59,9 @@ type checkerSet struct {
 func (s *checkerSet) providers() []checks.Provider {
 	ps := make([]checks.Provider, len(s.checkers))
 	for i, c := range s.checkers {
-		p := s.entries[c.Name()].provider
-		labels := checks.Labels{Provider: p.Labels}
-		if tl, ok := p.Block.(config.TargetLabeler); ok {
-			labels.Targets = tl.TargetLabels()
-		}
-		ps[i] = checks.Provider{Checker: c, Thresholds: checks.Thresholds{Failure: p.FailureThreshold, Success: p.SuccessThreshold}, Labels: labels}
+		en := s.entries[c.Name()]
+		p := en.provider
+		ps[i] = checks.Provider{Checker: c, Thresholds: checks.Thresholds{Failure: p.FailureThreshold, Success: p.SuccessThreshold}, Labels: en.labels()}
 	}
 	return ps
 }

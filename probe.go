@@ -153,6 +153,18 @@ func (e *exporter) lookup(provider string) (c checks.Checker, names []string, cl
 	return nil, names, false
 }
 
+// targetLabels returns a target's labels from the providers file (its provider's, its own over
+// them), as the runner sees them.
+func (e *exporter) targetLabels(provider, target string) map[string]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	en, ok := e.entries[provider]
+	if !ok {
+		return nil
+	}
+	return en.labels().Of(target)
+}
+
 // quoteList renders names for a message, at most maxTargetsNamed of them.
 func quoteList(names []string) string {
 	if len(names) == 0 {
@@ -236,6 +248,10 @@ func (h *probeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		res.Reason = checks.ReasonTimeout
 	}
 	res.Up = res.Reason == checks.ReasonReady
+	if err == nil {
+		// The operator's maintenance, as the rounds publish it.
+		res, _ = checks.OperatorMaintenance(res, h.e.targetLabels(provider, target), time.Now())
+	}
 	h.e.logger.Debug("probe", "provider", provider, "target", target, "reason", string(res.Reason),
 		"duration", elapsed, "err", err)
 

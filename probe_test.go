@@ -445,3 +445,51 @@ func TestProbeNeedsCredentials(t *testing.T) {
 		t.Errorf("right password: %d %v, want 200 with probe_success 1", code, s)
 	}
 }
+
+// TestProbeMaintenance: a probe of a target the operator put in maintenance (the providers
+// file's maintenance label) answers as the rounds publish it: Maintenance (probe_success 0,
+// probe_reason Maintenance), with what the live check found in the message; a target whose
+// own label says "false" answers its check.
+func TestProbeMaintenance(t *testing.T) {
+	f := newFakeChecks()
+	f.use(t)
+	path := filepath.Join(t.TempDir(), "providers.yml")
+	if err := os.WriteFile(path, []byte(`providers:
+  - name: alpha
+    type: gcp
+    labels: {maintenance: "true"}
+    gcp:
+      project: alpha-project
+      filter: "a1,down-a2"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := runExporter(t, path, time.Minute, 15*time.Second)
+	mux := http.NewServeMux()
+	mux.Handle("GET /probe", newProbeHandler(e, 0))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	for _, target := range []string{"a1", "down-a2"} {
+		code, body := fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target="+target)
+		s := probeSamples(t, body)
+		if code != http.StatusOK || s["probe_success"] != 0 || s[`probe_reason{reason="Maintenance"}`] != 1 {
+			t.Errorf("%s in maintenance: %d %v, want 200 with probe_success 0 and reason Maintenance", target, code, s)
+		}
+	}
+	_, body := fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=down-a2&debug=true")
+	if want := "message: in maintenance (label maintenance=true): counted neither up nor down; the last check: APIError: "; !strings.Contains(body, want) {
+		t.Errorf("the debug answer lacks %q:\n%s", want, body)
+	}
+	var reason checks.Reason
+	for _, p := range e.runner.Current().Providers {
+		for _, ts := range p.Targets {
+			if p.Name == "alpha" && ts.Target == "a1" {
+				reason = ts.Reason
+			}
+		}
+	}
+	if reason != checks.ReasonMaintenance {
+		t.Errorf("the round's verdict of a1: %q, want Maintenance as the probe says", reason)
+	}
+}

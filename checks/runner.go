@@ -489,18 +489,30 @@ func operatorMaintenance(verdicts []TargetResult, labels Labels, now time.Time) 
 	var held map[string]bool
 	for i := range verdicts {
 		v := &verdicts[i]
-		in, how := config.InMaintenance(labels.Of(v.Target), now)
-		if !in {
+		var in bool
+		if *v, in = OperatorMaintenance(*v, labels.Of(v.Target), now); !in {
 			continue
 		}
-		v.Message = fmt.Sprintf("in maintenance (%s): counted neither up nor down; the last check: %s", how, describeCheck(*v))
-		v.Reason, v.Up, v.NotStarted = ReasonMaintenance, false, false
 		if held == nil {
 			held = map[string]bool{}
 		}
 		held[v.Target] = true
 	}
 	return held
+}
+
+// OperatorMaintenance returns v as Maintenance when labels (a target's, as Labels.Of gives
+// them) put it in maintenance at now (config.InMaintenance), with what the check found kept in
+// the message, and whether they do; else v as it is. The runner applies it to every round's
+// verdicts, /probe to its answer.
+func OperatorMaintenance(v TargetResult, labels map[string]string, now time.Time) (TargetResult, bool) {
+	in, how := config.InMaintenance(labels, now)
+	if !in {
+		return v, false
+	}
+	v.Message = fmt.Sprintf("in maintenance (%s): counted neither up nor down; the last check: %s", how, describeCheck(v))
+	v.Reason, v.Up, v.NotStarted = ReasonMaintenance, false, false
+	return v, true
 }
 
 // contacted gives the verdicts of targets the check did not contact (NotContacted) the time of
