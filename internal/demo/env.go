@@ -181,7 +181,7 @@ func BuildExporter(tb testing.TB, root string) string {
 // after a host breaks, instead of the production windows of several minutes; availability is
 // sampled every 10s into 1m buckets, over windows of 10m, 30m and 1h (the budget's), and the
 // burn-rate pairs are minutes long, so the availability series fill within minutes, not days.
-const DemoWindows = `{targetDownFor: "30s", providerDownFor: "30s",
+const DemoWindows = `{targetDownFor: "30s", providerDownFor: "30s", providerDownKeepFiringFor: "10s",
  availabilityInterval: "10s", availabilityBucket: "1m", availabilityBucketedFrom: "10m",
  availabilityEvaluationInterval: "15s", availabilityWindows: ["10m", "30m", "1h"], availabilityBudgetWindow: "1h",
  availabilityBurnRates: {
