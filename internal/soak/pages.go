@@ -384,8 +384,9 @@ func judgePages(t Timing, expected []*Expect, pages []*Page) *PageReport {
 			r.Extra = append(r.Extra, p)
 			continue
 		}
-		// Budget alerts stay allowed for every later page of the provider.
-		if best.Alert != alertFastBurn && best.Alert != alertSlowBurn {
+		// Budget alerts, and TargetFailingChecks of a target whose checks fail below its
+		// threshold, stay allowed for every later page: they may fire and end many times.
+		if best.Alert != alertFastBurn && best.Alert != alertSlowBurn && best.Alert != alertFailingChecks {
 			best.page = p
 		}
 		if !best.Must {

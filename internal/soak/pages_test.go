@@ -112,6 +112,20 @@ func TestPagesKeepFiring(t *testing.T) {
 	if r := judgePages(tm, exp, []*Page{page(18, 36), page(41, 56), page(78, 96)}); len(r.Missing)+len(r.Late)+len(r.LateResolved)+len(r.Extra) != 0 || r.Allowed != 1 {
 		t.Errorf("paged again after the gap: missing %v, late %v, late resolutions %v, extra %v, allowed %d", r.Missing, r.Late, r.LateResolved, r.Extra, r.Allowed)
 	}
+	// TargetFailingChecks of a target below its threshold may fire and end many times.
+	tm.Shadows = map[TargetKey]TargetKey{{"blip", "api"}: {"kube", "api"}}
+	tm.Severity[alertFailingChecks] = "warning"
+	withBlip := expectations(tm, map[string][]string{"kube": {"api"}, "blip": {"api"}}, map[TargetKey][]span{{"kube", "api"}: {sp(10, 30), sp(33, 50), sp(70, 90)}})
+	failing := func(fired, resolved float64) *Page {
+		return &Page{Alert: alertFailingChecks, Provider: "blip", Target: "api", Severity: "warning", Fired: at(fired), Resolved: at(resolved)}
+	}
+	if r := judgePages(tm, withBlip, []*Page{page(18, 56), page(78, 96), failing(20, 40), failing(60, 80)}); len(r.Extra) != 0 || r.Allowed != 2 {
+		t.Errorf("TargetFailingChecks twice: extra %v, allowed %d; want both allowed", r.Extra, r.Allowed)
+	}
+	if r := judgePages(tm, withBlip, []*Page{page(18, 56), page(78, 96), failing(5, 8)}); len(r.Extra) != 1 {
+		t.Errorf("TargetFailingChecks before any fault of its shadow: extra %v, want it extra", r.Extra)
+	}
+
 	// A page held from the first outage into the third (20 s later) resolves late, and the
 	// third outage's own page is missing.
 	if r := judgePages(tm, exp, []*Page{page(18, 96)}); len(r.LateResolved) != 1 || len(r.Missing) != 1 {

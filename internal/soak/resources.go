@@ -30,8 +30,8 @@ func (r Resources) String() string {
 // reads Ready again. SSH connections must come back exactly: one pooled connection per host.
 // Goroutines and fds allow for idle HTTP keep-alive connections of the gcp and kubernetes
 // clients (one to three goroutines and one fd each, opened and closed by the transports on
-// their own schedule); RSS allows for the heap growing to the high-water mark of the run's
-// busiest round under the race detector, which Go returns to the OS only lazily.
+// their own schedule); RSS, read after a collection that returns freed memory to the OS,
+// allows for what the race detector and the run's own records (pages, object reads) keep.
 const (
 	tolGoroutines = 16
 	tolFDs        = 8

@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -495,6 +496,9 @@ func (e *env) providers(tb testing.TB) []checks.Provider {
 }
 
 func (e *env) measure() Resources {
+	// RSS counts what the process holds, not the high-water mark of its busiest round, which
+	// Go returns to the OS only lazily: collect and return first.
+	debug.FreeOSMemory()
 	r := Resources{Goroutines: goroutines(), FDs: openFDs(), SSHFromHere: sshFromHere(), RSS: rss()}
 	for _, h := range e.fleet.Hosts {
 		r.SSHOnHosts += h.TCPConnections()
