@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -55,12 +54,7 @@ func (r *replica) leader(t *testing.T) bool {
 
 func startReplica(t *testing.T, name, bin string, args ...string) *replica {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := testutil.MustFreeLoopbackAddr(t)
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	d, err := testenv.StartDaemon(name, bin, append([]string{"--web.listen-address=" + addr, "--log.level=debug"}, args...), logPath)
 	if err != nil {

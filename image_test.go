@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -430,12 +431,7 @@ func pushToRegistry(t *testing.T, index ociDescriptor, idx ociIndex, version str
 	crane := func(ctx context.Context, args ...string) *exec.Cmd {
 		return exec.CommandContext(ctx, craneBin, args...)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := testutil.MustFreeLoopbackAddr(t)
 	serve := crane(ctx, "registry", "serve", "--address", addr)
 	var serveLog bytes.Buffer
 	serve.Stdout, serve.Stderr = &serveLog, &serveLog

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -308,12 +307,7 @@ func TestProbeScrapeConfig(t *testing.T) {
 	if err := os.WriteFile(file, []byte(live), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	promAddr := l.Addr().String()
-	l.Close()
+	promAddr := testutil.MustFreeLoopbackAddr(t)
 	d, err := testenv.StartCommand("prometheus", exec.Command(bins.Prometheus, "--config.file="+file,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+promAddr), filepath.Join(dir, "prometheus.log"))
 	if err != nil {
@@ -536,12 +530,7 @@ func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
 	if err := os.WriteFile(file, []byte(cfg.String()), 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	promAddr := l.Addr().String()
-	l.Close()
+	promAddr := testutil.MustFreeLoopbackAddr(tb)
 	d, err := testenv.StartCommand("prometheus", exec.Command(bins.Prometheus, "--config.file="+file,
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+promAddr), filepath.Join(dir, "prometheus.log"))
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
@@ -81,12 +81,7 @@ func writeFleetProviders(b *testing.B, dir string, providers, hosts int) string 
 // measureExporter starts the exporter, waits for its first round, scrapes it twice as
 // Prometheus does and returns its VmRSS and the size of the (compressed) scrape.
 func measureExporter(b *testing.B, bin, config string) (rss uint64, body int) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := testutil.MustFreeLoopbackAddr(b)
 	cmd := exec.Command(bin, "--config.file="+config, "--web.listen-address="+addr,
 		"--provider-check-interval=1h", "--log.level=error")
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard

@@ -2,7 +2,9 @@ package testutil
 
 import (
 	"fmt"
+	"net"
 	"reflect"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -46,5 +48,27 @@ func TestSeriesSelectsOneLabelValue(t *testing.T) {
 	}
 	if got := Series(t, reg, "provider", "c"); len(got) != 0 {
 		t.Errorf("Series of a value nobody has = %v, want none", got)
+	}
+}
+
+// TestFreeLoopbackAddr: the address is free, on loopback, and outside the ephemeral range, so
+// no outgoing connection can be given its port.
+func TestFreeLoopbackAddr(t *testing.T) {
+	lo, hi := ephemeralRange()
+	for range 50 {
+		addr := MustFreeLoopbackAddr(t)
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || host != "127.0.0.1" {
+			t.Fatalf("address %q: host %q, err %v", addr, host, err)
+		}
+		p, _ := strconv.Atoi(port)
+		if p < 1024 || (p >= lo && p <= hi) {
+			t.Fatalf("port %d is privileged or in the ephemeral range %d-%d", p, lo, hi)
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("the picked address is not free: %v", err)
+		}
+		_ = l.Close()
 	}
 }

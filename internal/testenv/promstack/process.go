@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // daemon is one long-running process of the stack (prometheus or alertmanager); it dies with
@@ -85,16 +85,9 @@ func waitReady(ctx context.Context, d *daemon, baseURL string) error {
 	}
 }
 
-// freeLoopbackAddr returns a 127.0.0.1 address with a port that was free a moment ago.
-// Another process may take it before the daemon binds it; waitReady reports that case.
+// freeLoopbackAddr returns a 127.0.0.1 address with a port that was free a moment ago, outside
+// the ephemeral range. Another test may still take it before the daemon binds it; waitReady
+// reports that case.
 func freeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("pick a free loopback port: %w", err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		return "", fmt.Errorf("release picked port %s: %w", addr, err)
-	}
-	return addr, nil
+	return testutil.FreeLoopbackAddr()
 }

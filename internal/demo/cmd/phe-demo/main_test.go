@@ -115,12 +115,7 @@ func (l *launcher) waitOutput(t *testing.T, re *regexp.Regexp, timeout time.Dura
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return testutil.MustFreeLoopbackAddr(t)
 }
 
 // TestDefaults pins the fixed addresses the issue, README.md and docs/demo.md promise.
