@@ -18,7 +18,6 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
@@ -81,7 +80,7 @@ func writeFleetProviders(b *testing.B, dir string, providers, hosts int) string 
 // measureExporter starts the exporter, waits for its first round, scrapes it twice as
 // Prometheus does and returns its VmRSS and the size of the (compressed) scrape.
 func measureExporter(b *testing.B, bin, config string) (rss uint64, body int) {
-	addr := testutil.MustFreeLoopbackAddr(b)
+	addr := itestutil.MustFreeLoopbackAddr(b)
 	cmd := exec.Command(bin, "--config.file="+config, "--web.listen-address="+addr,
 		"--provider-check-interval=1h", "--log.level=error")
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
