@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
@@ -35,6 +36,19 @@ type apiStatus struct {
 	Page      apiPage       `json:"page"`
 	// Writer is the ProviderHealth writer's state; null without --crd.enabled.
 	Writer *apiWriter `json:"writer"`
+	// HostFileProblems are the host files (hostFiles) that do not read well now; empty when
+	// every one does.
+	HostFileProblems []apiHostFileProblem `json:"hostFileProblems"`
+}
+
+// apiHostFileProblem is a host file that does not read well: its provider keeps the
+// HostsKept hosts of its last good read.
+type apiHostFileProblem struct {
+	Provider  string    `json:"provider"`
+	File      string    `json:"file"`
+	Error     string    `json:"error"`
+	Since     time.Time `json:"since"`
+	HostsKept int       `json:"hostsKept"`
 }
 
 type apiRound struct {
@@ -208,6 +222,11 @@ func (e *exporter) apiStatusOf(s *checks.Snapshot, f landingFilter, now time.Tim
 	}
 	if e.crdReport != nil {
 		out.Writer = apiWriterOf(e.crdReport())
+	}
+	out.HostFileProblems = []apiHostFileProblem{}
+	for _, p := range e.inventory.problems() {
+		out.HostFileProblems = append(out.HostFileProblems, apiHostFileProblem{Provider: p.Provider, File: p.Path,
+			Error: strings.Join(p.lines(), "\n"), Since: p.Since.UTC(), HostsKept: p.Kept})
 	}
 	return out
 }

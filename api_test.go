@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 )
 
@@ -46,14 +49,18 @@ func TestStatusAPIShape(t *testing.T) {
 		return crdwriter.Report{Writing: true, SyncedRound: 41, Problems: []crdwriter.ObjectProblem{
 			{Provider: "gcp-prod", Problem: crdwriter.ProblemFailing, Err: "forbidden", Since: f.now.Add(-time.Minute), Attempts: 2, RetryAt: f.now.Add(time.Second)}}}
 	}
+	e.inventory = newInventory(slog.New(slog.DiscardHandler))
+	e.inventory.files[fileKey{"kvm-east", "/etc/inventory/east.json"}] = &targetFile{good: true, err: errors.New("permission denied"), errSince: f.now.Add(-time.Minute),
+		groups: []config.TargetGroup{{Targets: []string{"hv-east-1"}}}}
 	code, out, _ := statusJSON(t, e, "", f.snap, f.now)
 	if code != http.StatusOK || out["status"] != "success" {
 		t.Fatalf("%d %v", code, out["status"])
 	}
 	data := out["data"].(map[string]any)
 	want := map[string]string{
+		"hostFile":   "error,file,hostsKept,provider,since",
 		"envelope":   "data,status",
-		"data":       "checksEnabled,intervalSeconds,page,providers,round,summary,timeoutSeconds,version,writer",
+		"data":       "checksEnabled,hostFileProblems,intervalSeconds,page,providers,round,summary,timeoutSeconds,version,writer",
 		"round":      "durationSeconds,number,started",
 		"summary":    "down,providers,ready,targets,unchecked",
 		"page":       "number,pages,size,total",
@@ -92,6 +99,7 @@ func TestStatusAPIShape(t *testing.T) {
 		"unchecked":  keys(westP["uncheckedTargets"].([]any)[0]),
 		"writer":     keys(data["writer"]),
 		"problem":    keys(data["writer"].(map[string]any)["problems"].([]any)[0]),
+		"hostFile":   keys(data["hostFileProblems"].([]any)[0]),
 	}
 	for k, w := range want {
 		if got[k] != w {

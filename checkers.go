@@ -52,6 +52,8 @@ type checkerSet struct {
 	retired []io.Closer
 	// What the reload changed, for its log line.
 	added, changed, kept, removed int
+	// cfg is the providers file the set was loaded from, before its host files were read.
+	cfg *config.Config
 }
 
 // providers returns the set's checkers in the providers file's order, each with its provider's

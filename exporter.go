@@ -11,6 +11,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/collector"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
 )
@@ -45,9 +46,16 @@ type exporter struct {
 	// landingSlots bounds the status page renders in flight (landingMaxInFlight).
 	landingSlots chan struct{}
 
-	// mu serializes reloads (SIGHUP and POST /-/reload may race) and the final close.
+	// inventory reads the providers' host files (hostFiles).
+	inventory *inventory
+
+	// mu serializes reloads (SIGHUP and POST /-/reload may race), the host files' refreshes
+	// and the final close.
 	mu      sync.Mutex
 	entries map[string]entry
+	// fileCfg is the providers file as last loaded well, before its host files are read: what
+	// a refresh of the host files expands again.
+	fileCfg *config.Config
 	closed  bool
 }
 
@@ -62,6 +70,7 @@ func newExporter(configFile string, interval, timeout time.Duration, logger *slo
 		timeout:      timeout,
 		registry:     prometheus.NewRegistry(),
 		landingSlots: make(chan struct{}, landingMaxInFlight),
+		inventory:    newInventory(logger),
 		reloadSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: checks.MetricNamespace,
 			Name:      "config_last_reload_successful",
@@ -89,11 +98,12 @@ func newExporter(configFile string, interval, timeout time.Duration, logger *slo
 	if err != nil {
 		return nil, err
 	}
-	e.entries = set.entries
+	e.entries, e.fileCfg = set.entries, set.cfg
 	e.runner = checks.NewRunner(checks.Options{
-		Interval: interval,
-		Timeout:  timeout,
-		Logger:   logger,
+		Interval:    interval,
+		Timeout:     timeout,
+		Logger:      logger,
+		BeforeRound: e.refreshInventory,
 	}, nil)
 	e.runner.SetProviders(set.providers())
 	e.reloadSuccess.Set(1)
@@ -109,6 +119,7 @@ func newExporter(configFile string, interval, timeout time.Duration, logger *slo
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		hostpool.Collector(),
+		e.inventory,
 	)
 	return e, nil
 }

@@ -58,6 +58,7 @@ td.strip i.o { background: #3fb950; }
 td.strip i.f { background: #e5534b; }
 td.strip i.n { background: #a0a8b0; }
 td.strip i.m { background: #d4a72c; }
+td.lines { white-space: pre-line; }
 </style>
 </head>
 <body>
@@ -79,6 +80,13 @@ Version {{.Version}}.</p>
 {{- else -}}
 <p class="note">Checks are off (--provider-check-interval=0): providers are listed, never checked.</p>
 {{- end}}
+{{if .HostFileProblems -}}
+<table id="host-file-problems">
+<thead><tr><th>Provider</th><th>Host file</th><th>Problem</th><th>Since</th><th>Hosts kept</th></tr></thead>
+{{range .HostFileProblems}}<tr><td>{{.Provider}}</td><td>{{.Path}}</td><td class="down lines">{{.Err}}</td><td class="time">{{.Since}}<br><span class="note">for {{.SinceFor}}</span></td><td>{{.Kept}} (its last good read)</td></tr>
+{{end -}}
+</table>
+{{end -}}
 {{if .AllProviders -}}
 <p id="summary">{{.Summary}}</p>
 <form method="get" action="">
@@ -231,6 +239,15 @@ type landingData struct {
 	RecentLength  int
 	// Writer is the ProviderHealth writer's section; nil without --crd.enabled.
 	Writer *landingWriter
+	// HostFileProblems are the host files (hostFiles) that do not read well now.
+	HostFileProblems []landingHostFileProblem
+}
+
+// landingHostFileProblem is a host file that does not read well: its provider keeps the hosts
+// of its last good read.
+type landingHostFileProblem struct {
+	Provider, Path, Err, Since, SinceFor string
+	Kept                                 int
 }
 
 // landingWriter is what the ProviderHealth writer is doing: whether this replica writes, and
@@ -660,6 +677,10 @@ func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 	}
 	if e.crdReport != nil {
 		d.Writer = landingWriterOf(e.crdReport(), now)
+	}
+	for _, p := range e.inventory.problems() {
+		d.HostFileProblems = append(d.HostFileProblems, landingHostFileProblem{Provider: p.Provider, Path: p.Path,
+			Err: strings.Join(p.lines(), "\n"), Since: formatTime(p.Since), SinceFor: humanDuration(now.Sub(p.Since)), Kept: p.Kept})
 	}
 	if s.Round > 0 {
 		d.RoundStarted = formatTime(s.RoundStarted)

@@ -17,6 +17,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -369,6 +371,27 @@ func unreadableFiles(cfg *config.Config) []string {
 	return ws
 }
 
+// checkHostFiles reads the host files of cfg's providers (hostFiles) as a start would: every
+// problem of a file that does not read well (file:line:col), a warning for a pattern that
+// matches no file and for a host a file repeats, and cfg with the files' hosts.
+func checkHostFiles(cfg *config.Config) (problems, warnings []string, expanded *config.Config) {
+	in := newInventory(slog.New(slog.DiscardHandler))
+	expanded, warnings = in.expand(cfg)
+	for _, p := range in.problems() {
+		problems = append(problems, p.lines()...)
+	}
+	for _, p := range cfg.Providers {
+		if inv, ok := p.Block.(config.Inventory); ok {
+			for _, pattern := range inv.TargetFilePatterns() {
+				if m, _ := filepath.Glob(pattern); len(m) == 0 {
+					warnings = append(warnings, fmt.Sprintf("provider %s: hostFiles: %s matches no file (its hosts are checked once it exists)", p.Name, pattern))
+				}
+			}
+		}
+	}
+	return problems, warnings, expanded
+}
+
 // configCheck implements --config.check: it validates the flags, the web config file (when
 // given) and the providers file, builds (and closes again) every checker as a start would, and
 // prints every problem, or "ok".
@@ -390,8 +413,10 @@ func configCheck(opts *options, stdout, stderr io.Writer) int {
 	if err != nil {
 		problems = append(problems, strings.Split(err.Error(), "\n")...)
 	} else {
+		hostProblems, hostWarnings, expanded := checkHostFiles(cfg)
+		problems = append(problems, hostProblems...)
 		// Checkers log nothing while they are only built; discard it.
-		set, err := buildCheckers(cfg, nil, slog.New(slog.DiscardHandler))
+		set, err := buildCheckers(expanded, nil, slog.New(slog.DiscardHandler))
 		if err != nil {
 			problems = append(problems, strings.Split(err.Error(), "\n")...)
 		} else {
@@ -400,7 +425,7 @@ func configCheck(opts *options, stdout, stderr io.Writer) int {
 		for _, w := range cfg.Warnings() {
 			fmt.Fprintf(stdout, "warning: %s\n", w)
 		}
-		for _, w := range unreadableFiles(cfg) {
+		for _, w := range slices.Concat(unreadableFiles(cfg), hostWarnings) {
 			fmt.Fprintf(stdout, "warning: %s\n", w)
 		}
 	}

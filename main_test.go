@@ -715,3 +715,36 @@ func TestConfigCheckWarnsAboutUnreadableFiles(t *testing.T) {
 		t.Errorf("stdout:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// TestConfigCheckReadsHostFiles: --config.check reads every host file a kvm provider's
+// hostFiles match, prints each problem at its file, line and column and fails; a pattern
+// matching no file and a host listed twice are warnings.
+func TestConfigCheckReadsHostFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := hostFilesProviders(t, dir)
+	good := filepath.Join(dir, "inventory", "good.yml")
+	writeFile(t, good, "- targets: ['127.0.0.1:1', '127.0.0.9:1']\n")
+	var stdout, stderr syncBuffer
+	if code := run([]string{"--config.check", "--config.file=" + path}, &stdout, &stderr, nil); code != 0 {
+		t.Fatalf("exit code %d, want 0; stderr %q", code, stderr.String())
+	}
+	want := "warning: provider kvm-inv: privateKeyFile: open /nonexistent/key: no such file or directory (its checks will fail until the file is readable)\n" +
+		"warning: provider kvm-inv: hostFiles: " + good + `:1: host "127.0.0.1:1" is already listed in hosts; left out` + "\n" +
+		"warning: provider kvm-inv: hostFiles: " + filepath.Join(dir, "inventory", "*.json") + " matches no file (its hosts are checked once it exists)\n" +
+		"ok\n"
+	if got := stdout.String(); !strings.HasPrefix(got, `warning: provider "kvm-inv": SSH host key verification is off`) || !strings.HasSuffix(got, want) {
+		t.Errorf("stdout:\n%s\nwant it to end with:\n%s", got, want)
+	}
+
+	bad := filepath.Join(dir, "inventory", "bad.json")
+	writeFile(t, bad, "[\n  {\"targets\": [\"127.0.0.2:99999\"], \"labels\": {\"job\": \"x\"}}\n]\n")
+	stdout, stderr = syncBuffer{}, syncBuffer{}
+	if code := run([]string{"--config.check", "--config.file=" + path}, &stdout, &stderr, nil); code != 1 {
+		t.Fatalf("exit code %d, want 1; stdout %q", code, stdout.String())
+	}
+	wantErr := bad + `:2:16: [0].targets[0]: invalid address "127.0.0.2:99999": port "99999" is not a number from 1 to 65535 (allowed: host, host:port or [v6]:port)` + "\n" +
+		bad + `:2:47: [0].labels.job: label name "job" is reserved (the exporter's or Prometheus's own label; not allowed: provider, target, job, instance, or a name starting with __)` + "\n"
+	if got := stderr.String(); got != wantErr {
+		t.Errorf("stderr:\n%s\nwant:\n%s", got, wantErr)
+	}
+}

@@ -80,23 +80,6 @@ func TestOperatorMaintenanceOnRealHosts(t *testing.T) {
 		t.Fatalf("GET /api/v1/status lists no %s", target)
 		return nil
 	}
-	series := func(metrics, name, target string) string {
-		for _, l := range strings.Split(metrics, "\n") {
-			if strings.HasPrefix(l, name+"{") && strings.Contains(l, `target="`+target+`"`) {
-				return l
-			}
-		}
-		return ""
-	}
-	reasonOf := func(metrics, target string) string {
-		for _, l := range strings.Split(metrics, "\n") {
-			if strings.HasPrefix(l, "proxy_operator_provider_target_reason{") && strings.Contains(l, `target="`+target+`"`) && strings.HasSuffix(l, " 1") {
-				i := strings.Index(l, `reason="`)
-				return strings.SplitN(l[i+len(`reason="`):], `"`, 2)[0]
-			}
-		}
-		return ""
-	}
 	metrics := func() string { _, m := x.get("/metrics"); return m }
 	testutil.Eventually(t, 30*time.Second, "both hosts Ready", func() bool {
 		m := metrics()
@@ -146,4 +129,25 @@ func TestOperatorMaintenanceOnRealHosts(t *testing.T) {
 	}
 	fleet.Hosts[0].StartSSHD()
 	testutil.Eventually(t, 25*time.Second, "hv0 Ready once sshd is back", func() bool { return reasonOf(metrics(), hv0) == "Ready" })
+}
+
+// series returns the line of family name for target in a /metrics text, "" when none.
+func series(metrics, name, target string) string {
+	for _, l := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(l, name+"{") && strings.Contains(l, `target="`+target+`"`) {
+			return l
+		}
+	}
+	return ""
+}
+
+// reasonOf returns target's current reason in a /metrics text, "" when it has none.
+func reasonOf(metrics, target string) string {
+	for _, l := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(l, "proxy_operator_provider_target_reason{") && strings.Contains(l, `target="`+target+`"`) && strings.HasSuffix(l, " 1") {
+			i := strings.Index(l, `reason="`)
+			return strings.SplitN(l[i+len(`reason="`):], `"`, 2)[0]
+		}
+	}
+	return ""
 }

@@ -169,7 +169,7 @@ func TestMetricsDocumented(t *testing.T) {
 	// exporter registers, and the snapshot's of a KVM target with its storage pool, of a vCenter
 	// with its datastore and of a target without a verdict yet, in a provider with labels.
 	described := map[string]bool{}
-	for _, name := range describedNames(t, hostpool.Collector()) {
+	for _, name := range slices.Concat(describedNames(t, hostpool.Collector()), describedNames(t, e.inventory)) {
 		described[name] = true
 		if _, ok := docs[name]; !ok {
 			t.Errorf("%s is registered by the exporter but has no row in docs/metrics.md", name)

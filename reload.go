@@ -28,7 +28,7 @@ func (e *exporter) reload() error {
 		return err
 	}
 	e.runner.SetProviders(set.providers())
-	e.entries = set.entries
+	e.entries, e.fileCfg = set.entries, set.cfg
 	// A round already running may still be inside a retired checker's Check; the runner
 	// discards that result, and Close must tolerate the call in flight.
 	closeAll(set.retired, e.logger)
@@ -39,15 +39,21 @@ func (e *exporter) reload() error {
 	return nil
 }
 
-// load reads the providers file and builds its checkers against the running ones. e.mu is held.
+// load reads the providers file and its providers' host files, and builds the checkers
+// against the running ones. e.mu is held.
 func (e *exporter) load() (*checkerSet, error) {
 	cfg, err := config.LoadFor(e.configFile, e.timeout)
 	if err != nil {
 		return nil, err
 	}
-	set, err := buildCheckers(cfg, e.entries, e.logger)
+	expanded, hostWarnings := e.inventory.expand(cfg)
+	set, err := buildCheckers(expanded, e.entries, e.logger)
 	if err != nil {
 		return nil, err
+	}
+	set.cfg = cfg
+	for _, w := range hostWarnings {
+		e.logger.Warn("host file warning", "warning", w)
 	}
 	// Warnings (host-key verification turned off) are repeated at every load, so that they
 	// stay in recent logs for as long as the setting stays in the file.

@@ -22,6 +22,10 @@ type Options struct {
 	Timeout time.Duration
 	// Logger receives the transition logs; nil discards them.
 	Logger *slog.Logger
+	// BeforeRound, when set, is called before each round starts, outside the runner's locks:
+	// it may call SetProviders, whose set the round then checks (the exporter reads the host
+	// files that changed).
+	BeforeRound func()
 }
 
 // Runner checks every provider once per interval and publishes the verdicts as a Snapshot.
@@ -36,6 +40,7 @@ type Options struct {
 type Runner struct {
 	interval time.Duration
 	timeout  time.Duration
+	before   func()
 	grace    time.Duration
 	logger   *slog.Logger
 	running  atomic.Bool
@@ -102,6 +107,7 @@ func NewRunner(opts Options, checkers []Checker) *Runner {
 		memory:     make(map[string]*providerMemory),
 		subs:       make(map[chan struct{}]struct{}),
 		firstRound: make(chan struct{}),
+		before:     opts.BeforeRound,
 	}
 	r.SetCheckers(checkers)
 	return r
@@ -276,6 +282,9 @@ const (
 
 // round runs one round and publishes its snapshot, unless ctx ended during it.
 func (r *Runner) round(ctx context.Context) {
+	if r.before != nil {
+		r.before()
+	}
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()

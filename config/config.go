@@ -64,6 +64,15 @@ func (d *decoder) parse(data []byte) (cfg *Config) {
 	if root == nil {
 		return nil
 	}
+	if !d.bounded(root, func() { cfg = d.config(root) }) {
+		return nil
+	}
+	return cfg
+}
+
+// bounded runs walk over root with the alias budget: a walk that spends it is stopped and
+// recorded as a problem of the file, and bounded reports false.
+func (d *decoder) bounded(root *yaml.Node, walk func()) (ok bool) {
 	d.budget = 2*countNodes(root) + aliasBudget
 	defer func() {
 		if r := recover(); r != nil {
@@ -71,10 +80,11 @@ func (d *decoder) parse(data []byte) (cfg *Config) {
 				panic(r)
 			}
 			d.add(root, "", "%v", errBudget)
-			cfg = nil
+			ok = false
 		}
 	}()
-	return d.config(root)
+	walk()
+	return true
 }
 
 func (d *decoder) config(root *yaml.Node) *Config {

@@ -91,7 +91,7 @@ func TestInvalidCategories(t *testing.T) {
 		category, file, want string
 	}{
 		{"unknown field", "invalid-unknown-field.yml",
-			"testdata/invalid-unknown-field.yml:9:7: providers[0].kvm.storage_pool: unknown field (allowed: user, privateKeyFile, passphraseFile, knownHostsFile, insecureSkipHostKeyVerification, port, socket, storagePool, concurrency, tcpTimeout, sshTimeout, libvirtTimeout, rpcTimeout, hosts)"},
+			"testdata/invalid-unknown-field.yml:9:7: providers[0].kvm.storage_pool: unknown field (allowed: user, privateKeyFile, passphraseFile, knownHostsFile, insecureSkipHostKeyVerification, port, socket, storagePool, concurrency, tcpTimeout, sshTimeout, libvirtTimeout, rpcTimeout, hosts, hostFiles)"},
 		{"wrong type", "invalid-wrong-type.yml",
 			`testdata/invalid-wrong-type.yml:9:13: providers[0].kvm.port: must be an integer, got string "22"`},
 		{"duplicate name", "invalid-duplicate-name.yml",
@@ -119,7 +119,7 @@ func TestInvalidCategories(t *testing.T) {
 		{"duplicate YAML key", "invalid-duplicate-key.yml",
 			"testdata/invalid-duplicate-key.yml:6:7: providers[0].gcp.project: duplicate key (first at line 5)"},
 		{"multiple documents", "invalid-multiple-documents.yml",
-			"testdata/invalid-multiple-documents.yml:5:1: a second YAML document starts here; the providers file is a single document"},
+			"testdata/invalid-multiple-documents.yml:5:1: a second YAML document starts here; the file is a single document"},
 		{"not a mapping", "invalid-not-mapping.yml",
 			"testdata/invalid-not-mapping.yml:1:1: the providers file must be a mapping with a providers key, got a list"},
 		{"empty file", "invalid-empty.yml",
@@ -398,7 +398,36 @@ func TestParseCases(t *testing.T) {
 			wantErr: `f.yml:9:12: providers[0].kvm.hosts: must be a list, got string "198.18.0.1"`},
 		{name: "hosts null",
 			yaml:    kvmBase + "    hosts:\n",
-			wantErr: "f.yml:9:5: providers[0].kvm.hosts: must list at least one host"},
+			wantErr: "f.yml:9:5: providers[0].kvm.hosts: must list at least one host (or set hostFiles)"},
+		{name: "hostFiles instead of hosts",
+			yaml: kvmBase + "    hostFiles: [inventory/*.json, /etc/kvm/hosts.yml]\n",
+			check: func(c *config.Config) string {
+				k := c.Providers[0].Block.(*kvm.Config)
+				wd, _ := os.Getwd()
+				want := []string{filepath.Join(wd, "inventory/*.json"), "/etc/kvm/hosts.yml"}
+				if len(k.Hosts) != 0 || !slices.Equal(k.HostFiles, want) {
+					return fmt.Sprintf("hosts %v, hostFiles %v; want none and %v", k.Hosts, k.HostFiles, want)
+				}
+				return ""
+			}},
+		{name: "hostFiles beside an empty hosts list",
+			yaml: kvmBase + "    hosts: []\n    hostFiles: [/etc/kvm/*.yaml]\n",
+			check: func(c *config.Config) string {
+				if k := c.Providers[0].Block.(*kvm.Config); len(k.Hosts) != 0 || len(k.HostFiles) != 1 {
+					return fmt.Sprintf("hosts %v, hostFiles %v", k.Hosts, k.HostFiles)
+				}
+				return ""
+			}},
+		{name: "hostFiles problems",
+			yaml: kvmBase + "    hosts: [{address: h}]\n    hostFiles: [/etc/kvm/*, '', 3, [x], '/etc/[kvm.json']\n",
+			wantErr: `f.yml:10:17: providers[0].kvm.hostFiles[0]: invalid pattern "/etc/kvm/*": must end in .json, .yml, .yaml (Prometheus's file_sd format, JSON or YAML by the ending)` + "\n" +
+				"f.yml:10:29: providers[0].kvm.hostFiles[1]: must not be empty\n" +
+				`f.yml:10:33: providers[0].kvm.hostFiles[2]: invalid pattern "3": must end in .json, .yml, .yaml (Prometheus's file_sd format, JSON or YAML by the ending)` + "\n" +
+				"f.yml:10:36: providers[0].kvm.hostFiles[3]: must be a string, got a list\n" +
+				`f.yml:10:41: providers[0].kvm.hostFiles[4]: invalid pattern "/etc/[kvm.json": syntax error in pattern (patterns follow Go's filepath.Match: *, ?, [a-z])`},
+		{name: "hostFiles not a list",
+			yaml:    kvmBase + "    hostFiles: /etc/kvm/hosts.yml\n",
+			wantErr: `f.yml:9:16: providers[0].kvm.hostFiles: must be a list, got string "/etc/kvm/hosts.yml"`},
 		{name: "custom tag",
 			yaml:    "providers:\n- name: !secret a\n  type: kubernetes\n  kubernetes: {}\n",
 			wantErr: `f.yml:2:9: providers[0].name: must be a string, got !secret "a"`},

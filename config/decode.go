@@ -222,7 +222,7 @@ func (d *decoder) document(data []byte) (root *yaml.Node) {
 		d.syntax(data, problem(err))
 		return nil
 	default:
-		d.add(&next, "", "a second YAML document starts here; the providers file is a single document")
+		d.add(&next, "", "a second YAML document starts here; the file is a single document")
 		return nil
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0] == nil {

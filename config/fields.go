@@ -1,6 +1,8 @@
 package config
 
 import (
+	"path/filepath"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -135,3 +137,46 @@ func Index(path string, i int) string { return index(path, i) }
 // DNSLabelProblem says what is wrong with s as a DNS-1123 label (a namespace, a resource
 // name), naming it as what; "" when s is one.
 func DNSLabelProblem(what, s string) string { return labelProblem(what, s) }
+
+// Paths reads a list of local paths (or glob patterns of them), as File reads one: relative
+// ones are taken from the providers file's directory. Empty items and NUL bytes are problems;
+// check, when set, says what else is wrong with one path as written ("" when it is valid).
+// Only the valid paths are returned; ok is false when any item was not.
+func (f *Fields) Paths(name string, check func(path string) string) (paths []string, present, ok bool) {
+	items, _, present, ok := f.List(name)
+	if !ok {
+		return nil, present, false
+	}
+	for i, item := range items {
+		field := index(join(f.m.path, name), i)
+		v := f.d.resolve(item)
+		if v == nil || v.Kind != yaml.ScalarNode || isNull(v) || v.ShortTag() == "!!bool" {
+			f.d.add(v, field, "must be a string, got %s", describe(v))
+			ok = false
+			continue
+		}
+		s := v.Value
+		switch {
+		case s == "":
+			f.d.add(v, field, "must not be empty")
+			ok = false
+			continue
+		case strings.ContainsRune(s, 0):
+			f.d.add(v, field, "a path must not contain a NUL byte")
+			ok = false
+			continue
+		}
+		if check != nil {
+			if p := check(s); p != "" {
+				f.d.add(v, field, "%s", p)
+				ok = false
+				continue
+			}
+		}
+		if !filepath.IsAbs(s) {
+			s = filepath.Join(f.d.baseDir, s)
+		}
+		paths = append(paths, s)
+	}
+	return paths, present, ok
+}

@@ -64,3 +64,24 @@ type BlockType struct {
 	// the block with its defaults applied; its result is dropped when it reported a problem.
 	Decode func(f *Fields) Block
 }
+
+// Inventory is a Block whose targets come partly from target files (kvm's hostFiles, in
+// Prometheus's file_sd format): the exporter reads the files at every load of the providers
+// file and again whenever one changes, without a reload, and runs the checker of the block
+// WithTargets returns. A file that stops reading well keeps its last good groups.
+type Inventory interface {
+	Block
+	// TargetFilePatterns are the globs (absolute) naming the block's target files.
+	TargetFilePatterns() []string
+	// TargetProblem says what is wrong with one target of a file; "" when it is valid.
+	TargetProblem(target string) string
+	// WithTargets returns a copy of the block with the targets of files added to its own, in
+	// the order given. warnings says what it left out (a target the block already has).
+	WithTargets(files []TargetFile) (block Block, warnings []string)
+}
+
+// TargetFile is one target file's groups, as last read well.
+type TargetFile struct {
+	Path   string
+	Groups []TargetGroup
+}

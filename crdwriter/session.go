@@ -203,7 +203,7 @@ func (s *session) observe() time.Time {
 			m = &providerMem{}
 			s.mem[ps.Name] = m
 		}
-		events := m.observe(ps, now, staleAfter)
+		events := m.observe(ps, snap.Round, now, staleAfter)
 		for i := range events {
 			s.seq++
 			events[i].seq = s.seq

@@ -46,6 +46,9 @@ type providerMem struct {
 	// seed is what the live object said when memory was read back from it (a restart, a new
 	// leader), until the first snapshot that lists the provider's targets: nil otherwise.
 	seed *seedCounts
+	// noTargets says the last snapshot listed no target of the provider at all, with a
+	// verdict or without (a kvm provider whose host files list no host).
+	noTargets bool
 }
 
 // seedCounts are the counts of a live object memory was read back from. Its targets list holds
@@ -139,10 +142,13 @@ func notYetListed(ps *checks.ProviderState) map[string]bool {
 	return keep
 }
 
-// observe folds a provider's state from a snapshot into its memory and returns the target
-// transitions to report. A provider not checked yet (no targets) leaves known targets alone, so
-// that a restart does not wipe the verdicts and transition times read back from the live object.
-func (m *providerMem) observe(ps *checks.ProviderState, now time.Time, staleAfter time.Duration) []targetEvent {
+// observe folds a provider's state from the snapshot of round into its memory and returns the
+// target transitions to report. A provider not checked yet (no targets) leaves known targets
+// alone, so that a restart does not wipe the verdicts and transition times read back from the
+// live object; but once a round has run, a provider that lists no target at all (with a
+// verdict or without: a kvm provider whose host files list no host) has none, and the object
+// says so.
+func (m *providerMem) observe(ps *checks.ProviderState, round uint64, now time.Time, staleAfter time.Duration) []targetEvent {
 	if m.targets == nil {
 		m.targets = make(map[string]*targetMem)
 	}
@@ -232,6 +238,10 @@ func (m *providerMem) observe(ps *checks.ProviderState, now time.Time, staleAfte
 		}
 		m.order = order
 	}
+	m.noTargets = round > 0 && len(ps.Targets) == 0 && len(ps.Unchecked) == 0
+	if m.noTargets {
+		m.targets, m.order, m.seed, m.lastChecked = make(map[string]*targetMem), nil, nil, time.Time{}
+	}
 	m.setCondition(m.readyCondition(now, staleAfter), now)
 	return events
 }
@@ -267,6 +277,10 @@ func upEvent(target, prevReason string, downFor time.Duration) targetEvent {
 // transition time.
 func (m *providerMem) readyCondition(now time.Time, staleAfter time.Duration) metav1.Condition {
 	c := metav1.Condition{Type: v1alpha1.ConditionReady}
+	if m.noTargets {
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, v1alpha1.ReasonAwaitingFirstCheck, "the provider has no targets to check (a kvm provider whose host files list no host)"
+		return c
+	}
 	if len(m.order) == 0 || m.lastChecked.IsZero() && m.cond == nil {
 		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, v1alpha1.ReasonAwaitingFirstCheck, "the provider has not been checked yet"
 		return c

@@ -43,7 +43,7 @@ func TestReadyCondition(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &providerMem{}
-			m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Targets: tc.targets}, time.Now(), time.Minute)
+			m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Targets: tc.targets}, 0, time.Now(), time.Minute)
 			st := m.render()
 			if len(st.Conditions) != 1 {
 				t.Fatalf("conditions = %+v, want one", st.Conditions)
@@ -64,6 +64,30 @@ func TestReadyCondition(t *testing.T) {
 	}
 }
 
+// TestProviderWithoutTargets: once a round has run, a provider that lists no target at all
+// (a kvm provider whose host files list none) has none in its object, and its condition says
+// why; before the first round (a restart) the object's targets stay until the first verdicts.
+func TestProviderWithoutTargets(t *testing.T) {
+	now := time.Now()
+	m := &providerMem{}
+	m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Targets: []checks.TargetState{target("hv1", checks.ReasonReady, "", now)}}, 1, now, time.Hour)
+	m.observe(&checks.ProviderState{Name: "p", Type: "kvm"}, 0, now, time.Hour)
+	if st := m.render(); len(st.Targets) != 1 {
+		t.Fatalf("round 0 without targets: %d targets, want the known one kept", len(st.Targets))
+	}
+	m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Unchecked: []checks.UncheckedTarget{{Target: "hv1"}}}, 2, now, time.Hour)
+	if st := m.render(); len(st.Targets) != 1 {
+		t.Fatalf("hv1 listed without a verdict: %d targets, want it kept", len(st.Targets))
+	}
+	m.observe(&checks.ProviderState{Name: "p", Type: "kvm"}, 3, now, time.Hour)
+	st := m.render()
+	c := st.Conditions[0]
+	if len(st.Targets) != 0 || st.TotalTargets != 0 || st.TargetsReady != "0/0" ||
+		c.Status != metav1.ConditionUnknown || c.Reason != v1alpha1.ReasonAwaitingFirstCheck || !strings.Contains(c.Message, "no targets") {
+		t.Errorf("a provider without targets: %+v", st)
+	}
+}
+
 func TestManyDownTargetsListedWithLimit(t *testing.T) {
 	var ts []checks.TargetState
 	for i := range 12 {
@@ -71,7 +95,7 @@ func TestManyDownTargetsListedWithLimit(t *testing.T) {
 	}
 	ts[0].Reason = checks.ReasonPoolNotFound
 	m := &providerMem{}
-	m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Targets: ts}, time.Now(), 0)
+	m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Targets: ts}, 0, time.Now(), 0)
 	c := m.render().Conditions[0]
 	want := "12 of 12 targets down: hv00 (PoolNotFound), hv01 (Timeout), hv02 (Timeout), hv03 (Timeout), hv04 (Timeout), hv05 (Timeout), hv06 (Timeout), hv07 (Timeout), hv08 (Timeout), hv09 (Timeout) and 2 more"
 	if c.Message != want || c.Reason != v1alpha1.ReasonMultipleReasons {
@@ -90,7 +114,7 @@ func TestTargetListBounded(t *testing.T) {
 		ts = append(ts, target(fmt.Sprintf("hv%03d", i), r, "", time.Time{}))
 	}
 	m := &providerMem{}
-	m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Targets: ts}, time.Now(), 0)
+	m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Targets: ts}, 0, time.Now(), 0)
 	st := m.render()
 	if len(st.Targets) != v1alpha1.MaxTargets || int(st.OmittedTargets) != total-v1alpha1.MaxTargets {
 		t.Fatalf("targets %d omitted %d, want %d and %d", len(st.Targets), st.OmittedTargets, v1alpha1.MaxTargets, total-v1alpha1.MaxTargets)
@@ -123,7 +147,7 @@ func TestTransitionTimes(t *testing.T) {
 	ps := func(ts ...checks.TargetState) *checks.ProviderState {
 		return &checks.ProviderState{Name: "p", Type: "kvm", Targets: ts}
 	}
-	ev := m.observe(ps(target("a", checks.ReasonReady, "", t0), target("b", checks.ReasonReady, "", t0)), now, time.Hour)
+	ev := m.observe(ps(target("a", checks.ReasonReady, "", t0), target("b", checks.ReasonReady, "", t0)), 0, now, time.Hour)
 	if len(ev) != 0 {
 		t.Errorf("events for targets first seen up: %+v", ev)
 	}
@@ -134,7 +158,7 @@ func TestTransitionTimes(t *testing.T) {
 
 	// b goes down at t1: its time and the condition's move to t1, one Warning Event.
 	t1 := now.Add(time.Minute)
-	ev = m.observe(ps(target("a", checks.ReasonReady, "", t0), target("b", checks.ReasonTCPUnreachable, "refused", t1)), t1.Add(time.Second), time.Hour)
+	ev = m.observe(ps(target("a", checks.ReasonReady, "", t0), target("b", checks.ReasonTCPUnreachable, "refused", t1)), 0, t1.Add(time.Second), time.Hour)
 	if len(ev) != 1 || ev[0].eventType != "Warning" || ev[0].reason != "TCPUnreachable" || ev[0].message != "target b is down (TCPUnreachable): refused" {
 		t.Errorf("events = %+v, want one Warning TCPUnreachable", ev)
 	}
@@ -148,7 +172,7 @@ func TestTransitionTimes(t *testing.T) {
 
 	// Still down with another reason (the runner's Since moves, ours does not): one Event, no move.
 	t2 := t1.Add(time.Minute)
-	ev = m.observe(ps(target("a", checks.ReasonReady, "", t0), target("b", checks.ReasonSSHAuthFailed, "denied", t2)), t2, time.Hour)
+	ev = m.observe(ps(target("a", checks.ReasonReady, "", t0), target("b", checks.ReasonSSHAuthFailed, "denied", t2)), 0, t2, time.Hour)
 	if len(ev) != 1 || ev[0].reason != "SSHAuthFailed" || ev[0].eventType != "Warning" {
 		t.Errorf("events = %+v, want one Warning SSHAuthFailed", ev)
 	}
@@ -163,7 +187,7 @@ func TestTransitionTimes(t *testing.T) {
 	// Rounds without a flip move nothing and report nothing.
 	for i := range 3 {
 		at := t2.Add(time.Duration(i+1) * time.Minute)
-		if ev := m.observe(ps(target("a", checks.ReasonReady, "", t0), target("b", checks.ReasonSSHAuthFailed, "denied", t2)), at, time.Hour); len(ev) != 0 {
+		if ev := m.observe(ps(target("a", checks.ReasonReady, "", t0), target("b", checks.ReasonSSHAuthFailed, "denied", t2)), 0, at, time.Hour); len(ev) != 0 {
 			t.Errorf("round %d: events %+v, want none", i, ev)
 		}
 	}
@@ -173,7 +197,7 @@ func TestTransitionTimes(t *testing.T) {
 
 	// Back up at t3: one Normal Ready Event, times move to t3.
 	t3 := t2.Add(10 * time.Minute)
-	ev = m.observe(ps(target("a", checks.ReasonReady, "", t0), target("b", checks.ReasonReady, "", t3)), t3, time.Hour)
+	ev = m.observe(ps(target("a", checks.ReasonReady, "", t0), target("b", checks.ReasonReady, "", t3)), 0, t3, time.Hour)
 	if len(ev) != 1 || ev[0].eventType != "Normal" || ev[0].reason != "Ready" || !strings.Contains(ev[0].message, "target b is ready again after 11m0s down (was SSHAuthFailed)") {
 		t.Errorf("events = %+v, want one Normal Ready", ev)
 	}
@@ -184,7 +208,7 @@ func TestTransitionTimes(t *testing.T) {
 
 	// Restart: memory seeded from the object keeps every time.
 	m2 := memFromStatus(&st)
-	ev = m2.observe(ps(target("a", checks.ReasonReady, "", now.Add(time.Hour)), target("b", checks.ReasonReady, "", now.Add(time.Hour))), now.Add(time.Hour), time.Hour)
+	ev = m2.observe(ps(target("a", checks.ReasonReady, "", now.Add(time.Hour)), target("b", checks.ReasonReady, "", now.Add(time.Hour))), 0, now.Add(time.Hour), time.Hour)
 	if len(ev) != 0 {
 		t.Errorf("events after a restart without a change: %+v", ev)
 	}
@@ -198,7 +222,7 @@ func TestStaleness(t *testing.T) {
 	m := &providerMem{}
 	old := target("a", checks.ReasonReady, "", now.Add(-time.Hour))
 	old.CheckedAt = now.Add(-4 * time.Minute)
-	m.observe(&checks.ProviderState{Name: "p", Type: "gcp", Targets: []checks.TargetState{old}}, now, 3*time.Minute)
+	m.observe(&checks.ProviderState{Name: "p", Type: "gcp", Targets: []checks.TargetState{old}}, 0, now, 3*time.Minute)
 	st := m.render()
 	c := st.Conditions[0]
 	if c.Status != metav1.ConditionUnknown || c.Reason != v1alpha1.ReasonChecksStale || !strings.Contains(c.Message, "stale after 3m0s") {
@@ -209,7 +233,7 @@ func TestStaleness(t *testing.T) {
 	}
 	// Fresh again: True, since now.
 	fresh := target("a", checks.ReasonReady, "", now.Add(-time.Hour))
-	m.observe(&checks.ProviderState{Name: "p", Type: "gcp", Targets: []checks.TargetState{fresh}}, now.Add(time.Minute), 3*time.Minute)
+	m.observe(&checks.ProviderState{Name: "p", Type: "gcp", Targets: []checks.TargetState{fresh}}, 0, now.Add(time.Minute), 3*time.Minute)
 	c = m.render().Conditions[0]
 	if c.Status != metav1.ConditionTrue || !c.LastTransitionTime.Time.Equal(now.Add(time.Minute)) {
 		t.Errorf("condition = %s since %s, want True since %s", c.Status, c.LastTransitionTime, now.Add(time.Minute))
@@ -219,9 +243,9 @@ func TestStaleness(t *testing.T) {
 func TestMessageOnlyChangeIsNotVisible(t *testing.T) {
 	now := time.Now()
 	m := &providerMem{}
-	m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Targets: []checks.TargetState{target("a", checks.ReasonTimeout, "after 10.1s", now)}}, now, 0)
+	m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Targets: []checks.TargetState{target("a", checks.ReasonTimeout, "after 10.1s", now)}}, 0, now, 0)
 	a := m.render()
-	m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Targets: []checks.TargetState{target("a", checks.ReasonTimeout, "after 10.2s", now)}}, now, 0)
+	m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Targets: []checks.TargetState{target("a", checks.ReasonTimeout, "after 10.2s", now)}}, 0, now, 0)
 	b := m.render()
 	if !sameVisible(&a, &b) {
 		t.Error("a change of message alone counts as visible")
@@ -253,11 +277,11 @@ func BenchmarkObserveRender(b *testing.B) {
 	}
 	ps := &checks.ProviderState{Name: "p", Type: "kvm", Targets: ts}
 	m := &providerMem{}
-	m.observe(ps, time.Now(), time.Hour)
+	m.observe(ps, 0, time.Now(), time.Hour)
 	prev := m.render()
 	b.ResetTimer()
 	for b.Loop() {
-		m.observe(ps, time.Now(), time.Hour)
+		m.observe(ps, 0, time.Now(), time.Hour)
 		st := m.render()
 		if !sameVisible(&prev, &st) {
 			b.Fatal("status changed")
@@ -273,9 +297,9 @@ func TestMaintenanceEvents(t *testing.T) {
 	ps := func(ts ...checks.TargetState) *checks.ProviderState {
 		return &checks.ProviderState{Name: "vc", Type: "vsphere", Targets: ts}
 	}
-	m.observe(ps(target("esx1", checks.ReasonReady, "", now)), now, time.Hour)
+	m.observe(ps(target("esx1", checks.ReasonReady, "", now)), 0, now, time.Hour)
 	t1 := now.Add(time.Minute)
-	ev := m.observe(ps(target("esx1", checks.ReasonMaintenance, "in maintenance mode", t1)), t1, time.Hour)
+	ev := m.observe(ps(target("esx1", checks.ReasonMaintenance, "in maintenance mode", t1)), 0, t1, time.Hour)
 	if len(ev) != 1 || ev[0].eventType != "Normal" || ev[0].reason != "Maintenance" || ev[0].message != "target esx1 is in maintenance: in maintenance mode" {
 		t.Errorf("events = %+v, want one Normal Maintenance", ev)
 	}
@@ -283,7 +307,7 @@ func TestMaintenanceEvents(t *testing.T) {
 		t.Errorf("condition %s %s %q with its one target in maintenance, want True", c.Status, c.Reason, c.Message)
 	}
 	t2 := t1.Add(3 * time.Minute)
-	ev = m.observe(ps(target("esx1", checks.ReasonReady, "", t2)), t2, time.Hour)
+	ev = m.observe(ps(target("esx1", checks.ReasonReady, "", t2)), 0, t2, time.Hour)
 	if len(ev) != 1 || ev[0].message != "target esx1 is ready again after 3m0s in maintenance (was Maintenance)" {
 		t.Errorf("events = %+v, want one saying the host is back after 3m0s in maintenance", ev)
 	}

@@ -119,7 +119,7 @@ func benchmarkFleetWriteVolume(b *testing.B, msg func(int, checks.Reason) string
 		for p := range snap {
 			m := mems[p]
 			before := m.render()
-			m.observe(&snap[p], now, time.Hour)
+			m.observe(&snap[p], 0, now, time.Hour)
 			st := m.render()
 			if sameVisible(&before, &st) {
 				continue

@@ -238,11 +238,14 @@ func TestWriterRestartKeepsTransitionTimes(t *testing.T) {
 	h.stop()
 	drainEvents(h.rec)
 
-	// A new process: the runner's Since is its own first check, round 0 lists no targets yet.
+	// A new process: the runner's Since is its own first check; round 0 lists no targets yet,
+	// and a round that did not reach the target lists it without a verdict.
 	src2 := newFakeSource(provider("k", checks.TypeKubernetes))
 	h2 := newHarness(t, nil, objs, src2, nil)
 	h2.start()
-	h2.round(provider("k", checks.TypeKubernetes))
+	notReached := provider("k", checks.TypeKubernetes)
+	notReached.Unchecked = []checks.UncheckedTarget{{Target: "api", Listed: time.Now()}}
+	h2.round(notReached)
 	h2.round(provider("k", checks.TypeKubernetes, target("api", checks.ReasonAPIUnreachable, "", time.Now())))
 	after := objs.get("k")
 	if after.ResourceVersion != before.ResourceVersion {

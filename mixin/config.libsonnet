@@ -57,6 +57,8 @@
     hostKeyMismatchFor: '1m',
     // ProviderHealthConfigReloadFailed.
     configReloadFailedFor: '10m',
+    // ProviderHealthHostFileInvalid.
+    hostFileInvalidFor: '10m',
     // ProviderHealthExporterDown: critical (severities.exporterDown) when no replica is
     // scraped, a warning (severities.exporterReplicaDown) when one of several is not.
     exporterDownFor: '5m',
@@ -151,6 +153,7 @@
       poolAlmostFull: 'critical',
       hostKeyMismatch: 'critical',
       configReloadFailed: 'warning',
+      hostFileInvalid: 'warning',
       exporterDown: 'critical',
       exporterReplicaDown: 'warning',
       crdWriteErrors: 'warning',

@@ -90,7 +90,7 @@ func TestPromtool(t *testing.T) {
 		return string(out)
 	}
 	out := run("check", "rules", "prometheus_alerts.yaml", "prometheus_rules.yaml")
-	if !strings.Contains(out, "SUCCESS: 20 rules found") || !strings.Contains(out, "SUCCESS: 26 rules found") {
+	if !strings.Contains(out, "SUCCESS: 21 rules found") || !strings.Contains(out, "SUCCESS: 26 rules found") {
 		t.Errorf("promtool check rules: %s", out)
 	}
 	tests, _ := filepath.Glob("tests/*.yaml")
@@ -151,7 +151,7 @@ var wantAlerts = []string{
 	"ProviderHealthTargetDown", "ProviderHealthProviderDown", "ProviderHealthTargetFlapping",
 	"ProviderHealthChecksStale", "ProviderHealthChecksSlow", "ProviderHealthStoragePoolFillingUp",
 	"ProviderHealthStoragePoolAlmostFull", "ProviderHealthHostKeyMismatch",
-	"ProviderHealthConfigReloadFailed", "ProviderHealthExporterDown",
+	"ProviderHealthConfigReloadFailed", "ProviderHealthHostFileInvalid", "ProviderHealthExporterDown",
 	"ProviderHealthCRDWriteErrors", "ProviderHealthCRDWriterLagging", "ProviderHealthCRDWriterNoLeader",
 	"ProviderHealthCRDNameClash", "ProviderHealthCRDDuplicateWriters",
 	"ProviderHealthErrorBudgetFastBurn", "ProviderHealthErrorBudgetSlowBurn",
@@ -161,7 +161,7 @@ var wantAlerts = []string{
 // group, one name prefix, CamelCase names; severity info, warning or critical and no other
 // rule label; summary present, untemplated, capitalised and ending with a period; description
 // present; runbook_url pointing at a section of docs/runbooks.md that exists; and alerts that
-// keep only provider, target and pool (the reason is never a label).
+// keep only provider, target, pool and (a host file's alert) file; the reason is never a label.
 func TestMixtoolLint(t *testing.T) {
 	t.Parallel()
 	groups, errs := parseRules(t, "prometheus_alerts.yaml")
@@ -257,7 +257,7 @@ func checkAlertLabels(t *testing.T, name, expr string) {
 			t.Errorf("%s: %s aggregates without labels; want by (...)", name, a)
 		}
 		for _, l := range a.Grouping {
-			if !slices.Contains([]string{"provider", "target", "pool"}, l) {
+			if !slices.Contains([]string{"provider", "target", "pool", "file"}, l) {
 				t.Errorf("%s: %s keeps the label %s", name, a, l)
 			}
 		}
@@ -305,8 +305,8 @@ func TestPrometheusRule(t *testing.T) {
 			}
 		}
 	}
-	if len(pr.Spec.Groups) != 6 || rules != 46 {
-		t.Errorf("%d groups with %d rules, want the 6 groups of 20 alerting rules (19 alerts, ExporterDown twice) and 26 recording rules", len(pr.Spec.Groups), rules)
+	if len(pr.Spec.Groups) != 6 || rules != 47 {
+		t.Errorf("%d groups with %d rules, want the 6 groups of 21 alerting rules (20 alerts, ExporterDown twice) and 26 recording rules", len(pr.Spec.Groups), rules)
 	}
 	if !overridden {
 		t.Error("the config argument did not set ProviderHealthTargetDown's for: to 20s")

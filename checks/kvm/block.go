@@ -121,8 +121,17 @@ type Config struct {
 	SSHTimeout     time.Duration `yaml:"sshTimeout,omitempty"`
 	LibvirtTimeout time.Duration `yaml:"libvirtTimeout,omitempty"`
 	RPCTimeout     time.Duration `yaml:"rpcTimeout,omitempty"`
-	// Hosts are the provider's targets, at least one.
-	Hosts []Host `yaml:"hosts"`
+	// Hosts are the provider's targets listed in the providers file: at least one, unless
+	// HostFiles is set. In the block a checker is built from, the hosts of the files follow.
+	Hosts []Host `yaml:"hosts,omitempty"`
+	// HostFiles are globs (absolute after loading) of files in Prometheus's file_sd format
+	// whose targets are hosts too, each named by its address and labelled by its group's
+	// labels (config.Inventory): read at every load and again when one changes.
+	HostFiles []string `yaml:"hostFiles,omitempty"`
+
+	// ConcurrencyDerived says Concurrency was derived from the host count (the block sets
+	// none), so that WithTargets derives it again for the hosts of the files.
+	ConcurrencyDerived bool `yaml:"-"`
 }
 
 // Host is one hypervisor of a kvm provider.
@@ -243,6 +252,56 @@ func (k *Config) Equal(o config.Block) bool {
 	return reflect.DeepEqual(a, b)
 }
 
+// TargetFilePatterns are the hostFiles globs (config.Inventory).
+func (k *Config) TargetFilePatterns() []string { return k.HostFiles }
+
+// TargetProblem says what is wrong with a host of a host file: its address (host, host:port,
+// [v6] or [v6]:port).
+func (k *Config) TargetProblem(target string) string {
+	_, _, _, problem := splitAddress(target)
+	return problem
+}
+
+// WithTargets returns a copy of the block with the hosts of the host files after its own: each
+// named by its address, with its group's labels. A host whose name or address the block
+// already has (its own hosts, or an earlier file) is left out, with a warning.
+func (k *Config) WithTargets(files []config.TargetFile) (config.Block, []string) {
+	n := *k
+	n.Hosts = slices.Clone(k.Hosts)
+	owner := map[string]string{} // name or dial address -> where it is listed
+	for _, h := range n.Hosts {
+		owner[h.Name] = "hosts"
+		owner[h.DialAddress(k.Port)] = "hosts"
+	}
+	var warnings []string
+	for _, f := range files {
+		for _, g := range f.Groups {
+			for i, t := range g.Targets {
+				h := Host{Address: t, Name: t, Labels: g.Labels}
+				addr := h.DialAddress(k.Port)
+				where, dup := owner[t]
+				if !dup {
+					where, dup = owner[addr]
+				}
+				if dup {
+					line := 0
+					if i < len(g.Lines) {
+						line = g.Lines[i]
+					}
+					warnings = append(warnings, fmt.Sprintf("%s:%d: host %s is already listed in %s; left out", f.Path, line, config.Quote(t), where))
+					continue
+				}
+				owner[t], owner[addr] = f.Path, f.Path
+				n.Hosts = append(n.Hosts, h)
+			}
+		}
+	}
+	if k.ConcurrencyDerived {
+		n.Concurrency = DefaultConcurrencyFor(len(n.Hosts))
+	}
+	return &n, warnings
+}
+
 // Files are the key, its passphrase and known_hosts (unless host keys are not verified).
 func (k *Config) Files() []config.File {
 	fs := []config.File{{Field: "privateKeyFile", Path: k.PrivateKeyFile}, {Field: "passphraseFile", Path: k.PassphraseFile}}
@@ -322,11 +381,19 @@ func decode(f *config.Fields) config.Block {
 				rt, k.hostBoundArithmetic(derived))
 		}
 	}
-	k.Hosts = decodeHosts(f, k.Port)
+	k.HostFiles = decodeHostFiles(f)
+	k.Hosts = decodeHosts(f, k.Port, len(k.HostFiles) > 0 || f.Has("hostFiles"))
 	if k.Concurrency == 0 {
 		k.Concurrency = DefaultConcurrencyFor(len(k.Hosts))
+		k.ConcurrencyDerived = true
 	}
 	return k
+}
+
+// decodeHostFiles reads hostFiles: globs of file_sd files, each ending in .json, .yml or .yaml.
+func decodeHostFiles(f *config.Fields) []string {
+	patterns, _, _ := f.Paths("hostFiles", config.TargetFilePatternProblem)
+	return patterns
 }
 
 // hostUse remembers where a host name or address was first used.
@@ -334,16 +401,19 @@ type hostUse struct {
 	index, line int
 }
 
-func decodeHosts(f *config.Fields, defaultPort int) []Host {
+// decodeHosts reads hosts: at least one, unless the block names host files (fromFiles).
+func decodeHosts(f *config.Fields, defaultPort int, fromFiles bool) []Host {
 	items, key, present, ok := f.List("hosts")
 	switch {
-	case !present:
-		f.Errorf(nil, "hosts", "missing required field (a list of at least one host)")
-		return nil
 	case !ok:
 		return nil
+	case fromFiles && len(items) == 0:
+		return nil
+	case !present:
+		f.Errorf(nil, "hosts", "missing required field (a list of at least one host, or hostFiles)")
+		return nil
 	case len(items) == 0:
-		f.Errorf(key, "hosts", "must list at least one host")
+		f.Errorf(key, "hosts", "must list at least one host (or set hostFiles)")
 		return nil
 	}
 	var hosts []Host

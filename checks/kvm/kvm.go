@@ -95,7 +95,7 @@ func newTuned(p config.Provider, logger *slog.Logger, t tuning) (*Checker, error
 	if !ok {
 		return nil, fmt.Errorf("provider %s: no kvm block", p.Name)
 	}
-	if len(k.Hosts) == 0 {
+	if len(k.Hosts) == 0 && len(k.HostFiles) == 0 {
 		return nil, fmt.Errorf("provider %s: no hosts", p.Name)
 	}
 	if k.StoragePool == "" {
@@ -133,17 +133,20 @@ func newTuned(p config.Provider, logger *slog.Logger, t tuning) (*Checker, error
 // This checker keeps working until it is closed.
 func (c *Checker) Retarget(p config.Provider, logger *slog.Logger) (checks.Checker, bool) {
 	pk, ok := p.Block.(*Config)
-	if !ok || len(pk.Hosts) == 0 || pk.StoragePool == "" {
+	if !ok || len(pk.Hosts) == 0 && len(pk.HostFiles) == 0 || pk.StoragePool == "" {
 		return nil, false
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	n := build(p, logger, c.tuning)
-	// Compared with the defaults filled in, as the pool was built.
+	// Compared with the defaults filled in, as the pool was built. The concurrency is the
+	// checker's, not the pool's (a host file that grows a provider past 640 hosts raises the
+	// default).
 	a, b := c.provider, n.provider
 	ak, bk := *c.block(), *n.block()
 	ak.Hosts, bk.Hosts = nil, nil
+	ak.Concurrency, bk.Concurrency = 0, 0
 	a.Block, b.Block = &ak, &bk
 	if !a.Equal(b) {
 		return nil, false

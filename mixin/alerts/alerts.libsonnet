@@ -1,5 +1,5 @@
 // The alerts. Every one aggregates over the exporter's replicas (two replicas checking the same
-// target give one alert) and keeps only provider, target or pool, severity and, in
+// target give one alert) and keeps only provider, target, pool or (a host file's) file, severity and, in
 // multi-cluster mode, the cluster label. The current reason is never a label: it is read in the
 // description by a template query, so a reason that changes while a target stays down neither
 // restarts the alert's `for:` timer nor fires a second alert.
@@ -251,6 +251,18 @@ local promql = import '../lib/promql.libsonnet';
             'The exporter could not load its providers file.',
             'The last load of the providers file failed on ' + instances('proxy_operator_config_last_reload_successful', '== 0') + ' (for more than '
             + c.configReloadFailedFor + '); the exporter keeps checking with the last good file.',
+          ),
+          // A host file that does not read well on any replica: its provider keeps the hosts of
+          // its last good read, and changes to the file are not applied.
+          alert(
+            'ProviderHealthHostFileInvalid',
+            'hostFileInvalid',
+            'min %s (%s) == 0' % [by(['provider', 'file']), sel('proxy_operator_host_file_last_read_successful')],
+            c.hostFileInvalidFor,
+            'A host file of a KVM provider cannot be read or is invalid.',
+            'Host file {{ $labels.file }} of provider {{ $labels.provider }} has not read well on ' + instances('proxy_operator_host_file_last_read_successful', '== 0')
+            + ' (for more than ' + c.hostFileInvalidFor + '): the exporter keeps checking the hosts of its last good read, and changes to the file are not applied. '
+            + 'The status page and /api/v1/status show the problem with its line and column.',
           ),
           // ExporterDown pages (critical) when coverage is lost: no replica is scraped, or
           // Prometheus has no scrape target for the exporter at all. One replica down of
