@@ -145,9 +145,9 @@ func notYetListed(ps *checks.ProviderState) map[string]bool {
 // observe folds a provider's state from the snapshot of round into its memory and returns the
 // target transitions to report. A provider not checked yet (no targets) leaves known targets
 // alone, so that a restart does not wipe the verdicts and transition times read back from the
-// live object; but once a round has run, a provider that lists no target at all (with a
-// verdict or without: a kvm provider whose host files list no host) has none, and the object
-// says so.
+// live object; but a provider this writer has seen checked that then lists no target at all
+// (with a verdict or without: a kvm provider whose host files list no host any more) has none,
+// and the object says so.
 func (m *providerMem) observe(ps *checks.ProviderState, round uint64, now time.Time, staleAfter time.Duration) []targetEvent {
 	if m.targets == nil {
 		m.targets = make(map[string]*targetMem)
@@ -238,7 +238,10 @@ func (m *providerMem) observe(ps *checks.ProviderState, round uint64, now time.T
 		}
 		m.order = order
 	}
-	m.noTargets = round > 0 && len(ps.Targets) == 0 && len(ps.Unchecked) == 0
+	// Only for a provider this writer has seen checked: a restarted writer keeps what the live
+	// object says until the provider's first verdicts.
+	m.noTargets = round > 0 && len(ps.Targets) == 0 && len(ps.Unchecked) == 0 &&
+		(m.noTargets || m.seed == nil && !m.lastChecked.IsZero())
 	if m.noTargets {
 		m.targets, m.order, m.seed, m.lastChecked = make(map[string]*targetMem), nil, nil, time.Time{}
 	}
