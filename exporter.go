@@ -38,6 +38,9 @@ type exporter struct {
 	checkTimeout  prometheus.Gauge
 	// lifecycle: POST /-/reload is served (--web.enable-lifecycle); else it answers 403.
 	lifecycle bool
+	// autoReload: the providers file is reloaded before a round when it changed
+	// (--config.auto-reload); set before the runner starts.
+	autoReload bool
 
 	// crdReport is the ProviderHealth writer's Report (--crd.enabled), set before the server starts;
 	// nil without one. The status page shows its Report.
@@ -56,7 +59,9 @@ type exporter struct {
 	// fileCfg is the providers file as last loaded well, before its host files are read: what
 	// a refresh of the host files expands again.
 	fileCfg *config.Config
-	closed  bool
+	// configState is the providers file's version the last load (good or bad) read.
+	configState checks.FileState
+	closed      bool
 }
 
 // newExporter loads the providers file, builds its checkers and a runner for them, and
@@ -103,7 +108,7 @@ func newExporter(configFile string, interval, timeout time.Duration, logger *slo
 		Interval:    interval,
 		Timeout:     timeout,
 		Logger:      logger,
-		BeforeRound: e.refreshInventory,
+		BeforeRound: e.beforeRound,
 	}, nil)
 	e.runner.SetProviders(set.providers())
 	e.reloadSuccess.Set(1)

@@ -77,6 +77,8 @@ type options struct {
 
 	// enableLifecycle turns on POST /-/reload (--web.enable-lifecycle).
 	enableLifecycle bool
+	// autoReload reloads the providers file before a round when it changed (--config.auto-reload).
+	autoReload bool
 }
 
 // crdOptions are the --crd.* flags: mirroring the verdicts into ProviderHealth objects.
@@ -110,6 +112,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code in
 	})
 
 	app.Flag("config.file", "Path of the providers file.").Default("providers.yml").StringVar(&opts.configFile)
+	app.Flag("config.auto-reload", "Before each round, reload the providers file when it changed on disk (as SIGHUP does; a bad file keeps the running providers and is tried again once it changes).").BoolVar(&opts.autoReload)
 	app.Flag("config.check", "Validate the flags and the providers file, print what is wrong or \"ok\", and exit (1 or 0).").BoolVar(&opts.configCheck)
 	app.Flag("provider-check-interval", "How often every provider is checked. 0 turns checks off; otherwise at least 10s.").Default("1m").SetValue(durationValue{"provider-check-interval", &opts.interval})
 	app.Flag("provider-check-timeout", "Deadline of one round of checks. 0 derives min(15s, interval); otherwise at most the interval.").Default("0").SetValue(durationValue{"provider-check-timeout", &opts.timeout})
@@ -277,6 +280,7 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 		return 1
 	}
 	e.lifecycle = opts.enableLifecycle
+	e.autoReload = opts.autoReload
 	if e.checksOn() {
 		logger.Info("checks on", "interval", opts.interval, "timeout", timeout, "providers", e.providerCount())
 	} else {

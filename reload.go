@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
@@ -42,6 +43,9 @@ func (e *exporter) reload() error {
 // load reads the providers file and its providers' host files, and builds the checkers
 // against the running ones. e.mu is held.
 func (e *exporter) load() (*checkerSet, error) {
+	// The version read is remembered whether it loads or not, so that an auto-reload tries a
+	// bad file again only once it changed.
+	e.configState, _ = checks.StatFile(e.configFile)
 	cfg, err := config.LoadFor(e.configFile, e.timeout)
 	if err != nil {
 		return nil, err
@@ -61,4 +65,25 @@ func (e *exporter) load() (*checkerSet, error) {
 		e.logger.Warn("providers file warning", "file", e.configFile, "warning", w)
 	}
 	return set, nil
+}
+
+// beforeRound runs before each round of checks (the runner's BeforeRound): with
+// --config.auto-reload, a reload of the providers file when it changed since its last load;
+// then the host files that changed.
+func (e *exporter) beforeRound() {
+	if e.autoReload && e.configChanged() {
+		e.logger.Info("providers file changed, reloading (--config.auto-reload)", "file", e.configFile)
+		_ = e.reload() // a failure is logged and exported by reload
+	}
+	e.refreshInventory()
+}
+
+// configChanged reports whether the providers file is no longer the version its last load read.
+// A file that could not be stat'ed then and cannot now (deleted) has not changed: it is tried
+// again once it is back.
+func (e *exporter) configChanged() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now, _ := checks.StatFile(e.configFile)
+	return !e.closed && now != e.configState
 }

@@ -174,5 +174,10 @@
     dashboardRefresh: '1m',
     dashboardTimezone: 'utc',
     dashboardPeriod: '6h',
+    // Target labels (the exporter's target_info: a provider's and its targets' labels) the
+    // dashboard filters the per-target panels by, one variable each, e.g. ['site', 'rack'].
+    // "All" keeps every target, those without the label (or without labels) included; a value
+    // keeps only the targets whose label has it.
+    dashboardTargetLabels: [],
   },
 }

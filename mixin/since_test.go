@@ -139,3 +139,80 @@ func TestSinceColumn(t *testing.T) {
 		t.Errorf("the Since query %s: %v\n%s", q, err, out)
 	}
 }
+
+// labelFilterTest evaluates the verdict table's up query of a dashboard rendered with
+// dashboardTargetLabels ['rack'] at 5m, for one value of $rack: hv1 has rack r1, hv2 rack r2, hv3
+// labels without a rack (site only), hv4 no labels at all (no target_info series).
+const labelFilterTest = `rule_files: []
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv1"}'
+        values: '1x10'
+      - series: 'proxy_operator_provider_target_info{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv1", rack="r1", site="fra1"}'
+        values: '1x10'
+      - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv2"}'
+        values: '0x10'
+      - series: 'proxy_operator_provider_target_info{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv2", rack="r2"}'
+        values: '1x10'
+      - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv3"}'
+        values: '1x10'
+      - series: 'proxy_operator_provider_target_info{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv3", site="fra1"}'
+        values: '1x10'
+      - series: 'proxy_operator_provider_target_up{job="provider-health-exporter", instance="a:9847", provider="kvm-lab", target="hv4"}'
+        values: '0x10'
+    promql_expr_test:
+      - expr: '%s'
+        eval_time: 5m
+        exp_samples:
+%s`
+
+// TestDashboardTargetLabelFilter: with dashboardTargetLabels, "All" (.*) keeps every target,
+// labelled or not, and a value keeps exactly the targets whose label has it, on Prometheus's
+// own engine.
+func TestDashboardTargetLabelFilter(t *testing.T) {
+	t.Parallel()
+	pt := promtool(t)
+	out := jsonnet(t, "dashboards.jsonnet", `{dashboardTargetLabels: ["rack"]}`)
+	var byFile map[string]json.RawMessage
+	if err := json.Unmarshal(out, &byFile); err != nil {
+		t.Fatal(err)
+	}
+	checkDashboard(t, byFile["provider-health.json"], false)
+	var d dashJSON
+	if err := json.Unmarshal(byFile["provider-health.json"], &d); err != nil {
+		t.Fatal(err)
+	}
+	var expr string
+	for _, p := range d.Panels {
+		if p.Title == "Current verdicts" {
+			expr = p.Targets[0].Expr
+		}
+	}
+	if !strings.Contains(expr, `rack=~"$rack"`) {
+		t.Fatalf("the up query does not filter by $rack: %s", expr)
+	}
+	sample := func(target string, v int) string {
+		return fmt.Sprintf("          - labels: '{provider=\"kvm-lab\", target=\"%s\"}'\n            value: %d\n", target, v)
+	}
+	for rack, want := range map[string]string{
+		".*": sample("hv1", 1) + sample("hv2", 0) + sample("hv3", 1) + sample("hv4", 0),
+		"r1": sample("hv1", 1),
+		"r2": sample("hv2", 0),
+		"r9": "          []\n",
+	} {
+		q := strings.NewReplacer("$job", "provider-health-exporter", "$provider", ".*", "$target", ".*", "$rack", rack).Replace(expr)
+		body := fmt.Sprintf(labelFilterTest, strings.ReplaceAll(q, "'", "''"), want)
+		if rack == "r9" {
+			body = strings.Replace(body, "exp_samples:\n          []\n", "exp_samples: []\n", 1)
+		}
+		test := filepath.Join(t.TempDir(), "filter_test.yaml")
+		if err := os.WriteFile(test, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(pt, "test", "rules", test).CombinedOutput(); err != nil {
+			t.Errorf("rack %s: %v\n%s", rack, err, out)
+		}
+	}
+}

@@ -13,6 +13,16 @@ function(c)
   local fp = std.join(', ', cluster + ['job=~"$job"', 'provider=~"$provider"']);
   local by(labels) = promql.by(c, labels);
   local pt = by(['provider', 'target']);
+  // The target-label filter (dashboardTargetLabels): the targets whose target_info matches
+  // every label variable, and those without target_info (no labels) when every variable
+  // matches an absent label (All is .*): target_up carries none of these labels, so a matcher
+  // on it reads them as empty.
+  local tl = c.dashboardTargetLabels;
+  local lm = ['%s=~"$%s"' % [l, l] for l in tl];
+  local onPT = 'on (%s)' % std.join(', ', promql.groupLabels(c, ['provider', 'target']));
+  local labelled = 'group %s (proxy_operator_provider_target_info{%s})' % [pt, std.join(', ', [fp] + lm)];
+  local unlabelled = 'group %s (proxy_operator_provider_target_up{%s} unless %s proxy_operator_provider_target_info{%s})' % [pt, std.join(', ', [f] + lm), onPT, fp];
+  local lf(q) = if tl == [] then q else '(%s) and %s (%s or %s)' % [q, onPT, labelled, unlabelled];
   local ptp = by(['provider', 'target', 'pool']);
   // Availability (rules/rules.libsonnet): the error budget left over availabilityBudgetWindow,
   // for each provider's objective.
@@ -42,6 +52,9 @@ function(c)
     g.queryVariable('job', 'Job', 'label_values(proxy_operator_provider_info{%s}, job)' % std.join(', ', cluster + [c.jobSelector]), allValue=null),
     g.queryVariable('provider', 'Provider', 'label_values(proxy_operator_provider_info{%s}, provider)' % exp),
     g.queryVariable('target', 'Target', 'label_values(proxy_operator_provider_target_up{%s}, target)' % fp),
+  ] + [
+    g.queryVariable(l, l, 'label_values(proxy_operator_provider_target_info{%s}, %s)' % [fp, l], allValue='.*')
+    for l in tl
   ])
   .addPanels(g.grid([
     g.row('Verdicts'),
@@ -49,15 +62,15 @@ function(c)
       'Current verdicts',
       'One row per target: its verdict (up when any exporter replica sees it up), the reason of the last check, how long that verdict has held (since the replicas showing it last saw up/down flip, or first checked the target), and the age of the last check.',
       [
-        g.target('max %s (proxy_operator_provider_target_up{%s})' % [pt, f]),
-        g.target('max %s (proxy_operator_provider_target_reason{%s} == 1)' % [by(['provider', 'target', 'reason']), f]),
+        g.target(lf('max %s (proxy_operator_provider_target_up{%s})' % [pt, f])),
+        g.target(lf('max %s (proxy_operator_provider_target_reason{%s} == 1)' % [by(['provider', 'target', 'reason']), f])),
         // Since, from the exporters' own last-transition times (docs/mixin.md). Shown up: the
         // earliest flip to up among the replicas that see it up, each of which has seen it up
         // ever since (so one replica's restart or late flip does not move it). Shown down: the
         // latest flip to down among the replicas, all of which see it down, the moment the
         // last one went down.
-        g.target('time() - (min %(pt)s (proxy_operator_provider_target_last_transition_timestamp_seconds{%(f)s} and proxy_operator_provider_target_up{%(f)s} == 1) or (max %(pt)s (proxy_operator_provider_target_last_transition_timestamp_seconds{%(f)s}) unless max %(pt)s (proxy_operator_provider_target_up{%(f)s}) == 1))' % { pt: pt, f: f }),
-        g.target('time() - max %s (proxy_operator_provider_check_timestamp_seconds{%s})' % [pt, f]),
+        g.target(lf('time() - (min %(pt)s (proxy_operator_provider_target_last_transition_timestamp_seconds{%(f)s} and proxy_operator_provider_target_up{%(f)s} == 1) or (max %(pt)s (proxy_operator_provider_target_last_transition_timestamp_seconds{%(f)s}) unless max %(pt)s (proxy_operator_provider_target_up{%(f)s}) == 1))' % { pt: pt, f: f })),
+        g.target(lf('time() - max %s (proxy_operator_provider_check_timestamp_seconds{%s})' % [pt, f])),
       ],
       columns=[
         ['provider', 'Provider'],
@@ -80,7 +93,7 @@ function(c)
     g.stateTimeline(
       'Up over time',
       'Each target’s verdict over time (any exporter replica seeing it up counts as up).',
-      [g.target('max %s (proxy_operator_provider_target_up{%s})' % [pt, f], '{{provider}} / {{target}}')],
+      [g.target(lf('max %s (proxy_operator_provider_target_up{%s})' % [pt, f]), '{{provider}} / {{target}}')],
     ) + { w: 24, h: 10 },
     g.timeseries(
       'Ready targets per provider',
