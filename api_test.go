@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 )
@@ -117,7 +118,7 @@ func TestStatusAPIShape(t *testing.T) {
 	if len(h) != 2 || h[0].(map[string]any)["first"] != true || h[1].(map[string]any)["reason"] != "TCPUnreachable" || h[1].(map[string]any)["message"] != "history-message-577" {
 		t.Errorf("hv-east-577's history %v, want its first verdict then the TCPUnreachable transition, oldest first", h)
 	}
-	if withHistory["meaning"] != checks.Meaning(checks.TypeKVM, checks.ReasonTCPUnreachable) || withHistory["up"] != false {
+	if withHistory["meaning"] != checks.Meaning(kvm.Type, kvm.ReasonTCPUnreachable) || withHistory["up"] != false {
 		t.Errorf("hv-east-577: %v", withHistory)
 	}
 	// The page's order: providers with down targets first, each one's down targets before its

@@ -88,7 +88,7 @@ func TestBuildCheckers(t *testing.T) {
 func TestBuildCheckersFailure(t *testing.T) {
 	f := newFakeChecks()
 	f.use(t)
-	withoutType(t, checks.TypeKVM)
+	withoutType(t, kvm.Type)
 	logger := slog.New(slog.DiscardHandler)
 	old, err := buildCheckers(&config.Config{Providers: []config.Provider{gcpProvider("old", "old-project", "o1")}}, nil, logger)
 	if err != nil {

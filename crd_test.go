@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
@@ -142,7 +143,7 @@ func TestCRDWriterFencedAfterFreeze(t *testing.T) {
 type sinceChecker struct{ reason *atomic.Value }
 
 func (c *sinceChecker) Name() string              { return "since" }
-func (c *sinceChecker) Type() checks.ProviderType { return checks.TypeKubernetes }
+func (c *sinceChecker) Type() checks.ProviderType { return kubernetes.Type }
 func (c *sinceChecker) Targets() []string         { return []string{"api"} }
 func (c *sinceChecker) Close() error              { return nil }
 func (c *sinceChecker) Check(context.Context) []checks.TargetResult {
@@ -159,7 +160,7 @@ func TestSinceAgreesOnPageAndObject(t *testing.T) {
 	reason.Store(checks.ReasonAPIError)
 	prev := newChecker
 	newChecker = func(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
-		if p.Type == string(checks.TypeKubernetes) {
+		if p.Type == string(kubernetes.Type) {
 			return &sinceChecker{reason: &reason}, nil
 		}
 		return prev(p, logger)

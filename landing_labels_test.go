@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 )
 
 // labelledFleet: kvm-east (labels dc=east) with hv-a down (rack=r1), hv-b down (rack=r2) and
@@ -21,13 +23,13 @@ func labelledFleet() (*checks.Snapshot, time.Time) {
 		return checks.TargetState{TargetResult: checks.TargetResult{Target: name, Up: up, Reason: r, Message: "m", CheckedAt: now.Add(-time.Second)}, Since: now.Add(-time.Hour)}
 	}
 	return &checks.Snapshot{Round: 3, RoundStarted: now.Add(-2 * time.Second), Providers: []checks.ProviderState{
-		{Name: "kvm-east", Type: checks.TypeKVM, Targets: []checks.TargetState{
-			at("hv-a", false, checks.ReasonTCPUnreachable), at("hv-b", false, checks.ReasonSSHAuthFailed), at("hv-c", true, checks.ReasonReady)},
+		{Name: "kvm-east", Type: kvm.Type, Targets: []checks.TargetState{
+			at("hv-a", false, kvm.ReasonTCPUnreachable), at("hv-b", false, kvm.ReasonSSHAuthFailed), at("hv-c", true, checks.ReasonReady)},
 			Labels: checks.Labels{Provider: map[string]string{"dc": "east"}, Targets: map[string]map[string]string{
 				"hv-a": {"rack": "r1"}, "hv-b": {"rack": "r2"}, "hv-c": {"rack": "r1", "dc": "east-2"}}}},
-		{Name: "kvm-west", Type: checks.TypeKVM, Targets: []checks.TargetState{at("hv-w", true, checks.ReasonReady)},
+		{Name: "kvm-west", Type: kvm.Type, Targets: []checks.TargetState{at("hv-w", true, checks.ReasonReady)},
 			Labels: checks.Labels{Provider: map[string]string{"dc": "west"}}},
-		{Name: "gcp-prod", Type: checks.TypeGCP, Targets: []checks.TargetState{at("my-project", false, checks.ReasonForbidden)}},
+		{Name: "gcp-prod", Type: gcp.Type, Targets: []checks.TargetState{at("my-project", false, checks.ReasonForbidden)}},
 	}}, now
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 )
 
 // bigFleet is a snapshot of providers×hosts KVM targets, one in fifty down.
@@ -24,7 +25,7 @@ func bigFleet(providers, hosts int) (*checks.Snapshot, time.Time) {
 		readyStrip = append(readyStrip, checks.RecentCheck{At: at, Up: true, Reason: checks.ReasonReady})
 		c := checks.RecentCheck{At: at, Up: true, Reason: checks.ReasonReady}
 		if i >= checks.RecentLength-20 {
-			c = checks.RecentCheck{At: at, Reason: checks.ReasonTCPUnreachable}
+			c = checks.RecentCheck{At: at, Reason: kvm.ReasonTCPUnreachable}
 		}
 		downStrip = append(downStrip, c)
 	}
@@ -35,7 +36,7 @@ func bigFleet(providers, hosts int) (*checks.Snapshot, time.Time) {
 				Reason: checks.ReasonReady, Message: "pool default running", Duration: 3 * time.Millisecond, CheckedAt: now.Add(-5 * time.Second)},
 				Since: now.Add(-time.Hour), Recent: readyStrip}
 			if (p+h)%50 == 3 {
-				t.Up, t.Reason, t.Message = false, checks.ReasonTCPUnreachable, fmt.Sprintf("dial tcp 198.18.%d.%d:22: i/o timeout", p, h%250)
+				t.Up, t.Reason, t.Message = false, kvm.ReasonTCPUnreachable, fmt.Sprintf("dial tcp 198.18.%d.%d:22: i/o timeout", p, h%250)
 				t.Recent = downStrip
 			}
 			ps.Targets = append(ps.Targets, t)

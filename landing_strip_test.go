@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 )
 
 // The strip cells' colours (landing.go's style), used nowhere else on the page.
@@ -26,7 +27,7 @@ var (
 // did not contact it; the others always Ready.
 func stripFleet(n int) (*checks.Snapshot, time.Time) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	ps := checks.ProviderState{Name: "kvm-strip", Type: checks.TypeKVM}
+	ps := checks.ProviderState{Name: "kvm-strip", Type: kvm.Type}
 	for i := range n {
 		t := checks.TargetState{TargetResult: checks.TargetResult{Target: fmt.Sprintf("hv-%04d", i), Up: true, Reason: checks.ReasonReady,
 			CheckedAt: now.Add(-time.Second)}, Since: now.Add(-time.Hour)}
@@ -34,14 +35,14 @@ func stripFleet(n int) (*checks.Snapshot, time.Time) {
 			c := checks.RecentCheck{At: now.Add(time.Duration(k-checks.RecentLength) * time.Minute), Up: true, Reason: checks.ReasonReady}
 			switch {
 			case i%10 == 0 && k >= 10:
-				c.Up, c.Reason = false, checks.ReasonTCPUnreachable
+				c.Up, c.Reason = false, kvm.ReasonTCPUnreachable
 			case i%10 != 0 && i%7 == 0 && k == 15:
 				c.Up, c.Reason, c.NotContacted = false, checks.ReasonTimeout, true
 			}
 			t.Recent = append(t.Recent, c)
 		}
 		if i%10 == 0 {
-			t.Up, t.Reason = false, checks.ReasonTCPUnreachable
+			t.Up, t.Reason = false, kvm.ReasonTCPUnreachable
 		}
 		ps.Targets = append(ps.Targets, t)
 	}

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 )
@@ -55,16 +57,16 @@ func newFleet() fleet {
 		name := fmt.Sprintf("hv-east-%03d", i)
 		switch {
 		case i == 577: // down longest: the provider's since
-			ts := downT(name, checks.ReasonTCPUnreachable, "dial tcp 198.18.2.65:22: connect: connection refused", now.Add(-3*time.Hour))
+			ts := downT(name, kvm.ReasonTCPUnreachable, "dial tcp 198.18.2.65:22: connect: connection refused", now.Add(-3*time.Hour))
 			ts.History = []checks.Transition{{At: now.Add(-50 * time.Hour), First: true, Up: true, Reason: checks.ReasonReady},
-				{At: now.Add(-3 * time.Hour), FromUp: true, FromReason: checks.ReasonReady, Reason: checks.ReasonTCPUnreachable, Message: "history-message-577"}}
+				{At: now.Add(-3 * time.Hour), FromUp: true, FromReason: checks.ReasonReady, Reason: kvm.ReasonTCPUnreachable, Message: "history-message-577"}}
 			east = append(east, ts)
 		case i%30 == 7:
-			east = append(east, downT(name, checks.ReasonTCPUnreachable, fmt.Sprintf("dial tcp 198.18.%d.%d:22: i/o timeout", i/250, i%250), now.Add(-10*time.Minute)))
+			east = append(east, downT(name, kvm.ReasonTCPUnreachable, fmt.Sprintf("dial tcp 198.18.%d.%d:22: i/o timeout", i/250, i%250), now.Add(-10*time.Minute)))
 		case i%120 == 11:
-			east = append(east, downT(name, checks.ReasonSSHAuthFailed, "ssh: unable to authenticate, attempted methods [none publickey]", now.Add(-40*time.Minute)))
+			east = append(east, downT(name, kvm.ReasonSSHAuthFailed, "ssh: unable to authenticate, attempted methods [none publickey]", now.Add(-40*time.Minute)))
 		case i == 200 || i == 201:
-			east = append(east, downT(name, checks.ReasonPoolInactive, "storage pool default is inactive <b>boom</b>", now.Add(-15*time.Minute)))
+			east = append(east, downT(name, kvm.ReasonPoolInactive, "storage pool default is inactive <b>boom</b>", now.Add(-15*time.Minute)))
 		default:
 			if len(f.upEast) < 3 {
 				f.upEast = append(f.upEast, name)
@@ -122,12 +124,12 @@ func TestLandingData(t *testing.T) {
 	if east.Ready != 573 || east.Total != 600 || east.DownTotal != 27 || len(east.Down) != 27 || len(east.Up) != 222 || !east.FoldUp {
 		t.Errorf("kvm-east: %d/%d ready, %d down (%d listed), %d up (folded %v)", east.Ready, east.Total, east.DownTotal, len(east.Down), len(east.Up), east.FoldUp)
 	}
-	if east.WorstReason != checks.ReasonTCPUnreachable || east.WorstCount != 20 || east.OtherReasons != 2 {
+	if east.WorstReason != kvm.ReasonTCPUnreachable || east.WorstCount != 20 || east.OtherReasons != 2 {
 		t.Errorf("kvm-east worst reason %s ×%d and %d others, want TCPUnreachable ×20 and 2 others", east.WorstReason, east.WorstCount, east.OtherReasons)
 	}
 	// Each row's reason carries its meaning from the type's catalogue, for the cell's title.
 	for _, r := range append(east.Down[:1], east.Up[:1]...) {
-		if want := strings.ReplaceAll(checks.Meaning(checks.TypeKVM, r.Reason), "`", ""); want == "" || r.Meaning != want {
+		if want := strings.ReplaceAll(checks.Meaning(kvm.Type, r.Reason), "`", ""); want == "" || r.Meaning != want {
 			t.Errorf("kvm-east %s: meaning %q, want the catalogue's %q", r.Target, r.Meaning, want)
 		}
 	}
@@ -167,12 +169,12 @@ func TestLandingData(t *testing.T) {
 
 func TestWorstReasonTies(t *testing.T) {
 	// Two reasons with two targets each: the earlier dial stage (catalogue order) wins.
-	r, n := worstReason(checks.TypeKVM, map[checks.Reason]int{checks.ReasonPoolInactive: 2, checks.ReasonSSHAuthFailed: 2, checks.ReasonTimeout: 1})
-	if r != checks.ReasonSSHAuthFailed || n != 2 {
+	r, n := worstReason(kvm.Type, map[checks.Reason]int{kvm.ReasonPoolInactive: 2, kvm.ReasonSSHAuthFailed: 2, checks.ReasonTimeout: 1})
+	if r != kvm.ReasonSSHAuthFailed || n != 2 {
 		t.Errorf("worst %s ×%d, want SSHAuthFailed ×2", r, n)
 	}
-	r, n = worstReason(checks.TypeGCP, map[checks.Reason]int{checks.ReasonAPIError: 1, checks.ReasonRateLimited: 3})
-	if r != checks.ReasonRateLimited || n != 3 {
+	r, n = worstReason(gcp.Type, map[checks.Reason]int{checks.ReasonAPIError: 1, gcp.ReasonRateLimited: 3})
+	if r != gcp.ReasonRateLimited || n != 3 {
 		t.Errorf("worst %s ×%d, want RateLimited ×3", r, n)
 	}
 }
@@ -369,7 +371,7 @@ func historyTarget(now time.Time) checks.TargetState {
 		TargetResult: checks.TargetResult{Target: `hv 1&x=<y>`, Up: true, Reason: checks.ReasonReady,
 			Message:   "failures pending: 2 of 3 consecutive failed checks (failureThreshold) turn the target down; the last check: TCPUnreachable: refused",
 			CheckedAt: now.Add(-10 * time.Second)},
-		Since: now.Add(-time.Hour), CheckReason: checks.ReasonTCPUnreachable, CheckMessage: "refused",
+		Since: now.Add(-time.Hour), CheckReason: kvm.ReasonTCPUnreachable, CheckMessage: "refused",
 		ConsecutiveFailures: 2, Thresholds: checks.Thresholds{Failure: 3, Success: 1},
 	}
 	ts.History = append(ts.History, checks.Transition{At: now.Add(-13 * time.Hour), First: true, Up: true, Reason: checks.ReasonReady})
@@ -378,9 +380,9 @@ func historyTarget(now time.Time) checks.TargetState {
 		tr := checks.Transition{At: now.Add(time.Duration(i-13) * time.Hour), FromUp: !up, Up: up, Reason: checks.ReasonReady,
 			Message: fmt.Sprintf("transition %d", i)}
 		if !up {
-			tr.Reason = checks.ReasonPoolInactive
+			tr.Reason = kvm.ReasonPoolInactive
 		} else {
-			tr.FromReason = checks.ReasonPoolInactive
+			tr.FromReason = kvm.ReasonPoolInactive
 		}
 		if i == 9 {
 			tr.Message = "pool <script>alert(1)</script> inactive"
@@ -466,7 +468,7 @@ func TestLandingHistoryAndProbeLink(t *testing.T) {
 	}
 
 	// A target recovering under successThreshold 2 reads down, with the raw Ready pending.
-	ts.Up, ts.Reason, ts.CheckReason, ts.ConsecutiveFailures, ts.ConsecutiveSuccesses = false, checks.ReasonPoolInactive, checks.ReasonReady, 0, 1
+	ts.Up, ts.Reason, ts.CheckReason, ts.ConsecutiveFailures, ts.ConsecutiveSuccesses = false, kvm.ReasonPoolInactive, checks.ReasonReady, 0, 1
 	ts.Thresholds.Success = 2
 	if got := pendingNote(&ts); got != "recovery pending (1 of 2): Ready" {
 		t.Errorf("recovery pending note %q", got)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
@@ -71,7 +72,7 @@ func (f *fakeChecks) use(t *testing.T) {
 // wrap returns next with gcp providers built by f.
 func (f *fakeChecks) wrap(next func(config.Provider, *slog.Logger) (checks.Checker, error)) func(config.Provider, *slog.Logger) (checks.Checker, error) {
 	return func(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
-		if p.Type == string(checks.TypeGCP) {
+		if p.Type == string(gcp.Type) {
 			return f.constructor(p, logger)
 		}
 		return next(p, logger)
@@ -129,7 +130,7 @@ type fakeChecker struct {
 }
 
 func (c *fakeChecker) Name() string              { return c.name }
-func (c *fakeChecker) Type() checks.ProviderType { return checks.TypeGCP }
+func (c *fakeChecker) Type() checks.ProviderType { return gcp.Type }
 func (c *fakeChecker) Targets() []string         { return c.targets }
 
 func (c *fakeChecker) Check(ctx context.Context) []checks.TargetResult {
@@ -467,7 +468,7 @@ func TestConfigCheck(t *testing.T) {
 	f.use(t)
 	// kvm checks are absent from this test's build whatever the binary registers, so that the
 	// "not available" problem is reported.
-	withoutType(t, checks.TypeKVM)
+	withoutType(t, kvm.Type)
 	dir := t.TempDir()
 
 	t.Run("ok", func(t *testing.T) {

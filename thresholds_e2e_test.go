@@ -20,6 +20,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/collector"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
@@ -100,7 +101,7 @@ func TestThresholdsWithRealFaults(t *testing.T) {
 	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
 	fleet := kvmhost.Start(t, 2)
 	flaky, steady := fleet.Hosts[0], fleet.Hosts[1]
-	kvm := fleet.KVMConfig()
+	kc := fleet.KVMConfig()
 	file := fmt.Sprintf(`providers:
   - name: hypervisors
     type: kvm
@@ -115,8 +116,8 @@ func TestThresholdsWithRealFaults(t *testing.T) {
       hosts:
         - {address: %q, name: %s}
         - {address: %q, name: %s}
-`, kvm.User, kvm.PrivateKeyFile, kvm.KnownHostsFile, kvm.Socket, kvm.StoragePool,
-		kvm.Hosts[0].Address, kvm.Hosts[0].Name, kvm.Hosts[1].Address, kvm.Hosts[1].Name)
+`, kc.User, kc.PrivateKeyFile, kc.KnownHostsFile, kc.Socket, kc.StoragePool,
+		kc.Hosts[0].Address, kc.Hosts[0].Name, kc.Hosts[1].Address, kc.Hosts[1].Name)
 	cfg, err := config.Parse(filepath.Join(t.TempDir(), "providers.yml"), []byte(file))
 	if err != nil {
 		t.Fatal(err)
@@ -174,9 +175,9 @@ func TestThresholdsWithRealFaults(t *testing.T) {
 		4:  {up: true, reason: checks.ReasonReady, checkReady: true},
 		5:  {up: true, reason: checks.ReasonReady, failures: 1, pending: "failures pending: 1 of 3 consecutive failed checks (failureThreshold) turn the target down; the last check: PoolInactive"},
 		6:  {up: true, reason: checks.ReasonReady, failures: 2, pending: "failures pending: 2 of 3"},
-		7:  {up: false, reason: checks.ReasonPoolInactive, failures: 3, flip: true},
-		8:  {up: false, reason: checks.ReasonPoolInactive, failures: 4},
-		9:  {up: false, reason: checks.ReasonPoolInactive, pending: "recovery pending: answering Ready, 1 of 2 consecutive successful checks (successThreshold) turn the target up; the last check: Ready", checkReady: true},
+		7:  {up: false, reason: kvm.ReasonPoolInactive, failures: 3, flip: true},
+		8:  {up: false, reason: kvm.ReasonPoolInactive, failures: 4},
+		9:  {up: false, reason: kvm.ReasonPoolInactive, pending: "recovery pending: answering Ready, 1 of 2 consecutive successful checks (successThreshold) turn the target up; the last check: Ready", checkReady: true},
 		10: {up: true, reason: checks.ReasonReady, flip: true, checkReady: true},
 		11: {up: true, reason: checks.ReasonReady, checkReady: true},
 	}
@@ -320,7 +321,7 @@ func TestThresholdsWithRealFaults(t *testing.T) {
 	for _, ev := range events {
 		summary = append(summary, ev.Type+" "+ev.Reason+" "+ev.Message)
 	}
-	if len(events) != 2 || events[0].Type != corev1.EventTypeWarning || events[0].Reason != string(checks.ReasonPoolInactive) ||
+	if len(events) != 2 || events[0].Type != corev1.EventTypeWarning || events[0].Reason != string(kvm.ReasonPoolInactive) ||
 		events[1].Type != corev1.EventTypeNormal || events[1].Reason != string(checks.ReasonReady) {
 		t.Errorf("Events %q, want one Warning PoolInactive (check 7) and one Normal Ready (check 10), none for the single failure", summary)
 	}
@@ -388,7 +389,7 @@ func TestNotStartedHasNoVerdict(t *testing.T) {
 	hung1.PauseSSHD()
 	hung2.PauseSSHD()
 	t.Cleanup(func() { hung1.ResumeSSHD(); hung2.ResumeSSHD() })
-	kvm := fleet.KVMConfig()
+	kc := fleet.KVMConfig()
 	file := fmt.Sprintf(`providers:
   - name: starved
     type: kvm
@@ -407,8 +408,8 @@ func TestNotStartedHasNoVerdict(t *testing.T) {
         - {address: %q, name: %s}
         - {address: %q, name: %s}
         - {address: %q, name: %s}
-`, kvm.User, kvm.PrivateKeyFile, kvm.KnownHostsFile, kvm.Socket, kvm.StoragePool,
-		kvm.Hosts[0].Address, kvm.Hosts[0].Name, kvm.Hosts[1].Address, kvm.Hosts[1].Name, kvm.Hosts[2].Address, kvm.Hosts[2].Name)
+`, kc.User, kc.PrivateKeyFile, kc.KnownHostsFile, kc.Socket, kc.StoragePool,
+		kc.Hosts[0].Address, kc.Hosts[0].Name, kc.Hosts[1].Address, kc.Hosts[1].Name, kc.Hosts[2].Address, kc.Hosts[2].Name)
 	cfg, err := config.Parse(filepath.Join(t.TempDir(), "providers.yml"), []byte(file))
 	if err != nil {
 		t.Fatal(err)
@@ -456,7 +457,7 @@ func TestNotStartedHasNoVerdict(t *testing.T) {
 				ts = &p.Targets[i]
 			}
 		}
-		if ts == nil || ts.Up || (ts.Reason != checks.ReasonTimeout && ts.Reason != checks.ReasonSSHHandshakeFailed) {
+		if ts == nil || ts.Up || (ts.Reason != checks.ReasonTimeout && ts.Reason != kvm.ReasonSSHHandshakeFailed) {
 			t.Fatalf("round 1: hung host %s reads %+v, want down at its SSH handshake (the round's deadline or sshTimeout)", h.Name, ts)
 		}
 	}

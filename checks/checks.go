@@ -16,19 +16,13 @@ import (
 // ProviderType is the kind of infrastructure a provider is. The providers file's `type` field.
 type ProviderType string
 
-// The names of the provider types this module ships (each registers itself: checks.Register).
-const (
-	TypeKubernetes ProviderType = "kubernetes"
-	TypeGCP        ProviderType = "gcp"
-	TypeKVM        ProviderType = "kvm"
-)
-
 // Reason is one CamelCase word that explains a verdict. ReasonReady means up; every other
 // reason means down. The same word appears in the reason metric label, the ProviderHealth
 // resource, the logs and the docs.
 type Reason string
 
-// Reasons shared by every provider type.
+// Reasons every provider type reports. The reasons below these are shared by several types;
+// a reason only one type reports is declared in that type's package.
 const (
 	ReasonReady   Reason = "Ready"
 	ReasonTimeout Reason = "Timeout"
@@ -45,7 +39,7 @@ const (
 // own.
 const MaintenanceMeaning = "The target is deliberately out of service: its `maintenance` label (a provider's or its own) is `true` or an end time not reached yet. Neither up nor counted as down; it is still checked, and the message keeps what the last check found."
 
-// Reasons of API-backed providers (kubernetes and gcp).
+// Reasons of API-backed providers (kubernetes, gcp, vsphere).
 const (
 	ReasonUnauthorized   Reason = "Unauthorized"
 	ReasonForbidden      Reason = "Forbidden"
@@ -53,36 +47,9 @@ const (
 	ReasonAPIError       Reason = "APIError"
 )
 
-// Reasons of the kubernetes provider.
-const (
-	ReasonResourceNotFound Reason = "ResourceNotFound"
-	ReasonConfigError      Reason = "ConfigError"
-)
-
-// Reasons of the gcp provider.
-const (
-	ReasonCredentialsError Reason = "CredentialsError"
-	ReasonProjectNotFound  Reason = "ProjectNotFound"
-	ReasonRateLimited      Reason = "RateLimited"
-)
-
-// Reasons of the kvm provider. The dial stage of a failure is visible in the reason.
-const (
-	ReasonKeyMaterialError         Reason = "KeyMaterialError"
-	ReasonTCPUnreachable           Reason = "TCPUnreachable"
-	ReasonSSHHandshakeFailed       Reason = "SSHHandshakeFailed"
-	ReasonSSHAuthFailed            Reason = "SSHAuthFailed"
-	ReasonHostKeyUnknown           Reason = "HostKeyUnknown"
-	ReasonHostKeyMismatch          Reason = "HostKeyMismatch"
-	ReasonLibvirtSocketUnreachable Reason = "LibvirtSocketUnreachable"
-	ReasonLibvirtConnectFailed     Reason = "LibvirtConnectFailed"
-	ReasonLibvirtError             Reason = "LibvirtError"
-	ReasonPoolNotFound             Reason = "PoolNotFound"
-	ReasonPoolInactive             Reason = "PoolInactive"
-	ReasonPoolBuilding             Reason = "PoolBuilding"
-	ReasonPoolDegraded             Reason = "PoolDegraded"
-	ReasonPoolInaccessible         Reason = "PoolInaccessible"
-)
+// ReasonCredentialsError is credentials a provider type reads from files that cannot be used
+// (gcp, vsphere).
+const ReasonCredentialsError Reason = "CredentialsError"
 
 // TargetResult is the verdict of one check of one target.
 type TargetResult struct {

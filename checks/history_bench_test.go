@@ -23,14 +23,14 @@ func BenchmarkHistoryHeap1000Targets(b *testing.B) {
 		return ms.HeapAlloc
 	}
 	for b.Loop() {
-		f := newFake("kvm", TypeKVM, targets...)
+		f := newFake("kvm", typeKVM, targets...)
 		r := NewRunner(Options{Interval: time.Hour, Timeout: time.Second}, []Checker{f})
 		r.round(context.Background())
 		before := heap()
 		for round := 1; round <= HistoryLength+2; round++ {
 			for _, t := range targets {
 				if round%2 == 1 {
-					f.set(t, ReasonPoolInactive, fmt.Sprintf("%s %d", msg, round))
+					f.set(t, reasonPoolInactive, fmt.Sprintf("%s %d", msg, round))
 				} else {
 					f.set(t, ReasonReady, "")
 				}

@@ -16,7 +16,7 @@ import (
 // maintenance too; one that did not start it when its maintenance ended leaves it without a
 // verdict until its next check.
 func TestOperatorMaintenance(t *testing.T) {
-	f := newFake("prov", TypeKVM, "hv1", "hv2", "hv3")
+	f := newFake("prov", typeKVM, "hv1", "hv2", "hv3")
 	r, rec := newTestRunner(t, time.Second)
 	th := Thresholds{Failure: 3, Success: 2}
 	set := func(l Labels) { r.SetProviders([]Provider{{Checker: f, Thresholds: th, Labels: l}}) }
@@ -33,7 +33,7 @@ func TestOperatorMaintenance(t *testing.T) {
 
 	// The provider in maintenance, hv3 exempt; hv1's host is being rebooted (its checks fail).
 	set(Labels{Provider: map[string]string{"maintenance": "true"}, Targets: map[string]map[string]string{"hv3": {"maintenance": "false"}}})
-	f.set("hv1", ReasonTCPUnreachable, "connection refused")
+	f.set("hv1", reasonTCPUnreachable, "connection refused")
 	r.round(ctx)
 	s := r.Current()
 	hv1 := mustTarget(t, s, "prov", "hv1")
@@ -71,7 +71,7 @@ func TestOperatorMaintenance(t *testing.T) {
 	set(Labels{})
 	r.round(ctx)
 	s = r.Current()
-	if hv1 := mustTarget(t, s, "prov", "hv1"); hv1.Up || hv1.Reason != ReasonTCPUnreachable || hv1.ConsecutiveFailures != 1 || hv1.Message != "connection refused" {
+	if hv1 := mustTarget(t, s, "prov", "hv1"); hv1.Up || hv1.Reason != reasonTCPUnreachable || hv1.ConsecutiveFailures != 1 || hv1.Message != "connection refused" {
 		t.Errorf("hv1 after the maintenance: %s %q, %d failures in a row; want TCPUnreachable at once, counted from 1", hv1.Reason, hv1.Message, hv1.ConsecutiveFailures)
 	}
 	if hv2 := mustTarget(t, s, "prov", "hv2"); !hv2.Up || hv2.ConsecutiveSuccesses != 1 {
@@ -103,10 +103,10 @@ func TestOperatorMaintenance(t *testing.T) {
 	if u == nil || !strings.HasPrefix(u.Message, "out of maintenance, not checked since: not started") {
 		t.Errorf("hv2, out of maintenance, not checked since: unchecked %+v, want it listed as such", u)
 	}
-	f.set("hv2", ReasonTCPUnreachable, "connection refused")
+	f.set("hv2", reasonTCPUnreachable, "connection refused")
 	r.round(ctx)
 	hv2 := mustTarget(t, r.Current(), "prov", "hv2")
-	if hv2.Up || hv2.Reason != ReasonTCPUnreachable || hv2.ConsecutiveFailures != 1 {
+	if hv2.Up || hv2.Reason != reasonTCPUnreachable || hv2.ConsecutiveFailures != 1 {
 		t.Errorf("hv2's first check after its maintenance: %s, %d failures; want TCPUnreachable at once, counted from 1", hv2.Reason, hv2.ConsecutiveFailures)
 	}
 	if n := len(hv2.History); n != before+1 || hv2.History[n-1].FromReason != ReasonMaintenance {

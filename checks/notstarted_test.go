@@ -25,21 +25,21 @@ func (f *fakeChecker) setResult(tr TargetResult) {
 // can fire), with the same Since, the same history and the last contact's check time; the
 // rounds that did not start it are not checks (counters, consecutive failures).
 func TestNotStartedKeepsTheReason(t *testing.T) {
-	f := newFake("kvm", TypeKVM, "hv1")
+	f := newFake("kvm", typeKVM, "hv1")
 	r, _ := newTestRunner(t, time.Second)
 	r.SetProviders([]Provider{{Checker: f, Thresholds: Thresholds{Failure: 1, Success: 1}}})
 	ctx := context.Background()
 	var since, checkedAt time.Time
 	for n := 1; n <= 6; n++ {
 		if n%2 == 1 {
-			f.set("hv1", ReasonHostKeyMismatch, fmt.Sprintf("host key mismatch %d", n))
+			f.set("hv1", reasonHostKeyMismatch, fmt.Sprintf("host key mismatch %d", n))
 		} else {
 			f.setResult(notStarted("hv1"))
 		}
 		r.round(ctx)
 		ts := mustTarget(t, r.Current(), "kvm", "hv1")
 		checks := uint64((n + 1) / 2)
-		if ts.Up || ts.Reason != ReasonHostKeyMismatch || ts.CheckReason != ReasonHostKeyMismatch || ts.Checks != checks || ts.FailedChecks != checks ||
+		if ts.Up || ts.Reason != reasonHostKeyMismatch || ts.CheckReason != reasonHostKeyMismatch || ts.Checks != checks || ts.FailedChecks != checks ||
 			ts.ConsecutiveFailures != int(checks) || len(ts.History) != 1 {
 			t.Errorf("round %d: %s (check %s), %d checks, %d failed, %d in a row, %d transitions; want HostKeyMismatch, %d checks, all failed, 1 transition",
 				n, ts.Reason, ts.CheckReason, ts.Checks, ts.FailedChecks, ts.ConsecutiveFailures, len(ts.History), checks)
@@ -66,7 +66,7 @@ func TestNotStartedKeepsTheReason(t *testing.T) {
 // still outstanding (NotContacted alone: a continuing Timeout) are failed checks, and three turn
 // the target down.
 func TestNotStartedDoesNotTurnATargetDown(t *testing.T) {
-	f := newFake("kvm", TypeKVM, "hv1")
+	f := newFake("kvm", typeKVM, "hv1")
 	r, _ := newTestRunner(t, time.Second)
 	r.SetProviders([]Provider{{Checker: f, Thresholds: Thresholds{Failure: 3, Success: 1}}})
 	ctx := context.Background()
@@ -80,18 +80,18 @@ func TestNotStartedDoesNotTurnATargetDown(t *testing.T) {
 	}
 	// Two failures, a round that did not start the check, a third failure: down.
 	for _, tr := range []TargetResult{
-		{Target: "hv1", Reason: ReasonTCPUnreachable}, {Target: "hv1", Reason: ReasonTCPUnreachable},
-		notStarted("hv1"), {Target: "hv1", Reason: ReasonTCPUnreachable},
+		{Target: "hv1", Reason: reasonTCPUnreachable}, {Target: "hv1", Reason: reasonTCPUnreachable},
+		notStarted("hv1"), {Target: "hv1", Reason: reasonTCPUnreachable},
 	} {
 		f.setResult(tr)
 		r.round(ctx)
 	}
-	if ts := mustTarget(t, r.Current(), "kvm", "hv1"); ts.Up || ts.Reason != ReasonTCPUnreachable || ts.ConsecutiveFailures != 3 || ts.Checks != 4 || ts.FailedChecks != 3 {
+	if ts := mustTarget(t, r.Current(), "kvm", "hv1"); ts.Up || ts.Reason != reasonTCPUnreachable || ts.ConsecutiveFailures != 3 || ts.Checks != 4 || ts.FailedChecks != 3 {
 		t.Errorf("three failures around a round not started: up %v %s, %d in a row, %d checks (%d failed); want down with 3, 4 checks, 3 failed",
 			ts.Up, ts.Reason, ts.ConsecutiveFailures, ts.Checks, ts.FailedChecks)
 	}
 
-	g := newFake("kvm", TypeKVM, "hv1")
+	g := newFake("kvm", typeKVM, "hv1")
 	r.SetProviders([]Provider{{Checker: g, Thresholds: Thresholds{Failure: 3, Success: 1}}})
 	r.round(ctx)
 	for n := 1; n <= 3; n++ {
@@ -110,7 +110,7 @@ func TestNotStartedDoesNotTurnATargetDown(t *testing.T) {
 // it reads neither up nor down; a reload that keeps its provider keeps it listed since the start;
 // its first check gives it its verdict; a target a reload adds is unchecked from the reload.
 func TestNeverStartedIsUnchecked(t *testing.T) {
-	f := newFake("kvm", TypeKVM, "hv1", "hv2")
+	f := newFake("kvm", typeKVM, "hv1", "hv2")
 	before := time.Now()
 	r, _ := newTestRunner(t, time.Second, f)
 	ctx := context.Background()
@@ -129,10 +129,10 @@ func TestNeverStartedIsUnchecked(t *testing.T) {
 	listed := p.Unchecked[0].Listed
 
 	// A reload keeping the provider (a new checker, one more target).
-	g := newFake("kvm", TypeKVM, "hv1", "hv2", "hv3")
+	g := newFake("kvm", typeKVM, "hv1", "hv2", "hv3")
 	g.setResult(notStarted("hv2"))
 	g.setResult(notStarted("hv3"))
-	g.set("hv1", ReasonPoolInactive, "")
+	g.set("hv1", reasonPoolInactive, "")
 	reload := time.Now()
 	r.SetCheckers([]Checker{g})
 	p = r.Current().Provider("kvm")
@@ -159,11 +159,11 @@ func TestNeverStartedIsUnchecked(t *testing.T) {
 // check keeps, in its full history, the transition that turned it down, with the newest changes
 // of reason after it.
 func TestHistoryKeepsTheDownTransition(t *testing.T) {
-	f := newFake("kvm", TypeKVM, "hv1")
+	f := newFake("kvm", typeKVM, "hv1")
 	r, _ := newTestRunner(t, time.Second, f)
 	ctx := context.Background()
 	r.round(ctx)
-	reasons := []Reason{ReasonTCPUnreachable, ReasonSSHHandshakeFailed}
+	reasons := []Reason{reasonTCPUnreachable, reasonSSHHandshakeFailed}
 	for i := range 3 * HistoryLength {
 		f.set("hv1", reasons[i%2], fmt.Sprintf("check %d", i))
 		r.round(ctx)

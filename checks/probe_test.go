@@ -41,7 +41,7 @@ func TestNilTraceCostsNothing(t *testing.T) {
 type single struct{ target string }
 
 func (s single) Name() string       { return "p" }
-func (s single) Type() ProviderType { return TypeGCP }
+func (s single) Type() ProviderType { return typeGCP }
 func (s single) Targets() []string  { return []string{s.target} }
 func (s single) Check(context.Context) []TargetResult {
 	return []TargetResult{{Target: s.target, Reason: ReasonForbidden, Message: "denied"}}

@@ -10,18 +10,18 @@ import (
 // them, whatever the thresholds published (failureThreshold 3 here), rounds that did not start
 // it as not contacted, oldest first; a published snapshot's strip never changes afterwards.
 func TestRecentChecks(t *testing.T) {
-	f := newFake("prov", TypeKVM, "hv1")
+	f := newFake("prov", typeKVM, "hv1")
 	r, _ := newTestRunner(t, time.Second)
 	r.SetProviders([]Provider{{Checker: f, Thresholds: Thresholds{Failure: 3, Success: 1}}})
 	ctx := context.Background()
 	r.round(ctx)
-	f.set("hv1", ReasonTCPUnreachable, "refused")
+	f.set("hv1", reasonTCPUnreachable, "refused")
 	r.round(ctx)
 	f.setResult(notStarted("hv1"))
 	r.round(ctx)
 	early := r.Current()
 	rec := mustTarget(t, early, "prov", "hv1").Recent
-	if len(rec) != 3 || !rec[0].Up || rec[0].Reason != ReasonReady || rec[1].Up || rec[1].Reason != ReasonTCPUnreachable || rec[1].NotContacted || !rec[2].NotContacted {
+	if len(rec) != 3 || !rec[0].Up || rec[0].Reason != ReasonReady || rec[1].Up || rec[1].Reason != reasonTCPUnreachable || rec[1].NotContacted || !rec[2].NotContacted {
 		t.Fatalf("after Ready, TCPUnreachable, not started: %+v", rec)
 	}
 	if ts := mustTarget(t, early, "prov", "hv1"); !ts.Up {
@@ -43,7 +43,7 @@ func TestRecentChecks(t *testing.T) {
 			t.Errorf("the last %d checks were Ready, the strip holds %+v", RecentLength, c)
 		}
 	}
-	if again := mustTarget(t, early, "prov", "hv1").Recent; len(again) != 3 || again[1].Reason != ReasonTCPUnreachable || !again[2].NotContacted {
+	if again := mustTarget(t, early, "prov", "hv1").Recent; len(again) != 3 || again[1].Reason != reasonTCPUnreachable || !again[2].NotContacted {
 		t.Errorf("an earlier snapshot's strip changed: %+v", again)
 	}
 }

@@ -10,7 +10,7 @@ import (
 // checker answering at once), after enough rounds that every target's memory is full (its
 // strip of recent checks, RecentLength): what a round costs the runner itself, per round.
 func BenchmarkRound1000Targets(b *testing.B) {
-	f := newFake("kvm", TypeKVM, benchTargets(1000)...)
+	f := newFake("kvm", typeKVM, benchTargets(1000)...)
 	r := NewRunner(Options{Interval: time.Hour, Timeout: time.Second}, []Checker{f})
 	ctx := context.Background()
 	for range 2 * RecentLength {

@@ -137,7 +137,7 @@ func newStuck(name string, targets ...string) *stuckChecker {
 }
 
 func (s *stuckChecker) Name() string       { return s.name }
-func (s *stuckChecker) Type() ProviderType { return TypeKVM }
+func (s *stuckChecker) Type() ProviderType { return typeKVM }
 func (s *stuckChecker) Targets() []string  { return s.targets }
 func (s *stuckChecker) Check(context.Context) []TargetResult {
 	msg := "fresh"
@@ -175,7 +175,7 @@ func mustTarget(t *testing.T, s *Snapshot, provider, target string) TargetState 
 }
 
 func TestCurrentBeforeFirstRound(t *testing.T) {
-	r, _ := newTestRunner(t, 50*time.Millisecond, newFake("a", TypeGCP, "p1"), newFake("b", TypeKVM, "h1", "h2"))
+	r, _ := newTestRunner(t, 50*time.Millisecond, newFake("a", typeGCP, "p1"), newFake("b", typeKVM, "h1", "h2"))
 	s := r.Current()
 	if s == nil {
 		t.Fatal("Current() is nil before the first round")
@@ -188,7 +188,7 @@ func TestCurrentBeforeFirstRound(t *testing.T) {
 			t.Errorf("provider %s has targets before any check: %v", p.Name, p.Targets)
 		}
 	}
-	if s.Providers[0].Name != "a" || s.Providers[0].Type != TypeGCP || s.Providers[1].Name != "b" {
+	if s.Providers[0].Name != "a" || s.Providers[0].Type != typeGCP || s.Providers[1].Name != "b" {
 		t.Errorf("providers not in config order: %+v", s.Providers)
 	}
 	select {
@@ -199,7 +199,7 @@ func TestCurrentBeforeFirstRound(t *testing.T) {
 }
 
 func TestRunFirstRoundAtOnceAndStopsWithContext(t *testing.T) {
-	f := newFake("a", TypeKubernetes, "api")
+	f := newFake("a", typeKubernetes, "api")
 	r := NewRunner(Options{Interval: time.Hour, Timeout: time.Minute}, []Checker{f})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -220,7 +220,7 @@ func TestRunFirstRoundAtOnceAndStopsWithContext(t *testing.T) {
 func TestAbandonedCheckerReadsTimeoutAndItsLateResultNeverAppears(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	stuck := newStuck("stuck", "h1", "h2")
-	good := newFake("good", TypeGCP, "proj")
+	good := newFake("good", typeGCP, "proj")
 	r, rec := newTestRunner(t, timeout, stuck, good)
 	ctx := context.Background()
 
@@ -311,7 +311,7 @@ func TestAbandonedCheckerReadsTimeoutAndItsLateResultNeverAppears(t *testing.T) 
 type cooperativeChecker struct{}
 
 func (cooperativeChecker) Name() string       { return "coop" }
-func (cooperativeChecker) Type() ProviderType { return TypeKVM }
+func (cooperativeChecker) Type() ProviderType { return typeKVM }
 func (cooperativeChecker) Targets() []string  { return []string{"fast", "hung"} }
 func (cooperativeChecker) Check(ctx context.Context) []TargetResult {
 	<-ctx.Done()
@@ -346,7 +346,7 @@ type countingChecker struct {
 }
 
 func (c countingChecker) Name() string       { return c.name }
-func (c countingChecker) Type() ProviderType { return TypeGCP }
+func (c countingChecker) Type() ProviderType { return typeGCP }
 func (c countingChecker) Targets() []string  { return []string{"t"} }
 func (c countingChecker) Check(ctx context.Context) []TargetResult {
 	n := c.inflight.Add(1)
@@ -419,7 +419,7 @@ func TestShutdownDuringRoundPublishesNothing(t *testing.T) {
 }
 
 func TestTransitionsAreLoggedOnce(t *testing.T) {
-	f := newFake("prov", TypeKubernetes, "t1", "t2")
+	f := newFake("prov", typeKubernetes, "t1", "t2")
 	f.set("t2", ReasonAPIError, "500 from the API")
 	r, rec := newTestRunner(t, time.Second, f)
 	ctx := context.Background()
@@ -497,9 +497,9 @@ func TestTransitionsAreLoggedOnce(t *testing.T) {
 }
 
 func TestSetCheckersKeepsStateOfUnchangedProviders(t *testing.T) {
-	a := newFake("a", TypeKVM, "h1", "h2")
-	a.set("h2", ReasonTCPUnreachable, "connection refused")
-	b := newFake("b", TypeGCP, "proj")
+	a := newFake("a", typeKVM, "h1", "h2")
+	a.set("h2", reasonTCPUnreachable, "connection refused")
+	b := newFake("b", typeGCP, "proj")
 	r, rec := newTestRunner(t, time.Second, a, b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -511,9 +511,9 @@ func TestSetCheckersKeepsStateOfUnchangedProviders(t *testing.T) {
 	rec.take()
 
 	// A reload: "a" is rebuilt (a new instance, one host dropped), "b" removed, "c" added.
-	a2 := newFake("a", TypeKVM, "h2", "h3")
-	a2.set("h2", ReasonTCPUnreachable, "connection refused")
-	c := newFake("c", TypeKubernetes, "api")
+	a2 := newFake("a", typeKVM, "h2", "h3")
+	a2.set("h2", reasonTCPUnreachable, "connection refused")
+	c := newFake("c", typeKubernetes, "api")
 	r.SetCheckers([]Checker{c, a2})
 	select {
 	case <-updates:
@@ -562,9 +562,9 @@ func TestSetCheckersKeepsStateOfUnchangedProviders(t *testing.T) {
 	}
 
 	// The same name with another type starts afresh.
-	a3 := newFake("a", TypeGCP, "h2")
+	a3 := newFake("a", typeGCP, "h2")
 	r.SetCheckers([]Checker{a3})
-	if p := r.Current().Provider("a"); p.Type != TypeGCP || len(p.Targets) != 0 {
+	if p := r.Current().Provider("a"); p.Type != typeGCP || len(p.Targets) != 0 {
 		t.Errorf("a provider whose type changed keeps no state: %+v", p)
 	}
 }
@@ -578,7 +578,7 @@ func targetNames(p *ProviderState) []string {
 }
 
 func TestSubscribersNeverBlockTheRunner(t *testing.T) {
-	r, _ := newTestRunner(t, time.Second, newFake("a", TypeGCP, "p"))
+	r, _ := newTestRunner(t, time.Second, newFake("a", typeGCP, "p"))
 	ctx, cancel := context.WithCancel(context.Background())
 	slow := r.Subscribe(ctx) // never read until the end
 	for range 5 {
@@ -601,20 +601,20 @@ func TestSubscribersNeverBlockTheRunner(t *testing.T) {
 }
 
 func TestFirstRoundClosesOnce(t *testing.T) {
-	r, _ := newTestRunner(t, time.Second, newFake("a", TypeGCP, "p"))
+	r, _ := newTestRunner(t, time.Second, newFake("a", typeGCP, "p"))
 	r.round(context.Background())
 	<-r.FirstRound()
 	r.round(context.Background()) // must not close it again (would panic)
 }
 
 func TestVerdictsAreNormalised(t *testing.T) {
-	f := newFake("k", TypeKubernetes, "t1", "t2", "t3", "t4", "t5")
+	f := newFake("k", typeKubernetes, "t1", "t2", "t3", "t4", "t5")
 	f.results = func() []TargetResult {
 		return []TargetResult{
 			{Target: "t1", Up: true, Reason: "Bogus", Message: "it said so"}, // outside the catalogue
 			{Target: "t2", Up: true, Reason: ""},                             // empty reason
 			{Target: "t3", Up: false, Reason: ReasonReady},                   // Up disagrees with the reason
-			{Target: "t4", Up: false, Reason: ReasonPoolInactive},            // another type's reason
+			{Target: "t4", Up: false, Reason: reasonPoolInactive},            // another type's reason
 			{Target: "stranger", Up: true, Reason: ReasonReady},              // not in Targets()
 			{Target: "t3", Up: false, Reason: ReasonForbidden},               // duplicate: the first counts
 			// t5 missing
@@ -672,12 +672,12 @@ func TestVerdictsAreNormalised(t *testing.T) {
 type panickingChecker struct{}
 
 func (panickingChecker) Name() string                         { return "p" }
-func (panickingChecker) Type() ProviderType                   { return TypeGCP }
+func (panickingChecker) Type() ProviderType                   { return typeGCP }
 func (panickingChecker) Targets() []string                    { return []string{"proj"} }
 func (panickingChecker) Check(context.Context) []TargetResult { panic("boom") }
 
 func TestPanickingCheckerIsAVerdict(t *testing.T) {
-	r, rec := newTestRunner(t, time.Second, panickingChecker{}, newFake("ok", TypeGCP, "proj"))
+	r, rec := newTestRunner(t, time.Second, panickingChecker{}, newFake("ok", typeGCP, "proj"))
 	r.round(context.Background())
 	s := r.Current()
 	if ts := mustTarget(t, s, "p", "proj"); ts.Up || ts.Reason != ReasonTimeout || !strings.Contains(ts.Message, "panicked") {
@@ -701,14 +701,14 @@ func TestPanickingCheckerIsAVerdict(t *testing.T) {
 // reported them, in a copy; a sample of a gauge the type does not declare, or with the wrong
 // labels, is dropped and logged as a bug in the checker.
 func TestSamplesAreCopiedIntoTheSnapshot(t *testing.T) {
-	kvm, ok := Lookup(TypeKVM)
+	kvm, ok := Lookup(typeKVM)
 	if !ok || len(kvm.Gauges) == 0 {
 		t.Fatal("the kvm type is not registered with its gauges")
 	}
 	declared := kvm.Gauges[0]
 	stranger := &Gauge{Name: "proxy_operator_stranger", Help: "not declared by kvm", Labels: []string{"pool"}}
 	labels := []string{"default"}
-	f := newFake("kvm", TypeKVM, "h1")
+	f := newFake("kvm", typeKVM, "h1")
 	f.results = func() []TargetResult {
 		return []TargetResult{{Target: "h1", Up: true, Reason: ReasonReady, Samples: []Sample{
 			{Gauge: declared, Value: 100, LabelValues: labels},
@@ -738,7 +738,7 @@ func TestSamplesAreCopiedIntoTheSnapshot(t *testing.T) {
 type sliceChecker struct{ targets []string }
 
 func (s sliceChecker) Name() string       { return "slice" }
-func (s sliceChecker) Type() ProviderType { return TypeGCP }
+func (s sliceChecker) Type() ProviderType { return typeGCP }
 func (s sliceChecker) Targets() []string  { return s.targets }
 func (s sliceChecker) Check(context.Context) []TargetResult {
 	return []TargetResult{{Target: s.targets[0], Up: true, Reason: ReasonReady}}
@@ -768,7 +768,7 @@ func TestSetCheckersWithTheSameInstanceKeepsItBusy(t *testing.T) {
 // so that the check timestamp moves only when the target was contacted; the message says when
 // that was, and a flip it makes is dated when it was recorded, not at the old contact.
 func TestNotContactedKeepsTheLastContactsTime(t *testing.T) {
-	f := newFake("kvm-a", TypeKVM, "hv1")
+	f := newFake("kvm-a", typeKVM, "hv1")
 	r, _ := newTestRunner(t, time.Second, f)
 	contact := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	f.mu.Lock()
@@ -826,7 +826,7 @@ type discoveringChecker struct {
 }
 
 func (d *discoveringChecker) Name() string       { return "vc" }
-func (d *discoveringChecker) Type() ProviderType { return TypeGCP }
+func (d *discoveringChecker) Type() ProviderType { return typeGCP }
 func (d *discoveringChecker) Targets() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -16,7 +16,7 @@ import (
 // (down, with the reason it went down with), and the second success in a row flips it back.
 // Only the two flips are logged above debug.
 func TestThresholdsCount(t *testing.T) {
-	f := newFake("prov", TypeKVM, "hv1")
+	f := newFake("prov", typeKVM, "hv1")
 	r, rec := newTestRunner(t, time.Second)
 	r.SetProviders([]Provider{{Checker: f, Thresholds: Thresholds{Failure: 3, Success: 2}}})
 	ctx := context.Background()
@@ -42,17 +42,17 @@ func TestThresholdsCount(t *testing.T) {
 	}
 	steps := []step{
 		{check: ReasonReady, up: true, reason: ReasonReady, successes: 2, flip: true, logged: "target is up"},
-		{check: ReasonTCPUnreachable, up: true, reason: ReasonReady, failures: 1,
+		{check: reasonTCPUnreachable, up: true, reason: ReasonReady, failures: 1,
 			pending: "failures pending: 1 of 3 consecutive failed checks (failureThreshold) turn the target down; the last check: TCPUnreachable: msg 1"},
 		{check: ReasonReady, up: true, reason: ReasonReady, successes: 1},
-		{check: ReasonPoolInactive, up: true, reason: ReasonReady, failures: 1, pending: "failures pending: 1 of 3"},
+		{check: reasonPoolInactive, up: true, reason: ReasonReady, failures: 1, pending: "failures pending: 1 of 3"},
 		{check: ReasonTimeout, up: true, reason: ReasonReady, failures: 2, pending: "failures pending: 2 of 3 consecutive failed checks (failureThreshold) turn the target down; the last check: Timeout: msg 4"},
-		{check: ReasonPoolInactive, up: false, reason: ReasonPoolInactive, failures: 3, flip: true, logged: "target went down"},
-		{check: ReasonPoolInactive, up: false, reason: ReasonPoolInactive, failures: 4},
-		{check: ReasonReady, up: false, reason: ReasonPoolInactive, successes: 1,
+		{check: reasonPoolInactive, up: false, reason: reasonPoolInactive, failures: 3, flip: true, logged: "target went down"},
+		{check: reasonPoolInactive, up: false, reason: reasonPoolInactive, failures: 4},
+		{check: ReasonReady, up: false, reason: reasonPoolInactive, successes: 1,
 			pending: "recovery pending: answering Ready, 1 of 2 consecutive successful checks (successThreshold) turn the target up; the last check: Ready: msg 7; down: msg 6"},
-		{check: ReasonPoolInactive, up: false, reason: ReasonPoolInactive, failures: 1},
-		{check: ReasonReady, up: false, reason: ReasonPoolInactive, successes: 1, pending: "recovery pending: answering Ready, 1 of 2"},
+		{check: reasonPoolInactive, up: false, reason: reasonPoolInactive, failures: 1},
+		{check: ReasonReady, up: false, reason: reasonPoolInactive, successes: 1, pending: "recovery pending: answering Ready, 1 of 2"},
 		{check: ReasonReady, up: true, reason: ReasonReady, successes: 2, flip: true, logged: "target is back up"},
 		{check: ReasonReady, up: true, reason: ReasonReady, successes: 3},
 	}
@@ -118,7 +118,7 @@ func TestThresholdsCount(t *testing.T) {
 // loader refuses, treated as 1) every failed check turns the target down and every success up.
 func TestDefaultThresholdsPublishEveryCheck(t *testing.T) {
 	for _, th := range []Thresholds{DefaultThresholds, {}} {
-		f := newFake("prov", TypeGCP, "p")
+		f := newFake("prov", typeGCP, "p")
 		r, _ := newTestRunner(t, time.Second)
 		r.SetProviders([]Provider{{Checker: f, Thresholds: th}})
 		for i, reason := range []Reason{ReasonReady, ReasonAPIError, ReasonReady, ReasonForbidden} {
@@ -145,7 +145,7 @@ func TestDefaultThresholdsPublishEveryCheck(t *testing.T) {
 // its first verdict, its Since and its first transition are those of the check that met it.
 func TestFirstVerdictFollowsTheThresholds(t *testing.T) {
 	ctx := context.Background()
-	f := newFake("prov", TypeKVM, "down", "up")
+	f := newFake("prov", typeKVM, "down", "up")
 	r, _ := newTestRunner(t, time.Second)
 	r.SetProviders([]Provider{{Checker: f, Thresholds: Thresholds{Failure: 3, Success: 2}}})
 	p := r.Current().Provider("prov")
@@ -153,7 +153,7 @@ func TestFirstVerdictFollowsTheThresholds(t *testing.T) {
 		t.Fatalf("before any round: %+v, want both targets unchecked, listed, never checked", p)
 	}
 	listed := p.Unchecked[0].Listed
-	f.set("down", ReasonTCPUnreachable, "refused")
+	f.set("down", reasonTCPUnreachable, "refused")
 	// up: Ready, a failure (the run starts again), Ready, Ready.
 	upChecks := []Reason{ReasonReady, ReasonTimeout, ReasonReady, ReasonReady}
 	var downSince time.Time
@@ -167,11 +167,11 @@ func TestFirstVerdictFollowsTheThresholds(t *testing.T) {
 				t.Fatalf("check %d: %d failures under failureThreshold 3 gave a verdict %+v", n, n, down)
 			}
 			u := p.Unchecked[0]
-			if u.Target != "down" || u.ConsecutiveFailures != n || u.Checks != uint64(n) || u.FailedChecks != uint64(n) || u.CheckReason != ReasonTCPUnreachable ||
+			if u.Target != "down" || u.ConsecutiveFailures != n || u.Checks != uint64(n) || u.FailedChecks != uint64(n) || u.CheckReason != reasonTCPUnreachable ||
 				!u.Listed.Equal(listed) || !strings.Contains(u.Message, fmt.Sprintf("no verdict yet: %d of 3 consecutive failed checks", n)) {
 				t.Errorf("check %d: unchecked %+v", n, u)
 			}
-		} else if down == nil || down.Up || down.Reason != ReasonTCPUnreachable || n == 3 && !down.Since.Equal(down.CheckedAt) ||
+		} else if down == nil || down.Up || down.Reason != reasonTCPUnreachable || n == 3 && !down.Since.Equal(down.CheckedAt) ||
 			len(down.History) != 1 || !down.History[0].First || down.History[0].Up || down.ConsecutiveFailures != n {
 			t.Errorf("check %d: %+v, want down since its third check, one first transition", n, down)
 		} else if n == 3 {
@@ -192,7 +192,7 @@ func TestFirstVerdictFollowsTheThresholds(t *testing.T) {
 // checker for the same provider) keeps the counts made so far and applies the new thresholds
 // from the next check on.
 func TestReloadKeepsCountsAndAppliesNewThresholds(t *testing.T) {
-	f := newFake("prov", TypeKVM, "hv1")
+	f := newFake("prov", typeKVM, "hv1")
 	r, _ := newTestRunner(t, time.Second)
 	r.SetProviders([]Provider{{Checker: f, Thresholds: Thresholds{Failure: 5, Success: 1}}})
 	ctx := context.Background()
@@ -203,7 +203,7 @@ func TestReloadKeepsCountsAndAppliesNewThresholds(t *testing.T) {
 	if ts := mustTarget(t, r.Current(), "prov", "hv1"); !ts.Up || ts.ConsecutiveFailures != 2 {
 		t.Fatalf("two failures under failureThreshold 5: %+v, want up with 2 pending", ts)
 	}
-	g := newFake("prov", TypeKVM, "hv1")
+	g := newFake("prov", typeKVM, "hv1")
 	g.set("hv1", ReasonTimeout, "slow")
 	r.SetProviders([]Provider{{Checker: g, Thresholds: Thresholds{Failure: 3, Success: 1}}})
 	if ts := mustTarget(t, r.Current(), "prov", "hv1"); !ts.Up || ts.ConsecutiveFailures != 2 {
@@ -219,14 +219,14 @@ func TestReloadKeepsCountsAndAppliesNewThresholds(t *testing.T) {
 // oldest first, with bounded messages; a snapshot's history never changes after it is
 // published; a target the checker stops listing, and a provider a reload removes, lose theirs.
 func TestHistoryIsBoundedAndPruned(t *testing.T) {
-	f := newFake("prov", TypeKVM, "hv1", "hv2")
+	f := newFake("prov", typeKVM, "hv1", "hv2")
 	r, _ := newTestRunner(t, time.Second, f)
 	ctx := context.Background()
 	long := strings.Repeat("é", 1000)
 	var early *Snapshot
 	for i := range 3 * HistoryLength {
 		if i%2 == 1 {
-			f.set("hv1", ReasonPoolInactive, fmt.Sprintf("down %d %s", i, long))
+			f.set("hv1", reasonPoolInactive, fmt.Sprintf("down %d %s", i, long))
 		} else {
 			f.set("hv1", ReasonReady, fmt.Sprintf("up %d", i))
 		}

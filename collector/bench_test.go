@@ -107,7 +107,7 @@ type manyTargets struct {
 }
 
 func (m manyTargets) Name() string              { return m.name }
-func (m manyTargets) Type() checks.ProviderType { return checks.TypeKVM }
+func (m manyTargets) Type() checks.ProviderType { return kvm.Type }
 func (m manyTargets) Targets() []string         { return m.targets }
 func (m manyTargets) Check(context.Context) []checks.TargetResult {
 	out := make([]checks.TargetResult, len(m.targets))

@@ -53,7 +53,7 @@ func fullSnapshot() *checks.Snapshot {
 					Duration: 12 * time.Millisecond, CheckedAt: t0.Add(500 * time.Millisecond),
 					Samples: kvmcheck.PoolSamples("default", 1000, 400, 600)}},
 				// Recovery pending: down, but its last check succeeded.
-				{Since: t0.Add(-90 * time.Second), ConsecutiveSuccesses: 1, Checks: 9, FailedChecks: 8, TargetResult: checks.TargetResult{Target: "hv1", Up: false, Reason: checks.ReasonTCPUnreachable,
+				{Since: t0.Add(-90 * time.Second), ConsecutiveSuccesses: 1, Checks: 9, FailedChecks: 8, TargetResult: checks.TargetResult{Target: "hv1", Up: false, Reason: kvmcheck.ReasonTCPUnreachable,
 					Message: "dial tcp 198.18.0.1:22: connection refused", Duration: 3 * time.Millisecond, CheckedAt: t0.Add(time.Second)}},
 			}, Unchecked: []checks.UncheckedTarget{
 				// Never started since it was listed.
@@ -262,7 +262,7 @@ func TestCollectFollowsSnapshotChanges(t *testing.T) {
 	next := fullSnapshot()
 	next.Round = 8
 	kvm := &next.Providers[0]
-	kvm.Targets[0].Up, kvm.Targets[0].Reason, kvm.Targets[0].Samples = false, checks.ReasonPoolInactive, nil
+	kvm.Targets[0].Up, kvm.Targets[0].Reason, kvm.Targets[0].Samples = false, kvmcheck.ReasonPoolInactive, nil
 	kvm.Targets[1].Up, kvm.Targets[1].Reason = true, checks.ReasonReady
 	kvm.Targets[1].Samples = kvmcheck.PoolSamples("default", 10, 1, 9)
 	next.Providers = []checks.ProviderState{next.Providers[0], next.Providers[2]}
@@ -315,7 +315,7 @@ type blockedChecker struct {
 }
 
 func (b *blockedChecker) Name() string              { return "kvm-lab" }
-func (b *blockedChecker) Type() checks.ProviderType { return checks.TypeKVM }
+func (b *blockedChecker) Type() checks.ProviderType { return kvmcheck.Type }
 func (b *blockedChecker) Targets() []string         { return []string{"hv1"} }
 func (b *blockedChecker) Check(context.Context) []checks.TargetResult {
 	close(b.started)
@@ -665,7 +665,7 @@ func TestTargetInfoCardinality(t *testing.T) {
 	const n = 5000
 	now := time.Now()
 	snapOf := func(labelled bool) *checks.Snapshot {
-		ps := checks.ProviderState{Name: "kvm-ams", Type: checks.TypeKVM}
+		ps := checks.ProviderState{Name: "kvm-ams", Type: kvmcheck.Type}
 		if labelled {
 			ps.Labels = checks.Labels{Provider: map[string]string{"site": "ams1", "owner": "platform"}, Targets: map[string]map[string]string{}}
 		}

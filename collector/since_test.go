@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 )
 
 // reasonChecker is a checker whose one target reads the reason the test sets (up when Ready).
 type reasonChecker struct{ reason atomic.Value }
 
 func (c *reasonChecker) Name() string              { return "kvm-lab" }
-func (c *reasonChecker) Type() checks.ProviderType { return checks.TypeKVM }
+func (c *reasonChecker) Type() checks.ProviderType { return kvm.Type }
 func (c *reasonChecker) Targets() []string         { return []string{"hv1"} }
 func (c *reasonChecker) Check(context.Context) []checks.TargetResult {
 	r := c.reason.Load().(checks.Reason)
@@ -26,7 +27,7 @@ func (c *reasonChecker) Check(context.Context) []checks.TargetResult {
 // target is down, and it moves when the target comes back up.
 func TestLastTransitionFollowsTheRunner(t *testing.T) {
 	c := &reasonChecker{}
-	c.reason.Store(checks.ReasonTCPUnreachable)
+	c.reason.Store(kvm.ReasonTCPUnreachable)
 	r := checks.NewRunner(checks.Options{Interval: 100 * time.Millisecond, Timeout: 100 * time.Millisecond}, []checks.Checker{c})
 	ctx, cancel := context.WithCancel(context.Background())
 	published := r.Subscribe(ctx)
@@ -90,7 +91,7 @@ func TestLastTransitionFollowsTheRunner(t *testing.T) {
 	}
 
 	down, transition, up, reason := until("hv1 down with TCPUnreachable", func(st checks.TargetState) bool {
-		return st.Reason == checks.ReasonTCPUnreachable
+		return st.Reason == kvm.ReasonTCPUnreachable
 	})
 	if up != 0 || reason != "TCPUnreachable" || !equal(transition, down.Since) {
 		t.Errorf("down: up %v reason %q last transition %v; want 0, TCPUnreachable and the snapshot's Since %s", up, reason, transition, down.Since)
@@ -98,9 +99,9 @@ func TestLastTransitionFollowsTheRunner(t *testing.T) {
 	since := down.Since
 
 	// Still down, another reason: not a transition.
-	c.reason.Store(checks.ReasonSSHHandshakeFailed)
+	c.reason.Store(kvm.ReasonSSHHandshakeFailed)
 	other, transition, up, reason := until("hv1 down with SSHHandshakeFailed", func(st checks.TargetState) bool {
-		return st.Reason == checks.ReasonSSHHandshakeFailed
+		return st.Reason == kvm.ReasonSSHHandshakeFailed
 	})
 	if !other.CheckedAt.After(since) {
 		t.Fatalf("the check with the new reason (%s) is not after the target went down (%s)", other.CheckedAt, since)

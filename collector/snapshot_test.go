@@ -25,7 +25,7 @@ func bigSnapshot(n int) *checks.Snapshot {
 				CheckedAt: now.Add(time.Duration(h) * time.Microsecond),
 			}}
 			if h%10 == 9 {
-				ts.Up, ts.Reason, ts.Message = false, checks.ReasonTCPUnreachable, "dial tcp: connection refused"
+				ts.Up, ts.Reason, ts.Message = false, kvm.ReasonTCPUnreachable, "dial tcp: connection refused"
 			} else {
 				ts.Samples = kvm.PoolSamples("default", 1<<40, uint64(h)<<30, 1<<40-uint64(h)<<30)
 			}

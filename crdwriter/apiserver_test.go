@@ -32,6 +32,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
+	kvmcheck "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
@@ -285,7 +288,7 @@ func testMissingCRD(t *testing.T, f *kubeFixture) {
 		return apierrors.IsNotFound(err)
 	})
 	since := time.Now().Add(-time.Hour)
-	p := provider("cluster-main", checks.TypeKubernetes, target("api", checks.ReasonReady, "", since))
+	p := provider("cluster-main", kubernetes.Type, target("api", checks.ReasonReady, "", since))
 	h := f.harness(t, f.userConfig("writer-nocrd", "system:masters"), newFakeSource(p), nil)
 	h.start()
 	time.Sleep(3 * time.Second) // a few retries (the backoff is capped at 1s here)
@@ -303,12 +306,12 @@ func testKubectl(t *testing.T, f *kubeFixture) {
 	since := time.Now().Add(-time.Hour)
 	downAt := time.Now().Add(-30 * time.Minute)
 	providers := []checks.ProviderState{
-		provider("cluster-main", checks.TypeKubernetes, target("https://10.0.0.1:6443", checks.ReasonReady, "listed 12 pods", since)),
-		provider("gcp-prod", checks.TypeGCP, target("my-project", checks.ReasonForbidden, "permission compute.instances.list denied", downAt)),
-		provider("kvm-lab", checks.TypeKVM,
+		provider("cluster-main", kubernetes.Type, target("https://10.0.0.1:6443", checks.ReasonReady, "listed 12 pods", since)),
+		provider("gcp-prod", gcp.Type, target("my-project", checks.ReasonForbidden, "permission compute.instances.list denied", downAt)),
+		provider("kvm-lab", kvmcheck.Type,
 			target("hv1", checks.ReasonReady, "pool default running", since),
-			target("hv2", checks.ReasonTCPUnreachable, "dial tcp 198.18.0.12:22: connect: connection refused", downAt),
-			target("hv3", checks.ReasonTCPUnreachable, "dial tcp 198.18.0.13:22: i/o timeout", downAt)),
+			target("hv2", kvmcheck.ReasonTCPUnreachable, "dial tcp 198.18.0.12:22: connect: connection refused", downAt),
+			target("hv3", kvmcheck.ReasonTCPUnreachable, "dial tcp 198.18.0.13:22: i/o timeout", downAt)),
 	}
 	src := newFakeSource()
 	h := f.harness(t, f.userConfig("writer-kubectl", "system:masters"), src, nil)
@@ -422,7 +425,7 @@ func testPruning(t *testing.T, f *kubeFixture) {
 	for i := range v1alpha1.MaxTargets + 44 {
 		r, msg := checks.ReasonReady, fmt.Sprintf("pool default running on hv%03d", i)
 		if i%100 == 7 {
-			r, msg = checks.ReasonPoolInactive, strings.Repeat("é", 700) // clipped to 1024 bytes
+			r, msg = kvmcheck.ReasonPoolInactive, strings.Repeat("é", 700) // clipped to 1024 bytes
 		}
 		ts = append(ts, target(fmt.Sprintf("hv%03d", i), r, msg, since))
 	}
@@ -432,7 +435,7 @@ func testPruning(t *testing.T, f *kubeFixture) {
 	src := newFakeSource()
 	h := f.harness(t, cfg, src, nil)
 	h.start()
-	h.round(provider("kvm-big", checks.TypeKVM, ts...))
+	h.round(provider("kvm-big", kvmcheck.Type, ts...))
 
 	rec.mu.Lock()
 	sent := rec.status["kvm-big"]
@@ -475,7 +478,7 @@ func testPruning(t *testing.T, f *kubeFixture) {
 	}
 	// And therefore the next identical round writes nothing.
 	rv := f.get(t, "kvm-big").ResourceVersion
-	h.round(provider("kvm-big", checks.TypeKVM, ts...))
+	h.round(provider("kvm-big", kvmcheck.Type, ts...))
 	if got := f.get(t, "kvm-big").ResourceVersion; got != rv {
 		t.Errorf("an identical round wrote the object again (resource version %s -> %s)", rv, got)
 	}
@@ -520,7 +523,7 @@ func diffJSON(path string, a, b any) string {
 func testSteadyState(t *testing.T, f *kubeFixture) {
 	since := time.Now().Add(-time.Hour).Truncate(time.Second)
 	p := func(hv2 checks.Reason, at time.Time) checks.ProviderState {
-		return provider("kvm-lab", checks.TypeKVM, target("hv1", checks.ReasonReady, "ok", since), target("hv2", hv2, "ok or not", at))
+		return provider("kvm-lab", kvmcheck.Type, target("hv1", checks.ReasonReady, "ok", since), target("hv2", hv2, "ok or not", at))
 	}
 	const user = "writer-steady"
 	src := newFakeSource()
@@ -543,8 +546,8 @@ func testSteadyState(t *testing.T, f *kubeFixture) {
 	flip := time.Now().Truncate(time.Second)
 	statusBefore := f.requests(t, user, isStatusUpdate)
 	eventsBefore := f.requests(t, user, isEventWrite)
-	h.round(p(checks.ReasonSSHAuthFailed, flip))
-	h.round(p(checks.ReasonSSHAuthFailed, flip))
+	h.round(p(kvmcheck.ReasonSSHAuthFailed, flip))
+	h.round(p(kvmcheck.ReasonSSHAuthFailed, flip))
 	obj := f.get(t, "kvm-lab")
 	eventually(t, "the Event is written", func() bool { return len(f.events(t, string(obj.UID))) == 1 })
 	time.Sleep(500 * time.Millisecond) // room for a second, wrong Event to show up
@@ -569,14 +572,14 @@ func testSteadyState(t *testing.T, f *kubeFixture) {
 
 	// Restart: a new writer (another process) reads the times back and writes nothing.
 	const user2 = "writer-steady-2"
-	src2 := newFakeSource(provider("kvm-lab", checks.TypeKVM))
+	src2 := newFakeSource(provider("kvm-lab", kvmcheck.Type))
 	h2 := f.harness(t, f.userConfig(user2, "system:masters"), src2, nil)
 	h2.start()
-	h2.round(provider("kvm-lab", checks.TypeKVM)) // round 0 of the new runner: no targets yet
+	h2.round(provider("kvm-lab", kvmcheck.Type)) // round 0 of the new runner: no targets yet
 	now := time.Now()
-	h2.round(p(checks.ReasonSSHAuthFailed, now)) // the new runner's Since is its own first check
+	h2.round(p(kvmcheck.ReasonSSHAuthFailed, now)) // the new runner's Since is its own first check
 	// A reload that keeps the provider: the runner publishes the same providers again.
-	h2.round(p(checks.ReasonSSHAuthFailed, now))
+	h2.round(p(kvmcheck.ReasonSSHAuthFailed, now))
 	if n := f.requests(t, user2, func(e kube.AuditEvent) bool { return e.Verb != "list" }); n != 0 {
 		t.Errorf("a restart and a reload without a change made %d requests besides lists", n)
 	}
@@ -598,7 +601,7 @@ func testHeartbeat(t *testing.T, f *kubeFixture) {
 	src := newFakeSource()
 	h := f.harness(t, f.userConfig(user, "system:masters"), src, func(o *Options) { o.HeartbeatInterval = 2 * time.Second })
 	h.start()
-	h.round(provider("gcp-prod", checks.TypeGCP, target("my-project", checks.ReasonReady, "", since)))
+	h.round(provider("gcp-prod", gcp.Type, target("my-project", checks.ReasonReady, "", since)))
 	first := f.get(t, "gcp-prod")
 
 	// No round, no change: the heartbeat alone is written, nothing else moves.
@@ -631,7 +634,7 @@ func testStaleness(t *testing.T, f *kubeFixture) {
 	src := newFakeSource()
 	h := f.harness(t, f.userConfig("writer-stale", "system:masters"), src, func(o *Options) { o.StaleAfter = 2 * time.Second })
 	h.start()
-	h.round(provider("cluster-main", checks.TypeKubernetes, target("api", checks.ReasonReady, "", time.Now().Add(-time.Hour))))
+	h.round(provider("cluster-main", kubernetes.Type, target("api", checks.ReasonReady, "", time.Now().Add(-time.Hour))))
 	// The runner stops producing rounds: the writer turns Ready Unknown by itself.
 	eventually(t, "Ready turns Unknown", func() bool { return readyOf(f.get(t, "cluster-main")).Status == metav1.ConditionUnknown })
 	rows := parseTable(t, f.runKubectl(t, "get", "ph", "cluster-main"))
@@ -639,7 +642,7 @@ func testStaleness(t *testing.T, f *kubeFixture) {
 		t.Errorf("kubectl get ph of a stale provider: %v", rows)
 	}
 	// Fresh results again: True.
-	h.round(provider("cluster-main", checks.TypeKubernetes, target("api", checks.ReasonReady, "", time.Now().Add(-time.Hour))))
+	h.round(provider("cluster-main", kubernetes.Type, target("api", checks.ReasonReady, "", time.Now().Add(-time.Hour))))
 	if c := readyOf(f.get(t, "cluster-main")); c.Status != metav1.ConditionTrue {
 		t.Errorf("fresh results after staleness: %+v", c)
 	}
@@ -650,8 +653,8 @@ func testGarbage(t *testing.T, f *kubeFixture) {
 	f.put(t, "not-ours", nil)
 	f.put(t, "other-manager", map[string]string{ManagedByLabel: "helm"})
 	since := time.Now().Add(-time.Hour)
-	a := provider("a", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
-	b := provider("b", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
+	a := provider("a", gcp.Type, target("p", checks.ReasonReady, "", since))
+	b := provider("b", gcp.Type, target("p", checks.ReasonReady, "", since))
 	src := newFakeSource(a, b)
 	h := f.harness(t, f.userConfig("writer-gc", "system:masters"), src, nil)
 	h.start()
@@ -684,7 +687,7 @@ func testGarbage(t *testing.T, f *kubeFixture) {
 func testOutage(t *testing.T, f *kubeFixture) {
 	since := time.Now().Add(-time.Hour).Truncate(time.Second)
 	p := func(r checks.Reason, at time.Time) checks.ProviderState {
-		return provider("cluster-main", checks.TypeKubernetes, target("api", r, "", at))
+		return provider("cluster-main", kubernetes.Type, target("api", r, "", at))
 	}
 	src := newFakeSource()
 	h := f.harness(t, f.userConfig("writer-outage", "system:masters"), src, nil)
@@ -738,7 +741,7 @@ func testOutage(t *testing.T, f *kubeFixture) {
 func testLeaderElection(t *testing.T, f *kubeFixture) {
 	since := time.Now().Add(-time.Hour)
 	p := func(r checks.Reason) checks.ProviderState {
-		return provider("cluster-main", checks.TypeKubernetes, target("api", r, "", time.Now()))
+		return provider("cluster-main", kubernetes.Type, target("api", r, "", time.Now()))
 	}
 	const leaseDuration = 4 * time.Second
 	le := func(id string) func(*Options) {
@@ -757,7 +760,7 @@ func testLeaderElection(t *testing.T, f *kubeFixture) {
 		srcA.publish(ps)
 		srcB.publish(ps)
 	}
-	publish(provider("cluster-main", checks.TypeKubernetes, target("api", checks.ReasonReady, "", since)))
+	publish(provider("cluster-main", kubernetes.Type, target("api", checks.ReasonReady, "", since)))
 	eventually(t, "the leader writes", func() bool { o := f.get(t, "cluster-main"); return o != nil && len(o.Status.Targets) == 1 })
 	publish(p(checks.ReasonForbidden))
 	eventually(t, "the leader writes the change", func() bool { return readyOf(f.get(t, "cluster-main")).Reason == "Forbidden" })
@@ -851,7 +854,7 @@ func testLeaderCrash(t *testing.T, f *kubeFixture) {
 		srcA.publish(ps)
 		srcC.publish(ps)
 	}
-	publish(provider("cluster-main", checks.TypeKubernetes, target("api", checks.ReasonReady, "", time.Now())))
+	publish(provider("cluster-main", kubernetes.Type, target("api", checks.ReasonReady, "", time.Now())))
 	eventually(t, "a writes", func() bool { o := f.get(t, "cluster-main"); return o != nil && len(o.Status.Targets) == 1 })
 	// Let a renew a few times, so that c has seen renewals and not only the first acquire.
 	time.Sleep(3 * retryPeriod)
@@ -868,7 +871,7 @@ func testLeaderCrash(t *testing.T, f *kubeFixture) {
 		t.Fatalf("after the crash the lease says holder %q, want crash-a (not released)", ptrString(h))
 	}
 	lastRenewal := lease.Spec.RenewTime.Time
-	publish(provider("cluster-main", checks.TypeKubernetes, target("api", checks.ReasonForbidden, "", time.Now())))
+	publish(provider("cluster-main", kubernetes.Type, target("api", checks.ReasonForbidden, "", time.Now())))
 
 	var ledAt time.Time
 	eventually(t, "c leads", func() bool {
@@ -1017,11 +1020,11 @@ func (f *kubeFixture) rbacScenario(t *testing.T, cfg *rest.Config, stop func() b
 	f.put(t, "foreign", nil)
 	p := func(r checks.Reason) []checks.ProviderState {
 		return []checks.ProviderState{
-			provider("p", checks.TypeKVM, target("hv1", r, "dial tcp 198.18.0.1:22: connection refused", time.Now())),
-			provider("foreign", checks.TypeKVM, target("hv1", checks.ReasonReady, "", time.Now())),
+			provider("p", kvmcheck.Type, target("hv1", r, "dial tcp 198.18.0.1:22: connection refused", time.Now())),
+			provider("foreign", kvmcheck.Type, target("hv1", checks.ReasonReady, "", time.Now())),
 		}
 	}
-	src := newFakeSource(p(checks.ReasonTCPUnreachable)...)
+	src := newFakeSource(p(kvmcheck.ReasonTCPUnreachable)...)
 	h := f.harness(t, cfg, src, func(o *Options) {
 		o.LeaderElect, o.Identity = true, "rbac"
 		o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 4*time.Second, 3*time.Second, 500*time.Millisecond
@@ -1049,7 +1052,7 @@ func (f *kubeFixture) rbacScenario(t *testing.T, cfg *rest.Config, stop func() b
 	if !wait(func() bool { return len(f.events(t, string(obj.UID))) >= 2 }) {
 		return false
 	}
-	src.publish(p(checks.ReasonTCPUnreachable)...) // the same down Event again: a patch
+	src.publish(p(kvmcheck.ReasonTCPUnreachable)...) // the same down Event again: a patch
 	if !wait(func() bool {
 		for _, e := range f.events(t, string(obj.UID)) {
 			if e.Count >= 2 {
@@ -1120,7 +1123,7 @@ func testInstances(t *testing.T, f *kubeFixture) {
 	})
 	since := time.Now().Add(-time.Hour)
 	ph := func(name string, r checks.Reason) checks.ProviderState {
-		return provider(name, checks.TypeGCP, target("p", r, "", since))
+		return provider(name, gcp.Type, target("p", r, "", since))
 	}
 	inst := func(instance, id string) func(*Options) {
 		return func(o *Options) {

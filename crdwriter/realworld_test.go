@@ -22,6 +22,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
+	kvmcheck "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
@@ -139,8 +142,8 @@ func testNoStatusSubresource(t *testing.T, f *kubeFixture) {
 	})
 	const user = "writer-nostatus"
 	since := time.Now().Add(-time.Hour)
-	a := provider("a-first", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
-	b := provider("b-second", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
+	a := provider("a-first", gcp.Type, target("p", checks.ReasonReady, "", since))
+	b := provider("b-second", gcp.Type, target("p", checks.ReasonReady, "", since))
 	src := newFakeSource()
 	h := f.harness(t, f.userConfig(user, "system:masters"), src, func(o *Options) { o.HeartbeatInterval = time.Hour })
 	h.start()
@@ -151,7 +154,7 @@ func testNoStatusSubresource(t *testing.T, f *kubeFixture) {
 	if got := h.metric("crd_writer_crd_mismatch", "problem", "no_status_subresource"); got != 1 {
 		t.Errorf("crd_mismatch{problem=no_status_subresource} = %v, want 1", got)
 	}
-	h.round(provider("a-first", checks.TypeGCP, target("p", checks.ReasonForbidden, "", time.Now())), b)
+	h.round(provider("a-first", gcp.Type, target("p", checks.ReasonForbidden, "", time.Now())), b)
 	if n := f.requests(t, user, isStatusUpdate); n != 1 {
 		t.Errorf("%d status writes, want 1: the first finds no status subresource, the others wait", n)
 	}
@@ -184,9 +187,9 @@ func testNoStatusSubresource(t *testing.T, f *kubeFixture) {
 func testRejectedObject(t *testing.T, f *kubeFixture) {
 	const user = "writer-rejected"
 	since := time.Now().Add(-time.Hour)
-	long := provider("kvm-long", checks.TypeKVM, target(strings.Repeat("h", 300), checks.ReasonReady, "", since))
+	long := provider("kvm-long", kvmcheck.Type, target(strings.Repeat("h", 300), checks.ReasonReady, "", since))
 	ok := func(r checks.Reason) checks.ProviderState {
-		return provider("gcp-ok", checks.TypeGCP, target("p", r, "", since))
+		return provider("gcp-ok", gcp.Type, target("p", r, "", since))
 	}
 	src := newFakeSource()
 	// A long backoff: a global backoff after the 422 would hold gcp-ok's next change back.
@@ -214,7 +217,7 @@ func testRejectedObject(t *testing.T, f *kubeFixture) {
 		t.Errorf("the rejection was logged %d times, want once", n)
 	}
 	// The provider fixed (a reload with a shorter name): written, the metric back to 0.
-	h.round(provider("kvm-long", checks.TypeKVM, target("hv1", checks.ReasonReady, "", since)), ok(checks.ReasonForbidden))
+	h.round(provider("kvm-long", kvmcheck.Type, target("hv1", checks.ReasonReady, "", since)), ok(checks.ReasonForbidden))
 	if o := f.get(t, "kvm-long"); o == nil || len(o.Status.Targets) != 1 || o.Status.Targets[0].Name != "hv1" {
 		t.Errorf("the fixed provider was not written: %+v", o)
 	}
@@ -236,7 +239,7 @@ func testPrunedFields(t *testing.T, f *kubeFixture) {
 	})
 	const user = "writer-pruned"
 	since := time.Now().Add(-time.Hour)
-	p := provider("kvm-lab", checks.TypeKVM, target("hv1", checks.ReasonReady, "", since), target("hv2", checks.ReasonPoolInactive, "", since))
+	p := provider("kvm-lab", kvmcheck.Type, target("hv1", checks.ReasonReady, "", since), target("hv2", kvmcheck.ReasonPoolInactive, "", since))
 	src := newFakeSource()
 	h := f.harness(t, f.userConfig(user, "system:masters"), src, nil)
 	h.start()
@@ -260,7 +263,7 @@ func testPrunedFields(t *testing.T, f *kubeFixture) {
 		t.Errorf("the pruned field was reported %d times (want once, naming targetsReady):\n%s", n, logs)
 	}
 	// A real change is still written.
-	h.round(provider("kvm-lab", checks.TypeKVM, target("hv1", checks.ReasonReady, "", since), target("hv2", checks.ReasonReady, "", time.Now())))
+	h.round(provider("kvm-lab", kvmcheck.Type, target("hv1", checks.ReasonReady, "", since), target("hv2", checks.ReasonReady, "", time.Now())))
 	if o := f.get(t, "kvm-lab"); readyOf(o).Status != metav1.ConditionTrue {
 		t.Errorf("a change was not written with the older CRD: %+v", readyOf(o))
 	}
@@ -300,7 +303,7 @@ func testWritesBoundedByFence(t *testing.T, f *kubeFixture) {
 	src := newFakeSource()
 	h := f.harness(t, cfg, src, nil)
 	h.lead(lease)
-	h.round(provider("kvm-lab", checks.TypeKVM, target("hv1", checks.ReasonTCPUnreachable, "refused", time.Now())))
+	h.round(provider("kvm-lab", kvmcheck.Type, target("hv1", kvmcheck.ReasonTCPUnreachable, "refused", time.Now())))
 	obj := f.get(t, "kvm-lab")
 	eventually(t, "the Event is written", func() bool { return len(f.events(t, string(obj.UID))) == 1 })
 	if f.get(t, "garbage") != nil {
@@ -360,7 +363,7 @@ func testChecksOffRollout(t *testing.T, f *kubeFixture) {
 	}
 	since := time.Now().Add(-time.Hour)
 	p := func(r checks.Reason) checks.ProviderState {
-		return provider("cluster-main", checks.TypeKubernetes, target("api", r, "", since))
+		return provider("cluster-main", kubernetes.Type, target("api", r, "", since))
 	}
 	old := f.harness(t, f.userConfig("writer-old", "system:masters"), newFakeSource(), le("old"))
 	old.start()
@@ -419,7 +422,7 @@ func testTwoDefaultDeployments(t *testing.T, f *kubeFixture) {
 	}
 	since := time.Now().Add(-time.Hour)
 	ph := func(name string, r checks.Reason) checks.ProviderState {
-		return provider(name, checks.TypeGCP, target("p", r, "", since))
+		return provider(name, gcp.Type, target("p", r, "", since))
 	}
 	aProviders := []checks.ProviderState{ph("a-only", checks.ReasonReady), ph("shared", checks.ReasonReady)}
 	bProviders := []checks.ProviderState{ph("b-only", checks.ReasonForbidden), ph("shared", checks.ReasonForbidden)}
@@ -482,13 +485,13 @@ func testWriteVolumeAtScale(t *testing.T, f *kubeFixture) {
 	const rounds = 3
 	since := time.Now().Add(-time.Hour)
 	alternating := func(round int) []checks.ProviderState {
-		reason := checks.ReasonTCPUnreachable
+		reason := kvmcheck.ReasonTCPUnreachable
 		if round%2 == 1 {
-			reason = checks.ReasonSSHHandshakeFailed
+			reason = kvmcheck.ReasonSSHHandshakeFailed
 		}
 		return fleetRound(0, reason, since)
 	}
-	flipping := func(round int) []checks.ProviderState { return fleetRound(round, checks.ReasonTCPUnreachable, since) }
+	flipping := func(round int) []checks.ProviderState { return fleetRound(round, kvmcheck.ReasonTCPUnreachable, since) }
 	measure := func(user string, minReason time.Duration, snapshot func(int) []checks.ProviderState) (writes int, bytes int64) {
 		var sent atomic.Int64
 		cfg := f.userConfig(user, "system:masters")
@@ -546,7 +549,7 @@ func testListsInPages(t *testing.T, f *kubeFixture) {
 	for i := range n {
 		name := fmt.Sprintf("p-%03d", i)
 		f.putOwned(t, name)
-		ps = append(ps, provider(name, checks.TypeGCP))
+		ps = append(ps, provider(name, gcp.Type))
 	}
 	src := newFakeSource(ps...)
 	h := f.harness(t, f.userConfig(user, "system:masters"), src, nil)

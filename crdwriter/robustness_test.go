@@ -13,6 +13,9 @@ import (
 	admissionv1client "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
+	kvmcheck "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 )
@@ -32,8 +35,8 @@ func (h *harness) passesDuring(d time.Duration) int64 {
 // before the hold ran out, and a status the API server refuses (422) once a heartbeat is due.
 func testNoBusyLoop(t *testing.T, f *kubeFixture) {
 	since := time.Now().Add(-time.Hour)
-	kvm := func(r checks.Reason) checks.ProviderState {
-		return provider("kvm-lab", checks.TypeKVM, target("hv1", r, "dial tcp 198.18.0.11:22: connect: connection refused", since))
+	kvmLab := func(r checks.Reason) checks.ProviderState {
+		return provider("kvm-lab", kvmcheck.Type, target("hv1", r, "dial tcp 198.18.0.11:22: connect: connection refused", since))
 	}
 	src := newFakeSource()
 	h := f.harness(t, f.userConfig("writer-spin-reason", "system:masters"), src, func(o *Options) {
@@ -42,10 +45,10 @@ func testNoBusyLoop(t *testing.T, f *kubeFixture) {
 		o.MinReasonInterval, o.HeartbeatInterval = 2*time.Second, time.Hour
 	})
 	h.start()
-	h.round(kvm(checks.ReasonTCPUnreachable))
-	h.round(kvm(checks.ReasonSSHHandshakeFailed)) // a reason-only change: held back
-	h.round(kvm(checks.ReasonTCPUnreachable))     // back to what the object shows: nothing to write
-	time.Sleep(2500 * time.Millisecond)           // the hold has run out
+	h.round(kvmLab(kvmcheck.ReasonTCPUnreachable))
+	h.round(kvmLab(kvmcheck.ReasonSSHHandshakeFailed)) // a reason-only change: held back
+	h.round(kvmLab(kvmcheck.ReasonTCPUnreachable))     // back to what the object shows: nothing to write
+	time.Sleep(2500 * time.Millisecond)                // the hold has run out
 	if n := h.passesDuring(time.Second); n > 2 {
 		t.Errorf("the sync loop made %d passes in a second with nothing to write after a held reason change went back, want at most 2", n)
 	}
@@ -61,10 +64,10 @@ func testNoBusyLoop(t *testing.T, f *kubeFixture) {
 	src = newFakeSource()
 	h = f.harness(t, f.userConfig("writer-spin-422", "system:masters"), src, func(o *Options) { o.HeartbeatInterval = heartbeat })
 	h.start()
-	h.round(provider("kvm-lab", checks.TypeKVM, target("hv1", checks.ReasonReady, "", since)))
+	h.round(provider("kvm-lab", kvmcheck.Type, target("hv1", checks.ReasonReady, "", since)))
 	written := time.Now()
 	time.Sleep(1500 * time.Millisecond)
-	h.round(provider("kvm-lab", checks.TypeKVM, target(strings.Repeat("h", 300), checks.ReasonReady, "", since)))
+	h.round(provider("kvm-lab", kvmcheck.Type, target(strings.Repeat("h", 300), checks.ReasonReady, "", since)))
 	if got := h.metric("crd_writer_rejected_objects"); got != 1 {
 		t.Fatalf("rejected objects = %v, want 1", got)
 	}
@@ -83,11 +86,11 @@ func testRestartBeforeFirstRound(t *testing.T, f *kubeFixture) {
 	for i := range 1000 {
 		r, msg := checks.ReasonReady, "pool default running, 1.2 TiB of 2.0 TiB available"
 		if i%10 < 3 { // 300 down: more than the 256 the object lists
-			r, msg = checks.ReasonTCPUnreachable, fmt.Sprintf("dial tcp 198.18.%d.%d:22: connect: connection refused", i/250, i%250)
+			r, msg = kvmcheck.ReasonTCPUnreachable, fmt.Sprintf("dial tcp 198.18.%d.%d:22: connect: connection refused", i/250, i%250)
 		}
 		ts = append(ts, target(fmt.Sprintf("hv%04d", i), r, msg, since))
 	}
-	big := provider("kvm-fleet", checks.TypeKVM, ts...)
+	big := provider("kvm-fleet", kvmcheck.Type, ts...)
 	first := newFakeSource()
 	h := f.harness(t, f.userConfig("writer-before", "system:masters"), first, nil)
 	h.start()
@@ -100,10 +103,10 @@ func testRestartBeforeFirstRound(t *testing.T, f *kubeFixture) {
 
 	const user = "writer-restarted"
 	// The restarted exporter's runner has not finished a round: the provider has no targets.
-	src := newFakeSource(provider("kvm-fleet", checks.TypeKVM))
+	src := newFakeSource(provider("kvm-fleet", kvmcheck.Type))
 	h = f.harness(t, f.userConfig(user, "system:masters"), src, nil)
 	h.start()
-	h.round(provider("kvm-fleet", checks.TypeKVM))
+	h.round(provider("kvm-fleet", kvmcheck.Type))
 	o := f.get(t, "kvm-fleet")
 	if o.Status.TargetsReady != "700/1000" || o.Status.ReadyTargets != 700 || o.Status.TotalTargets != 1000 || o.Status.OmittedTargets != before.Status.OmittedTargets {
 		t.Errorf("before its first round the restarted writer published %s (%d/%d, %d omitted), the object showed 700/1000",
@@ -177,7 +180,7 @@ func testBadObjectHoldsNothingBack(t *testing.T, f *kubeFixture) {
 
 	since := time.Now().Add(-time.Hour)
 	ph := func(name string, r checks.Reason) checks.ProviderState {
-		return provider(name, checks.TypeGCP, target("p", r, "", since))
+		return provider(name, gcp.Type, target("p", r, "", since))
 	}
 	src := newFakeSource()
 	// A backoff of an hour: a backoff of every provider would hold good-one's flip back.
@@ -243,7 +246,7 @@ func testBadObjectHoldsNothingBack(t *testing.T, f *kubeFixture) {
 // reports it (metric, log).
 func testTwoWritersOneIdentity(t *testing.T, f *kubeFixture) {
 	ph := func(r checks.Reason, since time.Time) checks.ProviderState {
-		return provider("cluster-main", checks.TypeKubernetes, target("api", r, "", since))
+		return provider("cluster-main", kubernetes.Type, target("api", r, "", since))
 	}
 	// Each checks on its own, so their verdicts differ a little (here: since when): each
 	// finds the object written by the other and writes its own again.
@@ -314,7 +317,7 @@ func testOlderBuildObject(t *testing.T, f *kubeFixture) {
 	}
 	const user = "writer-older-build"
 	now := time.Now()
-	p := provider("kvm-old", checks.TypeKVM, target("hv1", checks.ReasonReady, "", now), target("hv2", checks.ReasonTCPUnreachable, "refused", now))
+	p := provider("kvm-old", kvmcheck.Type, target("hv1", checks.ReasonReady, "", now), target("hv2", kvmcheck.ReasonTCPUnreachable, "refused", now))
 	h := f.harness(t, f.userConfig(user, "system:masters"), newFakeSource(p), func(o *Options) { o.HeartbeatInterval = 2 * time.Second })
 	h.start()
 	h.round(p)
@@ -361,19 +364,19 @@ func testOlderBuildObject(t *testing.T, f *kubeFixture) {
 // Events are counted.
 func testEventBudgetPerTarget(t *testing.T, f *kubeFixture) {
 	since := time.Now().Add(-time.Hour)
-	reasons := []checks.Reason{checks.ReasonTCPUnreachable, checks.ReasonSSHHandshakeFailed}
+	reasons := []checks.Reason{kvmcheck.ReasonTCPUnreachable, kvmcheck.ReasonSSHHandshakeFailed}
 	src := newFakeSource()
 	h := f.harness(t, f.userConfig("writer-event-budget", "system:masters"), src, nil)
 	h.start()
 	const rounds = 40
 	for i := range rounds {
-		h.round(provider("kvm-lab", checks.TypeKVM,
+		h.round(provider("kvm-lab", kvmcheck.Type,
 			target("hv1", reasons[i%2], "flapping between reasons", since),
 			target("hv2", checks.ReasonReady, "", since)))
 	}
-	h.round(provider("kvm-lab", checks.TypeKVM,
-		target("hv1", checks.ReasonTCPUnreachable, "flapping between reasons", since),
-		target("hv2", checks.ReasonPoolInactive, "pool default is inactive", time.Now())))
+	h.round(provider("kvm-lab", kvmcheck.Type,
+		target("hv1", kvmcheck.ReasonTCPUnreachable, "flapping between reasons", since),
+		target("hv2", kvmcheck.ReasonPoolInactive, "pool default is inactive", time.Now())))
 	uid := string(f.get(t, "kvm-lab").UID)
 	eventually(t, "hv2's down Event is recorded", func() bool {
 		for _, e := range f.events(t, uid) {

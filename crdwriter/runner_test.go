@@ -11,7 +11,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	// The runner accepts only reasons of a registered type's catalogue.
-	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	kvmcheck "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 )
 
 // The check runner is the writer's Source.
@@ -21,11 +21,11 @@ var _ Source = (*checks.Runner)(nil)
 type flipChecker struct{ down atomic.Bool }
 
 func (c *flipChecker) Name() string              { return "kvm-lab" }
-func (c *flipChecker) Type() checks.ProviderType { return checks.TypeKVM }
+func (c *flipChecker) Type() checks.ProviderType { return kvmcheck.Type }
 func (c *flipChecker) Targets() []string         { return []string{"hv1"} }
 func (c *flipChecker) Check(context.Context) []checks.TargetResult {
 	if c.down.Load() {
-		return []checks.TargetResult{{Target: "hv1", Reason: checks.ReasonPoolInactive, Message: "pool default is inactive"}}
+		return []checks.TargetResult{{Target: "hv1", Reason: kvmcheck.ReasonPoolInactive, Message: "pool default is inactive"}}
 	}
 	return []checks.TargetResult{{Target: "hv1", Up: true, Reason: checks.ReasonReady}}
 }

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	kvmcheck "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 )
 
@@ -28,11 +29,11 @@ func TestReadyCondition(t *testing.T) {
 		{"no targets yet", nil, metav1.ConditionUnknown, v1alpha1.ReasonAwaitingFirstCheck, "the provider has not been checked yet", "0/0"},
 		{"one ready", []checks.TargetState{up("api")}, metav1.ConditionTrue, v1alpha1.ReasonAllTargetsReady, "the target is ready", "1/1"},
 		{"all ready", []checks.TargetState{up("a"), up("b"), up("c")}, metav1.ConditionTrue, v1alpha1.ReasonAllTargetsReady, "all 3 targets ready", "3/3"},
-		{"one down", []checks.TargetState{up("hv1"), down("hv2", checks.ReasonTCPUnreachable, "dial tcp: connection refused")},
+		{"one down", []checks.TargetState{up("hv1"), down("hv2", kvmcheck.ReasonTCPUnreachable, "dial tcp: connection refused")},
 			metav1.ConditionFalse, "TCPUnreachable", "1 of 2 targets down: hv2 (TCPUnreachable): dial tcp: connection refused", "1/2"},
 		{"down sharing a reason", []checks.TargetState{down("hv1", checks.ReasonTimeout, "x"), up("hv2"), down("hv3", checks.ReasonTimeout, "y")},
 			metav1.ConditionFalse, "Timeout", "2 of 3 targets down (Timeout): hv1, hv3", "1/3"},
-		{"down for different reasons", []checks.TargetState{down("hv1", checks.ReasonTimeout, "x"), down("hv2", checks.ReasonHostKeyMismatch, "y"), up("hv3")},
+		{"down for different reasons", []checks.TargetState{down("hv1", checks.ReasonTimeout, "x"), down("hv2", kvmcheck.ReasonHostKeyMismatch, "y"), up("hv3")},
 			metav1.ConditionFalse, v1alpha1.ReasonMultipleReasons, "2 of 3 targets down: hv1 (Timeout), hv2 (HostKeyMismatch)", "1/3"},
 		// A target in maintenance is not ready, and not counted as down.
 		{"in maintenance, none down", []checks.TargetState{up("vc"), down("esx1", checks.ReasonMaintenance, "in maintenance mode")},
@@ -93,7 +94,7 @@ func TestManyDownTargetsListedWithLimit(t *testing.T) {
 	for i := range 12 {
 		ts = append(ts, target(fmt.Sprintf("hv%02d", i), checks.ReasonTimeout, "", time.Time{}))
 	}
-	ts[0].Reason = checks.ReasonPoolNotFound
+	ts[0].Reason = kvmcheck.ReasonPoolNotFound
 	m := &providerMem{}
 	m.observe(&checks.ProviderState{Name: "p", Type: "kvm", Targets: ts}, 0, time.Now(), 0)
 	c := m.render().Conditions[0]
@@ -109,7 +110,7 @@ func TestTargetListBounded(t *testing.T) {
 	for i := range total {
 		r := checks.ReasonReady
 		if i%50 == 49 { // 6 down targets, spread out, some past the limit
-			r = checks.ReasonSSHAuthFailed
+			r = kvmcheck.ReasonSSHAuthFailed
 		}
 		ts = append(ts, target(fmt.Sprintf("hv%03d", i), r, "", time.Time{}))
 	}
@@ -158,7 +159,7 @@ func TestTransitionTimes(t *testing.T) {
 
 	// b goes down at t1: its time and the condition's move to t1, one Warning Event.
 	t1 := now.Add(time.Minute)
-	ev = m.observe(ps(target("a", checks.ReasonReady, "", t0), target("b", checks.ReasonTCPUnreachable, "refused", t1)), 0, t1.Add(time.Second), time.Hour)
+	ev = m.observe(ps(target("a", checks.ReasonReady, "", t0), target("b", kvmcheck.ReasonTCPUnreachable, "refused", t1)), 0, t1.Add(time.Second), time.Hour)
 	if len(ev) != 1 || ev[0].eventType != "Warning" || ev[0].reason != "TCPUnreachable" || ev[0].message != "target b is down (TCPUnreachable): refused" {
 		t.Errorf("events = %+v, want one Warning TCPUnreachable", ev)
 	}
@@ -172,7 +173,7 @@ func TestTransitionTimes(t *testing.T) {
 
 	// Still down with another reason (the runner's Since moves, ours does not): one Event, no move.
 	t2 := t1.Add(time.Minute)
-	ev = m.observe(ps(target("a", checks.ReasonReady, "", t0), target("b", checks.ReasonSSHAuthFailed, "denied", t2)), 0, t2, time.Hour)
+	ev = m.observe(ps(target("a", checks.ReasonReady, "", t0), target("b", kvmcheck.ReasonSSHAuthFailed, "denied", t2)), 0, t2, time.Hour)
 	if len(ev) != 1 || ev[0].reason != "SSHAuthFailed" || ev[0].eventType != "Warning" {
 		t.Errorf("events = %+v, want one Warning SSHAuthFailed", ev)
 	}
@@ -187,7 +188,7 @@ func TestTransitionTimes(t *testing.T) {
 	// Rounds without a flip move nothing and report nothing.
 	for i := range 3 {
 		at := t2.Add(time.Duration(i+1) * time.Minute)
-		if ev := m.observe(ps(target("a", checks.ReasonReady, "", t0), target("b", checks.ReasonSSHAuthFailed, "denied", t2)), 0, at, time.Hour); len(ev) != 0 {
+		if ev := m.observe(ps(target("a", checks.ReasonReady, "", t0), target("b", kvmcheck.ReasonSSHAuthFailed, "denied", t2)), 0, at, time.Hour); len(ev) != 0 {
 			t.Errorf("round %d: events %+v, want none", i, ev)
 		}
 	}

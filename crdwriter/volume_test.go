@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	kvmcheck "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 )
 
@@ -32,7 +33,7 @@ func kvmMessage(i int, r checks.Reason) string {
 	switch r {
 	case checks.ReasonReady:
 		return fmt.Sprintf("libvirt 10.0.0 on hv%04d.lab.example; storage pool default running: %.1f TiB available of 3.6 TiB", i, 1+float64(i%20)/10)
-	case checks.ReasonSSHHandshakeFailed:
+	case kvmcheck.ReasonSSHHandshakeFailed:
 		return fmt.Sprintf("dial %s: SSH handshake: ssh: handshake failed: read tcp 198.18.255.1:%d->%s: read: connection reset by peer", addr, 40000+i, addr)
 	default:
 		return fmt.Sprintf("dial %s: TCP connect: dial tcp %s: connect: connection refused", addr, addr)
@@ -52,7 +53,7 @@ func fleetRound(r int, down checks.Reason, since time.Time) []checks.ProviderSta
 func pendingMessage(i int, r checks.Reason) string {
 	if r == checks.ReasonReady {
 		return fmt.Sprintf("failures pending: 1 of 3 consecutive failed checks (failureThreshold) turn the target down; the last check: %s: %s",
-			checks.ReasonTCPUnreachable, kvmMessage(i, checks.ReasonTCPUnreachable))
+			kvmcheck.ReasonTCPUnreachable, kvmMessage(i, kvmcheck.ReasonTCPUnreachable))
 	}
 	return fmt.Sprintf("recovery pending: answering Ready, 1 of 2 consecutive successful checks (successThreshold) turn the target up; the last check: %s: %s; down: %s",
 		checks.ReasonReady, kvmMessage(i, checks.ReasonReady), kvmMessage(i, r))
@@ -76,7 +77,7 @@ func fleetRoundWith(r int, down checks.Reason, since time.Time, msg func(int, ch
 			}
 			ts[i] = target(fmt.Sprintf("hv%04d.lab.example", i), reason, msg(i, reason), since)
 		}
-		out[p] = provider(fmt.Sprintf("kvm-%03d", p), checks.TypeKVM, ts...)
+		out[p] = provider(fmt.Sprintf("kvm-%03d", p), kvmcheck.Type, ts...)
 	}
 	return out
 }
@@ -113,7 +114,7 @@ func benchmarkFleetWriteVolume(b *testing.B, msg func(int, checks.Reason) string
 	}
 	round := 0
 	observe := func() (bytes, writes int) {
-		snap := fleetRoundWith(round, checks.ReasonTCPUnreachable, since, msg)
+		snap := fleetRoundWith(round, kvmcheck.ReasonTCPUnreachable, since, msg)
 		round++
 		now := time.Now()
 		for p := range snap {

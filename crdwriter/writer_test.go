@@ -13,6 +13,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
+	kvmcheck "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 )
 
@@ -29,9 +32,9 @@ func TestWriterSteadyStateAndFlip(t *testing.T) {
 	objs := newFakeObjects()
 	since := time.Now().Add(-time.Hour)
 	kvm := func(hv2 checks.Reason, sinceHv2 time.Time) checks.ProviderState {
-		return provider("kvm-lab", checks.TypeKVM, target("hv1", checks.ReasonReady, "", since), target("hv2", hv2, "msg", sinceHv2))
+		return provider("kvm-lab", kvmcheck.Type, target("hv1", checks.ReasonReady, "", since), target("hv2", hv2, "msg", sinceHv2))
 	}
-	src := newFakeSource(provider("kvm-lab", checks.TypeKVM))
+	src := newFakeSource(provider("kvm-lab", kvmcheck.Type))
 	h := newHarness(t, nil, objs, src, nil)
 	h.start()
 	h.round(kvm(checks.ReasonReady, since))
@@ -64,8 +67,8 @@ func TestWriterSteadyStateAndFlip(t *testing.T) {
 	flip := time.Now().Truncate(time.Second)
 	statusBefore := objs.count("status")
 	metricBefore := h.writes(writeStatus, resultSuccess)
-	h.round(kvm(checks.ReasonLibvirtConnectFailed, flip))
-	h.round(kvm(checks.ReasonLibvirtConnectFailed, flip))
+	h.round(kvm(kvmcheck.ReasonLibvirtConnectFailed, flip))
+	h.round(kvm(kvmcheck.ReasonLibvirtConnectFailed, flip))
 	if n := objs.count("status") - statusBefore; n != 1 {
 		t.Errorf("%d status writes for one flip, want 1", n)
 	}
@@ -102,10 +105,10 @@ func TestWriterHeartbeatCarriesMessages(t *testing.T) {
 	src := newFakeSource()
 	h := newHarness(t, nil, objs, src, func(o *Options) { o.HeartbeatInterval = 1500 * time.Millisecond })
 	h.start()
-	h.round(provider("gcp", checks.TypeGCP, target("proj", checks.ReasonRateLimited, "quota 1", since)))
+	h.round(provider("gcp", gcp.Type, target("proj", gcp.ReasonRateLimited, "quota 1", since)))
 	first := objs.get("gcp")
 	statusBefore := objs.count("status")
-	h.round(provider("gcp", checks.TypeGCP, target("proj", checks.ReasonRateLimited, "quota 2", since)))
+	h.round(provider("gcp", gcp.Type, target("proj", gcp.ReasonRateLimited, "quota 2", since)))
 	if objs.count("status") != statusBefore {
 		t.Error("a message-only change was written before the heartbeat")
 	}
@@ -129,8 +132,8 @@ func TestWriterConflictDeletionAndForeignObjects(t *testing.T) {
 	since := time.Now().Add(-time.Hour)
 	p := func(r checks.Reason) []checks.ProviderState {
 		return []checks.ProviderState{
-			provider("ours", checks.TypeKubernetes, target("api", r, "", since)),
-			provider("theirs", checks.TypeKubernetes, target("api", checks.ReasonReady, "", since)),
+			provider("ours", kubernetes.Type, target("api", r, "", since)),
+			provider("theirs", kubernetes.Type, target("api", checks.ReasonReady, "", since)),
 		}
 	}
 	src := newFakeSource()
@@ -186,8 +189,8 @@ func TestWriterGarbageCollection(t *testing.T) {
 	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "theirs-old"}})
 	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "other-manager", Labels: map[string]string{ManagedByLabel: "someone-else"}}})
 	since := time.Now().Add(-time.Hour)
-	a := provider("a", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
-	b := provider("b", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
+	a := provider("a", gcp.Type, target("p", checks.ReasonReady, "", since))
+	b := provider("b", gcp.Type, target("p", checks.ReasonReady, "", since))
 	src := newFakeSource(a, b)
 	h := newHarness(t, nil, objs, src, nil)
 	h.start()
@@ -233,20 +236,20 @@ func TestWriterRestartKeepsTransitionTimes(t *testing.T) {
 	src := newFakeSource()
 	h := newHarness(t, nil, objs, src, nil)
 	h.start()
-	h.round(provider("k", checks.TypeKubernetes, target("api", checks.ReasonAPIUnreachable, "", down)))
+	h.round(provider("k", kubernetes.Type, target("api", checks.ReasonAPIUnreachable, "", down)))
 	before := objs.get("k")
 	h.stop()
 	drainEvents(h.rec)
 
 	// A new process: the runner's Since is its own first check; round 0 lists no targets yet,
 	// and a round that did not reach the target lists it without a verdict.
-	src2 := newFakeSource(provider("k", checks.TypeKubernetes))
+	src2 := newFakeSource(provider("k", kubernetes.Type))
 	h2 := newHarness(t, nil, objs, src2, nil)
 	h2.start()
-	notReached := provider("k", checks.TypeKubernetes)
+	notReached := provider("k", kubernetes.Type)
 	notReached.Unchecked = []checks.UncheckedTarget{{Target: "api", Listed: time.Now()}}
 	h2.round(notReached)
-	h2.round(provider("k", checks.TypeKubernetes, target("api", checks.ReasonAPIUnreachable, "", time.Now())))
+	h2.round(provider("k", kubernetes.Type, target("api", checks.ReasonAPIUnreachable, "", time.Now())))
 	after := objs.get("k")
 	if after.ResourceVersion != before.ResourceVersion {
 		t.Errorf("a restart without a change wrote the object:\n%+v\n%+v", before.Status, after.Status)
@@ -263,7 +266,7 @@ func TestWriterOutageAndMissingCRD(t *testing.T) {
 	objs := newFakeObjects()
 	objs.noCRD = true
 	since := time.Now().Add(-time.Hour)
-	src := newFakeSource(provider("k", checks.TypeKubernetes))
+	src := newFakeSource(provider("k", kubernetes.Type))
 	h := newHarness(t, nil, objs, src, nil)
 	h.start()
 	eventually(t, "several list attempts", func() bool { return objs.count("list") >= 3 })
@@ -273,17 +276,17 @@ func TestWriterOutageAndMissingCRD(t *testing.T) {
 	objs.mu.Lock()
 	objs.noCRD = false
 	objs.mu.Unlock()
-	h.round(provider("k", checks.TypeKubernetes, target("api", checks.ReasonReady, "", since)))
+	h.round(provider("k", kubernetes.Type, target("api", checks.ReasonReady, "", since)))
 
 	// The API server goes away; rounds go on (the writer never blocks them) and the writer
 	// catches up with the newest one when it is back.
 	objs.setFail(errors.New("dial tcp 127.0.0.1:6443: connect: connection refused"))
-	src.publish(provider("k", checks.TypeKubernetes, target("api", checks.ReasonForbidden, "", time.Now())))
+	src.publish(provider("k", kubernetes.Type, target("api", checks.ReasonForbidden, "", time.Now())))
 	eventually(t, "failed attempts", func() bool { return h.writes(writeStatus, resultError) >= 3 })
 	up := time.Now().Truncate(time.Second)
-	src.publish(provider("k", checks.TypeKubernetes, target("api", checks.ReasonReady, "", up)))
+	src.publish(provider("k", kubernetes.Type, target("api", checks.ReasonReady, "", up)))
 	objs.setFail(nil)
-	h.round(provider("k", checks.TypeKubernetes, target("api", checks.ReasonReady, "", up)))
+	h.round(provider("k", kubernetes.Type, target("api", checks.ReasonReady, "", up)))
 	o := objs.get("k")
 	if c := readyOf(o); c.Status != metav1.ConditionTrue || !o.Status.Targets[0].LastTransitionTime.Time.Equal(up) {
 		t.Errorf("after the outage: %+v", o.Status)
@@ -304,7 +307,7 @@ func TestWriterStaleness(t *testing.T) {
 	src := newFakeSource()
 	h := newHarness(t, nil, objs, src, func(o *Options) { o.StaleAfter = 300 * time.Millisecond })
 	h.start()
-	h.round(provider("k", checks.TypeKubernetes, target("api", checks.ReasonReady, "", time.Now())))
+	h.round(provider("k", kubernetes.Type, target("api", checks.ReasonReady, "", time.Now())))
 	if c := readyOf(objs.get("k")); c.Status != metav1.ConditionTrue {
 		t.Fatalf("condition %+v", c)
 	}
@@ -341,8 +344,8 @@ func TestNewValidates(t *testing.T) {
 func TestWriterGarbageFromSnapshot(t *testing.T) {
 	objs := newFakeObjects()
 	since := time.Now().Add(-time.Hour)
-	a := provider("a", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
-	b := provider("b", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
+	a := provider("a", gcp.Type, target("p", checks.ReasonReady, "", since))
+	b := provider("b", gcp.Type, target("p", checks.ReasonReady, "", since))
 	src := newFakeSource()
 	h := newHarness(t, nil, objs, src, func(o *Options) { o.HeartbeatInterval = time.Hour })
 	h.start()
@@ -371,7 +374,7 @@ func TestWriterTypeChangeResetsProvider(t *testing.T) {
 	src := newFakeSource()
 	h := newHarness(t, nil, objs, src, nil)
 	h.start()
-	h.round(provider("p", checks.TypeKVM, target("hv1", checks.ReasonReady, "", since), target("hv2", checks.ReasonReady, "", since)))
+	h.round(provider("p", kvmcheck.Type, target("hv1", checks.ReasonReady, "", since), target("hv2", checks.ReasonReady, "", since)))
 	if obj := objs.get("p"); obj == nil || obj.Status.TotalTargets != 2 || readyOf(obj).Status != metav1.ConditionTrue {
 		t.Fatalf("status before the reload = %+v", obj)
 	}
@@ -379,11 +382,11 @@ func TestWriterTypeChangeResetsProvider(t *testing.T) {
 
 	// The reload: same name, another type, no targets checked yet.
 	changed := time.Now().Truncate(time.Second)
-	h.round(provider("p", checks.TypeGCP))
+	h.round(provider("p", gcp.Type))
 	obj := objs.get("p")
 	st := obj.Status
 	c := readyOf(obj)
-	if st.Type != string(checks.TypeGCP) || len(st.Targets) != 0 || st.TotalTargets != 0 || st.ReadyTargets != 0 || st.TargetsReady != "0/0" {
+	if st.Type != string(gcp.Type) || len(st.Targets) != 0 || st.TotalTargets != 0 || st.ReadyTargets != 0 || st.TargetsReady != "0/0" {
 		t.Errorf("status after the type change = %+v, want type gcp and no targets", st)
 	}
 	if c.Status != metav1.ConditionUnknown || c.Reason != v1alpha1.ReasonAwaitingFirstCheck || c.LastTransitionTime.Time.Before(changed) {
@@ -392,7 +395,7 @@ func TestWriterTypeChangeResetsProvider(t *testing.T) {
 
 	// The new checker's first verdict: a fresh target, first seen down.
 	down := time.Now().Truncate(time.Second)
-	h.round(provider("p", checks.TypeGCP, target("my-project", checks.ReasonForbidden, "denied", down)))
+	h.round(provider("p", gcp.Type, target("my-project", checks.ReasonForbidden, "denied", down)))
 	obj = objs.get("p")
 	if len(obj.Status.Targets) != 1 || obj.Status.Targets[0].Name != "my-project" || readyOf(obj).Reason != "Forbidden" {
 		t.Errorf("status after the first check of the new type = %+v", obj.Status)
@@ -408,7 +411,7 @@ func TestWriterStopsWritingWhenAnotherHolderIsObserved(t *testing.T) {
 	objs := newFakeObjects()
 	since := time.Now().Add(-time.Hour)
 	p := func(r checks.Reason) checks.ProviderState {
-		return provider("p", checks.TypeKubernetes, target("api", r, "", since))
+		return provider("p", kubernetes.Type, target("api", r, "", since))
 	}
 	src := newFakeSource()
 	// Polled rarely, so that the gate before each write is what stops this term.
@@ -464,8 +467,8 @@ func TestWriterInstancesKeepToTheirOwn(t *testing.T) {
 	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "legacy", Labels: map[string]string{ManagedByLabel: ManagedByValue}}})
 	objs.put(&v1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "no-deployment", Labels: map[string]string{ManagedByLabel: ManagedByValue, InstanceLabel: DefaultInstance}}})
 	since := time.Now().Add(-time.Hour)
-	mine := provider("a-new", checks.TypeGCP, target("p", checks.ReasonReady, "", since))
-	shared := provider("shared", checks.TypeGCP, target("p", checks.ReasonForbidden, "", since))
+	mine := provider("a-new", gcp.Type, target("p", checks.ReasonReady, "", since))
+	shared := provider("shared", gcp.Type, target("p", checks.ReasonForbidden, "", since))
 	src := newFakeSource()
 	h := newHarness(t, nil, objs, src, func(o *Options) { o.Instance = "team-a" })
 	h.start()
@@ -522,7 +525,7 @@ func TestWriterFencedByRenewalAge(t *testing.T) {
 	objs := newFakeObjects()
 	since := time.Now().Add(-time.Hour)
 	p := func(r checks.Reason) checks.ProviderState {
-		return provider("p", checks.TypeKubernetes, target("api", r, "", since))
+		return provider("p", kubernetes.Type, target("api", r, "", since))
 	}
 	src := newFakeSource()
 	h := newHarness(t, nil, objs, src, func(o *Options) { o.RetryPeriod = 50 * time.Millisecond })
@@ -570,20 +573,20 @@ func TestWriterReasonOnlyChangesWait(t *testing.T) {
 	objs := newFakeObjects()
 	since := time.Now().Add(-time.Hour)
 	p := func(hv1, hv2 checks.Reason) checks.ProviderState {
-		return provider("kvm-lab", checks.TypeKVM, target("hv1", hv1, "", since), target("hv2", hv2, "", since))
+		return provider("kvm-lab", kvmcheck.Type, target("hv1", hv1, "", since), target("hv2", hv2, "", since))
 	}
 	src := newFakeSource()
 	h := newHarness(t, nil, objs, src, func(o *Options) { o.MinReasonInterval, o.HeartbeatInterval = time.Hour, 2*time.Hour })
 	h.start()
-	h.round(p(checks.ReasonTCPUnreachable, checks.ReasonReady))
+	h.round(p(kvmcheck.ReasonTCPUnreachable, checks.ReasonReady))
 	before := objs.count("status")
-	h.round(p(checks.ReasonSSHHandshakeFailed, checks.ReasonReady))
-	h.round(p(checks.ReasonTCPUnreachable, checks.ReasonReady))
-	h.round(p(checks.ReasonSSHHandshakeFailed, checks.ReasonReady))
+	h.round(p(kvmcheck.ReasonSSHHandshakeFailed, checks.ReasonReady))
+	h.round(p(kvmcheck.ReasonTCPUnreachable, checks.ReasonReady))
+	h.round(p(kvmcheck.ReasonSSHHandshakeFailed, checks.ReasonReady))
 	if n := objs.count("status") - before; n != 0 {
 		t.Errorf("%d status writes for reason-only changes within the interval, want 0", n)
 	}
-	h.round(p(checks.ReasonSSHHandshakeFailed, checks.ReasonPoolInactive)) // hv2 flips
+	h.round(p(kvmcheck.ReasonSSHHandshakeFailed, kvmcheck.ReasonPoolInactive)) // hv2 flips
 	if n := objs.count("status") - before; n != 1 {
 		t.Errorf("%d status writes after a flip, want 1", n)
 	}
@@ -603,7 +606,7 @@ func TestWriterAdoptsAMigratedObject(t *testing.T) {
 	src := newFakeSource()
 	h := newHarness(t, nil, objs, src, func(o *Options) { o.Instance, o.HeartbeatInterval = "new", 200*time.Millisecond })
 	h.start()
-	p := provider("kvm-lab", checks.TypeKVM, target("hv1", checks.ReasonReady, "", since))
+	p := provider("kvm-lab", kvmcheck.Type, target("hv1", checks.ReasonReady, "", since))
 	h.round(p)
 	if got := h.metric("crd_writer_name_clashes"); got != 1 {
 		t.Fatalf("name clashes = %v before the migration, want 1", got)

@@ -10,7 +10,7 @@ import (
 
 func init() {
 	checks.Register(checks.Type{
-		Name:    checks.TypeGCP,
+		Name:    Type,
 		Reasons: reasons,
 		Block:   config.BlockType{Fields: config.YAMLKeys[Config](), Decode: decode},
 		New:     New,
@@ -24,8 +24,8 @@ var reasons = []checks.ReasonInfo{
 	{Reason: checks.ReasonCredentialsError, Meaning: "No token could be obtained: the service-account key is unreadable or invalid, Application Default Credentials are missing, or the token endpoint refused the exchange (including its 5xx)."},
 	{Reason: checks.ReasonUnauthorized, Meaning: "The API rejected the token (HTTP 401)."},
 	{Reason: checks.ReasonForbidden, Meaning: "The service account may not list instances in the project (HTTP 403), or the Compute API is disabled."},
-	{Reason: checks.ReasonProjectNotFound, Meaning: "The project does not exist or is not visible to the service account (HTTP 404)."},
-	{Reason: checks.ReasonRateLimited, Meaning: "The API refused the request for a rate quota (HTTP 429, or 403 with reason `rateLimitExceeded` / `userRateLimitExceeded`)."},
+	{Reason: ReasonProjectNotFound, Meaning: "The project does not exist or is not visible to the service account (HTTP 404)."},
+	{Reason: ReasonRateLimited, Meaning: "The API refused the request for a rate quota (HTTP 429, or 403 with reason `rateLimitExceeded` / `userRateLimitExceeded`)."},
 	{Reason: checks.ReasonAPIUnreachable, Meaning: "No HTTP answer from the API endpoint or the OAuth token endpoint (the key's `token_uri`): DNS, TCP connect or TLS failed, the connect or the TLS handshake timed out (10 s each, before the round's deadline), or the connection was closed or reset before an answer."},
 	{Reason: checks.ReasonAPIError, Meaning: "The API answered with another error (5xx, unexpected response)."},
 }

@@ -3,8 +3,8 @@ package gcp_test
 import (
 	"testing"
 
-	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/checkertest"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
 )
 
@@ -17,7 +17,7 @@ func TestConformance(t *testing.T) {
 	key := s.ServiceAccountKey(t)
 	block := "project: " + project + "\ncredentialsFile: " + key + "\nendpoint: " + s.URL()
 	checkertest.Run(t, checkertest.Harness{
-		Type:    checks.TypeGCP,
+		Type:    gcp.Type,
 		Block:   block,
 		Changed: block + "\nfilter: \"\"",
 		Targets: []string{project},

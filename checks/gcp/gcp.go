@@ -49,6 +49,15 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
+// Type is the providers file's name of the type: `type: gcp`.
+const Type checks.ProviderType = "gcp"
+
+// The reasons only the gcp type reports (its catalogue, block.go, also lists the shared ones).
+const (
+	ReasonProjectNotFound checks.Reason = "ProjectNotFound"
+	ReasonRateLimited     checks.Reason = "RateLimited"
+)
+
 // DefaultEndpoint is the Compute API endpoint used when the provider names none.
 const DefaultEndpoint = "https://compute.googleapis.com"
 
@@ -235,8 +244,8 @@ func (c *trackedConn) Close() error {
 // Name is the provider's name.
 func (c *Checker) Name() string { return c.name }
 
-// Type is checks.TypeGCP.
-func (c *Checker) Type() checks.ProviderType { return checks.TypeGCP }
+// Type is Type.
+func (c *Checker) Type() checks.ProviderType { return Type }
 
 // Targets is the one target of a gcp provider: its project.
 func (c *Checker) Targets() []string { return []string{c.project} }
@@ -588,14 +597,14 @@ func classify(err error) (checks.Reason, string) {
 		case gerr.Code == http.StatusUnauthorized:
 			return checks.ReasonUnauthorized, msg
 		case gerr.Code == http.StatusNotFound:
-			return checks.ReasonProjectNotFound, msg
+			return ReasonProjectNotFound, msg
 		case gerr.Code == http.StatusTooManyRequests:
-			return checks.ReasonRateLimited, msg
+			return ReasonRateLimited, msg
 		}
 		// GCE answers a rate quota with 403 as well as 429: the error's reason tells it apart
 		// from a missing permission.
 		if reason := rateLimitReason(err, gerr); reason != "" {
-			return checks.ReasonRateLimited, msg + " (" + reason + ")"
+			return ReasonRateLimited, msg + " (" + reason + ")"
 		}
 		if gerr.Code == http.StatusForbidden {
 			return checks.ReasonForbidden, msg

@@ -71,7 +71,7 @@ func check(t testing.TB, c checks.Checker, timeout time.Duration) checks.TargetR
 	}
 	r := rs[0]
 	if r.Target != c.Targets()[0] || r.Up != (r.Reason == checks.ReasonReady) ||
-		!checks.ValidReason(checks.TypeGCP, r.Reason) || r.CheckedAt.IsZero() || r.Message == "" {
+		!checks.ValidReason(gcp.Type, r.Reason) || r.CheckedAt.IsZero() || r.Message == "" {
 		t.Errorf("result breaks the contract: %+v", r)
 	}
 	return r
@@ -80,7 +80,7 @@ func check(t testing.TB, c checks.Checker, timeout time.Duration) checks.TargetR
 func TestNewAndIdentity(t *testing.T) {
 	s := gcefake.Start(t)
 	c := newChecker(t, provider(s, s.ServiceAccountKey(t)), nil)
-	if c.Name() != "gcp-test" || c.Type() != checks.TypeGCP || len(c.Targets()) != 1 || c.Targets()[0] != project {
+	if c.Name() != "gcp-test" || c.Type() != gcp.Type || len(c.Targets()) != 1 || c.Targets()[0] != project {
 		t.Errorf("identity: %s %s %v", c.Name(), c.Type(), c.Targets())
 	}
 	for name, p := range map[string]config.Provider{
@@ -285,24 +285,24 @@ func TestReasons(t *testing.T) {
 			p := provider(s, s.ServiceAccountKey(t))
 			p.Block.(*gcp.Config).Project = "no-such-project"
 			return p
-		}, checks.ReasonProjectNotFound, "projects/no-such-project", 1, nil},
+		}, gcp.ReasonProjectNotFound, "projects/no-such-project", 1, nil},
 		{"404", func(t *testing.T, s *gcefake.Server) config.Provider {
 			s.SetFailure(404)
 			return provider(s, s.ServiceAccountKey(t))
-		}, checks.ReasonProjectNotFound, "answered 404", 1, nil},
+		}, gcp.ReasonProjectNotFound, "answered 404", 1, nil},
 		{"429", func(t *testing.T, s *gcefake.Server) config.Provider {
 			s.SetFailure(429)
 			return provider(s, s.ServiceAccountKey(t))
-		}, checks.ReasonRateLimited, "Quota exceeded", 1, nil},
+		}, gcp.ReasonRateLimited, "Quota exceeded", 1, nil},
 		// GCE answers a rate quota with 403: not an IAM problem.
 		{"403 rateLimitExceeded", func(t *testing.T, s *gcefake.Server) config.Provider {
 			s.RateLimitNext(gcefake.ReasonRateLimitExceeded)
 			return provider(s, s.ServiceAccountKey(t))
-		}, checks.ReasonRateLimited, "answered 403: Rate Limit Exceeded (rateLimitExceeded)", 1, nil},
+		}, gcp.ReasonRateLimited, "answered 403: Rate Limit Exceeded (rateLimitExceeded)", 1, nil},
 		{"403 userRateLimitExceeded", func(t *testing.T, s *gcefake.Server) config.Provider {
 			s.RateLimitNext(gcefake.ReasonUserRateLimitExceeded)
 			return provider(s, s.ServiceAccountKey(t))
-		}, checks.ReasonRateLimited, "(userRateLimitExceeded)", 1, nil},
+		}, gcp.ReasonRateLimited, "(userRateLimitExceeded)", 1, nil},
 		{"500", func(t *testing.T, s *gcefake.Server) config.Provider {
 			s.SetFailure(500)
 			return provider(s, s.ServiceAccountKey(t))
@@ -371,7 +371,7 @@ func TestReasons(t *testing.T) {
 			produced[r.Reason] = true
 		})
 	}
-	for _, reason := range checks.Reasons(checks.TypeGCP) {
+	for _, reason := range checks.Reasons(gcp.Type) {
 		// Maintenance is the runner's, from the operator's label (checks/maintenance_test.go).
 		if !produced[reason] && reason != checks.ReasonMaintenance {
 			t.Errorf("reason %s is in the gcp catalogue but no case produced it", reason)

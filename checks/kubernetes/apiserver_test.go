@@ -232,7 +232,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		}
 		rotate(string(other))
 		r := checkOnce(t, c, context.Background())
-		expect(t, r, checks.ReasonConfigError, "pod-lister@testenv")
+		expect(t, r, ReasonConfigError, "pod-lister@testenv")
 		if !strings.Contains(r.Message, `"intruder@testenv"`) || !strings.Contains(r.Message, "reload") {
 			t.Errorf("message %q does not name the new target and the reload it needs", r.Message)
 		}
@@ -245,9 +245,9 @@ func TestAgainstAPIServer(t *testing.T) {
 		r := run(t, provider("cluster-main", env.Kubeconfig, "", func(kc *Config) {
 			kc.Group, kc.Version, kc.Resource = "gadgets.example.com", "v1", "gizmos"
 		}))
-		expect(t, r, checks.ReasonResourceNotFound, "admin@testenv")
+		expect(t, r, ReasonResourceNotFound, "admin@testenv")
 		r = run(t, provider("cluster-main", env.Kubeconfig, "", func(kc *Config) { kc.Resource = "podz" }))
-		expect(t, r, checks.ReasonResourceNotFound, "admin@testenv")
+		expect(t, r, ReasonResourceNotFound, "admin@testenv")
 	})
 
 	t.Run("CustomResourceInNamespace", func(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 
 func init() {
 	checks.Register(checks.Type{
-		Name:    checks.TypeKubernetes,
+		Name:    Type,
 		Reasons: reasons,
 		Block:   config.BlockType{Fields: config.YAMLKeys[Config](), Decode: decode},
 		New:     New,
@@ -25,10 +25,10 @@ var reasons = []checks.ReasonInfo{
 	{Reason: checks.ReasonTimeout, Meaning: "The list request did not complete before the round's deadline (or the checker misbehaved; see the message)."},
 	{Reason: checks.ReasonUnauthorized, Meaning: "The API server rejected the credentials (HTTP 401)."},
 	{Reason: checks.ReasonForbidden, Meaning: "The identity is known but RBAC does not allow listing the resource (HTTP 403)."},
-	{Reason: checks.ReasonResourceNotFound, Meaning: "The configured group/version/resource does not exist on this API server (HTTP 404)."},
+	{Reason: ReasonResourceNotFound, Meaning: "The configured group/version/resource does not exist on this API server (HTTP 404)."},
 	{Reason: checks.ReasonAPIUnreachable, Meaning: "No HTTP answer: DNS, TCP connect or TLS failed (refused, no route, certificate not trusted), or the connection was closed or reset before an answer."},
 	{Reason: checks.ReasonAPIError, Meaning: "The API server answered with another error (5xx, unexpected status)."},
-	{Reason: checks.ReasonConfigError, Meaning: "The configuration could not be used."},
+	{Reason: ReasonConfigError, Meaning: "The configuration could not be used."},
 }
 
 // The block's defaults, applied by the loader.

@@ -29,7 +29,7 @@ func classify(ctx context.Context, err error, what string) (checks.Reason, strin
 		case apierrors.IsForbidden(err):
 			return checks.ReasonForbidden, fmt.Sprintf("list %s: the identity may not list it (%d): %v", what, code, err)
 		case apierrors.IsNotFound(err):
-			return checks.ReasonResourceNotFound, fmt.Sprintf("list %s: the API server does not serve this resource (%d): %v", what, code, err)
+			return ReasonResourceNotFound, fmt.Sprintf("list %s: the API server does not serve this resource (%d): %v", what, code, err)
 		default:
 			return checks.ReasonAPIError, fmt.Sprintf("list %s: the API server answered %d: %v", what, code, err)
 		}
@@ -37,7 +37,7 @@ func classify(ctx context.Context, err error, what string) (checks.Reason, strin
 	// client-go runs exec credential plugins inside the transport; their failures say
 	// "getting credentials" and are a matter of the kubeconfig, not of the server.
 	if strings.Contains(err.Error(), "getting credentials") {
-		return checks.ReasonConfigError, fmt.Sprintf("list %s: %v", what, err)
+		return ReasonConfigError, fmt.Sprintf("list %s: %v", what, err)
 	}
 	if checks.Unreachable(err) {
 		return checks.ReasonAPIUnreachable, fmt.Sprintf("list %s: cannot reach the API server: %v", what, err)

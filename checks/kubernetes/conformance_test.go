@@ -3,7 +3,6 @@ package kubernetes
 import (
 	"testing"
 
-	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/checkertest"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 )
@@ -14,7 +13,7 @@ func TestConformance(t *testing.T) {
 	env := kube.Start(t)
 	const hungToken = "hung-server-token-0123456789"
 	checkertest.Run(t, checkertest.Harness{
-		Type:    checks.TypeKubernetes,
+		Type:    Type,
 		Block:   "kubeconfig: " + env.Kubeconfig,
 		Changed: "kubeconfig: " + env.Kubeconfig + "\nnamespace: default",
 		Targets: []string{kube.AdminUser + "@testenv"},

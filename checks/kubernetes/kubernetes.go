@@ -33,6 +33,16 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
+// Type is the providers file's name of the type: `type: kubernetes`.
+const Type checks.ProviderType = "kubernetes"
+
+// The reasons only the kubernetes type reports (its catalogue, block.go, also lists the shared
+// ones).
+const (
+	ReasonResourceNotFound checks.Reason = "ResourceNotFound"
+	ReasonConfigError      checks.Reason = "ConfigError"
+)
+
 // userAgent names the exporter in the API server's logs and audit events.
 const userAgent = "provider-health-exporter"
 
@@ -229,7 +239,7 @@ func (st *clientState) build(cfg *rest.Config) error {
 func (c *Checker) Name() string { return c.name }
 
 // Type is always kubernetes.
-func (c *Checker) Type() checks.ProviderType { return checks.TypeKubernetes }
+func (c *Checker) Type() checks.ProviderType { return Type }
 
 // Targets is the one target: the kubeconfig context, or the API server's host.
 func (c *Checker) Targets() []string { return []string{c.target} }
@@ -281,7 +291,7 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 
 func (c *Checker) check(ctx context.Context, st *clientState) (checks.Reason, string) {
 	if st.err != nil {
-		return checks.ReasonConfigError, st.err.Error()
+		return ReasonConfigError, st.err.Error()
 	}
 	if err := ctx.Err(); err != nil {
 		return checks.ReasonTimeout, fmt.Sprintf("not checked: the check's deadline had already passed (%v)", err)

@@ -66,7 +66,7 @@ func checkOnce(t *testing.T, c checks.Checker, ctx context.Context) checks.Targe
 	if r.Up != (r.Reason == checks.ReasonReady) {
 		t.Errorf("Up = %v with reason %s", r.Up, r.Reason)
 	}
-	if !checks.ValidReason(checks.TypeKubernetes, r.Reason) {
+	if !checks.ValidReason(Type, r.Reason) {
 		t.Errorf("reason %q is not in the kubernetes catalogue", r.Reason)
 	}
 	if r.CheckedAt.IsZero() || r.Duration < 0 {
@@ -139,7 +139,7 @@ func TestConfigErrors(t *testing.T) {
 			c := newChecker(t, tc.p, nil)
 			for range 2 { // every check, not only the first
 				r := checkOnce(t, c, context.Background())
-				if r.Reason != checks.ReasonConfigError || r.Up {
+				if r.Reason != ReasonConfigError || r.Up {
 					t.Fatalf("reason %s, want ConfigError (message %q)", r.Reason, r.Message)
 				}
 				if r.Target != tc.wantTarget {
@@ -234,7 +234,7 @@ func TestServerAnswersFromAFake(t *testing.T) {
 		{429, status(429, "TooManyRequests"), checks.ReasonAPIError},
 		{401, status(401, "Unauthorized"), checks.ReasonUnauthorized},
 		{403, status(403, "Forbidden"), checks.ReasonForbidden},
-		{404, `404 page not found`, checks.ReasonResourceNotFound},
+		{404, `404 page not found`, ReasonResourceNotFound},
 		{200, `not json`, checks.ReasonAPIError},
 	} {
 		t.Run(fmt.Sprintf("%d-%s", tc.code, tc.want), func(t *testing.T) {
@@ -306,14 +306,14 @@ func TestClassify(t *testing.T) {
 		{"context done", done, errors.New("anything"), checks.ReasonTimeout},
 		{"401", context.Background(), apierrors.NewUnauthorized("no"), checks.ReasonUnauthorized},
 		{"403", context.Background(), apierrors.NewForbidden(gr, "", errors.New("no")), checks.ReasonForbidden},
-		{"404", context.Background(), apierrors.NewNotFound(gr, ""), checks.ReasonResourceNotFound},
+		{"404", context.Background(), apierrors.NewNotFound(gr, ""), ReasonResourceNotFound},
 		{"500", context.Background(), apierrors.NewInternalError(errors.New("boom")), checks.ReasonAPIError},
 		{"504 from the server", context.Background(), apierrors.NewTimeoutError("slow", 1), checks.ReasonAPIError},
 		{"refused", context.Background(), &url.Error{Op: "Get", URL: "u", Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}, checks.ReasonAPIUnreachable},
 		{"dns", context.Background(), &url.Error{Op: "Get", URL: "u", Err: &net.DNSError{Err: "no such host", Name: "x"}}, checks.ReasonAPIUnreachable},
 		{"tls record", context.Background(), &url.Error{Op: "Get", URL: "u", Err: tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}}, checks.ReasonAPIUnreachable},
 		{"eof", context.Background(), &url.Error{Op: "Get", URL: "u", Err: io.EOF}, checks.ReasonAPIUnreachable},
-		{"exec plugin", context.Background(), &url.Error{Op: "Get", URL: "u", Err: errors.New("getting credentials: exec: executable foo not found")}, checks.ReasonConfigError},
+		{"exec plugin", context.Background(), &url.Error{Op: "Get", URL: "u", Err: errors.New("getting credentials: exec: executable foo not found")}, ReasonConfigError},
 		{"other", context.Background(), errors.New("odd"), checks.ReasonAPIError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

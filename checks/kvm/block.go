@@ -19,7 +19,7 @@ import (
 
 func init() {
 	checks.Register(checks.Type{
-		Name:    checks.TypeKVM,
+		Name:    Type,
 		Reasons: reasons,
 		Block:   config.BlockType{Fields: config.YAMLKeys[Config](), Decode: decode},
 		New:     New,
@@ -31,20 +31,20 @@ func init() {
 var reasons = []checks.ReasonInfo{
 	{Reason: checks.ReasonReady, Meaning: "The host answered over the pooled SSH + libvirt connection (library version and hostname) and its storage pool is running."},
 	{Reason: checks.ReasonTimeout, Meaning: "No verdict that blames a stage."},
-	{Reason: checks.ReasonKeyMaterialError, Meaning: "The SSH private key (or its passphrase file) is missing, unreadable, encrypted without a passphrase, or invalid; or the known_hosts file is missing or unreadable."},
-	{Reason: checks.ReasonTCPUnreachable, Meaning: "The TCP connection to the host's SSH port failed (refused, no route, DNS) or got no answer within `tcpTimeout` (packets silently dropped)."},
-	{Reason: checks.ReasonSSHHandshakeFailed, Meaning: "TCP connected but the SSH protocol handshake, up to the host key's acceptance, failed."},
-	{Reason: checks.ReasonSSHAuthFailed, Meaning: "Anything that fails once the host key was accepted."},
-	{Reason: checks.ReasonHostKeyUnknown, Meaning: "The known_hosts file has no entry for the host."},
-	{Reason: checks.ReasonHostKeyMismatch, Meaning: "The host presented a key that differs from the known_hosts entry, or offers none of the key types known_hosts holds for it."},
-	{Reason: checks.ReasonLibvirtSocketUnreachable, Meaning: "SSH works but sshd could not open the libvirt socket."},
-	{Reason: checks.ReasonLibvirtConnectFailed, Meaning: "The channel to the socket opened but libvirtd answered libvirt's connection handshake with an error or closed the connection."},
-	{Reason: checks.ReasonLibvirtError, Meaning: "libvirtd answered an RPC with an error (other than a missing pool)."},
-	{Reason: checks.ReasonPoolNotFound, Meaning: "The configured storage pool is not defined on the host."},
-	{Reason: checks.ReasonPoolInactive, Meaning: "The pool exists but is not running."},
-	{Reason: checks.ReasonPoolBuilding, Meaning: "The pool is being built."},
-	{Reason: checks.ReasonPoolDegraded, Meaning: "The pool is running degraded (e.g. a missing device under it)."},
-	{Reason: checks.ReasonPoolInaccessible, Meaning: "The pool is running but its storage is not accessible."},
+	{Reason: ReasonKeyMaterialError, Meaning: "The SSH private key (or its passphrase file) is missing, unreadable, encrypted without a passphrase, or invalid; or the known_hosts file is missing or unreadable."},
+	{Reason: ReasonTCPUnreachable, Meaning: "The TCP connection to the host's SSH port failed (refused, no route, DNS) or got no answer within `tcpTimeout` (packets silently dropped)."},
+	{Reason: ReasonSSHHandshakeFailed, Meaning: "TCP connected but the SSH protocol handshake, up to the host key's acceptance, failed."},
+	{Reason: ReasonSSHAuthFailed, Meaning: "Anything that fails once the host key was accepted."},
+	{Reason: ReasonHostKeyUnknown, Meaning: "The known_hosts file has no entry for the host."},
+	{Reason: ReasonHostKeyMismatch, Meaning: "The host presented a key that differs from the known_hosts entry, or offers none of the key types known_hosts holds for it."},
+	{Reason: ReasonLibvirtSocketUnreachable, Meaning: "SSH works but sshd could not open the libvirt socket."},
+	{Reason: ReasonLibvirtConnectFailed, Meaning: "The channel to the socket opened but libvirtd answered libvirt's connection handshake with an error or closed the connection."},
+	{Reason: ReasonLibvirtError, Meaning: "libvirtd answered an RPC with an error (other than a missing pool)."},
+	{Reason: ReasonPoolNotFound, Meaning: "The configured storage pool is not defined on the host."},
+	{Reason: ReasonPoolInactive, Meaning: "The pool exists but is not running."},
+	{Reason: ReasonPoolBuilding, Meaning: "The pool is being built."},
+	{Reason: ReasonPoolDegraded, Meaning: "The pool is running degraded (e.g. a missing device under it)."},
+	{Reason: ReasonPoolInaccessible, Meaning: "The pool is running but its storage is not accessible."},
 }
 
 // The type's own gauges: the storage pool's sizes, as the last check read them. A pool that

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/checkertest"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
 )
@@ -26,7 +25,7 @@ func TestConformance(t *testing.T) {
 		targets = append(targets, h.Name)
 	}
 	checkertest.Run(t, checkertest.Harness{
-		Type:    checks.TypeKVM,
+		Type:    Type,
 		Block:   block,
 		Changed: block + "concurrency: 1\n",
 		Targets: targets,

@@ -24,6 +24,28 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
 )
 
+// Type is the providers file's name of the type: `type: kvm`.
+const Type checks.ProviderType = "kvm"
+
+// The reasons only the kvm type reports (its catalogue, block.go, also lists the shared ones).
+// The dial stage of a failure is visible in the reason.
+const (
+	ReasonKeyMaterialError         checks.Reason = "KeyMaterialError"
+	ReasonTCPUnreachable           checks.Reason = "TCPUnreachable"
+	ReasonSSHHandshakeFailed       checks.Reason = "SSHHandshakeFailed"
+	ReasonSSHAuthFailed            checks.Reason = "SSHAuthFailed"
+	ReasonHostKeyUnknown           checks.Reason = "HostKeyUnknown"
+	ReasonHostKeyMismatch          checks.Reason = "HostKeyMismatch"
+	ReasonLibvirtSocketUnreachable checks.Reason = "LibvirtSocketUnreachable"
+	ReasonLibvirtConnectFailed     checks.Reason = "LibvirtConnectFailed"
+	ReasonLibvirtError             checks.Reason = "LibvirtError"
+	ReasonPoolNotFound             checks.Reason = "PoolNotFound"
+	ReasonPoolInactive             checks.Reason = "PoolInactive"
+	ReasonPoolBuilding             checks.Reason = "PoolBuilding"
+	ReasonPoolDegraded             checks.Reason = "PoolDegraded"
+	ReasonPoolInaccessible         checks.Reason = "PoolInaccessible"
+)
+
 // The RPCs of one check of one host, in the order they are made.
 const (
 	rpcLibVersion  = "ConnectGetLibVersion"
@@ -211,7 +233,7 @@ func (c *Checker) socket() string { return c.block().Socket }
 func (c *Checker) Name() string { return c.name }
 
 // Type is kvm.
-func (c *Checker) Type() checks.ProviderType { return checks.TypeKVM }
+func (c *Checker) Type() checks.ProviderType { return Type }
 
 // Targets are the hosts' names, in the providers file's order.
 func (c *Checker) Targets() []string { return append([]string(nil), c.targets...) }
@@ -607,15 +629,15 @@ func (c *Checker) poolVerdict(target string, start time.Time, in hostInfo) check
 		return verdict(target, start, checks.ReasonReady, fmt.Sprintf("%s; storage pool %s running: %s available of %s",
 			about, c.storagePool, bytesIEC(in.available), bytesIEC(in.capacity)), sp)
 	case libvirt.StoragePoolInactive:
-		reason = checks.ReasonPoolInactive
+		reason = ReasonPoolInactive
 	case libvirt.StoragePoolBuilding:
-		reason = checks.ReasonPoolBuilding
+		reason = ReasonPoolBuilding
 	case libvirt.StoragePoolDegraded:
-		reason = checks.ReasonPoolDegraded
+		reason = ReasonPoolDegraded
 	case libvirt.StoragePoolInaccessible:
-		reason = checks.ReasonPoolInaccessible
+		reason = ReasonPoolInaccessible
 	default:
-		return verdict(target, start, checks.ReasonLibvirtError, fmt.Sprintf("%s; storage pool %s in unknown state %d",
+		return verdict(target, start, ReasonLibvirtError, fmt.Sprintf("%s; storage pool %s in unknown state %d",
 			about, c.storagePool, in.state), sp)
 	}
 	return verdict(target, start, reason, fmt.Sprintf("%s; storage pool %s is %s", about, c.storagePool, state), sp)
@@ -685,13 +707,13 @@ func classify(err error, step string) (checks.Reason, string) {
 	case hostpool.IsTimeout(err):
 		return checks.ReasonTimeout, err.Error()
 	case errors.As(err, &le) && le.Code == uint32(libvirt.ErrNoStoragePool):
-		return checks.ReasonPoolNotFound, err.Error()
+		return ReasonPoolNotFound, err.Error()
 	case errors.Is(err, libvirt.ErrInterrupted):
-		return checks.ReasonLibvirtError, fmt.Sprintf("%v: the connection to libvirtd was lost during the call", err)
+		return ReasonLibvirtError, fmt.Sprintf("%v: the connection to libvirtd was lost during the call", err)
 	case errors.As(err, &re):
-		return checks.ReasonLibvirtError, err.Error()
+		return ReasonLibvirtError, err.Error()
 	}
-	return checks.ReasonLibvirtError, err.Error()
+	return ReasonLibvirtError, err.Error()
 }
 
 // classifyDial is the verdict of a failed dial. The stage's reason is given only when that
@@ -717,24 +739,24 @@ func classifyDial(de *hostpool.DialError) (checks.Reason, string) {
 func dialReason(de *hostpool.DialError) checks.Reason {
 	switch de.Stage {
 	case hostpool.StageKeyMaterial:
-		return checks.ReasonKeyMaterialError
+		return ReasonKeyMaterialError
 	case hostpool.StageTCP:
-		return checks.ReasonTCPUnreachable
+		return ReasonTCPUnreachable
 	case hostpool.StageSSHHandshake:
-		return checks.ReasonSSHHandshakeFailed
+		return ReasonSSHHandshakeFailed
 	case hostpool.StageHostKey:
 		if de.HostKeyUnknown() {
-			return checks.ReasonHostKeyUnknown
+			return ReasonHostKeyUnknown
 		}
-		return checks.ReasonHostKeyMismatch
+		return ReasonHostKeyMismatch
 	case hostpool.StageSSHAuth:
-		return checks.ReasonSSHAuthFailed
+		return ReasonSSHAuthFailed
 	case hostpool.StageLibvirtSocket:
-		return checks.ReasonLibvirtSocketUnreachable
+		return ReasonLibvirtSocketUnreachable
 	case hostpool.StageLibvirtConnect:
-		return checks.ReasonLibvirtConnectFailed
+		return ReasonLibvirtConnectFailed
 	}
-	return checks.ReasonLibvirtError
+	return ReasonLibvirtError
 }
 
 // libVersion renders libvirt's major*1e6 + minor*1e3 + micro.

@@ -85,7 +85,7 @@ func round(t *testing.T, c *Checker) map[string]checks.TargetResult {
 	}
 	out := map[string]checks.TargetResult{}
 	for _, r := range rs {
-		if !checks.ValidReason(checks.TypeKVM, r.Reason) || r.Up != (r.Reason == checks.ReasonReady) {
+		if !checks.ValidReason(Type, r.Reason) || r.Up != (r.Reason == checks.ReasonReady) {
 			t.Errorf("%s: invalid verdict %+v", r.Target, r)
 		}
 		if r.Duration > roundTimeout+time.Second {
@@ -169,11 +169,11 @@ func TestKVM(t *testing.T) {
 			h.StopSSHD()
 			h.KillSSHConnections() // stopping sshd leaves established links; a redial meets no listener
 			testutil.Eventually(t, 15*time.Second, "the link to close", func() bool { return stats().Links == 2 })
-		}, checks.ReasonTCPUnreachable, "connection refused", (*kvmhost.Host).StartSSHD)
+		}, ReasonTCPUnreachable, "connection refused", (*kvmhost.Host).StartSSHD)
 	})
 	t.Run("libvirtd stopped", func(t *testing.T) {
 		before := stats()
-		fault(1, (*kvmhost.Host).StopLibvirtd, checks.ReasonLibvirtSocketUnreachable, "libvirt socket",
+		fault(1, (*kvmhost.Host).StopLibvirtd, ReasonLibvirtSocketUnreachable, "libvirt socket",
 			(*kvmhost.Host).StartLibvirtd)
 		// libvirt reconnected over the SSH link that stayed up.
 		if after := stats(); after.Handshakes != before.Handshakes {
@@ -181,17 +181,17 @@ func TestKVM(t *testing.T) {
 		}
 	})
 	t.Run("pool destroyed", func(t *testing.T) {
-		fault(2, (*kvmhost.Host).DestroyPool, checks.ReasonPoolInactive, "inactive", (*kvmhost.Host).StartPool)
+		fault(2, (*kvmhost.Host).DestroyPool, ReasonPoolInactive, "inactive", (*kvmhost.Host).StartPool)
 	})
 	t.Run("pool undefined", func(t *testing.T) {
-		fault(0, (*kvmhost.Host).UndefinePool, checks.ReasonPoolNotFound, f.Hosts[0].Pool, (*kvmhost.Host).DefinePool)
+		fault(0, (*kvmhost.Host).UndefinePool, ReasonPoolNotFound, f.Hosts[0].Pool, (*kvmhost.Host).DefinePool)
 	})
 	t.Run("host key replaced", func(t *testing.T) {
 		fault(1, func(h *kvmhost.Host) {
 			h.ReplaceHostKey()
 			h.KillSSHConnections()
 			testutil.Eventually(t, 15*time.Second, "the link to close", func() bool { return stats().Links == 2 })
-		}, checks.ReasonHostKeyMismatch, "key mismatch", func(h *kvmhost.Host) {
+		}, ReasonHostKeyMismatch, "key mismatch", func(h *kvmhost.Host) {
 			// The operator verifies the new keys and updates known_hosts: no reload needed.
 			replaceKnownHosts(t, f, h)
 		})
@@ -201,7 +201,7 @@ func TestKVM(t *testing.T) {
 			h.MakeUnreachable()
 			// The established link goes silent: the keepalive closes it, then the redial hangs.
 			testutil.Eventually(t, 15*time.Second, "the keepalive to close the silent link", func() bool { return stats().Links == 2 })
-		}, checks.ReasonTCPUnreachable, "no answer within the stage's bound of 1s", (*kvmhost.Host).MakeReachable)
+		}, ReasonTCPUnreachable, "no answer within the stage's bound of 1s", (*kvmhost.Host).MakeReachable)
 	})
 	t.Run("ssh link killed", func(t *testing.T) {
 		h := f.Hosts[0]
@@ -316,7 +316,7 @@ func TestKeyMaterial(t *testing.T) {
 		p := provider("kvm-key-missing", f, f.Hosts)
 		p.Block.(*Config).PrivateKeyFile = filepath.Join(dir, "id_moved")
 		c := newChecker(t, p)
-		expect(t, round(t, c)[h.Name], checks.ReasonKeyMaterialError, "id_moved")
+		expect(t, round(t, c)[h.Name], ReasonKeyMaterialError, "id_moved")
 		key, err := os.ReadFile(f.ClientKeyPath)
 		if err != nil {
 			t.Fatal(err)
@@ -333,7 +333,7 @@ func TestKeyMaterial(t *testing.T) {
 		p := provider("kvm-key-encrypted", f, f.Hosts)
 		p.Block.(*Config).PrivateKeyFile = encrypted
 		c := newChecker(t, p)
-		expect(t, round(t, c)[h.Name], checks.ReasonKeyMaterialError, "passphrase")
+		expect(t, round(t, c)[h.Name], ReasonKeyMaterialError, "passphrase")
 	})
 	t.Run("encrypted key with passphrase file", func(t *testing.T) {
 		pass := filepath.Join(dir, "passphrase")
@@ -351,7 +351,7 @@ func TestKeyMaterial(t *testing.T) {
 		}
 		p := provider("kvm-unknown-host", f, f.Hosts)
 		p.Block.(*Config).KnownHostsFile = kh
-		expect(t, round(t, newChecker(t, p))[h.Name], checks.ReasonHostKeyUnknown, "key is unknown")
+		expect(t, round(t, newChecker(t, p))[h.Name], ReasonHostKeyUnknown, "key is unknown")
 	})
 	t.Run("key not authorized", func(t *testing.T) {
 		_, priv, err := ed25519.GenerateKey(nil)
@@ -368,7 +368,7 @@ func TestKeyMaterial(t *testing.T) {
 		}
 		p := provider("kvm-stranger", f, f.Hosts)
 		p.Block.(*Config).PrivateKeyFile = stranger
-		expect(t, round(t, newChecker(t, p))[h.Name], checks.ReasonSSHAuthFailed, "unable to authenticate")
+		expect(t, round(t, newChecker(t, p))[h.Name], ReasonSSHAuthFailed, "unable to authenticate")
 	})
 	t.Run("insecure skip host key verification", func(t *testing.T) {
 		p := provider("kvm-insecure", f, f.Hosts)
@@ -416,8 +416,8 @@ func TestClassify(t *testing.T) {
 	}{
 		{wrap(hostpool.ErrProbeBusy), checks.ReasonTimeout},
 		{wrap(errors.Join(hostpool.ErrProbeAbandoned, context.DeadlineExceeded)), checks.ReasonTimeout},
-		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: context.DeadlineExceeded}, checks.ReasonTCPUnreachable},
-		{&hostpool.DialError{Stage: hostpool.StageSSHHandshake, Err: context.DeadlineExceeded}, checks.ReasonSSHHandshakeFailed},
+		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: context.DeadlineExceeded}, ReasonTCPUnreachable},
+		{&hostpool.DialError{Stage: hostpool.StageSSHHandshake, Err: context.DeadlineExceeded}, ReasonSSHHandshakeFailed},
 		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: context.Canceled, Aborted: true}, checks.ReasonTimeout},
 		// Cut short by the round's deadline: never the stage's reason, whatever the stage.
 		{&hostpool.DialError{Stage: hostpool.StageSSHHandshake, Err: context.DeadlineExceeded, Aborted: true}, checks.ReasonTimeout},
@@ -429,21 +429,21 @@ func TestClassify(t *testing.T) {
 		{wrap(errors.Join(hostpool.ErrProbeAbandoned, &hostBoundError{10 * time.Second})), checks.ReasonTimeout},
 		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: fmt.Errorf("cut short (%w)", &hostBoundError{time.Second}), Aborted: true}, checks.ReasonTimeout},
 		{wrap(hostpool.ErrProbeRunning), checks.ReasonTimeout},
-		{&hostpool.DialError{Stage: hostpool.StageKeyMaterial, Err: os.ErrNotExist}, checks.ReasonKeyMaterialError},
-		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: errors.New("refused")}, checks.ReasonTCPUnreachable},
-		{&hostpool.DialError{Stage: hostpool.StageSSHHandshake, Err: errors.New("eof")}, checks.ReasonSSHHandshakeFailed},
-		{&hostpool.DialError{Stage: hostpool.StageSSHAuth, Err: errors.New("no")}, checks.ReasonSSHAuthFailed},
-		{&hostpool.DialError{Stage: hostpool.StageHostKey, Err: &knownhosts.KeyError{}}, checks.ReasonHostKeyUnknown},
-		{&hostpool.DialError{Stage: hostpool.StageHostKey, Err: &knownhosts.KeyError{Want: []knownhosts.KnownKey{{}}}}, checks.ReasonHostKeyMismatch},
-		{&hostpool.DialError{Stage: hostpool.StageLibvirtSocket, Err: &ssh.OpenChannelError{}}, checks.ReasonLibvirtSocketUnreachable},
-		{&hostpool.DialError{Stage: hostpool.StageLibvirtConnect, Err: errors.New("eof")}, checks.ReasonLibvirtConnectFailed},
+		{&hostpool.DialError{Stage: hostpool.StageKeyMaterial, Err: os.ErrNotExist}, ReasonKeyMaterialError},
+		{&hostpool.DialError{Stage: hostpool.StageTCP, Err: errors.New("refused")}, ReasonTCPUnreachable},
+		{&hostpool.DialError{Stage: hostpool.StageSSHHandshake, Err: errors.New("eof")}, ReasonSSHHandshakeFailed},
+		{&hostpool.DialError{Stage: hostpool.StageSSHAuth, Err: errors.New("no")}, ReasonSSHAuthFailed},
+		{&hostpool.DialError{Stage: hostpool.StageHostKey, Err: &knownhosts.KeyError{}}, ReasonHostKeyUnknown},
+		{&hostpool.DialError{Stage: hostpool.StageHostKey, Err: &knownhosts.KeyError{Want: []knownhosts.KnownKey{{}}}}, ReasonHostKeyMismatch},
+		{&hostpool.DialError{Stage: hostpool.StageLibvirtSocket, Err: &ssh.OpenChannelError{}}, ReasonLibvirtSocketUnreachable},
+		{&hostpool.DialError{Stage: hostpool.StageLibvirtConnect, Err: errors.New("eof")}, ReasonLibvirtConnectFailed},
 		{&hostpool.DialError{Stage: hostpool.StageLibvirtConnect, Err: context.DeadlineExceeded}, checks.ReasonTimeout},
-		{&hostpool.DialError{Stage: hostpool.StageLibvirtSocket, Err: context.DeadlineExceeded}, checks.ReasonLibvirtSocketUnreachable},
-		{&hostpool.DialError{Stage: hostpool.StageSSHAuth, Err: context.DeadlineExceeded}, checks.ReasonSSHAuthFailed},
+		{&hostpool.DialError{Stage: hostpool.StageLibvirtSocket, Err: context.DeadlineExceeded}, ReasonLibvirtSocketUnreachable},
+		{&hostpool.DialError{Stage: hostpool.StageSSHAuth, Err: context.DeadlineExceeded}, ReasonSSHAuthFailed},
 		{fmt.Errorf("waiting for the slot: %w", context.DeadlineExceeded), checks.ReasonTimeout},
-		{&rpcError{rpcPoolLookup, libvirt.Error{Code: uint32(libvirt.ErrNoStoragePool), Message: "no pool"}}, checks.ReasonPoolNotFound},
-		{&rpcError{rpcHostname, libvirt.Error{Code: 1, Message: "internal"}}, checks.ReasonLibvirtError},
-		{&rpcError{rpcHostname, libvirt.ErrInterrupted}, checks.ReasonLibvirtError},
+		{&rpcError{rpcPoolLookup, libvirt.Error{Code: uint32(libvirt.ErrNoStoragePool), Message: "no pool"}}, ReasonPoolNotFound},
+		{&rpcError{rpcHostname, libvirt.Error{Code: 1, Message: "internal"}}, ReasonLibvirtError},
+		{&rpcError{rpcHostname, libvirt.ErrInterrupted}, ReasonLibvirtError},
 		{hostpool.ErrClosed, checks.ReasonTimeout},
 	}
 	for _, tc := range cases {
@@ -488,7 +488,7 @@ func TestNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.(interface{ Close() error }).Close()
-	if c.Name() != "lab" || c.Type() != checks.TypeKVM || strings.Join(c.Targets(), ",") != "hv1,hv2" {
+	if c.Name() != "lab" || c.Type() != Type || strings.Join(c.Targets(), ",") != "hv1,hv2" {
 		t.Errorf("got %s %s %v", c.Name(), c.Type(), c.Targets())
 	}
 	if got := c.(*Checker).addrs; got[0] != "198.18.0.2:22" || got[1] != "198.18.0.6:2222" {
@@ -498,7 +498,7 @@ func TestNew(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	for _, r := range c.Check(ctx) {
-		if r.Reason != checks.ReasonKeyMaterialError {
+		if r.Reason != ReasonKeyMaterialError {
 			t.Errorf("%s: %s %q, want KeyMaterialError", r.Target, r.Reason, r.Message)
 		}
 	}

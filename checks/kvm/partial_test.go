@@ -61,12 +61,12 @@ func TestFailingHostsDoNotStarveHealthyOnes(t *testing.T) {
 				}
 			case kvmstandin.Silent:
 				dead++
-				if !(r.Reason == checks.ReasonSSHHandshakeFailed && strings.Contains(r.Message, "no answer within")) && r.Reason != checks.ReasonTimeout {
+				if !(r.Reason == ReasonSSHHandshakeFailed && strings.Contains(r.Message, "no answer within")) && r.Reason != checks.ReasonTimeout {
 					t.Errorf("round %d: silent %s reads %s (%q), want SSHHandshakeFailed (its bound expired) or Timeout", n, r.Target, r.Reason, r.Message)
 				}
 			case kvmstandin.Dropping:
 				dead++
-				if !(r.Reason == checks.ReasonTCPUnreachable && strings.Contains(r.Message, "no answer within")) && r.Reason != checks.ReasonTimeout {
+				if !(r.Reason == ReasonTCPUnreachable && strings.Contains(r.Message, "no answer within")) && r.Reason != checks.ReasonTimeout {
 					t.Errorf("round %d: dropping %s reads %s (%q), want TCPUnreachable (its bound expired) or Timeout", n, r.Target, r.Reason, r.Message)
 				}
 			}
@@ -158,11 +158,11 @@ func TestFailingHostsDoNotStarveHealthyOnesRealHosts(t *testing.T) {
 					t.Errorf("round %d: healthy %s reads %s (%q), want Ready", n, r.Target, r.Reason, r.Message)
 				}
 			case "silent":
-				if !(r.Reason == checks.ReasonSSHHandshakeFailed && strings.Contains(r.Message, "no answer within")) && r.Reason != checks.ReasonTimeout {
+				if !(r.Reason == ReasonSSHHandshakeFailed && strings.Contains(r.Message, "no answer within")) && r.Reason != checks.ReasonTimeout {
 					t.Errorf("round %d: silent %s reads %s (%q)", n, r.Target, r.Reason, r.Message)
 				}
 			case "dropping":
-				if !(r.Reason == checks.ReasonTCPUnreachable && strings.Contains(r.Message, "no answer within")) && r.Reason != checks.ReasonTimeout {
+				if !(r.Reason == ReasonTCPUnreachable && strings.Contains(r.Message, "no answer within")) && r.Reason != checks.ReasonTimeout {
 					t.Errorf("round %d: dropping %s reads %s (%q)", n, r.Target, r.Reason, r.Message)
 				}
 			default:
@@ -257,7 +257,7 @@ func TestSilentHostIsDialledEveryRound(t *testing.T) {
 				r = x
 			}
 		}
-		if r.Reason != checks.ReasonSSHHandshakeFailed || r.NotContacted || silent.Accepted() != int64(n) {
+		if r.Reason != ReasonSSHHandshakeFailed || r.NotContacted || silent.Accepted() != int64(n) {
 			t.Errorf("round %d: %s (%q, not contacted %v), %d connections; want SSHHandshakeFailed after a new connection (%d)",
 				n, r.Reason, r.Message, r.NotContacted, silent.Accepted(), n)
 		}

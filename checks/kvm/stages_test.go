@@ -10,7 +10,6 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
-	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
 )
 
@@ -29,13 +28,13 @@ func TestReasonNamesTheStage(t *testing.T) {
 		// Refused after the "none" request, before any key is offered.
 		h.ConfigureSSHD("PubkeyAuthentication no")
 		h.KillSSHConnections()
-		expect(t, round(t, c)[h.Name], checks.ReasonSSHAuthFailed, "ssh authentication: ")
+		expect(t, round(t, c)[h.Name], ReasonSSHAuthFailed, "ssh authentication: ")
 
 		// The answer to the "none" request comes after the authentication's bound (1s here).
 		h.ConfigureSSHD()
 		h.DelayUserauth(3 * time.Second)
 		defer h.DelayUserauth(0)
-		expect(t, round(t, c)[h.Name], checks.ReasonSSHAuthFailed, "ssh authentication: no answer within the stage's bound")
+		expect(t, round(t, c)[h.Name], ReasonSSHAuthFailed, "ssh authentication: no answer within the stage's bound")
 
 		h.DelayUserauth(0)
 		expectReady(t, h, round(t, c)[h.Name])
@@ -54,8 +53,8 @@ func TestReasonNamesTheStage(t *testing.T) {
 		defer h.ServeHostKeyTypes()
 		h.KillSSHConnections()
 		got := round(t, c)[h.Name]
-		expect(t, got, checks.ReasonHostKeyMismatch, "the host offers host key types "+ssh.KeyAlgoRSASHA512)
-		expect(t, got, checks.ReasonHostKeyMismatch, "known_hosts holds only "+ssh.KeyAlgoED25519+" for it")
+		expect(t, got, ReasonHostKeyMismatch, "the host offers host key types "+ssh.KeyAlgoRSASHA512)
+		expect(t, got, ReasonHostKeyMismatch, "known_hosts holds only "+ssh.KeyAlgoED25519+" for it")
 	})
 
 	t.Run("dead link", func(t *testing.T) {
@@ -72,7 +71,7 @@ func TestReasonNamesTheStage(t *testing.T) {
 			t.Helper()
 			expectReady(t, h, round(t, c)[h.Name])
 			h.StopLibvirtd()
-			expect(t, round(t, c)[h.Name], checks.ReasonLibvirtSocketUnreachable, "opening the libvirt socket")
+			expect(t, round(t, c)[h.Name], ReasonLibvirtSocketUnreachable, "opening the libvirt socket")
 			h.StartLibvirtd()
 		}
 
@@ -84,7 +83,7 @@ func TestReasonNamesTheStage(t *testing.T) {
 		h.StopSSHD()
 		defer h.StartSSHD()
 		h.KillSSHConnectionsUnnoticed()
-		expect(t, round(t, c)[h.Name], checks.ReasonTCPUnreachable, "connection refused")
+		expect(t, round(t, c)[h.Name], ReasonTCPUnreachable, "connection refused")
 	})
 }
 

@@ -67,7 +67,7 @@ func TestSteadyCheckIsOneCall(t *testing.T) {
 	}
 
 	h.UndefinePool()
-	expect(t, round(t, c)[h.Name], checks.ReasonPoolNotFound, h.Pool)
+	expect(t, round(t, c)[h.Name], ReasonPoolNotFound, h.Pool)
 	h.DefinePool()
 	ready(round(t, c))
 

@@ -119,7 +119,7 @@ func TestRecoveredHostReadsReadyAtTheNextRound(t *testing.T) {
 	for n := 1; n <= silentRounds; n++ {
 		ts, _ := next()
 		now := h.SSHConnectionsSeen()
-		if ts.Reason != checks.ReasonSSHHandshakeFailed {
+		if ts.Reason != ReasonSSHHandshakeFailed {
 			t.Errorf("silent round %d: %s (%q), want SSHHandshakeFailed", n, ts.Reason, ts.Message)
 		}
 		if ts.CheckedAt.After(prev.CheckedAt) && now <= seen {
@@ -168,5 +168,5 @@ func TestSilentlyDeadLinkIsNoticedAtTheNextRound(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "the pool to close the dead link", func() bool {
 		return viewPool(t, "kvm-dead-link", f.Hosts).Links == 0
 	})
-	expect(t, round(t, c)[h.Name], checks.ReasonTCPUnreachable, "no answer within")
+	expect(t, round(t, c)[h.Name], ReasonTCPUnreachable, "no answer within")
 }

@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
 )
 
@@ -51,7 +53,7 @@ var Kinds = []*FaultKind{
 	{
 		// sshd stopped and its connections cut (stopping the service alone leaves established
 		// connections alive, which would rightly keep the host Ready): the port refuses.
-		Name: "sshd-stopped", Lane: laneKVM, Reasons: []checks.Reason{checks.ReasonTCPUnreachable},
+		Name: "sshd-stopped", Lane: laneKVM, Reasons: []checks.Reason{kvm.ReasonTCPUnreachable},
 		apply: func(e *env, i int, _ string) error {
 			h := e.fleet.Hosts[i]
 			h.StopSSHD()
@@ -67,7 +69,7 @@ var Kinds = []*FaultKind{
 		clear: func(e *env, i int) error { e.fleet.Hosts[i].ResumeLibvirtd(); return nil },
 	},
 	{
-		Name: "pool-destroyed", Lane: laneKVM, Reasons: []checks.Reason{checks.ReasonPoolInactive},
+		Name: "pool-destroyed", Lane: laneKVM, Reasons: []checks.Reason{kvm.ReasonPoolInactive},
 		apply: func(e *env, i int, _ string) error { e.fleet.Hosts[i].DestroyPool(); return nil },
 		clear: func(e *env, i int) error { e.fleet.Hosts[i].StartPool(); return nil },
 	},
@@ -80,7 +82,7 @@ var Kinds = []*FaultKind{
 		// Variants: the established link kept (it stalls), or cut by the host as the drop
 		// starts (the host's FIN still leaves: the rule drops what comes in), so the next
 		// dial's SYN goes unanswered at once.
-		Name: "packets-dropped", Lane: laneKVM, Reasons: []checks.Reason{checks.ReasonTCPUnreachable, checks.ReasonTimeout},
+		Name: "packets-dropped", Lane: laneKVM, Reasons: []checks.Reason{kvm.ReasonTCPUnreachable, checks.ReasonTimeout},
 		Variants: []string{"link kept", "link cut"},
 		apply: func(e *env, i int, v string) error {
 			e.fleet.Hosts[i].MakeUnreachable()
@@ -101,7 +103,7 @@ var Kinds = []*FaultKind{
 	{
 		// New host keys (a reinstalled host: its connections are gone too). Restored by putting
 		// the old keys back, so known_hosts is right again.
-		Name: "host-key-swapped", Lane: laneKVM, Reasons: []checks.Reason{checks.ReasonHostKeyMismatch},
+		Name: "host-key-swapped", Lane: laneKVM, Reasons: []checks.Reason{kvm.ReasonHostKeyMismatch},
 		apply: func(e *env, i int, _ string) error {
 			h := e.fleet.Hosts[i]
 			saved, err := readHostKeys(h.Dir)
@@ -128,7 +130,7 @@ var Kinds = []*FaultKind{
 	{
 		// The host no longer authorizes the exporter's key (authorized_keys lists another
 		// key) and its connections are cut: the next dial's authentication is refused.
-		Name: "client-key-revoked", Lane: laneKVM, Reasons: []checks.Reason{checks.ReasonSSHAuthFailed},
+		Name: "client-key-revoked", Lane: laneKVM, Reasons: []checks.Reason{kvm.ReasonSSHAuthFailed},
 		apply: func(e *env, i int, _ string) error {
 			pub, _, err := ed25519.GenerateKey(nil)
 			if err != nil {
@@ -154,13 +156,13 @@ var Kinds = []*FaultKind{
 	},
 	{
 		// GCE's answer to an exceeded rate quota: 403 with the quota's reason (either).
-		Name: "gce-403-rate-limited", Lane: laneGCP, Reasons: []checks.Reason{checks.ReasonRateLimited}, async: true,
+		Name: "gce-403-rate-limited", Lane: laneGCP, Reasons: []checks.Reason{gcp.ReasonRateLimited}, async: true,
 		Variants: []string{gcefake.ReasonRateLimitExceeded, gcefake.ReasonUserRateLimitExceeded},
 		apply:    func(e *env, _ int, v string) error { e.gce.SetRateLimited(v); return nil },
 		clear:    func(e *env, _ int) error { e.gce.SetRateLimited(""); return nil },
 	},
 	{
-		Name: "gce-429", Lane: laneGCP, Reasons: []checks.Reason{checks.ReasonRateLimited}, async: true,
+		Name: "gce-429", Lane: laneGCP, Reasons: []checks.Reason{gcp.ReasonRateLimited}, async: true,
 		apply: func(e *env, _ int, _ string) error { e.gce.SetFailure(http.StatusTooManyRequests); return nil },
 		clear: func(e *env, _ int) error { e.gce.SetFailure(0); return nil },
 	},

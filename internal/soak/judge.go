@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 )
 
 // TargetKey names one target of one provider.
@@ -122,7 +123,7 @@ func noContact(typ checks.ProviderType, ts checks.TargetState) bool {
 	if ts.NotContacted {
 		return true
 	}
-	if typ != checks.TypeKVM {
+	if typ != kvm.Type {
 		return false
 	}
 	for _, s := range []string{
@@ -320,7 +321,7 @@ func knownLie(e *Episode) string {
 		return "the dial backoff keeps a recovered host's old reason until its next dial"
 	case ready && e.Got == checks.ReasonTimeout && strings.Contains(e.Message, "has still not returned"):
 		return "a probe abandoned on a link that stalled keeps a recovered host at Timeout until the stalled call returns"
-	case slices.Contains(e.Expected, checks.ReasonSSHAuthFailed) && e.Got == checks.ReasonSSHHandshakeFailed:
+	case slices.Contains(e.Expected, kvm.ReasonSSHAuthFailed) && e.Got == kvm.ReasonSSHHandshakeFailed:
 		return "an authentication failure reads SSHHandshakeFailed"
 	}
 	return ""

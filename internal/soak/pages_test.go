@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 )
 
 // TestPages judges pages by hand against the expectations of a few spans: a long outage of one
@@ -142,7 +143,7 @@ func TestJudgeObjects(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	j.set(hv1, truth{Reasons: []checks.Reason{checks.ReasonReady}})
-	j.begin(hv1, truth{Fault: "pool-destroyed", Reasons: []checks.Reason{checks.ReasonPoolInactive}}, at(10))
+	j.begin(hv1, truth{Fault: "pool-destroyed", Reasons: []checks.Reason{kvm.ReasonPoolInactive}}, at(10))
 	j.finish(hv1, at(10.1))
 	j.begin(hv1, truth{After: "pool-destroyed", Reasons: []checks.Reason{checks.ReasonReady}}, at(30))
 	j.finish(hv1, at(30.1))
@@ -155,12 +156,12 @@ func TestJudgeObjects(t *testing.T) {
 		read(15, checks.ReasonReady), // within the grace of the fault
 		read(18, checks.ReasonReady), // beyond it: wrong
 		read(19, checks.ReasonReady), // the same episode
-		read(20, checks.ReasonPoolInactive),
-		read(35, checks.ReasonPoolInactive), // within the grace of the recovery
-		read(40, checks.ReasonPoolInactive), // beyond: wrong, unless excused
+		read(20, kvm.ReasonPoolInactive),
+		read(35, kvm.ReasonPoolInactive), // within the grace of the recovery
+		read(40, kvm.ReasonPoolInactive), // beyond: wrong, unless excused
 	}
 	eps := j.judgeObjects(objs, grace, nil, nil)
-	if len(eps) != 2 || eps[0].Reads != 2 || eps[0].Got != checks.ReasonReady || eps[1].Got != checks.ReasonPoolInactive || !eps[1].First.Equal(at(40)) {
+	if len(eps) != 2 || eps[0].Reads != 2 || eps[0].Got != checks.ReasonReady || eps[1].Got != kvm.ReasonPoolInactive || !eps[1].First.Equal(at(40)) {
 		t.Fatalf("episodes: %v", eps)
 	}
 	down := []span{{Fault: "apiserver-stopped", OuterFrom: at(16), InnerFrom: at(16), InnerTo: at(19), OuterTo: at(19.5)}}

@@ -40,9 +40,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	_ "github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
-	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
-	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
+	kubeprovider "github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
@@ -215,7 +215,7 @@ func Run(tb testing.TB, o Options) *Report {
 	keys := map[string][]TargetKey{}
 	var blip []TargetKey // no lane's: its truth stays Ready
 	for _, c := range cs {
-		lane := map[checks.ProviderType]string{checks.TypeKubernetes: laneKube, checks.TypeGCP: laneGCP, checks.TypeKVM: laneKVM}[c.Type()]
+		lane := map[checks.ProviderType]string{kubeprovider.Type: laneKube, gcp.Type: laneGCP, kvm.Type: laneKVM}[c.Type()]
 		for _, t := range c.Targets() {
 			if c.Name() == blipProvider {
 				blip = append(blip, TargetKey{c.Name(), t})

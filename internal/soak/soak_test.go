@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 )
 
 var (
@@ -211,17 +212,17 @@ func TestJudge(t *testing.T) {
 	ready := func(n int) v { return v{checks.ReasonReady, "ok", at(n).Add(time.Second), false} }
 	round(1, ready(1), ready(1))
 	// hv1's sshd stops during round 2 (not judged), round 3 is its grace, round 4 must agree.
-	j.begin(hv1, truth{Fault: "sshd-stopped", Reasons: []checks.Reason{checks.ReasonTCPUnreachable}}, at(2).Add(100*time.Millisecond))
+	j.begin(hv1, truth{Fault: "sshd-stopped", Reasons: []checks.Reason{kvm.ReasonTCPUnreachable}}, at(2).Add(100*time.Millisecond))
 	j.finish(hv1, at(2).Add(200*time.Millisecond))
 	round(2, ready(2), ready(2))
 	round(3, ready(3), v{checks.ReasonTimeout, "not started: the round's deadline came", at(3), false}) // hv1 graced; hv2 wrong at once
-	round(4, v{checks.ReasonTCPUnreachable, "refused", at(4), false}, ready(4))
+	round(4, v{kvm.ReasonTCPUnreachable, "refused", at(4), false}, ready(4))
 	// Cleared during round 5; rounds 6 (grace) and 7, 8 still backing off: one episode of 2 rounds.
 	j.begin(hv1, truth{After: "sshd-stopped", Reasons: []checks.Reason{checks.ReasonReady}}, at(5).Add(100*time.Millisecond))
 	j.finish(hv1, at(5).Add(200*time.Millisecond))
 	backoff := func(n int) v {
 		// Flagged as uncontacted (its message alone would not say so).
-		return v{checks.ReasonTCPUnreachable, "refused; dialled again at the first check after 00:00:30 UTC", at(n).Add(time.Second), true}
+		return v{kvm.ReasonTCPUnreachable, "refused; dialled again at the first check after 00:00:30 UTC", at(n).Add(time.Second), true}
 	}
 	round(5, backoff(5), ready(5))
 	round(6, backoff(6), ready(6))
@@ -237,7 +238,7 @@ func TestJudge(t *testing.T) {
 		!strings.Contains(e.Lie, "concurrency slots") || len(e.Elsewhere) != 1 {
 		t.Errorf("first episode: %s", e)
 	}
-	if e := eps[1]; e.Target != hv1 || e.Got != checks.ReasonTCPUnreachable || e.Rounds != 2 || e.FirstRound != 7 || e.LastRound != 8 ||
+	if e := eps[1]; e.Target != hv1 || e.Got != kvm.ReasonTCPUnreachable || e.Rounds != 2 || e.FirstRound != 7 || e.LastRound != 8 ||
 		e.Kind != "after sshd-stopped" || !strings.Contains(e.Lie, "backoff") {
 		t.Errorf("second episode: %s", e)
 	}
