@@ -181,9 +181,12 @@ demo: test-deps build kube-binaries prom-binaries
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./config
 
-## generate: the ProviderHealth CRD (deploy/crd/, copied into the Helm chart's crds/) and the API types' deepcopy code, from the
+## generate: the list of the build's provider types (providers/) where other files spell it out
+## (internal/cmd/gentypes: the CRD's enum marker, the docs' marked places), then the ProviderHealth
+## CRD (deploy/crd/, copied into the Helm chart's crds/) and the API types' deepcopy code, from the
 ## kubebuilder markers in crdwriter/v1alpha1. `make test` fails when the committed files drift.
 generate:
+	$(GO) run ./internal/cmd/gentypes
 	$(GOTOOL) controller-gen object paths=./crdwriter/v1alpha1/... crd:crdVersions=v1 output:crd:dir=deploy/crd
 	cp deploy/crd/providerhealth.io_providerhealths.yaml charts/provider-health-exporter/crds/
 

@@ -1,6 +1,6 @@
 // Command provider_health_exporter checks, on a schedule, every infrastructure provider a platform
-// depends on (Kubernetes API servers, Google Compute Engine, KVM hypervisors over SSH and libvirt)
-// and serves the cached verdicts as Prometheus metrics, a status page and readiness endpoints.
+// depends on, of the provider types of this build (package providers lists them), and serves the
+// cached verdicts as Prometheus metrics, a status page and readiness endpoints.
 //
 // This file holds the command line (flags, their validation, --config.check) and the process's
 // life: start, signals, shutdown. The HTTP endpoints live in http.go and landing.go, reloading in
@@ -37,6 +37,8 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
+	// The provider types of this build.
+	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
 )
 
 const (

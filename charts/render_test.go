@@ -13,12 +13,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	_ "github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
-	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
-	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
-	_ "github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
 )
 
 // kustomize renders deploy/ with the machine's kubectl, the way docs/deploy.md installs it.

@@ -10,10 +10,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	// The provider types this module ships register themselves: the catalogues below are
 	// theirs, and the package's own tests see them registered too.
-	_ "github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
-	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
-	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
-	_ "github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
+	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
 )
 
 // TestReasonsDocMatchesCatalogue keeps docs/reasons.md and the registered catalogues in step:

@@ -113,7 +113,7 @@ func TestDocsFields(t *testing.T) {
 	// The sample of errors in the docs is what the loader prints for testdata/invalid-many-errors.yml.
 	_, err = parseTestdata(t, "invalid-many-errors.yml")
 	for _, line := range strings.Split(err.Error(), "\n") {
-		line = strings.Replace(line, "testdata/invalid-many-errors.yml", "providers.yml", 1)
+		line = withTypesMarker(strings.Replace(line, "testdata/invalid-many-errors.yml", "providers.yml", 1))
 		if strings.Contains(line, "labelSelector") || strings.Contains(line, "gcp.project:") ||
 			strings.Contains(line, "kvm.port") || strings.Contains(line, "extra") {
 			continue // the sample shows a selection

@@ -33,11 +33,10 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	_ "github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
-	_ "github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
 )
 
 func repoRoot(t testing.TB) string {

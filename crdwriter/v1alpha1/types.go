@@ -73,7 +73,7 @@ type ProviderHealthStatus struct {
 
 	// Type is the provider's type.
 	// +optional
-	// +kubebuilder:validation:Enum=kubernetes;gcp;kvm;vsphere
+	// +kubebuilder:validation:Enum=gcp;kubernetes;kvm;vsphere
 	Type string `json:"type,omitempty"`
 
 	// ReadyTargets counts the targets that are up.
