@@ -7,6 +7,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -113,22 +114,11 @@ func (d *decoder) config(root *yaml.Node) *Config {
 }
 
 // thresholds reads a provider's failureThreshold and successThreshold (default 1 each).
-func (d *decoder) thresholds(m *mapping, path string) (failure, success int, ok bool) {
-	ok = true
-	read := func(name string, def int) int {
-		n, v, set, valid := d.integer(m, name)
-		switch {
-		case !valid:
-			ok = false
-		case !set:
-			return def
-		case n < 1:
-			d.add(v, join(path, name), "%s %d is out of range (allowed: 1 or more)", name, n)
-			ok = false
-		}
-		return n
-	}
-	return read("failureThreshold", DefaultFailureThreshold), read("successThreshold", DefaultSuccessThreshold), ok
+func (d *decoder) thresholds(m *mapping) (failure, success int, ok bool) {
+	errs := len(d.errs)
+	failure = d.intIn(m, "failureThreshold", DefaultFailureThreshold, 1, math.MaxInt32)
+	success = d.intIn(m, "successThreshold", DefaultSuccessThreshold, 1, math.MaxInt32)
+	return failure, success, len(d.errs) == errs
 }
 
 // nameUse remembers where a provider name was first used.
@@ -167,7 +157,7 @@ func (d *decoder) provider(n *yaml.Node, path string, i int, names map[string]na
 	}
 	p = Provider{Name: name, Type: typ}
 	var thresholdsOK bool
-	p.FailureThreshold, p.SuccessThreshold, thresholdsOK = d.thresholds(m, path)
+	p.FailureThreshold, p.SuccessThreshold, thresholdsOK = d.thresholds(m)
 	ok = ok && thresholdsOK
 	var labelsOK bool
 	p.Labels, labelsOK = d.labels(m)

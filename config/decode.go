@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -385,6 +386,86 @@ func (d *decoder) required(m *mapping, name, hint string) (string, *yaml.Node, b
 	return s, v, true
 }
 
+// checked runs checks on s, a value of field at v that is not empty, and records the first
+// problem at v. It reports whether every check accepted s.
+func (d *decoder) checked(v *yaml.Node, field, s string, checks []Check) bool {
+	if s == "" {
+		return true
+	}
+	for _, c := range checks {
+		if p := c(s); p != "" {
+			d.add(v, field, "%s", p)
+			return false
+		}
+	}
+	return true
+}
+
+// item is one string of a list, with its node and field path.
+type item struct {
+	value, field string
+	node         *yaml.Node
+}
+
+// stringItems reads a list of strings: its items that are strings, not empty, and that every
+// check accepts. Every other item is a problem; so is a value that is not a list.
+func (d *decoder) stringItems(m *mapping, name string, checks []Check) []item {
+	e, present := m.fields[name]
+	if !present {
+		return nil
+	}
+	path := join(m.path, name)
+	nodes, _ := d.sequence(e.value, path)
+	var items []item
+	for i, n := range nodes {
+		field := index(path, i)
+		v := d.resolve(n)
+		switch {
+		case v == nil || v.Kind != yaml.ScalarNode || isNull(v) || v.ShortTag() == "!!bool":
+			d.add(v, field, "must be a string, got %s", describe(v))
+		case v.Value == "":
+			d.add(v, field, "must not be empty")
+		case d.checked(v, field, v.Value, checks):
+			items = append(items, item{value: v.Value, field: field, node: v})
+		}
+	}
+	return items
+}
+
+// nulProblem refuses a path with a NUL byte: no file has one.
+func nulProblem(path string) string {
+	if strings.ContainsRune(path, 0) {
+		return "a path must not contain a NUL byte"
+	}
+	return ""
+}
+
+// abs takes a relative path from the providers file's directory.
+func (d *decoder) abs(path string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(d.baseDir, path)
+}
+
+// intIn reads an integer field within [lo, hi] (hi math.MaxInt32: no upper bound); absent,
+// null or not valid is def.
+func (d *decoder) intIn(m *mapping, name string, def, lo, hi int) int {
+	n, v, set, ok := d.integer(m, name)
+	switch {
+	case !ok || !set:
+		return def
+	case n < lo || n > hi:
+		allowed := fmt.Sprintf("%d-%d", lo, hi)
+		if hi == math.MaxInt32 {
+			allowed = fmt.Sprintf("%d or more", lo)
+		}
+		d.add(v, join(m.path, name), "%s %d is out of range (allowed: %s)", name, n, allowed)
+		return def
+	}
+	return n
+}
+
 // integer reads an integer field; absent or null reports set false.
 func (d *decoder) integer(m *mapping, name string) (i int, v *yaml.Node, set, ok bool) {
 	e, present := m.fields[name]
@@ -439,15 +520,8 @@ func (d *decoder) filePath(m *mapping, name string, required bool, hint string) 
 	} else {
 		s, v, ok = d.str(m, name)
 	}
-	if !ok || s == "" {
+	if !ok || s == "" || !d.checked(v, join(m.path, name), s, []Check{nulProblem}) {
 		return ""
 	}
-	if strings.ContainsRune(s, 0) {
-		d.add(v, join(m.path, name), "a path must not contain a NUL byte")
-		return ""
-	}
-	if !filepath.IsAbs(s) {
-		s = filepath.Join(d.baseDir, s)
-	}
-	return s
+	return d.abs(s)
 }

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -11,9 +10,12 @@ import (
 // Fields is one mapping of the providers file as a provider type's decoder sees it: a type
 // block, or a mapping inside it (a list item). Its keys are already checked against the
 // allowed ones (an unknown or duplicate key is reported), and merge keys are flattened. Every
-// reader records what is wrong with the value at its file, line and column, names the field
-// and what is allowed, and reports ok false; the decoder goes on, so that every problem of the
-// file is reported at once.
+// reader returns the value with its default applied, and records what is wrong with it at its
+// file, line and column, naming the field and what is allowed; the decoder goes on, so that
+// every problem of the file is reported at once (the loader drops a block that has one, and
+// Problems tells a decoder whether a part of it had). The *Node variants and List also give
+// the YAML node, for a decoder that places a problem of its own; Has and Key tell an absent
+// key from an empty value.
 type Fields struct {
 	d *decoder
 	m *mapping
@@ -68,21 +70,56 @@ func (f *Fields) Errorf(at *yaml.Node, field, format string, args ...any) {
 // after a part to tell whether that part was valid.
 func (f *Fields) Problems() int { return len(f.d.errs) }
 
-// String reads a string field. at is nil when the key is absent; null is the empty string. A
-// number is taken as written; a boolean, a list or a mapping is a problem (ok false).
-func (f *Fields) String(name string) (s string, at *yaml.Node, ok bool) { return f.d.str(f.m, name) }
+// Check says what is wrong with a value a reader read, "" when it is valid: TargetNameProblem,
+// or a type's own rule. A reader runs its checks on a value that is not empty, in order, and
+// records the first problem at the value, under the field's path, as it records its own. A value
+// a check refuses is still returned (a list leaves the item out): the loader drops the block, and
+// the decoder's later rules still see what the file says.
+type Check func(value string) string
+
+// String reads a string field: "" when absent or null. A number is taken as written; a boolean,
+// a list or a mapping is a problem.
+func (f *Fields) String(name string, check ...Check) string {
+	s, _ := f.StringNode(name, check...)
+	return s
+}
+
+// StringNode is String with the value's node, nil when the key is absent: for a decoder that
+// places a problem of its own at the value, or remembers its line.
+func (f *Fields) StringNode(name string, check ...Check) (string, *yaml.Node) {
+	s, v, ok := f.d.str(f.m, name)
+	if ok {
+		f.d.checked(v, join(f.m.path, name), s, check)
+	}
+	return s, v
+}
 
 // Required reads a string field that must be present and not empty; hint is added to the
 // problem (" (host, host:port or [v6]:port)").
-func (f *Fields) Required(name, hint string) (string, *yaml.Node, bool) {
-	return f.d.required(f.m, name, hint)
+func (f *Fields) Required(name, hint string, check ...Check) string {
+	s, _ := f.RequiredNode(name, hint, check...)
+	return s
 }
 
-// Int reads an integer field; absent or null reports set false.
-func (f *Fields) Int(name string) (i int, at *yaml.Node, set, ok bool) { return f.d.integer(f.m, name) }
+// RequiredNode is Required with the value's node (nil when the key is absent).
+func (f *Fields) RequiredNode(name, hint string, check ...Check) (string, *yaml.Node) {
+	s, v, ok := f.d.required(f.m, name, hint)
+	if ok {
+		f.d.checked(v, join(f.m.path, name), s, check)
+	}
+	return s, v
+}
+
+// Int reads an integer field within [lo, hi] (math.MaxInt32: no upper bound); absent or null
+// is def, and so is a value that is a problem, so that the rules that depend on it see a valid
+// one.
+func (f *Fields) Int(name string, def, lo, hi int) int { return f.d.intIn(f.m, name, def, lo, hi) }
 
 // Bool reads a true/false field; absent or null is false.
-func (f *Fields) Bool(name string) (b bool, ok bool) { return f.d.boolean(f.m, name) }
+func (f *Fields) Bool(name string) bool {
+	b, _ := f.d.boolean(f.m, name)
+	return b
+}
 
 // File reads a local file path: relative paths are taken from the providers file's directory.
 // The file is not opened: the checker that uses it reads it. "" when absent (a problem when
@@ -91,7 +128,8 @@ func (f *Fields) File(name string, required bool, hint string) string {
 	return f.d.filePath(f.m, name, required, hint)
 }
 
-// Duration reads a Go duration (2s, 500ms) within [lo, hi]; absent, null or empty is def.
+// Duration reads a Go duration (2s, 500ms) within [lo, hi]; absent, null or empty is def, and
+// so is a value that is a problem (as for Int).
 func (f *Fields) Duration(name string, def, lo, hi time.Duration) time.Duration {
 	s, v, ok := f.d.str(f.m, name)
 	if !ok || s == "" {
@@ -104,6 +142,7 @@ func (f *Fields) Duration(name string, def, lo, hi time.Duration) time.Duration 
 	}
 	if b < lo || b > hi {
 		f.d.add(v, join(f.m.path, name), "%s is out of range (allowed: %v-%v)", s, lo, hi)
+		return def
 	}
 	return b
 }
@@ -138,45 +177,46 @@ func Index(path string, i int) string { return index(path, i) }
 // name), naming it as what; "" when s is one.
 func DNSLabelProblem(what, s string) string { return labelProblem(what, s) }
 
-// Paths reads a list of local paths (or glob patterns of them), as File reads one: relative
-// ones are taken from the providers file's directory. Empty items and NUL bytes are problems;
-// check, when set, says what else is wrong with one path as written ("" when it is valid).
-// Only the valid paths are returned; ok is false when any item was not.
-func (f *Fields) Paths(name string, check func(path string) string) (paths []string, present, ok bool) {
-	items, _, present, ok := f.List(name)
-	if !ok {
-		return nil, present, false
+// Strings reads a list of plain strings: absent or null is none. An item that is not a string,
+// or is empty, is a problem; only the items every check accepts are returned.
+func (f *Fields) Strings(name string, check ...Check) []string {
+	var out []string
+	for _, it := range f.d.stringItems(f.m, name, check) {
+		out = append(out, it.value)
 	}
-	for i, item := range items {
-		field := index(join(f.m.path, name), i)
-		v := f.d.resolve(item)
-		if v == nil || v.Kind != yaml.ScalarNode || isNull(v) || v.ShortTag() == "!!bool" {
-			f.d.add(v, field, "must be a string, got %s", describe(v))
-			ok = false
-			continue
-		}
-		s := v.Value
-		switch {
-		case s == "":
-			f.d.add(v, field, "must not be empty")
-			ok = false
-			continue
-		case strings.ContainsRune(s, 0):
-			f.d.add(v, field, "a path must not contain a NUL byte")
-			ok = false
-			continue
-		}
-		if check != nil {
-			if p := check(s); p != "" {
-				f.d.add(v, field, "%s", p)
-				ok = false
-				continue
-			}
-		}
-		if !filepath.IsAbs(s) {
-			s = filepath.Join(f.d.baseDir, s)
-		}
-		paths = append(paths, s)
+	return out
+}
+
+// Paths reads a list of local paths (or glob patterns of them), as Strings reads a list and
+// File reads one path: relative ones are taken from the providers file's directory, and a NUL
+// byte is a problem. Only the valid paths are returned.
+func (f *Fields) Paths(name string, check ...Check) []string {
+	var paths []string
+	for _, it := range f.d.stringItems(f.m, name, append([]Check{nulProblem}, check...)) {
+		paths = append(paths, f.d.abs(it.value))
 	}
-	return paths, present, ok
+	return paths
+}
+
+// Addresses reads a list of network addresses (ParseAddress), as Strings reads a list, and
+// returns each as host:port to dial, with defaultPort when it carries none (0: each must carry
+// a port). The checks see the address as written. The same host and port twice is a problem.
+// Only the valid addresses are returned, in the file's order.
+func (f *Fields) Addresses(name string, defaultPort int, check ...Check) []string {
+	var addrs []string
+	seen := map[string]int{} // host:port, lower case -> line of its first use
+	parse := func(s string) string {
+		_, _, p := ParseAddress(s, defaultPort)
+		return p
+	}
+	for _, it := range f.d.stringItems(f.m, name, append([]Check{parse}, check...)) {
+		addr := DialAddress(it.value, defaultPort)
+		if first, dup := seen[strings.ToLower(addr)]; dup {
+			f.d.add(it.node, it.field, "duplicate address %s (first listed at line %d)", quote(it.value), first)
+			continue
+		}
+		seen[strings.ToLower(addr)] = it.node.Line
+		addrs = append(addrs, addr)
+	}
+	return addrs
 }

@@ -133,8 +133,12 @@ func InMaintenance(labels map[string]string, now time.Time) (bool, string) {
 	return true, "label maintenance until " + until.UTC().Format(time.RFC3339)
 }
 
-// Labels reads the mapping's optional labels field (a target's own labels, in a type's block).
-func (f *Fields) Labels() (map[string]string, bool) { return f.d.labels(f.m) }
+// Labels reads the mapping's optional labels field (a target's own labels, in a type's block);
+// nil when absent or null.
+func (f *Fields) Labels() map[string]string {
+	labels, _ := f.d.labels(f.m)
+	return labels
+}
 
 // TargetLabeler is a Block whose targets carry labels of their own (a kvm host's labels), beside
 // the provider's.

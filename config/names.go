@@ -17,8 +17,10 @@ import (
 //     API server's URL from the kubeconfig, read at check time, which the writer reports as
 //     that provider's own rejected object if the API server refuses it.
 
-// TargetNameProblem says what is wrong with a target name the object would carry, or "": a
-// provider type whose target names come from the providers file checks each with it.
+// TargetNameProblem says what is wrong with a target name the object would carry, or "". A
+// provider type whose target names come from the providers file gives it as a Check to the
+// reader of each name (Fields.String, Strings, Addresses), which places the problem at the
+// value: "providers[0].tcp.addresses[2]: target name of 300 bytes: ...".
 func TargetNameProblem(name string) string {
 	if len(name) > v1alpha1.MaxTargetNameLength {
 		return fmt.Sprintf("target name of %d bytes: the ProviderHealth object's status.targets[].name holds at most %d bytes (set a shorter name)",

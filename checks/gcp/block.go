@@ -67,25 +67,23 @@ var projectID = regexp.MustCompile(`^[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
 
 func decode(f *config.Fields) config.Block {
 	g := &Config{}
-	if project, pv, ok := f.Required("project", ""); ok {
-		if !projectID.MatchString(project) {
-			f.Errorf(pv, "project", "invalid project ID %s: must be 6 to 30 characters of a-z, 0-9 and '-', "+
-				"starting with a letter and ending with a letter or digit", config.Quote(project))
+	g.Project = f.Required("project", "", func(project string) string {
+		if projectID.MatchString(project) {
+			return ""
 		}
-		g.Project = project
-	}
+		return "invalid project ID " + config.Quote(project) + ": must be 6 to 30 characters of a-z, 0-9 and '-', " +
+			"starting with a letter and ending with a letter or digit"
+	})
 	g.CredentialsFile = f.File("credentialsFile", false, "")
-	filter, fv, filterOK := f.String("filter")
-	if filterOK && fv == nil {
-		filter = DefaultFilter
+	g.Filter = DefaultFilter
+	if f.Has("filter") {
+		g.Filter = f.String("filter")
 	}
-	g.Filter = filter
-	if endpoint, ev, ok := f.String("endpoint"); ok && endpoint != "" {
-		u, err := url.Parse(endpoint)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			f.Errorf(ev, "endpoint", "invalid endpoint %s: must be an absolute http or https URL", config.Quote(endpoint))
+	g.Endpoint = f.String("endpoint", func(endpoint string) string {
+		if u, err := url.Parse(endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return "invalid endpoint " + config.Quote(endpoint) + ": must be an absolute http or https URL"
 		}
-		g.Endpoint = endpoint
-	}
+		return ""
+	})
 	return g
 }

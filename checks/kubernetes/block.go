@@ -77,26 +77,16 @@ func (k *Config) Warnings(string) []string { return nil }
 func decode(f *config.Fields) config.Block {
 	k := &Config{}
 	k.Kubeconfig = f.File("kubeconfig", false, "")
-	k.Context, _, _ = f.String("context")
+	k.Context = f.String("context")
 
-	group, gv, _ := f.String("group")
-	version, vv, _ := f.String("version")
-	resource, rv, _ := f.String("resource")
-	if group != "" {
-		if msgs := validation.IsDNS1123Subdomain(group); len(msgs) > 0 {
-			f.Errorf(gv, "group", "invalid API group %s: %s", config.Quote(group), strings.Join(msgs, "; "))
-		}
-	}
-	if version != "" {
-		if msgs := validation.IsDNS1035Label(version); len(msgs) > 0 {
-			f.Errorf(vv, "version", "invalid API version %s: %s", config.Quote(version), strings.Join(msgs, "; "))
-		}
-	}
-	if resource != "" {
-		if p := config.DNSLabelProblem("resource", resource); p != "" {
-			f.Errorf(rv, "resource", "%s", p)
-		}
-	} else if group != "" || version != "" {
+	group := f.String("group", func(group string) string {
+		return validationProblem("invalid API group", group, validation.IsDNS1123Subdomain(group))
+	})
+	version := f.String("version", func(version string) string {
+		return validationProblem("invalid API version", version, validation.IsDNS1035Label(version))
+	})
+	resource, rv := f.StringNode("resource", dnsLabel("resource"))
+	if resource == "" && (group != "" || version != "") {
 		if rv == nil {
 			f.Errorf(nil, "resource", "missing required field (required when group or version is set)")
 		} else {
@@ -106,27 +96,31 @@ func decode(f *config.Fields) config.Block {
 	k.Group = group
 	k.Version = cmpOr(version, DefaultVersion)
 	k.Resource = cmpOr(resource, DefaultResource)
+	k.Namespace = f.String("namespace", dnsLabel("namespace"))
 
-	namespace, nsv, _ := f.String("namespace")
-	if namespace != "" {
-		if p := config.DNSLabelProblem("namespace", namespace); p != "" {
-			f.Errorf(nsv, "namespace", "%s", p)
-		}
-	}
-	k.Namespace = namespace
-
-	selector, sv, selOK := f.String("labelSelector")
-	switch {
-	case !selOK:
-	case sv == nil:
-		k.LabelSelector = DefaultLabelSelector
-	default:
-		if _, err := labels.Parse(selector); err != nil {
-			f.Errorf(sv, "labelSelector", "invalid label selector %s: %v", config.Quote(selector), err)
-		}
-		k.LabelSelector = selector
+	k.LabelSelector = DefaultLabelSelector
+	if f.Has("labelSelector") {
+		k.LabelSelector = f.String("labelSelector", func(selector string) string {
+			if _, err := labels.Parse(selector); err != nil {
+				return "invalid label selector " + config.Quote(selector) + ": " + err.Error()
+			}
+			return ""
+		})
 	}
 	return k
+}
+
+// validationProblem is what an apimachinery validation said about s, "" when it said nothing.
+func validationProblem(what, s string, msgs []string) string {
+	if len(msgs) == 0 {
+		return ""
+	}
+	return what + " " + config.Quote(s) + ": " + strings.Join(msgs, "; ")
+}
+
+// dnsLabel is the check of a field that must be a DNS-1123 label (config.DNSLabelProblem).
+func dnsLabel(what string) config.Check {
+	return func(s string) string { return config.DNSLabelProblem(what, s) }
 }
 
 func cmpOr(s, def string) string {

@@ -1,17 +1,13 @@
 package kvm
 
 import (
+	"cmp"
 	"fmt"
-	"net"
-	"net/netip"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
@@ -258,7 +254,7 @@ func (k *Config) TargetFilePatterns() []string { return k.HostFiles }
 // TargetProblem says what is wrong with a host of a host file: its address (host, host:port,
 // [v6] or [v6]:port).
 func (k *Config) TargetProblem(target string) string {
-	_, _, _, problem := splitAddress(target)
+	_, _, problem := config.ParseAddress(target, cmp.Or(k.Port, DefaultPort))
 	return problem
 }
 
@@ -339,35 +335,16 @@ var hostFields = config.YAMLKeys[Host]()
 func decode(f *config.Fields) config.Block {
 	k := &Config{}
 	errs := f.Problems()
-	k.User, _, _ = f.Required("user", "")
+	k.User = f.Required("user", "")
 	k.PrivateKeyFile = f.File("privateKeyFile", true, "")
 	k.PassphraseFile = f.File("passphraseFile", false, "")
-	k.InsecureSkipHostKeyVerification, _ = f.Bool("insecureSkipHostKeyVerification")
+	k.InsecureSkipHostKeyVerification = f.Bool("insecureSkipHostKeyVerification")
 	k.KnownHostsFile = f.File("knownHostsFile", !k.InsecureSkipHostKeyVerification,
 		" (required unless insecureSkipHostKeyVerification: true)")
-
-	k.Port = DefaultPort
-	if port, pv, set, ok := f.Int("port"); ok && set {
-		if port < 1 || port > 65535 {
-			f.Errorf(pv, "port", "port %d is out of range (allowed: 1-65535)", port)
-		}
-		k.Port = port
-	}
-	k.Socket = DefaultSocket
-	if socket, sv, ok := f.String("socket"); ok && socket != "" {
-		// The socket is a path on the remote host: it is never resolved locally.
-		if !strings.HasPrefix(socket, "/") || strings.ContainsRune(socket, 0) {
-			f.Errorf(sv, "socket", "invalid socket %s: must be an absolute path on the host", config.Quote(socket))
-		}
-		k.Socket = socket
-	}
-	k.StoragePool, _, _ = f.Required("storagePool", "")
-	if c, cv, set, ok := f.Int("concurrency"); ok && set {
-		if c < 1 || c > MaxConcurrency {
-			f.Errorf(cv, "concurrency", "concurrency %d is out of range (allowed: 1-%d)", c, MaxConcurrency)
-		}
-		k.Concurrency = c
-	}
+	k.Port = f.Int("port", DefaultPort, 1, 65535)
+	k.Socket = cmp.Or(f.String("socket", socketProblem), DefaultSocket)
+	k.StoragePool = f.Required("storagePool", "")
+	k.Concurrency = f.Int("concurrency", 0, 1, MaxConcurrency) // 0: derived from the hosts below
 	bounds := k.bounds()
 	for _, b := range bounds {
 		*b.value = f.Duration(b.name, b.def, MinDialBound, MaxDialBound)
@@ -392,8 +369,7 @@ func decode(f *config.Fields) config.Block {
 
 // decodeHostFiles reads hostFiles: globs of file_sd files, each ending in .json, .yml or .yaml.
 func decodeHostFiles(f *config.Fields) []string {
-	patterns, _, _ := f.Paths("hostFiles", config.TargetFilePatternProblem)
-	return patterns
+	return f.Paths("hostFiles", config.TargetFilePatternProblem)
 }
 
 // hostUse remembers where a host name or address was first used.
@@ -425,20 +401,16 @@ func decodeHosts(f *config.Fields, defaultPort int, fromFiles bool) []Host {
 		if !ok {
 			continue
 		}
-		addr, av, ok := hm.Required("address", " (host, host:port or [v6]:port)")
-		if !ok {
+		addr, av := hm.RequiredNode("address", " (host, host:port or [v6]:port)")
+		if addr == "" {
 			continue
 		}
-		host, port, hasPort, problem := splitAddress(addr)
-		if problem != "" {
+		if _, _, problem := config.ParseAddress(addr, defaultPort); problem != "" {
 			hm.Errorf(av, "address", "%s", problem)
 			continue
 		}
-		if !hasPort {
-			port = defaultPort
-		}
 		dupAddr := false
-		key := net.JoinHostPort(strings.ToLower(host), strconv.Itoa(port))
+		key := strings.ToLower(config.DialAddress(addr, defaultPort))
 		if first, dup := addrs[key]; dup {
 			hm.Errorf(av, "address", "duplicate address %s (first used by hosts[%d] at line %d)",
 				config.Quote(addr), first.index, first.line)
@@ -446,15 +418,13 @@ func decodeHosts(f *config.Fields, defaultPort int, fromFiles bool) []Host {
 		} else {
 			addrs[key] = hostUse{index: i, line: av.Line}
 		}
-		name, nv, _ := hm.String("name")
-		nameField := "name"
+		name, nv := hm.StringNode("name", controlProblem, config.TargetNameProblem)
 		if name == "" {
-			name, nv, nameField = addr, av, "address"
-		} else if strings.IndexFunc(name, unicode.IsControl) >= 0 {
-			hm.Errorf(nv, "name", "invalid name %s: must not contain control characters", config.Quote(name))
-		}
-		if p := config.TargetNameProblem(name); p != "" {
-			hm.Errorf(nv, nameField, "%s", p)
+			// The address names the host: the object carries it as the target's name.
+			name, nv = addr, av
+			if p := config.TargetNameProblem(name); p != "" {
+				hm.Errorf(av, "address", "%s", p)
+			}
 		}
 		if first, dup := names[name]; dup {
 			// The same address twice is already reported; its defaulted name would only repeat it.
@@ -463,115 +433,33 @@ func decodeHosts(f *config.Fields, defaultPort int, fromFiles bool) []Host {
 					config.Quote(name), first.index, first.line)
 			}
 		} else {
-			names[name] = hostUse{index: i, line: line(nv)}
+			names[name] = hostUse{index: i, line: nv.Line}
 		}
-		labels, _ := hm.Labels()
-		hosts = append(hosts, Host{Address: addr, Name: name, Labels: labels})
+		hosts = append(hosts, Host{Address: addr, Name: name, Labels: hm.Labels()})
 	}
 	return hosts
 }
 
-func line(n *yaml.Node) int {
-	if n == nil {
-		return 0
+// socketProblem checks the libvirt socket's path: a path on the remote host, never resolved
+// locally.
+func socketProblem(socket string) string {
+	if !strings.HasPrefix(socket, "/") || strings.ContainsRune(socket, 0) {
+		return "invalid socket " + config.Quote(socket) + ": must be an absolute path on the host"
 	}
-	return n.Line
+	return ""
+}
+
+// controlProblem refuses a host's name with control characters.
+func controlProblem(name string) string {
+	if strings.IndexFunc(name, unicode.IsControl) >= 0 {
+		return "invalid name " + config.Quote(name) + ": must not contain control characters"
+	}
+	return ""
 }
 
 // DialAddress is the host's host:port to dial: its address, with defaultPort (the provider's
 // port) when the address carries none.
-func (h Host) DialAddress(defaultPort int) string {
-	host, port, hasPort, problem := splitAddress(h.Address)
-	if problem != "" {
-		// Not a loaded address; dialling it as written gives the dialer's own error.
-		return h.Address
-	}
-	if !hasPort {
-		port = defaultPort
-	}
-	return net.JoinHostPort(host, strconv.Itoa(port))
-}
-
-// splitAddress parses host, host:port, [v6] or [v6]:port. problem is empty when the address
-// is valid.
-func splitAddress(addr string) (host string, port int, hasPort bool, problem string) {
-	const allowed = " (allowed: host, host:port or [v6]:port)"
-	bad := func(why string) (string, int, bool, string) {
-		return "", 0, false, "invalid address " + config.Quote(addr) + ": " + why + allowed
-	}
-	var portText string
-	switch {
-	case strings.HasPrefix(addr, "["):
-		end := strings.IndexByte(addr, ']')
-		if end < 0 {
-			return bad("missing ']'")
-		}
-		host = addr[1:end]
-		rest := addr[end+1:]
-		if rest != "" {
-			if !strings.HasPrefix(rest, ":") {
-				return bad("unexpected text after ']'")
-			}
-			hasPort, portText = true, rest[1:]
-		}
-		if ip, err := netip.ParseAddr(host); err != nil || !ip.Is6() {
-			return bad("not an IPv6 address in brackets")
-		}
-	case strings.Count(addr, ":") > 1:
-		// Without brackets fd00::1:22 could be a port or the last group of the address.
-		return bad("an IPv6 address goes in brackets, [v6] or [v6]:port")
-	case strings.Contains(addr, ":"):
-		i := strings.IndexByte(addr, ':')
-		host, hasPort, portText = addr[:i], true, addr[i+1:]
-		if p := hostProblem(host); p != "" {
-			return bad(p)
-		}
-	default:
-		host = addr
-		if p := hostProblem(host); p != "" {
-			return bad(p)
-		}
-	}
-	if hasPort {
-		n, err := strconv.Atoi(portText)
-		if err != nil || strings.ContainsAny(portText, "+-") || n < 1 || n > 65535 {
-			return bad("port " + config.Quote(portText) + " is not a number from 1 to 65535")
-		}
-		port = n
-	}
-	return host, port, hasPort, ""
-}
-
-// hostProblem checks a host name or IPv4 address.
-func hostProblem(host string) string {
-	if host == "" {
-		return "empty host"
-	}
-	if _, err := netip.ParseAddr(host); err == nil {
-		return ""
-	}
-	if len(host) > 253 {
-		return "host name longer than 253 characters"
-	}
-	allDigits := true
-	for label := range strings.SplitSeq(host, ".") {
-		if len(label) == 0 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return "not a valid host name or IP address"
-		}
-		for _, c := range []byte(label) {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
-				return "not a valid host name or IP address"
-			}
-			if c < '0' || c > '9' {
-				allDigits = false
-			}
-		}
-	}
-	if allDigits {
-		return "not a valid IPv4 address"
-	}
-	return ""
-}
+func (h Host) DialAddress(defaultPort int) string { return config.DialAddress(h.Address, defaultPort) }
 
 // PoolSamples are the values of the pool gauges of one check (exported for the tests of the
 // packages that serve them).

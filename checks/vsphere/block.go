@@ -97,18 +97,18 @@ func (c *Config) Files() []config.File {
 func decode(f *config.Fields) config.Block {
 	before := f.Problems()
 	c := &Config{}
-	if raw, at, ok := f.Required("url", " (an absolute https URL such as https://vcenter.example.com/sdk)"); ok {
+	c.URL = f.Required("url", " (an absolute https URL such as https://vcenter.example.com/sdk)", func(raw string) string {
 		if _, err := ParseURL(raw); err != nil {
 			// ParseURL's error never quotes a user part; the value is quoted only without one.
-			f.Errorf(at, "url", "invalid URL: %v", err)
+			return "invalid URL: " + err.Error()
 		}
-		c.URL = raw
-	}
+		return ""
+	})
 	c.UsernameFile = f.File("usernameFile", true, " (a file holding the username)")
 	c.PasswordFile = f.File("passwordFile", true, " (a file holding the password)")
 	c.CAFile = f.File("caFile", false, "")
-	c.InsecureSkipTLSVerify, _ = f.Bool("insecureSkipTLSVerify")
-	c.Datacenter, _, _ = f.String("datacenter")
+	c.InsecureSkipTLSVerify = f.Bool("insecureSkipTLSVerify")
+	c.Datacenter = f.String("datacenter")
 	if f.Problems() != before {
 		return nil
 	}
