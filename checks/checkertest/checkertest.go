@@ -19,6 +19,10 @@
 //		})
 //	}
 //
+// A type without credentials leaves Secrets out; a type whose check is the connect itself runs
+// against the SYN-dropped endpoint only (Hangs). The kit's own tests hold such a type, tcp
+// (tcp_test.go): the smallest complete provider type, written as a model of one.
+//
 // Run loads each block the way the exporter does (config.Parse of a whole providers file, the
 // block under the type's key of one provider), builds checkers with the registered constructor
 // (checks.Lookup), and checks, each as a subtest:
@@ -31,19 +35,24 @@
 //     Ready with a trace of at least one stage and refuses an unknown target
 //     (checks.ErrUnknownTarget); a checks.Staler is not stale; a checks.Retargeter hands over
 //     to the checker of the same block, which stays healthy once the old one is closed.
-//   - Deadline: a Check of the hung provider with a 300ms deadline returns by the deadline plus
-//     a grace of 5s (a correctness bound, not a speed figure), every target down with a reason
-//     from the type's catalogue; so does a probe of its first target (checks.TargetProber),
-//     whose trace is kept for the NoSecret subtest.
-//   - Abandoned: a Check of the hung provider with a deadline of minutes is running (its server
-//     has accepted the connection) when the checker is closed: Close returns within the grace,
-//     without waiting for the check, and the Check then returns within the grace too, every
-//     target down with a reason from the catalogue.
-//   - CloseIdempotentAndLeakFree: a healthy checker and a hung one, each closed twice (no error,
-//     no panic); once both are closed, no goroutine started since the subtest began is left
-//     (polled for 10s; the leaked stacks are printed).
+//   - Deadline: against each kind of hung endpoint (Harness.Hangs), a Check of the hung
+//     provider with a 300ms deadline returns by the deadline plus a grace of 5s (a correctness
+//     bound, not a speed figure), every target down with a reason from the type's catalogue; so
+//     does a probe of its first target (checks.TargetProber), whose trace is kept for the
+//     NoSecret subtest.
+//   - Abandoned: against each kind of hung endpoint, a Check of the hung provider with a
+//     deadline of minutes is running when the checker is closed: Close returns within the
+//     grace, without waiting for the check, and the Check then returns within the grace too,
+//     every target down with a reason from the catalogue. The check is known to be running
+//     when it has reached the endpoint: the silent server accepted its connection, or its
+//     connect to the SYN-dropping listener is pending (the kernel lists a socket in SYN_SENT
+//     to that address in /proc/net/tcp).
+//   - CloseIdempotentAndLeakFree: a healthy checker and a hung one for each kind of endpoint,
+//     each closed twice (no error, no panic); once all are closed, no goroutine started since
+//     the subtest began is left (polled for 15s; the leaked stacks are printed).
 //   - NoSecret: no string of Harness.Secrets appears in any message of the runs above, in any
-//     probe trace, or in anything the checkers logged (each is given a debug-level logger).
+//     probe trace, or in anything the checkers logged (each is given a debug-level logger). A
+//     type without credentials gives no Secrets; the subtest then says so and skips.
 //
 // Every result of every Check must name each of the checker's targets once, have Up exactly
 // when its reason is Ready, a reason from the type's catalogue (checks.ValidReason), CheckedAt
@@ -51,25 +60,42 @@
 //
 // The kit needs from a type only what the providers file gives: the blocks are YAML mappings,
 // as under the type's key (indentation is taken as written, common leading blanks removed), and
-// the files they name are absolute paths. Hung gets the address (127.0.0.1:port) of a TCP
-// listener the kit starts, which accepts connections and never answers; its block must make the
-// check connect there (and where the type has bounds of its own, such as a dial timeout, give
-// them a minute, so that only the deadline or Close can end the check). Run counts goroutines of
-// the whole test binary: do not call it from a parallel test (t.Parallel) or beside other
-// running tests. Goroutines serving an in-process test server's connections
-// (net/http.(*Server).Serve) are the server's, not the checker's, and are not counted as
-// leaked.
+// the files they name are absolute paths. Hung gets the address (127.0.0.1:port) of a hung
+// endpoint the kit starts, of one of two kinds:
+//
+//   - HangSilent, a TCP listener that accepts connections and never answers: the connect
+//     succeeds, and whatever the type speaks over it (TLS, HTTP, SSH) waits;
+//   - HangSYNDropped, a listener whose SYNs the kernel drops: the connect itself never
+//     completes. It listens with a backlog of 0, and the kit fills its accept queue with one
+//     connection it never accepts (the first connection completes: 0 queued is not more than
+//     the backlog). Linux (tcp_conn_request) drops a SYN to a listener whose accept queue is
+//     full, more queued than its backlog (sk_acceptq_is_full, 1 > 0), before it sends any
+//     SYN-ACK, a SYN cookie's included, and counts it in TcpExt ListenOverflows and
+//     ListenDrops; the client sends its SYN again (1s, 2s, 4s, ... up to
+//     net.ipv4.tcp_syn_retries), and its connect waits until its own deadline. No firewall
+//     rule is needed, and loopback never refuses. Tried on Linux 6.18 with
+//     net.ipv4.tcp_syncookies 0, 1 and 2 (with 2 the first connection completes through a
+//     cookie); TestSYNDroppedEndpointHangsAConnect proves it on the machine the tests run on.
+//
+// The Hung block must make the check connect there (and where the type has bounds of its own,
+// such as a dial timeout, give them a minute, so that only the deadline or Close can end the
+// check). Run counts goroutines of the whole test binary: do not call it from a parallel test
+// (t.Parallel) or beside other running tests. Goroutines serving an in-process test server's
+// connections (net/http.(*Server).Serve) are the server's, not the checker's, and are not
+// counted as leaked.
 package checkertest
 
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -77,11 +103,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 )
 
 // Harness is what a provider type gives the kit.
@@ -94,13 +122,43 @@ type Harness struct {
 	Block, Changed string
 	// Targets are the targets the healthy provider reports.
 	Targets []string
-	// Hung returns the block of a provider whose server is at addr, a TCP listener that accepts
-	// connections and never answers: the check must connect to it.
+	// Hung returns the block of a provider whose server is at addr, a hung endpoint the kit
+	// started (one of Hangs): the check must connect to it.
 	Hung func(addr string) string
+	// Hangs are the kinds of hung endpoint the Deadline, Abandoned and leak subtests run
+	// against, each as a subtest named after it; nil is every kind, which every type that
+	// speaks a protocol over its connection should keep. A type whose check is the connect
+	// itself reads a listener that accepts as healthy, and gives only HangSYNDropped.
+	Hangs []Hang
 	// Secrets returns the credentials that must never appear in a message, a probe trace or a
 	// log line (tokens, passwords, key material; none shorter than 6 bytes). It is called once
-	// the checks have run, so it may include what the server issued during them.
+	// the checks have run, so it may include what the server issued during them. nil (or none
+	// returned) is a type without credentials: there is nothing to look for.
 	Secrets func() []string
+}
+
+// Hang is a kind of hung endpoint: where a check's connection stops.
+type Hang int
+
+const (
+	// HangSilent is a TCP listener that accepts connections and never answers.
+	HangSilent Hang = iota + 1
+	// HangSYNDropped is a TCP listener whose SYNs are dropped: a connect never completes.
+	HangSYNDropped
+)
+
+// Hangs are every kind of hung endpoint, the default of Harness.Hangs.
+var Hangs = []Hang{HangSilent, HangSYNDropped}
+
+// String names the kind, as its subtests are named.
+func (h Hang) String() string {
+	switch h {
+	case HangSilent:
+		return "Silent"
+	case HangSYNDropped:
+		return "SYNDropped"
+	}
+	return fmt.Sprintf("Hang(%d)", int(h))
 }
 
 const (
@@ -115,11 +173,16 @@ const (
 	// machine under -race. A check that waits for a bound of its own, or for the long deadline,
 	// is far later.
 	grace = 5 * time.Second
-	// connectWait is how long the hung provider's check may take to connect to the silent
-	// listener.
+	// connectWait is how long the hung provider's check may take to reach the hung endpoint.
 	connectWait = 20 * time.Second
-	// leakWait is how long goroutines are given to end after the last Close.
-	leakWait = 10 * time.Second
+	// leakWait is how long goroutines are given to end after the last Close: a call a checker
+	// abandons may run on to a bound of its own of up to ownBound, and then unwind within the
+	// grace. A goroutine that never ends is a leak whatever the wait.
+	leakWait = ownBound + grace
+	// ownBound is the longest bound of its own a type's abandoned call may run to once its
+	// checker is closed: gcp's connect bound (10s), to which net/http runs a pending dial
+	// against the SYN-dropped endpoint whatever its request's context says.
+	ownBound = 10 * time.Second
 	// minSecretLen is the shortest secret the kit accepts: shorter strings match by chance.
 	minSecretLen = 6
 )
@@ -142,8 +205,16 @@ func Run(t *testing.T, h Harness) {
 	if !ok {
 		t.Fatalf("provider type %q is not registered (import its package)", h.Type)
 	}
-	if h.Block == "" || h.Changed == "" || len(h.Targets) == 0 || h.Hung == nil || h.Secrets == nil {
-		t.Fatalf("the harness needs Block, Changed, Targets, Hung and Secrets")
+	if h.Block == "" || h.Changed == "" || len(h.Targets) == 0 || h.Hung == nil {
+		t.Fatalf("the harness needs Block, Changed, Targets and Hung")
+	}
+	if h.Hangs == nil {
+		h.Hangs = Hangs
+	}
+	for _, k := range h.Hangs {
+		if !slices.Contains(Hangs, k) {
+			t.Fatalf("Harness.Hangs: %v is not a kind of hung endpoint (%v)", k, Hangs)
+		}
 	}
 	r := &run{h: h, typ: typ, logs: &lockedBuffer{}}
 	// Later subtests build on what the earlier ones proved: a block that does not load, or a
@@ -151,10 +222,17 @@ func Run(t *testing.T, h Harness) {
 	if !t.Run("Load", r.load) || !t.Run("Healthy", r.healthy) {
 		return
 	}
-	t.Run("Deadline", r.deadline)
-	t.Run("Abandoned", r.abandoned)
+	t.Run("Deadline", func(t *testing.T) { r.eachHang(t, r.deadline) })
+	t.Run("Abandoned", func(t *testing.T) { r.eachHang(t, r.abandon) })
 	t.Run("CloseIdempotentAndLeakFree", r.leakFree)
 	t.Run("NoSecret", r.noSecret)
+}
+
+// eachHang runs test against a hung endpoint of each kind of the harness, each as a subtest.
+func (r *run) eachHang(t *testing.T, test func(*testing.T, *endpoint)) {
+	for _, k := range r.h.Hangs {
+		t.Run(k.String(), func(t *testing.T) { test(t, startHung(t, k)) })
+	}
 }
 
 // providersFile is a providers file with one provider of the type and block as its block.
@@ -385,9 +463,8 @@ func (r *run) healthy(t *testing.T) {
 	}
 }
 
-func (r *run) deadline(t *testing.T) {
-	s := startSilent(t)
-	c := r.newChecker(t, r.h.Hung(s.addr))
+func (r *run) deadline(t *testing.T, e *endpoint) {
+	c := r.newChecker(t, r.h.Hung(e.addr))
 	ctx, cancel := context.WithTimeout(context.Background(), shortDeadline)
 	defer cancel()
 	start := time.Now()
@@ -396,7 +473,7 @@ func (r *run) deadline(t *testing.T) {
 	if elapsed > shortDeadline+grace {
 		t.Errorf("Check returned %v after it started, with a %v deadline (allowed: up to %v past it)", elapsed, shortDeadline, grace)
 	}
-	r.checkDown(t, c, rs)
+	r.checkDown(t, c, e, rs)
 
 	if p, ok := c.(checks.TargetProber); ok {
 		target := c.Targets()[0]
@@ -415,30 +492,28 @@ func (r *run) deadline(t *testing.T) {
 		case err != nil:
 			t.Errorf("ProbeTarget(%q) of the hung provider: %v", target, err)
 		case res.Up:
-			t.Errorf("ProbeTarget(%q): up (%s) although its server never answers", target, res.Message)
+			t.Errorf("ProbeTarget(%q): up (%s) although %s", target, res.Message, e.hangs)
 		default:
 			r.checkResult(t, res)
 		}
 	}
 }
 
-// checkDown checks the results of a check of the hung provider: every target down.
-func (r *run) checkDown(t *testing.T, c checks.Checker, rs []checks.TargetResult) {
+// checkDown checks the results of a check of the hung provider at e: every target down.
+func (r *run) checkDown(t *testing.T, c checks.Checker, e *endpoint, rs []checks.TargetResult) {
 	t.Helper()
 	for _, res := range r.checkResults(t, c, rs) {
 		if res.Up {
-			t.Errorf("target %q is up (%s) although its server never answers", res.Target, res.Message)
+			t.Errorf("target %q is up (%s) although %s", res.Target, res.Message, e.hangs)
 		}
 	}
 }
 
-func (r *run) abandoned(t *testing.T) { r.abandon(t, startSilent(t)) }
-
-// abandon runs a check of the hung provider at s with a long deadline, closes the checker while
-// the check waits for s, and checks that both return in time.
-func (r *run) abandon(t *testing.T, s *silent) {
+// abandon runs a check of the hung provider at e with a long deadline, closes the checker
+// once the check has reached e, and checks that both return in time.
+func (r *run) abandon(t *testing.T, e *endpoint) {
 	t.Helper()
-	c := r.newChecker(t, r.h.Hung(s.addr))
+	c := r.newChecker(t, r.h.Hung(e.addr))
 	ctx, cancel := context.WithTimeout(context.Background(), longDeadline)
 	defer cancel()
 	checked := make(chan []checks.TargetResult, 1)
@@ -453,13 +528,18 @@ func (r *run) abandon(t *testing.T, s *silent) {
 		<-returned
 	}()
 
-	select {
-	case <-s.accepted:
-	case rs := <-checked:
-		r.checkDown(t, c, rs)
-		t.Fatalf("the check of the Hung block returned without connecting to the silent server %s", s.addr)
-	case <-time.After(connectWait):
-		t.Fatalf("the check of the Hung block did not connect to the silent server %s within %v", s.addr, connectWait)
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	give := time.After(connectWait)
+	for !e.reached() {
+		select {
+		case rs := <-checked:
+			r.checkDown(t, c, e, rs)
+			t.Fatalf("the check of the Hung block returned without reaching the %v endpoint %s", e.kind, e.addr)
+		case <-give:
+			t.Fatalf("the check of the Hung block did not reach the %v endpoint %s within %v (%s)", e.kind, e.addr, connectWait, e.reachedMeans)
+		case <-poll.C:
+		}
 	}
 
 	closed := make(chan error, 1)
@@ -475,7 +555,7 @@ func (r *run) abandon(t *testing.T, s *silent) {
 	}
 	select {
 	case rs := <-checked:
-		r.checkDown(t, c, rs)
+		r.checkDown(t, c, e, rs)
 	case <-time.After(grace):
 		t.Errorf("the check did not return within %v of Close (its deadline is %v away)", grace, longDeadline-time.Since(closeStart))
 	}
@@ -485,7 +565,11 @@ func (r *run) abandon(t *testing.T, s *silent) {
 }
 
 func (r *run) leakFree(t *testing.T) {
-	s := startSilent(t) // its listener lives until the test ends: started before the count
+	// The endpoints live until the test ends: started before the count.
+	var hung []*endpoint
+	for _, k := range r.h.Hangs {
+		hung = append(hung, startHung(t, k))
+	}
 	before := goroutines()
 
 	c := r.newChecker(t, r.h.Block)
@@ -503,7 +587,9 @@ func (r *run) leakFree(t *testing.T) {
 			t.Errorf("Close #%d of the healthy checker: %v", i+1, err)
 		}
 	}
-	r.abandon(t, s)
+	for _, e := range hung {
+		t.Run(e.kind.String(), func(t *testing.T) { r.abandon(t, e) })
+	}
 
 	var leaked []string
 	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
@@ -524,9 +610,12 @@ func (r *run) leakFree(t *testing.T) {
 }
 
 func (r *run) noSecret(t *testing.T) {
-	secrets := r.h.Secrets()
+	var secrets []string
+	if r.h.Secrets != nil {
+		secrets = r.h.Secrets()
+	}
 	if len(secrets) == 0 {
-		t.Fatal("Harness.Secrets returned none: nothing to look for")
+		t.Skip("the type has no secrets (Harness.Secrets gives none): nothing to look for")
 	}
 	r.mu.Lock()
 	messages := strings.Join(r.messages, "\n")
@@ -558,15 +647,27 @@ func (r *run) noSecret(t *testing.T) {
 	}
 }
 
-// silent is a TCP listener that accepts connections and never writes to them.
-type silent struct {
+// endpoint is a hung endpoint the kit started.
+type endpoint struct {
+	kind Hang
 	addr string
-	// accepted receives (without blocking the listener) when a connection is accepted.
-	accepted chan struct{}
+	// hangs says, for a failure, why no check against it may succeed.
+	hangs string
+	// reached reports, without blocking, whether a check has reached the endpoint;
+	// reachedMeans says what that is, for a failure.
+	reached      func() bool
+	reachedMeans string
 }
 
-// startSilent starts a silent listener on loopback; the test's cleanup closes it and every
-// connection it accepted.
+// startHung starts a hung endpoint of kind k on loopback; the test's cleanup closes it.
+func startHung(t *testing.T, k Hang) *endpoint {
+	t.Helper()
+	if k == HangSYNDropped {
+		return startSYNDropped(t)
+	}
+	return startSilent(t)
+}
+
 // Silent starts a TCP listener on 127.0.0.1 that accepts connections and never writes (a
 // server that hangs), for a type's own tests; it returns host:port and closes with the test.
 func Silent(t *testing.T) string {
@@ -574,13 +675,24 @@ func Silent(t *testing.T) string {
 	return startSilent(t).addr
 }
 
-func startSilent(t *testing.T) *silent {
+// SYNDropped starts a TCP listener on 127.0.0.1 whose SYNs are dropped (a connect to it never
+// completes: see the package's comment), for a type's own tests; it returns host:port and
+// closes with the test.
+func SYNDropped(t *testing.T) string {
+	t.Helper()
+	return startSYNDropped(t).addr
+}
+
+// startSilent starts a listener that accepts connections and never writes to them; the test's
+// cleanup closes it and every connection it accepted.
+func startSilent(t *testing.T) *endpoint {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	s := &silent{addr: ln.Addr().String(), accepted: make(chan struct{}, 1)}
+	accepted := make(chan struct{})
+	var once sync.Once
 	var mu sync.Mutex
 	var conns []net.Conn
 	done := make(chan struct{})
@@ -594,10 +706,7 @@ func startSilent(t *testing.T) *silent {
 			mu.Lock()
 			conns = append(conns, conn)
 			mu.Unlock()
-			select {
-			case s.accepted <- struct{}{}:
-			default:
-			}
+			once.Do(func() { close(accepted) })
 		}
 	}()
 	t.Cleanup(func() {
@@ -609,7 +718,156 @@ func startSilent(t *testing.T) *silent {
 			c.Close()
 		}
 	})
-	return s
+	return &endpoint{
+		kind: HangSilent, addr: ln.Addr().String(), hangs: "its server never answers",
+		reached: func() bool {
+			select {
+			case <-accepted:
+				return true
+			default:
+				return false
+			}
+		},
+		reachedMeans: "the server accepts a connection",
+	}
+}
+
+// startSYNDropped starts a listener with a backlog of 0 and fills its accept queue with one
+// connection it never accepts, so that the kernel drops every later SYN; the test's cleanup
+// closes both.
+func startSYNDropped(t *testing.T) *endpoint {
+	t.Helper()
+	if _, err := os.Stat("/proc/net/tcp"); err != nil {
+		testenv.Unavailable(t, "the SYN-dropped endpoint needs Linux (its accept queue is read from /proc/net/tcp): %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	// Go listens with the kernel's somaxconn; a second listen(2) on a listening socket sets
+	// its backlog again.
+	raw, err := ln.(*net.TCPListener).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listenErr error
+	if err := raw.Control(func(fd uintptr) { listenErr = syscall.Listen(int(fd), 0) }); err != nil || listenErr != nil {
+		t.Fatalf("listen again with a backlog of 0: %v %v", err, listenErr)
+	}
+	addr := ln.Addr().String()
+	fill, err := net.DialTimeout("tcp", addr, grace)
+	if err != nil {
+		t.Fatalf("the connection that fills the accept queue of %s: %v", addr, err)
+	}
+	t.Cleanup(func() { fill.Close() })
+	// The client's connect returns when it sent the handshake's last ACK; the queue is full
+	// once the kernel has queued the connection that ACK completes.
+	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+		n, err := acceptQueue(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Since(start) > grace {
+			t.Fatalf("the kernel does not queue the connection to %s (backlog 0) that fills its accept queue", addr)
+		}
+	}
+	return &endpoint{
+		kind: HangSYNDropped, addr: addr, hangs: "a connect to its endpoint never completes",
+		reached: func() bool {
+			ok, err := connecting(addr)
+			if err != nil {
+				t.Error(err)
+			}
+			return ok
+		},
+		reachedMeans: "a socket in SYN_SENT to it in /proc/net/tcp",
+	}
+}
+
+// tcpSocket is one TCP socket of the network namespace, as /proc/net/tcp and /proc/net/tcp6
+// list it: addresses in the kernel's hex form, the state's number, and rx_queue (for a
+// listener, the length of its accept queue).
+type tcpSocket struct {
+	local, remote, state string
+	rxQueue              int
+}
+
+// The states of tcpSocket (include/net/tcp_states.h).
+const (
+	stateSYNSent = "02"
+	stateListen  = "0A"
+)
+
+// tcpSockets reads the TCP sockets of the process's network namespace.
+func tcpSockets() ([]tcpSocket, error) {
+	var out []tcpSocket
+	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(file)
+		if errors.Is(err, os.ErrNotExist) && file == "/proc/net/tcp6" {
+			continue // no IPv6 in this kernel
+		}
+		if err != nil {
+			return nil, err
+		}
+		lines := strings.Split(string(data), "\n")
+		for _, line := range lines[1:] { // after the header
+			f := strings.Fields(line)
+			if len(f) < 5 {
+				continue
+			}
+			_, rx, _ := strings.Cut(f[4], ":")
+			n, _ := strconv.ParseInt(rx, 16, 64)
+			out = append(out, tcpSocket{local: f[1], remote: f[2], state: f[3], rxQueue: int(n)})
+		}
+	}
+	return out, nil
+}
+
+// procAddrs are the forms addr (127.0.0.1:port) takes in /proc/net/tcp and, v4-mapped, in
+// /proc/net/tcp6: each 32-bit word of the address in the machine's byte order, then the port.
+func procAddrs(addr string) []string {
+	ap := netip.MustParseAddrPort(addr)
+	words := func(b []byte) string {
+		var s strings.Builder
+		for i := 0; i < len(b); i += 4 {
+			fmt.Fprintf(&s, "%08X", binary.NativeEndian.Uint32(b[i:i+4]))
+		}
+		return fmt.Sprintf("%s:%04X", s.String(), ap.Port())
+	}
+	v4, v6 := ap.Addr().As4(), ap.Addr().As16()
+	return []string{words(v4[:]), words(v6[:])}
+}
+
+// acceptQueue is how many connections wait in the accept queue of the listener at addr.
+func acceptQueue(addr string) (int, error) {
+	socks, err := tcpSockets()
+	if err != nil {
+		return 0, err
+	}
+	forms := procAddrs(addr)
+	for _, s := range socks {
+		if s.state == stateListen && slices.Contains(forms, s.local) {
+			return s.rxQueue, nil
+		}
+	}
+	return 0, fmt.Errorf("no listener at %s in /proc/net/tcp", addr)
+}
+
+// connecting reports whether a socket of the network namespace is connecting to addr (in
+// SYN_SENT: its SYN sent, no answer).
+func connecting(addr string) (bool, error) {
+	socks, err := tcpSockets()
+	if err != nil {
+		return false, err
+	}
+	forms := procAddrs(addr)
+	return slices.ContainsFunc(socks, func(s tcpSocket) bool {
+		return s.state == stateSYNSent && slices.Contains(forms, s.remote)
+	}), nil
 }
 
 // goroutines returns the stack of every goroutine of the process, by goroutine id.

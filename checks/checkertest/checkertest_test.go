@@ -1,8 +1,12 @@
 package checkertest
 
 import (
+	"errors"
+	"net"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
@@ -45,5 +49,63 @@ func TestGoroutinesSeesANewOne(t *testing.T) {
 	}
 	if serverSide(fresh[0]) {
 		t.Error("a test goroutine taken for a server's")
+	}
+}
+
+// TestSYNDroppedEndpointHangsAConnect proves on this machine what the SYN-dropped endpoint
+// relies on: with its accept queue full, a connect to it is neither refused nor completed, its
+// socket stays in SYN_SENT (what the Abandoned subtest watches for), and only the connect's
+// own deadline ends it.
+func TestSYNDroppedEndpointHangsAConnect(t *testing.T) {
+	e := startSYNDropped(t)
+	if e.reached() {
+		t.Fatal("a socket is connecting to the endpoint before anything dialled it")
+	}
+	const wait = time.Second
+	dialled := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		conn, err := net.DialTimeout("tcp", e.addr, wait)
+		if err == nil {
+			conn.Close()
+		}
+		dialled <- err
+	}()
+	for !e.reached() {
+		if time.Since(start) > wait {
+			t.Fatal("no socket in SYN_SENT to the endpoint while a connect to it waits")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	err := <-dialled
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("the connect ended with %v after %v, want its own timeout (%v)", err, time.Since(start), wait)
+	}
+	if elapsed := time.Since(start); elapsed < wait {
+		t.Errorf("the connect timed out after %v, before its %v", elapsed, wait)
+	}
+	if n, err := acceptQueue(e.addr); err != nil || n != 1 {
+		t.Errorf("the accept queue holds %d connection(s) (%v), want the kit's one", n, err)
+	}
+}
+
+// TestSilentEndpointAcceptsAndSaysNothing: a connect to the silent endpoint completes, the
+// endpoint sees it, and nothing is ever read from it.
+func TestSilentEndpointAcceptsAndSaysNothing(t *testing.T) {
+	e := startSilent(t)
+	conn, err := net.DialTimeout("tcp", e.addr, grace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for start := time.Now(); !e.reached(); time.Sleep(time.Millisecond) {
+		if time.Since(start) > grace {
+			t.Fatal("the endpoint did not see the connection")
+		}
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, err := conn.Read(make([]byte, 1)); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("read %d byte(s), %v; want nothing until the deadline", n, err)
 	}
 }

@@ -9,8 +9,8 @@ import (
 )
 
 // TestConformance runs the provider types' conformance kit against the GCE wire server, through
-// the real OAuth flow; the hung provider's endpoint is the kit's silent listener (its token
-// exchange still goes to the wire server).
+// the real OAuth flow; the hung provider's endpoint is each of the kit's hung endpoints (its
+// token exchange still goes to the wire server).
 func TestConformance(t *testing.T) {
 	s := gcefake.Start(t)
 	s.AddInstances(project, "us-east1-b", 1, managed)

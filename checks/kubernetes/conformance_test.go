@@ -8,7 +8,7 @@ import (
 )
 
 // TestConformance runs the provider types' conformance kit against a real kube-apiserver; the
-// hung provider's kubeconfig names the kit's silent listener.
+// hung provider's kubeconfig names each of the kit's hung endpoints.
 func TestConformance(t *testing.T) {
 	env := kube.Start(t)
 	const hungToken = "hung-server-token-0123456789"

@@ -11,8 +11,9 @@ import (
 )
 
 // TestConformance runs the provider types' conformance kit against two real hosts (sshd and
-// libvirtd in network namespaces); the hung provider's one host is the kit's silent listener,
-// with every bound of its own at a minute, so that only the deadline or Close ends its check.
+// libvirtd in network namespaces); the hung provider's one host is each of the kit's hung
+// endpoints, with every bound of its own at a minute, so that only the deadline or Close ends
+// its check.
 func TestConformance(t *testing.T) {
 	f := kvmhost.Start(t, 2)
 	kc := f.KVMConfig()

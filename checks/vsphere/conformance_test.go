@@ -9,7 +9,8 @@ import (
 )
 
 // TestConformance runs the provider types' conformance kit against the vCenter simulator; the
-// hung provider's url is the kit's silent listener (TCP accepted, TLS never answered).
+// hung provider's url is each of the kit's hung endpoints (TCP accepted and TLS never
+// answered, or the connect never completed).
 func TestConformance(t *testing.T) {
 	sim := vcsim.Start(t, vcsim.Options{})
 	files := "\nusernameFile: " + sim.UsernameFile() + "\npasswordFile: " + sim.PasswordFile() + "\ncaFile: " + sim.CAFile()
