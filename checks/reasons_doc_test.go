@@ -14,7 +14,8 @@ import (
 )
 
 // TestReasonsDocMatchesCatalogue keeps docs/reasons.md and the registered catalogues in step:
-// the table under each provider type's heading lists exactly that type's reasons, once each,
+// the table under each provider type's heading (the section make generate copies from the
+// reasons.md of the type's package) lists exactly that type's reasons, once each,
 // and each row's meaning starts with the one-line meaning the type registered (its final
 // period aside: the row may go on).
 func TestReasonsDocMatchesCatalogue(t *testing.T) {
@@ -63,7 +64,7 @@ func TestReasonsDocMatchesCatalogue(t *testing.T) {
 	for _, typ := range checks.Registered() {
 		d, ok := documented[typ.Name]
 		if !ok {
-			t.Errorf("docs/reasons.md has no section %q", typ.Name)
+			t.Errorf("docs/reasons.md has no section %q: write reasons.md in the type's package and run `make generate` (docs/providers.md)", typ.Name)
 			continue
 		}
 		for r := range d.meanings {

@@ -14,14 +14,15 @@ import (
 const MetricNamespace = "proxy_operator"
 
 // Type is everything the exporter knows about one provider type. Each provider type is one
-// package under checks/ that registers its Type from an init function; the exporter's main
-// package imports the registered types in one place (providers.go).
+// package under checks/ that registers its Type from an init function; package providers
+// imports the build's types in one place, and the exporter and the tests import it.
 type Type struct {
 	// Name is the providers file's `type` and the key of the type's block.
 	Name ProviderType
 	// Reasons is the closed catalogue of reasons the type's checks report, Ready and Timeout
-	// included, each with its one-line meaning (docs/reasons.md's table starts each row's
-	// meaning with it: a test keeps them in step).
+	// included, each with its one-line meaning (the table of the package's reasons.md, which
+	// make generate copies into docs/reasons.md, starts each row's meaning with it: a test
+	// keeps them in step).
 	Reasons []ReasonInfo
 	// Block decodes and validates the type's providers-file block.
 	Block config.BlockType

@@ -17,7 +17,8 @@ func init() {
 	})
 }
 
-// reasons is the type's catalogue; docs/reasons.md explains each and says what to do.
+// reasons is the type's catalogue; reasons.md beside this file (the type's section of
+// docs/reasons.md) explains each and says what to do.
 var reasons = []checks.ReasonInfo{
 	{Reason: checks.ReasonReady, Meaning: "Compute Engine answered one page of at most one instance of `instances.aggregatedList` for the project."},
 	{Reason: checks.ReasonTimeout, Meaning: "The round's deadline came first: loading the credentials, the token exchange or the Compute API call was still pending (the message says which), or the deadline had passed before the check started (or the checker misbehaved; see the message)."},

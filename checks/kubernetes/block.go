@@ -19,7 +19,8 @@ func init() {
 	})
 }
 
-// reasons is the type's catalogue; docs/reasons.md explains each and says what to do.
+// reasons is the type's catalogue; reasons.md beside this file (the type's section of
+// docs/reasons.md) explains each and says what to do.
 var reasons = []checks.ReasonInfo{
 	{Reason: checks.ReasonReady, Meaning: "The API server answered the list request (at most one object) with the exporter's identity."},
 	{Reason: checks.ReasonTimeout, Meaning: "The list request did not complete before the round's deadline (or the checker misbehaved; see the message)."},

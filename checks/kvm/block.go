@@ -23,7 +23,8 @@ func init() {
 	})
 }
 
-// reasons is the type's catalogue; docs/reasons.md explains each and says what to do.
+// reasons is the type's catalogue; reasons.md beside this file (the type's section of
+// docs/reasons.md) explains each and says what to do.
 var reasons = []checks.ReasonInfo{
 	{Reason: checks.ReasonReady, Meaning: "The host answered over the pooled SSH + libvirt connection (library version and hostname) and its storage pool is running."},
 	{Reason: checks.ReasonTimeout, Meaning: "No verdict that blames a stage."},

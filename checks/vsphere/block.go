@@ -18,7 +18,8 @@ func init() {
 	})
 }
 
-// reasons is the type's catalogue; docs/reasons.md explains each and says what to do.
+// reasons is the type's catalogue; reasons.md beside this file (the type's section of
+// docs/reasons.md) explains each and says what to do.
 var reasons = []checks.ReasonInfo{
 	{Reason: checks.ReasonReady, Meaning: "The vCenter's target: logged in (or the session kept from an earlier round is alive) and the inventory retrieval answered; with `datacenter`, the datacenter is in the inventory. A host's target: its `runtime.connectionState` is `connected` and it is not in maintenance mode."},
 	{Reason: checks.ReasonTimeout, Meaning: "The round's deadline came first: connecting, logging in or the inventory call was still pending (the message says which), or the deadline had passed before the check started."},
