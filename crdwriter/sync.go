@@ -244,24 +244,10 @@ func (s *session) objectWritten(name string) {
 // syncProvider writes one provider's status when it differs visibly from the live object's or a
 // heartbeat is due, creating the object when missing; then it records the provider's Events.
 func (s *session) syncProvider(ctx context.Context, name string) error {
-	s.mu.Lock()
-	m := s.mem[name]
-	if m == nil {
-		s.mu.Unlock()
+	want, ok := s.wanted(name)
+	if !ok {
 		return nil
 	}
-	desired := m.render()
-	// Until this writer has seen a check of the provider, a heartbeat would vouch for
-	// verdicts read back from the object (a restart): write only a visible change.
-	checked := !m.lastChecked.IsZero()
-	// Read back from the live object and not listed by a snapshot since: memory knows no more
-	// than the object shows (and less of the targets its list left out), so nothing is
-	// written before the provider's first round.
-	seeded := m.seed != nil
-	events := slices.Clone(s.pending[name])
-	s.mu.Unlock()
-
-	logger := s.w.logger.With("provider", name)
 	if seen, ok := s.foreign[name]; ok && time.Since(seen) < s.w.opts.HeartbeatInterval {
 		return nil // a name clash, re-checked once per heartbeat interval
 	}
@@ -276,105 +262,153 @@ func (s *session) syncProvider(ctx context.Context, name string) error {
 			return nil
 		}
 		live = got
-		desired, events = s.adopt(name, live, desired, events)
+		want.desired, want.events = s.adopt(name, live, want.desired, want.events)
 	}
 	for attempt := 0; attempt < 5; attempt++ {
 		if live == nil {
-			if s.holdBack(name, nil, time.Now()) {
-				return nil
-			}
-			obj, err := s.create(ctx, name)
-			if errors.Is(err, errNotOurs) || errors.Is(err, errRejected) {
-				return nil
-			}
-			if err != nil {
+			obj, err := s.createFor(ctx, name, &want)
+			if obj == nil {
 				return err
 			}
-			if _, ok := s.foreign[name]; ok {
-				delete(s.foreign, name)
-				s.w.metrics.nameClashes.Set(float64(len(s.foreign)))
-				logger.Info("the name clash is over: the object is this instance's now")
-			}
 			live = obj
-			s.live[name] = obj
-			desired, events = s.adopt(name, live, desired, events)
-		}
-		if seeded {
-			s.emit(name, live, events)
-			return nil
 		}
 		now := time.Now()
-		hb := live.Status.LastHeartbeatTime
-		heartbeatDue := checked && (hb == nil || now.Sub(hb.Time) >= s.w.opts.HeartbeatInterval)
-		// A reason change held back earlier may be gone (the reason went back): only
-		// holdReason below holds it again, so the sync loop never waits for a write that is
-		// no longer wanted.
-		delete(s.reasonHeld, name)
-		if sameVisible(&live.Status, &desired) && !heartbeatDue {
-			s.emit(name, live, events)
+		if want.seeded || !s.writeDue(name, live, &want, now) {
+			s.emit(name, live, want.events)
 			return nil
 		}
-		if !heartbeatDue && s.holdReason(name, &live.Status, &desired, now) {
-			s.emit(name, live, events)
-			return nil
-		}
-		if s.holdBack(name, &desired, now) {
+		if s.holdBack(name, &want.desired, now) {
 			return nil
 		}
 		if !s.mayWrite() {
 			return errNotLeader
 		}
-		obj := live.DeepCopy()
-		obj.Status = desired
-		obj.Status.LastHeartbeatTime = &metav1.Time{Time: now.Truncate(time.Second)}
-		obj.Status.Writer = s.w.writerID
-		// The API server keeps an object's managedFields when an update carries none; sending
-		// them back would add a third to every write (an entry per listed target).
-		obj.ManagedFields = nil
-		updated, err := s.w.objects.UpdateStatus(ctx, obj)
-		s.w.metrics.count(writeStatus, err)
-		switch {
-		case err == nil:
-			s.wrote[name] = true
-			delete(s.reasonHeld, name)
-			s.statusSubresourceFound()
-			s.accepted(name)
-			s.compareWithSent(name, &obj.Status, &updated.Status)
-			s.live[name] = updated
-			s.emit(name, updated, events)
-			return nil
-		case apierrors.IsInvalid(err):
-			s.reject(name, &desired, now, err)
-			return nil
-		case apierrors.IsConflict(err):
-			got, ours, rerr := s.readAgain(ctx, name, "after a conflict")
-			if rerr != nil || !ours {
-				return rerr
-			}
-			live = got // nil: gone, created again
-		case apierrors.IsNotFound(err):
-			// Either the object is gone, or it is there and /status is not (a CRD without the
-			// status subresource): a read tells.
-			got, ours, rerr := s.readAgain(ctx, name, "after its status was not found")
-			switch {
-			case rerr != nil || !ours:
-				return rerr
-			case got == nil:
-				// Deleted by someone: recreate it, with the transition times memory kept.
-				logger.Info("the ProviderHealth object was deleted; recreating it")
-				delete(s.live, name)
-				live = nil
-			case got.UID == live.UID:
-				s.statusSubresourceMissing(now)
-				return nil
-			default: // replaced by another object of ours: write that one
-				live = got
-			}
-		default:
-			return fmt.Errorf("writing the status of ProviderHealth %s: %w", name, err)
+		next, done, err := s.putStatus(ctx, name, live, &want, now)
+		if done {
+			return err
 		}
+		live = next
 	}
 	return fmt.Errorf("writing the status of ProviderHealth %s: %w", name, errStillConflicting)
+}
+
+// providerWant is what memory holds for one provider's object at a sync, read under the lock.
+type providerWant struct {
+	desired v1alpha1.ProviderHealthStatus
+	// checked: this writer has seen a check of the provider. Until it has, a heartbeat would
+	// vouch for verdicts read back from the object (a restart): only a visible change is
+	// written.
+	checked bool
+	// seeded: read back from the live object and not listed by a snapshot since. Memory knows
+	// no more than the object shows (and less of the targets its list left out), so nothing is
+	// written before the provider's first round.
+	seeded bool
+	events []targetEvent // the provider's pending Events
+}
+
+// wanted reads what memory holds for the provider; false when it holds nothing.
+func (s *session) wanted(name string) (providerWant, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.mem[name]
+	if m == nil {
+		return providerWant{}, false
+	}
+	return providerWant{
+		desired: m.render(),
+		checked: !m.lastChecked.IsZero(),
+		seeded:  m.seed != nil,
+		events:  slices.Clone(s.pending[name]),
+	}, true
+}
+
+// createFor creates the provider's missing object and adopts it into want. It returns nil, with
+// the error if there was one, when no object was created: held back, not ours, rejected.
+func (s *session) createFor(ctx context.Context, name string, want *providerWant) (*v1alpha1.ProviderHealth, error) {
+	if s.holdBack(name, nil, time.Now()) {
+		return nil, nil
+	}
+	obj, err := s.create(ctx, name)
+	if errors.Is(err, errNotOurs) || errors.Is(err, errRejected) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := s.foreign[name]; ok {
+		delete(s.foreign, name)
+		s.w.metrics.nameClashes.Set(float64(len(s.foreign)))
+		s.w.logger.Info("the name clash is over: the object is this instance's now", "provider", name)
+	}
+	s.live[name] = obj
+	want.desired, want.events = s.adopt(name, obj, want.desired, want.events)
+	return obj, nil
+}
+
+// writeDue reports whether want's status is to be written over live's now: it differs visibly,
+// or a heartbeat is due, and the change is not a reason change held back (holdReason).
+func (s *session) writeDue(name string, live *v1alpha1.ProviderHealth, want *providerWant, now time.Time) bool {
+	hb := live.Status.LastHeartbeatTime
+	heartbeatDue := want.checked && (hb == nil || now.Sub(hb.Time) >= s.w.opts.HeartbeatInterval)
+	// A reason change held back earlier may be gone (the reason went back): only holdReason
+	// holds it again, so the sync loop never waits for a write that is no longer wanted.
+	delete(s.reasonHeld, name)
+	if sameVisible(&live.Status, &want.desired) && !heartbeatDue {
+		return false
+	}
+	return heartbeatDue || !s.holdReason(name, &live.Status, &want.desired, now)
+}
+
+// putStatus writes want's status to live's /status and records the Events. done reports that
+// the sync is over, with err; otherwise the object changed under the write and next is the one
+// to write again (nil: it is gone, create it again).
+func (s *session) putStatus(ctx context.Context, name string, live *v1alpha1.ProviderHealth, want *providerWant, now time.Time) (next *v1alpha1.ProviderHealth, done bool, err error) {
+	obj := live.DeepCopy()
+	obj.Status = want.desired
+	obj.Status.LastHeartbeatTime = &metav1.Time{Time: now.Truncate(time.Second)}
+	obj.Status.Writer = s.w.writerID
+	// The API server keeps an object's managedFields when an update carries none; sending
+	// them back would add a third to every write (an entry per listed target).
+	obj.ManagedFields = nil
+	updated, err := s.w.objects.UpdateStatus(ctx, obj)
+	s.w.metrics.count(writeStatus, err)
+	switch {
+	case err == nil:
+		s.wrote[name] = true
+		delete(s.reasonHeld, name)
+		s.statusSubresourceFound()
+		s.accepted(name)
+		s.compareWithSent(name, &obj.Status, &updated.Status)
+		s.live[name] = updated
+		s.emit(name, updated, want.events)
+		return nil, true, nil
+	case apierrors.IsInvalid(err):
+		s.reject(name, &want.desired, now, err)
+		return nil, true, nil
+	case apierrors.IsConflict(err):
+		got, ours, rerr := s.readAgain(ctx, name, "after a conflict")
+		return got, rerr != nil || !ours, rerr // got nil: gone, created again
+	case apierrors.IsNotFound(err):
+		// Either the object is gone, or it is there and /status is not (a CRD without the
+		// status subresource): a read tells.
+		got, ours, rerr := s.readAgain(ctx, name, "after its status was not found")
+		switch {
+		case rerr != nil || !ours:
+			return nil, true, rerr
+		case got == nil:
+			// Deleted by someone: recreate it, with the transition times memory kept.
+			s.w.logger.Info("the ProviderHealth object was deleted; recreating it", "provider", name)
+			delete(s.live, name)
+			return nil, false, nil
+		case got.UID == live.UID:
+			s.statusSubresourceMissing(now)
+			return nil, true, nil
+		default: // replaced by another object of ours: write that one
+			return got, false, nil
+		}
+	default:
+		return nil, true, fmt.Errorf("writing the status of ProviderHealth %s: %w", name, err)
+	}
 }
 
 // readAgain reads the provider's object again and remembers it: nil when it is gone; ours is
