@@ -49,7 +49,7 @@
 //     to that address in /proc/net/tcp).
 //   - CloseIdempotentAndLeakFree: a healthy checker and a hung one for each kind of endpoint,
 //     each closed twice (no error, no panic); once all are closed, no goroutine started since
-//     the subtest began is left (polled for 15s; the leaked stacks are printed).
+//     the subtest began is left (polled for 5s; the leaked stacks are printed).
 //   - NoSecret: no string of Harness.Secrets appears in any message of the runs above, in any
 //     probe trace, or in anything the checkers logged (each is given a debug-level logger). A
 //     type without credentials gives no Secrets; the subtest then says so and skips.
@@ -175,14 +175,11 @@ const (
 	grace = 5 * time.Second
 	// connectWait is how long the hung provider's check may take to reach the hung endpoint.
 	connectWait = 20 * time.Second
-	// leakWait is how long goroutines are given to end after the last Close: a call a checker
-	// abandons may run on to a bound of its own of up to ownBound, and then unwind within the
-	// grace. A goroutine that never ends is a leak whatever the wait.
-	leakWait = ownBound + grace
-	// ownBound is the longest bound of its own a type's abandoned call may run to once its
-	// checker is closed: gcp's connect bound (10s), to which net/http runs a pending dial
-	// against the SYN-dropped endpoint whatever its request's context says.
-	ownBound = 10 * time.Second
+	// leakWait is how long goroutines are given to end after the last Close: Close cuts every
+	// call of the checker, which then unwinds within the grace. A goroutine that runs on to a
+	// bound of its own (a dial net/http keeps after its request was cut) is later: Close must
+	// end it too.
+	leakWait = grace
 	// minSecretLen is the shortest secret the kit accepts: shorter strings match by chance.
 	minSecretLen = 6
 )

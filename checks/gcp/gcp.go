@@ -177,6 +177,7 @@ func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 func newBaseTransport() (*http.Transport, *net.Dialer, *conns) {
 	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
 	cs := &conns{open: map[*trackedConn]struct{}{}}
+	cs.dials, cs.endDials = context.WithCancel(context.Background())
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           cs.dialer(d),
@@ -193,12 +194,20 @@ type conns struct {
 	mu     sync.Mutex
 	closed bool
 	open   map[*trackedConn]struct{}
+	// dials ends with closeAll, and with it every dial in progress: net/http runs a dial on
+	// after its request was cut (to the dial's own bound, dialTimeout), so that the
+	// connection may serve the next request.
+	dials    context.Context
+	endDials context.CancelFunc
 }
 
 // dialer dials with d and keeps the connection, until it closes; once closeAll ran it dials
-// no more.
+// no more, and the dials in progress end.
 func (cs *conns) dialer(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(cs.dials, cancel)()
 		conn, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
@@ -217,6 +226,7 @@ func (cs *conns) dialer(d *net.Dialer) func(ctx context.Context, network, addr s
 
 // closeAll closes every open connection, in use or idle, and refuses later dials.
 func (cs *conns) closeAll() {
+	cs.endDials()
 	cs.mu.Lock()
 	cs.closed = true
 	open := make([]*trackedConn, 0, len(cs.open))
@@ -250,8 +260,9 @@ func (c *Checker) Type() checks.ProviderType { return Type }
 // Targets is the one target of a gcp provider: its project.
 func (c *Checker) Targets() []string { return []string{c.project} }
 
-// Close cuts the checks in progress and closes every connection of the checker, those of an
-// abandoned call included, so that the call ends now rather than at its own timeout. It does
+// Close cuts the checks in progress, ends the dials in progress and closes every connection of
+// the checker, those of an abandoned call included, so that the call ends now rather than at
+// its own timeout. It does
 // not wait for a check, and may be called again.
 func (c *Checker) Close() error {
 	c.closing.Close()
