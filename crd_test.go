@@ -22,6 +22,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
@@ -32,20 +33,20 @@ var phResource = schema.GroupVersionResource{Group: v1alpha1.GroupName, Version:
 // checks of TestMain) with args, and returns it once it serves HTTP.
 func startSubprocessExporter(t *testing.T, args ...string) (*testExporter, *testutil.Process) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	cmd := exec.Command(os.Args[0], append([]string{"--web.listen-address=127.0.0.1:0", "--log.format=json", "--log.level=debug"}, args...)...)
 	cmd.Env = append(os.Environ(), envRunMain+"=1")
 	cmd.Stdout, cmd.Stderr = logs, logs
 	p := testutil.StartProcess(t, cmd)
 	x := &testExporter{t: t, logs: logs, client: &http.Client{Timeout: 10 * time.Second}}
-	x.base = "http://" + listenAddress(t, logs, p.Exited)
+	x.base = "http://" + testutil.ListenAddress(t, logs, p.Exited)
 	return x, p
 }
 
 // leads reads the exporter's leader metric.
 func (x *testExporter) leads() bool {
 	code, body := x.get("/metrics")
-	v, ok := metric(x.t, body, "proxy_operator_crd_writer_leader")
+	v, ok := testutil.Metric(x.t, body, "proxy_operator_crd_writer_leader")
 	return code == http.StatusOK && ok && v == 1
 }
 
@@ -59,7 +60,7 @@ func TestCRDWriterFencedAfterFreeze(t *testing.T) {
 	const userA, userB = "replica-a", "replica-b"
 	env.AddUser(userA, "system:masters")
 	env.AddUser(userB, "system:masters")
-	providers := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
+	providers := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
 	common := []string{"--config.file=" + providers, "--provider-check-interval=10s",
 		"--crd.enabled", "--crd.leader-elect", "--crd.lease-namespace=default", "--crd.instance=fence-test",
 		// A heartbeat due every second: the frozen leader has a status write due the moment
@@ -89,7 +90,7 @@ func TestCRDWriterFencedAfterFreeze(t *testing.T) {
 			_ = procA.Cmd.Process.Signal(syscall.SIGCONT)
 		}
 	})
-	writeProviders(t, providers, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
+	fakechecks.WriteProviders(t, providers, fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"}, fakechecks.Provider{Name: "beta", Project: "beta-project", Targets: "b1"})
 	for _, p := range []*testutil.Process{procA, procB} {
 		if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
@@ -118,7 +119,7 @@ func TestCRDWriterFencedAfterFreeze(t *testing.T) {
 		t.Fatal(err)
 	}
 	frozen = false
-	testutil.Eventually(t, 20*time.Second, "a to reload after waking", func() bool { return a.logs.find("providers file reloaded") != nil })
+	testutil.Eventually(t, 20*time.Second, "a to reload after waking", func() bool { return a.logs.Find("providers file reloaded") != nil })
 	testutil.Eventually(t, 20*time.Second, "a to follow", func() bool {
 		code, _ := a.get("/-/ready")
 		return code == http.StatusOK && !a.leads()
@@ -128,8 +129,8 @@ func TestCRDWriterFencedAfterFreeze(t *testing.T) {
 	}
 	// Which guard stopped it depends on what ran first after the wake: a write (the heartbeat
 	// due, the reload) meets the fence; a renewal attempt observes b and ends the term.
-	fenced := a.logs.find("the last renewal of the lease is older than the renew deadline: writing nothing until it is renewed") != nil
-	ended := a.logs.find("another replica holds the lease now; stopped writing ProviderHealth objects") != nil
+	fenced := a.logs.Find("the last renewal of the lease is older than the renew deadline: writing nothing until it is renewed") != nil
+	ended := a.logs.Find("another replica holds the lease now; stopped writing ProviderHealth objects") != nil
 	t.Logf("after the wake: fenced by the renewal's age %v, term ended on observing b %v", fenced, ended)
 	if !ended {
 		t.Errorf("the woken replica did not log the end of its term; logs:\n%s", a.logs.String())
@@ -158,14 +159,9 @@ func TestSinceAgreesOnPageAndObject(t *testing.T) {
 	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
 	var reason atomic.Value
 	reason.Store(checks.ReasonAPIError)
-	prev := newChecker
-	newChecker = func(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
-		if p.Type == string(kubernetes.Type) {
-			return &sinceChecker{reason: &reason}, nil
-		}
-		return prev(p, logger)
-	}
-	t.Cleanup(func() { newChecker = prev })
+	fakechecks.Replace(t, kubernetes.Type, func(config.Provider, *slog.Logger) (checks.Checker, error) {
+		return &sinceChecker{reason: &reason}, nil
+	})
 	providers := filepath.Join(t.TempDir(), "providers.yml")
 	if err := os.WriteFile(providers, []byte("providers:\n  - name: since\n    type: kubernetes\n    kubernetes: {}\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -187,9 +183,9 @@ func TestSinceAgreesOnPageAndObject(t *testing.T) {
 		if err != nil {
 			t.Fatalf("object's lastTransitionTime: %v", err)
 		}
-		return tm["reason"].(string), formatTime(ts)
+		return tm["reason"].(string), ts.UTC().Format("2006-01-02 15:04:05 UTC")
 	}
-	// The target's row under the provider "since" (status page markup in landing.go).
+	// The target's row under the provider "since" (status page markup in exporter/landing.go).
 	rowRE := regexp.MustCompile(`(?s)<tbody id="provider-since">.*?<tr class="target"><td><a href="[^"]*">api</a></td>\s*<td class="down">down</td>\s*<td[^>]*>(\w+)</td><td>[^<]*</td>\s*<td class="time">([^<]+)<br>`)
 	page := func() (reason, since string) {
 		_, body := x.get("/")
@@ -229,8 +225,8 @@ func TestTwoInstancesKeepToTheirOwn(t *testing.T) {
 		}
 		return u.GetLabels()
 	}
-	filesA := writeProviders(t, "", provider{"a-only", "a-project", "a1"}, provider{"shared", "shared-a", "s1"})
-	filesB := writeProviders(t, "", provider{"b-only", "b-project", "b1"}, provider{"shared", "shared-b", "s1"})
+	filesA := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "a-only", Project: "a-project", Targets: "a1"}, fakechecks.Provider{Name: "shared", Project: "shared-a", Targets: "s1"})
+	filesB := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "b-only", Project: "b-project", Targets: "b1"}, fakechecks.Provider{Name: "shared", Project: "shared-b", Targets: "s1"})
 	exporter := func(instance, file, interval string) (*testExporter, *testutil.Process) {
 		return startSubprocessExporter(t, "--config.file="+file, "--provider-check-interval="+interval,
 			"--crd.enabled", "--crd.kubeconfig="+env.Kubeconfig, "--crd.instance="+instance, "--crd.heartbeat-interval=1s")
@@ -252,10 +248,10 @@ func TestTwoInstancesKeepToTheirOwn(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "team-b's object", func() bool { return labels("b-only")["providerhealth.io/instance"] == "team-b" })
 	testutil.Eventually(t, 30*time.Second, "team-b to report the clash", func() bool {
 		_, body := b.get("/metrics")
-		v, ok := metric(t, body, "proxy_operator_crd_writer_name_clashes")
+		v, ok := testutil.Metric(t, body, "proxy_operator_crd_writer_name_clashes")
 		return ok && v == 1
 	})
-	if r := b.logs.find("the ProviderHealth object of this provider's name belongs to someone else; leaving it alone (rename one of the providers)"); r == nil || r["provider"] != "shared" {
+	if r := b.logs.Find("the ProviderHealth object of this provider's name belongs to someone else; leaving it alone (rename one of the providers)"); r == nil || r["provider"] != "shared" {
 		t.Errorf("the clash log record: %v", r)
 	}
 	shared, err := dyn.Resource(phResource).Get(context.Background(), "shared", metav1.GetOptions{})
@@ -270,11 +266,11 @@ func TestTwoInstancesKeepToTheirOwn(t *testing.T) {
 
 	// team-b restarts without its providers, then runs with checks off: team-a's objects stay.
 	stop(procB)
-	writeProviders(t, filesB)
+	fakechecks.WriteProviders(t, filesB)
 	_, procB = exporter("team-b", filesB, "10s")
 	testutil.Eventually(t, 30*time.Second, "team-b's restart to collect b-only", func() bool { return labels("b-only") == nil })
 	stop(procB)
-	writeProviders(t, filesB, provider{"b-only", "b-project", "b1"})
+	fakechecks.WriteProviders(t, filesB, fakechecks.Provider{Name: "b-only", Project: "b-project", Targets: "b1"})
 	_, procB = exporter("team-b", filesB, "10s")
 	testutil.Eventually(t, 30*time.Second, "team-b to write b-only again", func() bool { return labels("b-only") != nil })
 	stop(procB)

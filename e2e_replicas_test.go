@@ -48,7 +48,7 @@ func (r *replica) metrics(t *testing.T) string {
 
 // leader reports whether the replica says it writes the ProviderHealth objects.
 func (r *replica) leader(t *testing.T) bool {
-	v, ok := metric(t, r.metrics(t), "proxy_operator_crd_writer_leader")
+	v, ok := testutil.Metric(t, r.metrics(t), "proxy_operator_crd_writer_leader")
 	return ok && v == 1
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
@@ -83,7 +84,7 @@ func TestEndToEnd(t *testing.T) {
 
 	// The verdicts in /metrics: every target up.
 	_, body := x.get("/metrics")
-	if v, ok := metric(t, body, `proxy_operator_provider_target_reason{provider="gce-untrusted",reason="CredentialsError"`); !ok || v != 1 {
+	if v, ok := testutil.Metric(t, body, `proxy_operator_provider_target_reason{provider="gce-untrusted",reason="CredentialsError"`); !ok || v != 1 {
 		t.Errorf("the provider whose key the token endpoint does not trust: CredentialsError = %v (present %v), want 1", v, ok)
 	}
 	for _, series := range []string{
@@ -92,7 +93,7 @@ func TestEndToEnd(t *testing.T) {
 		`proxy_operator_provider_target_up{provider="hypervisors",target="` + kvm.Hosts[0].Name + `"}`,
 		`proxy_operator_provider_target_up{provider="hypervisors",target="` + kvm.Hosts[1].Name + `"}`,
 	} {
-		if v, ok := metric(t, body, series); !ok || v != 1 {
+		if v, ok := testutil.Metric(t, body, series); !ok || v != 1 {
 			t.Errorf("%s = %v (present %v), want 1; logs:\n%s", series, v, ok, x.logs.String())
 		}
 	}
@@ -194,7 +195,7 @@ func TestEndToEnd(t *testing.T) {
 	// Let a round pass after the reload: the times must still be those from before it.
 	round := func() float64 {
 		_, body := x.get("/metrics")
-		v, _ := metric(t, body, "proxy_operator_provider_check_rounds_total")
+		v, _ := testutil.Metric(t, body, "proxy_operator_provider_check_rounds_total")
 		return v
 	}
 	r0 := round()
@@ -289,9 +290,9 @@ metadata:
 		t.Fatalf("objects before the exporter starts: %s", got)
 	}
 
-	providers := writeProviders(t, "", provider{name: "ours-configured", project: "ours-project", targets: "t1"})
-	f := newFakeChecks()
-	f.use(t)
+	providers := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "ours-configured", Project: "ours-project", Targets: "t1"})
+	f := fakechecks.New()
+	f.Use(t)
 	x := startExporter(t, "http", "--config.file="+providers, "--provider-check-interval=0",
 		"--crd.enabled", "--crd.kubeconfig="+env.Kubeconfig)
 	testutil.Eventually(t, 30*time.Second, "the exporter's objects to be deleted", func() bool {
@@ -300,7 +301,7 @@ metadata:
 	if code, _ := x.get("/-/ready"); code != http.StatusOK {
 		t.Errorf("/-/ready with checks off: %d, want 200", code)
 	}
-	if n := f.count(f.checks, "ours-configured"); n != 0 {
+	if n := f.Checked("ours-configured"); n != 0 {
 		t.Errorf("checks off, but the provider was checked %d times", n)
 	}
 }

@@ -58,7 +58,7 @@ func TestHostFilesOnRealHosts(t *testing.T) {
 	// The inventory writes a new file and renames it over the old one.
 	write := func(data string) {
 		t.Helper()
-		writeFile(t, hostFile, data)
+		testutil.ReplaceFile(t, hostFile, data)
 	}
 	group := func(labels string, hosts ...int) string {
 		var ts []string
@@ -129,10 +129,10 @@ func TestHostFilesOnRealHosts(t *testing.T) {
 	var m string
 	testutil.Eventually(t, 40*time.Second, "both hosts of the file Ready, in the object too", func() bool {
 		m = metrics()
-		return reasonOf(m, addr(0)) == "Ready" && reasonOf(m, addr(1)) == "Ready" &&
+		return testutil.TargetReason(m, addr(0)) == "Ready" && testutil.TargetReason(m, addr(1)) == "Ready" &&
 			slices.Equal(object(), want(addr(0)+"=Ready", addr(1)+"=Ready"))
 	})
-	if info := series(m, "proxy_operator_provider_target_info", addr(0)); !strings.Contains(info, `rack="r1"`) || !strings.Contains(info, `site="fra1"`) {
+	if info := testutil.TargetSeries(m, "proxy_operator_provider_target_info", addr(0)); !strings.Contains(info, `rack="r1"`) || !strings.Contains(info, `site="fra1"`) {
 		t.Errorf("target_info of a file's host: %q, want its group's rack and its provider's site", info)
 	}
 	if ok, n := fileSeries(m, "last_read_successful"), fileSeries(m, "targets"); !strings.HasSuffix(ok, " 1") || !strings.HasSuffix(n, " 2") {
@@ -144,7 +144,7 @@ func TestHostFilesOnRealHosts(t *testing.T) {
 	write("[" + group(`"rack": "r1"`, 0, 1) + ", " + group(`"rack": "r2"`, 2) + "]\n")
 	testutil.Eventually(t, 30*time.Second, "the added host Ready, in the object too", func() bool {
 		m = metrics()
-		return reasonOf(m, addr(2)) == "Ready" && slices.Equal(object(), want(addr(0)+"=Ready", addr(1)+"=Ready", addr(2)+"=Ready"))
+		return testutil.TargetReason(m, addr(2)) == "Ready" && slices.Equal(object(), want(addr(0)+"=Ready", addr(1)+"=Ready", addr(2)+"=Ready"))
 	})
 	if got := []int{fleet.Hosts[0].Logins(), fleet.Hosts[1].Logins()}; !slices.Equal(got, logins) {
 		t.Errorf("SSH logins on the hosts the file kept: %v, were %v (a change of the file redialled them)", got, logins)
@@ -154,7 +154,7 @@ func TestHostFilesOnRealHosts(t *testing.T) {
 	write("[" + group(`"rack": "r1"`, 0) + ", " + group(`"rack": "r2"`, 2) + "]\n")
 	testutil.Eventually(t, 30*time.Second, "the removed host gone from /metrics, the API and the object", func() bool {
 		m = metrics()
-		return series(m, "proxy_operator_provider_target_up", addr(1)) == "" && series(m, "proxy_operator_provider_target_info", addr(1)) == "" &&
+		return testutil.TargetSeries(m, "proxy_operator_provider_target_up", addr(1)) == "" && testutil.TargetSeries(m, "proxy_operator_provider_target_info", addr(1)) == "" &&
 			slices.Equal(apiTargets(status()), want(addr(0), addr(2))) && slices.Equal(object(), want(addr(0)+"=Ready", addr(2)+"=Ready"))
 	})
 	testutil.Eventually(t, 20*time.Second, "the removed host's SSH connection closed", func() bool { return fleet.Hosts[1].TCPConnections() == 0 })
@@ -168,14 +168,14 @@ func TestHostFilesOnRealHosts(t *testing.T) {
 		return strings.HasSuffix(fileSeries(metrics(), "last_read_successful"), " 0")
 	})
 	m = metrics()
-	checked := series(m, "proxy_operator_provider_target_checks_total", addr(2))
+	checked := testutil.TargetSeries(m, "proxy_operator_provider_target_checks_total", addr(2))
 	testutil.Eventually(t, 30*time.Second, "another round of the kept hosts", func() bool {
 		m = metrics()
-		return series(m, "proxy_operator_provider_target_checks_total", addr(2)) != checked
+		return testutil.TargetSeries(m, "proxy_operator_provider_target_checks_total", addr(2)) != checked
 	})
-	if reasonOf(m, addr(0)) != "Ready" || reasonOf(m, addr(2)) != "Ready" || series(m, "proxy_operator_provider_target_up", addr(1)) != "" {
+	if testutil.TargetReason(m, addr(0)) != "Ready" || testutil.TargetReason(m, addr(2)) != "Ready" || testutil.TargetSeries(m, "proxy_operator_provider_target_up", addr(1)) != "" {
 		t.Errorf("with the file invalid: %s reads %q, %s %q, %s has target_up %q; want the last good hosts Ready and nothing else",
-			addr(0), reasonOf(m, addr(0)), addr(2), reasonOf(m, addr(2)), addr(1), series(m, "proxy_operator_provider_target_up", addr(1)))
+			addr(0), testutil.TargetReason(m, addr(0)), addr(2), testutil.TargetReason(m, addr(2)), addr(1), testutil.TargetSeries(m, "proxy_operator_provider_target_up", addr(1)))
 	}
 	if n := fileSeries(m, "targets"); !strings.HasSuffix(n, " 2") {
 		t.Errorf("host_file_targets with the file invalid: %q, want the last good read's 2", n)
@@ -193,7 +193,7 @@ func TestHostFilesOnRealHosts(t *testing.T) {
 	write("[" + group(`"rack": "r1", "maintenance": "true"`, 0) + ", " + group(`"rack": "r2"`, 2) + "]\n")
 	testutil.Eventually(t, 30*time.Second, "the maintained host in Maintenance, in the object too", func() bool {
 		m = metrics()
-		return reasonOf(m, addr(0)) == "Maintenance" && reasonOf(m, addr(2)) == "Ready" &&
+		return testutil.TargetReason(m, addr(0)) == "Maintenance" && testutil.TargetReason(m, addr(2)) == "Ready" &&
 			slices.Equal(object(), want(addr(0)+"=Maintenance", addr(2)+"=Ready"))
 	})
 	if ok := fileSeries(m, "last_read_successful"); !strings.HasSuffix(ok, " 1") {
@@ -218,9 +218,9 @@ func TestHostFilesOnRealHosts(t *testing.T) {
 	})
 	testutil.Eventually(t, 30*time.Second, "the deleted file's hosts gone", func() bool {
 		m = metrics()
-		left = fmt.Sprintf("target_up %q %q, file series %q, object %v", series(m, "proxy_operator_provider_target_up", addr(0)),
-			series(m, "proxy_operator_provider_target_up", addr(2)), fileSeries(m, "last_read_successful"), object())
-		return series(m, "proxy_operator_provider_target_up", addr(0)) == "" && series(m, "proxy_operator_provider_target_up", addr(2)) == "" &&
+		left = fmt.Sprintf("target_up %q %q, file series %q, object %v", testutil.TargetSeries(m, "proxy_operator_provider_target_up", addr(0)),
+			testutil.TargetSeries(m, "proxy_operator_provider_target_up", addr(2)), fileSeries(m, "last_read_successful"), object())
+		return testutil.TargetSeries(m, "proxy_operator_provider_target_up", addr(0)) == "" && testutil.TargetSeries(m, "proxy_operator_provider_target_up", addr(2)) == "" &&
 			fileSeries(m, "last_read_successful") == "" && len(object()) == 0
 	})
 	if !strings.Contains(x.logs.String(), "host files changed") {

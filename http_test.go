@@ -8,6 +8,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -20,23 +21,24 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // TestReadyFlipsAfterFirstRound: /-/ready answers 503 while the first round runs and 200 once
 // it has finished; /-/healthy answers 200 throughout.
 func TestReadyFlipsAfterFirstRound(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
-	release := f.gate("alpha-project")
+	f := fakechecks.New()
+	f.Use(t)
+	release := f.Gate("alpha-project")
 	t.Cleanup(release)
-	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
+	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
 	// A long interval gives a long round deadline (15s): the round cannot end by itself while
 	// the test looks at it.
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=1m")
 
 	// The first round has started (the checker was called) and is held at the gate.
-	testutil.Eventually(t, 20*time.Second, "the first check", func() bool { return f.count(f.checks, "alpha") > 0 })
+	testutil.Eventually(t, 20*time.Second, "the first check", func() bool { return f.Checked("alpha") > 0 })
 	if code, body := x.get("/-/ready"); code != http.StatusServiceUnavailable {
 		t.Fatalf("/-/ready during the first round: %d %q, want 503", code, body)
 	}
@@ -53,9 +55,9 @@ func TestReadyFlipsAfterFirstRound(t *testing.T) {
 // TestLandingPage: the status page links to /metrics and shows each target with its verdict,
 // reason and (escaped) message, and the round.
 func TestLandingPage(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
-	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1,down-a2"})
+	f := fakechecks.New()
+	f.Use(t)
+	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1,down-a2"})
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s")
 	testutil.Eventually(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
 
@@ -98,39 +100,39 @@ func TestLandingPage(t *testing.T) {
 // TestChecksOff: with --provider-check-interval=0 no check runs, the exporter is ready at once,
 // /metrics has provider_info but no verdicts, and the status page says checks are off.
 func TestChecksOff(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
-	release := f.gate("alpha-project") // a check would hang: none may run
+	f := fakechecks.New()
+	f.Use(t)
+	release := f.Gate("alpha-project") // a check would hang: none may run
 	t.Cleanup(release)
-	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
+	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=0")
 
 	if code, body := x.get("/-/ready"); code != http.StatusOK {
 		t.Fatalf("/-/ready: %d %q, want 200 at once", code, body)
 	}
 	_, metrics := x.get("/metrics")
-	if v, ok := metric(t, metrics, `proxy_operator_provider_info{provider="alpha",type="gcp"}`); !ok || v != 1 {
+	if v, ok := testutil.Metric(t, metrics, `proxy_operator_provider_info{provider="alpha",type="gcp"}`); !ok || v != 1 {
 		t.Errorf("provider_info for alpha: %v (present %v), want 1", v, ok)
 	}
-	if _, ok := metric(t, metrics, "proxy_operator_provider_target_up"); ok {
+	if _, ok := testutil.Metric(t, metrics, "proxy_operator_provider_target_up"); ok {
 		t.Errorf("checks are off but /metrics has target_up")
 	}
-	if v, ok := metric(t, metrics, "proxy_operator_build_info"); !ok || v != 1 {
+	if v, ok := testutil.Metric(t, metrics, "proxy_operator_build_info"); !ok || v != 1 {
 		t.Errorf("no proxy_operator_build_info")
 	}
 	for _, name := range []string{"proxy_operator_provider_check_interval_seconds", "proxy_operator_provider_check_timeout_seconds"} {
-		if v, ok := metric(t, metrics, name); !ok || v != 0 {
+		if v, ok := testutil.Metric(t, metrics, name); !ok || v != 0 {
 			t.Errorf("checks are off: %s = %v (present %v), want 0", name, v, ok)
 		}
 	}
-	if _, ok := metric(t, metrics, "go_goroutines"); !ok {
+	if _, ok := testutil.Metric(t, metrics, "go_goroutines"); !ok {
 		t.Errorf("no go collector metrics")
 	}
 	_, page := x.get("/")
 	if !strings.Contains(page, "Checks are off") || !strings.Contains(page, "alpha <span class=\"note\">(gcp)</span> &mdash;\n<span class=\"unchecked\">not checked yet</span>") {
 		t.Errorf("status page does not say checks are off, or lacks the provider:\n%s", page)
 	}
-	if n := f.count(f.checks, "alpha"); n != 0 {
+	if n := f.Checked("alpha"); n != 0 {
 		t.Errorf("checks are off but the checker ran %d times", n)
 	}
 }
@@ -139,22 +141,22 @@ func TestChecksOff(t *testing.T) {
 // ones checked by the next round); a bad file keeps the running set, answers 500 with the
 // reason and drops the reload gauge to 0; SIGHUP reloads too; GET may not reload.
 func TestReload(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
-	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
+	f := fakechecks.New()
+	f.Use(t)
+	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"}, fakechecks.Provider{Name: "beta", Project: "beta-project", Targets: "b1"})
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s", "--web.enable-lifecycle")
 	testutil.Eventually(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
 	_, metrics := x.get("/metrics")
-	if v, ok := metric(t, metrics, "proxy_operator_config_last_reload_successful"); !ok || v != 1 {
+	if v, ok := testutil.Metric(t, metrics, "proxy_operator_config_last_reload_successful"); !ok || v != 1 {
 		t.Fatalf("reload success gauge at start %v (present %v), want 1", v, ok)
 	}
 	// --provider-check-timeout=0 derives min(15s, interval): 10s here.
 	for name, want := range map[string]float64{"proxy_operator_provider_check_interval_seconds": 10, "proxy_operator_provider_check_timeout_seconds": 10} {
-		if v, ok := metric(t, metrics, name); !ok || v != want {
+		if v, ok := testutil.Metric(t, metrics, name); !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
 		}
 	}
-	firstTS, ok := metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds")
+	firstTS, ok := testutil.Metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds")
 	if !ok || firstTS < float64(time.Now().Add(-time.Minute).Unix()) {
 		t.Fatalf("reload timestamp at start %v (present %v)", firstTS, ok)
 	}
@@ -162,28 +164,28 @@ func TestReload(t *testing.T) {
 	// Good file: alpha unchanged, beta removed, gamma added. Timestamps have a resolution
 	// finer than a second, but make sure the new one can be told apart.
 	time.Sleep(10 * time.Millisecond)
-	writeProviders(t, path, provider{"alpha", "alpha-project", "a1"}, provider{"gamma", "gamma-project", "g1"})
+	fakechecks.WriteProviders(t, path, fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"}, fakechecks.Provider{Name: "gamma", Project: "gamma-project", Targets: "g1"})
 	if code, body := x.do(http.MethodPost, "/-/reload"); code != http.StatusOK {
 		t.Fatalf("POST /-/reload with a good file: %d %q", code, body)
 	}
 	_, metrics = x.get("/metrics")
-	if v, _ := metric(t, metrics, "proxy_operator_config_last_reload_successful"); v != 1 {
+	if v, _ := testutil.Metric(t, metrics, "proxy_operator_config_last_reload_successful"); v != 1 {
 		t.Fatalf("reload success gauge %v after a good reload, want 1", v)
 	}
-	goodTS, _ := metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds")
+	goodTS, _ := testutil.Metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds")
 	if goodTS <= firstTS {
 		t.Fatalf("reload timestamp %v did not move past %v", goodTS, firstTS)
 	}
-	if n := f.count(f.built, "alpha"); n != 1 {
+	if n := f.Built("alpha"); n != 1 {
 		t.Errorf("alpha (unchanged) built %d times, want 1: its checker must be kept", n)
 	}
-	if n := f.count(f.closed, "alpha"); n != 0 {
+	if n := f.Closed("alpha"); n != 0 {
 		t.Errorf("alpha (unchanged) closed %d times, want 0", n)
 	}
-	if n := f.count(f.closed, "beta"); n != 1 {
+	if n := f.Closed("beta"); n != 1 {
 		t.Errorf("beta (removed) closed %d times, want 1", n)
 	}
-	if n := f.count(f.built, "gamma"); n != 1 {
+	if n := f.Built("gamma"); n != 1 {
 		t.Errorf("gamma (added) built %d times, want 1", n)
 	}
 	// The next round checks gamma.
@@ -209,13 +211,13 @@ func TestReload(t *testing.T) {
 		t.Fatalf("the 500 body does not carry the loader's error: %q", body)
 	}
 	_, metrics = x.get("/metrics")
-	if v, _ := metric(t, metrics, "proxy_operator_config_last_reload_successful"); v != 0 {
+	if v, _ := testutil.Metric(t, metrics, "proxy_operator_config_last_reload_successful"); v != 0 {
 		t.Fatalf("reload success gauge %v after a bad reload, want 0", v)
 	}
-	if ts, _ := metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds"); ts != goodTS {
+	if ts, _ := testutil.Metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds"); ts != goodTS {
 		t.Fatalf("a failed reload moved the success timestamp from %v to %v", goodTS, ts)
 	}
-	if r := x.logs.find("reload failed, keeping the running providers"); r == nil {
+	if r := x.logs.Find("reload failed, keeping the running providers"); r == nil {
 		t.Fatalf("no log record for the failed reload")
 	}
 	_, page = x.get("/")
@@ -224,7 +226,7 @@ func TestReload(t *testing.T) {
 			t.Errorf("after a bad reload the status page lacks %q: the running set must be kept", want)
 		}
 	}
-	if n := f.count(f.closed, "alpha") + f.count(f.closed, "gamma"); n != 0 {
+	if n := f.Closed("alpha") + f.Closed("gamma"); n != 0 {
 		t.Errorf("a bad reload closed %d running checkers", n)
 	}
 
@@ -233,17 +235,17 @@ func TestReload(t *testing.T) {
 	}
 
 	// SIGHUP with the file fixed again.
-	writeProviders(t, path, provider{"alpha", "alpha-project", "a1"})
+	fakechecks.WriteProviders(t, path, fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
 	x.signals <- syscall.SIGHUP
 	testutil.Eventually(t, 20*time.Second, "the SIGHUP reload", func() bool {
 		_, metrics := x.get("/metrics")
-		v, _ := metric(t, metrics, "proxy_operator_config_last_reload_successful")
+		v, _ := testutil.Metric(t, metrics, "proxy_operator_config_last_reload_successful")
 		return v == 1
 	})
-	if n := f.count(f.closed, "gamma"); n != 1 {
+	if n := f.Closed("gamma"); n != 1 {
 		t.Errorf("gamma (removed by the SIGHUP reload) closed %d times, want 1", n)
 	}
-	if n := f.count(f.closed, "alpha"); n != 0 {
+	if n := f.Closed("alpha"); n != 0 {
 		t.Errorf("alpha closed %d times before exit, want 0", n)
 	}
 }
@@ -251,28 +253,28 @@ func TestReload(t *testing.T) {
 // TestReloadNeedsLifecycleFlag: without --web.enable-lifecycle, POST /-/reload answers 403
 // (as Prometheus does) with a message naming the flag and reloads nothing; SIGHUP still reloads.
 func TestReloadNeedsLifecycleFlag(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
-	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
+	f := fakechecks.New()
+	f.Use(t)
+	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s")
 	testutil.Eventually(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
 	_, metrics := x.get("/metrics")
-	startTS, ok := metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds")
+	startTS, ok := testutil.Metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds")
 	if !ok {
 		t.Fatal("no reload timestamp at start")
 	}
 
 	time.Sleep(10 * time.Millisecond) // a reload's timestamp must be told apart from the start's
-	writeProviders(t, path, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
+	fakechecks.WriteProviders(t, path, fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"}, fakechecks.Provider{Name: "beta", Project: "beta-project", Targets: "b1"})
 	code, body := x.do(http.MethodPost, "/-/reload")
 	if code != http.StatusForbidden || !strings.Contains(body, "--web.enable-lifecycle") {
 		t.Fatalf("POST /-/reload without --web.enable-lifecycle: %d %q, want 403 naming the flag", code, body)
 	}
 	_, metrics = x.get("/metrics")
-	if ts, _ := metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds"); ts != startTS {
+	if ts, _ := testutil.Metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds"); ts != startTS {
 		t.Errorf("the refused POST reloaded: timestamp %v, was %v", ts, startTS)
 	}
-	if n := f.count(f.built, "beta"); n != 0 {
+	if n := f.Built("beta"); n != 0 {
 		t.Errorf("the refused POST built beta %d times, want 0", n)
 	}
 	if code, _ := x.get("/-/reload"); code != http.StatusMethodNotAllowed {
@@ -282,19 +284,19 @@ func TestReloadNeedsLifecycleFlag(t *testing.T) {
 	x.signals <- syscall.SIGHUP
 	testutil.Eventually(t, 20*time.Second, "the SIGHUP reload", func() bool {
 		_, metrics := x.get("/metrics")
-		ts, _ := metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds")
+		ts, _ := testutil.Metric(t, metrics, "proxy_operator_config_last_reload_success_timestamp_seconds")
 		return ts > startTS
 	})
-	if n := f.count(f.built, "beta"); n != 1 {
+	if n := f.Built("beta"); n != 1 {
 		t.Errorf("beta (added) built %d times by the SIGHUP reload, want 1", n)
 	}
 }
 
 // TestShutdownClosesCheckers: SIGTERM closes every running checker before run returns.
 func TestShutdownClosesCheckers(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
-	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
+	f := fakechecks.New()
+	f.Use(t)
+	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"}, fakechecks.Provider{Name: "beta", Project: "beta-project", Targets: "b1"})
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s")
 	testutil.Eventually(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
 	x.signals <- syscall.SIGTERM
@@ -308,7 +310,7 @@ func TestShutdownClosesCheckers(t *testing.T) {
 		t.Fatal("run did not return within 20s of SIGTERM")
 	}
 	for _, name := range []string{"alpha", "beta"} {
-		if n := f.count(f.closed, name); n != 1 {
+		if n := f.Closed(name); n != 1 {
 			t.Errorf("%s closed %d times at exit, want 1", name, n)
 		}
 	}
@@ -319,15 +321,15 @@ func TestShutdownClosesCheckers(t *testing.T) {
 
 // TestListenFailure: an address already in use ends run with exit code 1, closing checkers.
 func TestListenFailure(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
+	f := fakechecks.New()
+	f.Use(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
-	var stdout, stderr syncBuffer
+	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
+	var stdout, stderr testutil.SyncBuffer
 	code := run([]string{"--config.file=" + path, "--web.listen-address=" + l.Addr().String(), "--provider-check-interval=0"}, &stdout, &stderr, nil)
 	if code != 1 {
 		t.Fatalf("exit code %d, want 1", code)
@@ -335,7 +337,7 @@ func TestListenFailure(t *testing.T) {
 	if !strings.Contains(stderr.String(), "address already in use") {
 		t.Fatalf("stderr does not say why:\n%s", stderr.String())
 	}
-	if n := f.count(f.closed, "alpha"); n != 1 {
+	if n := f.Closed("alpha"); n != 1 {
 		t.Fatalf("alpha closed %d times, want 1", n)
 	}
 }
@@ -343,8 +345,8 @@ func TestListenFailure(t *testing.T) {
 // TestWebConfigTLSAndBasicAuth serves through a real exporter-toolkit web config file with a
 // certificate made here and a bcrypt-hashed password.
 func TestWebConfigTLSAndBasicAuth(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
+	f := fakechecks.New()
+	f.Use(t)
 	dir := t.TempDir()
 	certPEM, keyPEM := selfSignedCert(t)
 	certFile, keyFile := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
@@ -364,7 +366,7 @@ func TestWebConfigTLSAndBasicAuth(t *testing.T) {
 	if err := os.WriteFile(webConfig, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
+	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
 	x := startExporter(t, "https", "--config.file="+path, "--provider-check-interval=0", "--web.config.file="+webConfig)
 	client := tlsClient(t, certPEM)
 
@@ -464,27 +466,6 @@ func x509CertPool(t *testing.T, certPEM []byte) *x509.CertPool {
 	return pool
 }
 
-func TestHumanDuration(t *testing.T) {
-	for _, tc := range []struct {
-		d    time.Duration
-		want string
-	}{
-		{-time.Second, "0s"},
-		{0, "0s"},
-		{42 * time.Second, "42s"},
-		{3*time.Minute + 59*time.Second, "3m"},
-		{2 * time.Hour, "2h"},
-		{5*time.Hour + 12*time.Minute, "5h12m"},
-		{47*time.Hour + 59*time.Minute, "47h59m"},
-		{48 * time.Hour, "2d"},
-		{3*24*time.Hour + 4*time.Hour + 5*time.Minute, "3d4h"},
-	} {
-		if got := humanDuration(tc.d); got != tc.want {
-			t.Errorf("humanDuration(%s) = %q, want %q", tc.d, got, tc.want)
-		}
-	}
-}
-
 // TestInsecureHostKeyWarningAtEveryLoad: turning host-key verification off is logged as a
 // warning naming the provider at start and again at every reload, so that it stays in recent
 // logs for as long as the setting stays in the file. (Checks are off: nothing is dialled.)
@@ -499,7 +480,7 @@ func TestInsecureHostKeyWarningAtEveryLoad(t *testing.T) {
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=0", "--web.enable-lifecycle")
 	count := func() int {
 		n := 0
-		for _, r := range x.logs.records() {
+		for _, r := range x.logs.Records() {
 			w, _ := r["warning"].(string)
 			if r["msg"] == "providers file warning" && r["level"] == "WARN" &&
 				strings.Contains(w, `provider "lab"`) && strings.Contains(w, "host key verification is off") {
@@ -522,8 +503,8 @@ func TestInsecureHostKeyWarningAtEveryLoad(t *testing.T) {
 // TestReloadLabels: a reload that changes only a provider's labels keeps its checker (no
 // rebuild, no redial) and serves the new labels in target_info at once.
 func TestReloadLabels(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
+	f := fakechecks.New()
+	f.Use(t)
 	path := filepath.Join(t.TempDir(), "providers.yml")
 	write := func(labels string) {
 		t.Helper()
@@ -547,10 +528,74 @@ func TestReloadLabels(t *testing.T) {
 	if want := `proxy_operator_provider_target_info{provider="alpha",site="fra2",target="a1"} 1`; !strings.Contains(metrics, want) || strings.Contains(metrics, `site="ams1"`) {
 		t.Errorf("after the reload /metrics lacks %s or still has the old labels", want)
 	}
-	if n := f.count(f.built, "alpha"); n != 1 {
+	if n := f.Built("alpha"); n != 1 {
 		t.Errorf("alpha built %d times, want 1: a change of labels alone keeps the checker", n)
 	}
 	if n := strings.Count(metrics, "proxy_operator_provider_target_info{"); n != 1 {
 		t.Errorf("%d target_info series, want 1", n)
+	}
+}
+
+// TestProbeNeedsCredentials: /probe is served through exporter-toolkit like /metrics, so a web
+// config with basic auth protects it.
+func TestProbeNeedsCredentials(t *testing.T) {
+	f := fakechecks.New()
+	f.Use(t)
+	dir := t.TempDir()
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webConfig := filepath.Join(dir, "web.yml")
+	if err := os.WriteFile(webConfig, []byte(fmt.Sprintf("basic_auth_users:\n  prometheus: %s\n", hash)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
+	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=0", "--web.config.file="+webConfig)
+	get := func(user, password string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, x.base+"/probe?provider=alpha&target=a1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if user != "" {
+			req.SetBasicAuth(user, password)
+		}
+		resp, err := x.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("", ""); code != http.StatusUnauthorized || strings.Contains(body, "probe_success") {
+		t.Errorf("no credentials: %d %q, want 401 without a verdict", code, body)
+	}
+	if code, _ := get("prometheus", "wrong"); code != http.StatusUnauthorized {
+		t.Errorf("wrong password: %d, want 401", code)
+	}
+	code, body := get("prometheus", "s3cret")
+	if v, ok := testutil.Metric(t, body, "probe_success"); code != http.StatusOK || !ok || v != 1 {
+		t.Errorf("right password: %d %q, want 200 with probe_success 1", code, body)
+	}
+}
+
+// TestAutoReloadFlag: the exporter started with --config.auto-reload applies a maintenance
+// label written into its providers file from a following round, with no signal and no POST.
+func TestAutoReloadFlag(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "providers.yml")
+	if err := os.WriteFile(path, []byte(fakechecks.ClosedPortKVM("{}")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s", "--config.auto-reload")
+	metrics := func() string { _, m := x.get("/metrics"); return m }
+	testutil.Eventually(t, 30*time.Second, "hv1 checked (KeyMaterialError)", func() bool { return testutil.TargetReason(metrics(), "hv1") == "KeyMaterialError" })
+	if err := os.WriteFile(path, []byte(fakechecks.ClosedPortKVM(`{maintenance: "true"}`)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "hv1 in Maintenance without a reload signal", func() bool { return testutil.TargetReason(metrics(), "hv1") == "Maintenance" })
+	if !strings.Contains(x.logs.String(), "providers file changed, reloading (--config.auto-reload)") {
+		t.Errorf("no log line of the auto-reload:\n%s", x.logs.String())
 	}
 }

@@ -3,8 +3,8 @@
 // cached verdicts as Prometheus metrics, a status page and readiness endpoints.
 //
 // This file holds the command line (flags, their validation, --config.check) and the process's
-// life: start, signals, shutdown. The HTTP endpoints live in http.go and landing.go, reloading in
-// reload.go, and the construction of checkers from the providers file in checkers.go.
+// life: start, signals, shutdown. The HTTP endpoints, the status page, reloading and the
+// construction of checkers from the providers file live in package exporter.
 package main
 
 import (
@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -37,6 +36,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
+	"github.com/provider-health-exporter/provider-health-exporter/exporter"
 	// The provider types of this build.
 	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
 )
@@ -52,7 +52,7 @@ const (
 	// shorter one would put load on the providers for no gain in alerting.
 	minInterval = 10 * time.Second
 	// maxDerivedTimeout caps the timeout derived when --provider-check-timeout is 0.
-	maxDerivedTimeout = 15 * time.Second
+	maxDerivedTimeout = exporter.MaxDerivedTimeout
 	// shutdownTimeout bounds how long in-flight HTTP requests may delay the exit.
 	shutdownTimeout = 10 * time.Second
 )
@@ -201,7 +201,7 @@ func checkCRD(o crdOptions) error {
 
 // startCRDWriter starts mirroring the runner's snapshots into ProviderHealth objects, or, with
 // checks off, deletes ours (RunChecksOff). The returned channel is closed when it has stopped (ctx done).
-func startCRDWriter(ctx context.Context, o crdOptions, e *exporter, interval time.Duration, logger *slog.Logger) (<-chan struct{}, error) {
+func startCRDWriter(ctx context.Context, o crdOptions, e *exporter.Exporter, interval time.Duration, logger *slog.Logger) (<-chan struct{}, error) {
 	done := make(chan struct{})
 	if !o.enabled {
 		close(done)
@@ -215,7 +215,7 @@ func startCRDWriter(ctx context.Context, o crdOptions, e *exporter, interval tim
 	logger = logger.With("component", "crdwriter", "instance", o.instance)
 	w, err := crdwriter.New(crdwriter.Options{
 		Config:            cfg,
-		Source:            e.runner,
+		Source:            e.Runner(),
 		Logger:            logger,
 		Instance:          o.instance,
 		Interval:          interval,
@@ -224,15 +224,15 @@ func startCRDWriter(ctx context.Context, o crdOptions, e *exporter, interval tim
 		LeaderElect:       o.leaderElect,
 		LeaseNamespace:    o.leaseNamespace,
 		LeaseName:         o.leaseName,
-		Registerer:        e.registry,
+		Registerer:        e.Registry(),
 	})
 	if err != nil {
 		return nil, err
 	}
-	e.crdReport = w.Report
+	e.CRDReport = w.Report
 	go func() {
 		defer close(done)
-		if !e.checksOn() {
+		if !e.ChecksOn() {
 			// Checks off: no verdicts to mirror, and this instance's objects would only go
 			// stale.
 			if err := w.RunChecksOff(ctx); err != nil && ctx.Err() == nil {
@@ -276,25 +276,25 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 	// klog's logger is process-wide and read without a lock: set it once, before any client.
 	klogOnce.Do(func() { klog.SetSlogLogger(logger.With("component", "client-go")) })
 
-	e, err := newExporter(opts.configFile, opts.interval, timeout, logger)
+	e, err := exporter.New(opts.configFile, opts.interval, timeout, logger)
 	if err != nil {
 		logger.Error("cannot load the providers file", "file", opts.configFile, "err", err)
 		return 1
 	}
-	e.lifecycle = opts.enableLifecycle
-	e.autoReload = opts.autoReload
-	if e.checksOn() {
-		logger.Info("checks on", "interval", opts.interval, "timeout", timeout, "providers", e.providerCount())
+	e.Lifecycle = opts.enableLifecycle
+	e.AutoReload = opts.autoReload
+	if e.ChecksOn() {
+		logger.Info("checks on", "interval", opts.interval, "timeout", timeout, "providers", e.ProviderCount())
 	} else {
-		logger.Info("checks off (--provider-check-interval=0): serving provider_info only", "providers", e.providerCount())
+		logger.Info("checks off (--provider-check-interval=0): serving provider_info only", "providers", e.ProviderCount())
 	}
 
 	ctx, stopRunner := context.WithCancel(context.Background())
 	runnerDone := make(chan struct{})
-	if e.checksOn() {
+	if e.ChecksOn() {
 		go func() {
 			defer close(runnerDone)
-			e.runner.Run(ctx)
+			e.Runner().Run(ctx)
 		}()
 	} else {
 		close(runnerDone)
@@ -304,12 +304,12 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 		logger.Error("cannot start the ProviderHealth writer", "err", err)
 		stopRunner()
 		<-runnerDone
-		e.close()
+		e.Close()
 		return 1
 	}
 
 	server := &http.Server{
-		Handler:           e.handler(),
+		Handler:           e.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelError),
 	}
@@ -324,7 +324,7 @@ loop:
 		case sig := <-signals:
 			if sig == syscall.SIGHUP {
 				logger.Info("reloading the providers file", "signal", sig.String())
-				_ = e.reload() // reload logs the outcome and sets the reload metrics.
+				_ = e.Reload() // Reload logs the outcome and sets the reload metrics.
 				continue
 			}
 			logger.Info("shutting down", "signal", sig.String())
@@ -343,7 +343,7 @@ loop:
 	stopRunner()
 	<-runnerDone
 	<-writerDone
-	e.close()
+	e.Close()
 	if serving {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
@@ -377,27 +377,6 @@ func unreadableFiles(cfg *config.Config) []string {
 	return ws
 }
 
-// checkHostFiles reads the host files of cfg's providers (hostFiles) as a start would: every
-// problem of a file that does not read well (file:line:col), a warning for a pattern that
-// matches no file and for a host a file repeats, and cfg with the files' hosts.
-func checkHostFiles(cfg *config.Config) (problems, warnings []string, expanded *config.Config) {
-	in := newInventory(slog.New(slog.DiscardHandler))
-	expanded, warnings = in.expand(cfg)
-	for _, p := range in.problems() {
-		problems = append(problems, p.lines()...)
-	}
-	for _, p := range cfg.Providers {
-		if inv, ok := p.Block.(config.Inventory); ok {
-			for _, pattern := range inv.TargetFilePatterns() {
-				if m, _ := filepath.Glob(pattern); len(m) == 0 {
-					warnings = append(warnings, fmt.Sprintf("provider %s: hostFiles: %s matches no file (its hosts are checked once it exists)", p.Name, pattern))
-				}
-			}
-		}
-	}
-	return problems, warnings, expanded
-}
-
 // configCheck implements --config.check: it validates the flags, the web config file (when
 // given) and the providers file, builds (and closes again) every checker as a start would, and
 // prints every problem, or "ok".
@@ -419,14 +398,10 @@ func configCheck(opts *options, stdout, stderr io.Writer) int {
 	if err != nil {
 		problems = append(problems, strings.Split(err.Error(), "\n")...)
 	} else {
-		hostProblems, hostWarnings, expanded := checkHostFiles(cfg)
+		hostProblems, hostWarnings, expanded := exporter.CheckHostFiles(cfg)
 		problems = append(problems, hostProblems...)
-		// Checkers log nothing while they are only built; discard it.
-		set, err := buildCheckers(expanded, nil, slog.New(slog.DiscardHandler))
-		if err != nil {
+		if err := exporter.ValidateCheckers(expanded); err != nil {
 			problems = append(problems, strings.Split(err.Error(), "\n")...)
-		} else {
-			closeAll(set.allClosers(), slog.New(slog.DiscardHandler))
 		}
 		for _, w := range cfg.Warnings() {
 			fmt.Fprintf(stdout, "warning: %s\n", w)

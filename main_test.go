@@ -1,29 +1,21 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
@@ -33,203 +25,11 @@ const envRunMain = "PROVIDER_HEALTH_EXPORTER_TEST_RUN_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(envRunMain) == "1" {
-		newChecker = newFakeChecks().wrap(newChecker)
+		fakechecks.New().Install()
 		main()
 		return
 	}
 	os.Exit(m.Run())
-}
-
-// fakeChecks builds the checkers of the tests: `type: gcp` providers whose targets are the
-// comma-separated names in the gcp block's filter. A target named down-* is down (APIError,
-// with a message holding markup, to test escaping); every other target is up. A provider's
-// Check waits for its project's gate, when the test set one.
-type fakeChecks struct {
-	mu     sync.Mutex
-	built  map[string]int // constructions per provider name
-	closed map[string]int // Close calls per provider name
-	checks map[string]int // Check calls per provider name
-	gates  map[string]chan struct{}
-}
-
-func newFakeChecks() *fakeChecks {
-	return &fakeChecks{
-		built:  map[string]int{},
-		closed: map[string]int{},
-		checks: map[string]int{},
-		gates:  map[string]chan struct{}{},
-	}
-}
-
-// use makes f the constructor of gcp providers for the duration of the test.
-func (f *fakeChecks) use(t *testing.T) {
-	t.Helper()
-	prev := newChecker
-	newChecker = f.wrap(prev)
-	t.Cleanup(func() { newChecker = prev })
-}
-
-// wrap returns next with gcp providers built by f.
-func (f *fakeChecks) wrap(next func(config.Provider, *slog.Logger) (checks.Checker, error)) func(config.Provider, *slog.Logger) (checks.Checker, error) {
-	return func(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
-		if p.Type == string(gcp.Type) {
-			return f.constructor(p, logger)
-		}
-		return next(p, logger)
-	}
-}
-
-// withoutType makes the exporter a build without provider type typ for the duration of the
-// test: building a checker of that type fails as it would then.
-func withoutType(t *testing.T, typ checks.ProviderType) {
-	prev := newChecker
-	newChecker = func(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
-		if p.Type == string(typ) {
-			return nil, errNotInBuild(p.Type)
-		}
-		return prev(p, logger)
-	}
-	t.Cleanup(func() { newChecker = prev })
-}
-
-// gate makes the provider's checks wait until the returned function is called.
-func (f *fakeChecks) gate(project string) (release func()) {
-	ch := make(chan struct{})
-	f.mu.Lock()
-	f.gates[project] = ch
-	f.mu.Unlock()
-	var once sync.Once
-	return func() { once.Do(func() { close(ch) }) }
-}
-
-func (f *fakeChecks) count(m map[string]int, name string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return m[name]
-}
-
-func (f *fakeChecks) constructor(p config.Provider, _ *slog.Logger) (checks.Checker, error) {
-	g, ok := p.Block.(*gcp.Config)
-	if !ok {
-		return nil, fmt.Errorf("no gcp block")
-	}
-	if g.Project == "fail-to-build" {
-		return nil, fmt.Errorf("cannot build this one")
-	}
-	f.mu.Lock()
-	f.built[p.Name]++
-	f.mu.Unlock()
-	return &fakeChecker{f: f, name: p.Name, project: g.Project, targets: strings.Split(g.Filter, ",")}, nil
-}
-
-type fakeChecker struct {
-	f       *fakeChecks
-	name    string
-	project string
-	targets []string
-}
-
-func (c *fakeChecker) Name() string              { return c.name }
-func (c *fakeChecker) Type() checks.ProviderType { return gcp.Type }
-func (c *fakeChecker) Targets() []string         { return c.targets }
-
-func (c *fakeChecker) Check(ctx context.Context) []checks.TargetResult {
-	c.f.mu.Lock()
-	c.f.checks[c.name]++
-	gate := c.f.gates[c.project]
-	c.f.mu.Unlock()
-	if gate != nil {
-		select {
-		case <-gate:
-		case <-ctx.Done():
-		}
-	}
-	var rs []checks.TargetResult
-	for _, t := range c.targets {
-		r := checks.TargetResult{Target: t, Up: true, Reason: checks.ReasonReady, Duration: time.Millisecond}
-		if strings.HasPrefix(t, "down-") {
-			r.Up, r.Reason, r.Message = false, checks.ReasonAPIError, "<b>boom</b> from "+t
-		}
-		if ctx.Err() != nil {
-			r.Up, r.Reason, r.Message = false, checks.ReasonTimeout, "deadline"
-		}
-		rs = append(rs, r)
-	}
-	return rs
-}
-
-func (c *fakeChecker) Close() error {
-	c.f.mu.Lock()
-	defer c.f.mu.Unlock()
-	c.f.closed[c.name]++
-	return nil
-}
-
-// provider is one `type: gcp` entry of a providers file written by a test.
-type provider struct{ name, project, targets string }
-
-// writeProviders writes a providers file of gcp providers and returns its path.
-func writeProviders(t *testing.T, path string, ps ...provider) string {
-	t.Helper()
-	var b strings.Builder
-	b.WriteString("providers:\n")
-	for _, p := range ps {
-		fmt.Fprintf(&b, "  - name: %s\n    type: gcp\n    gcp:\n      project: %s\n      filter: %q\n", p.name, p.project, p.targets)
-	}
-	if b.Len() == len("providers:\n") {
-		b.Reset()
-		b.WriteString("providers: []\n")
-	}
-	if path == "" {
-		path = filepath.Join(t.TempDir(), "providers.yml")
-	}
-	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// syncBuffer is the log sink the exporter writes JSON records to while the test reads them.
-type syncBuffer struct{ testutil.SyncBuffer }
-
-// records parses the JSON log lines written so far.
-func (b *syncBuffer) records() []map[string]any {
-	var rs []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(b.String()))
-	for sc.Scan() {
-		var r map[string]any
-		if json.Unmarshal(sc.Bytes(), &r) == nil {
-			rs = append(rs, r)
-		}
-	}
-	return rs
-}
-
-// find returns the first log record with the message, or nil.
-func (b *syncBuffer) find(msg string) map[string]any {
-	for _, r := range b.records() {
-		if r["msg"] == msg {
-			return r
-		}
-	}
-	return nil
-}
-
-// listenAddress waits for exporter-toolkit's "Listening on" log record and returns its address.
-func listenAddress(t *testing.T, logs *syncBuffer, exited func() bool) string {
-	t.Helper()
-	var addr string
-	testutil.Eventually(t, 20*time.Second, "the exporter to listen", func() bool {
-		if r := logs.find("Listening on"); r != nil {
-			addr, _ = r["address"].(string)
-			return true
-		}
-		if exited() {
-			t.Fatalf("the exporter exited before listening; logs:\n%s", logs.String())
-		}
-		return false
-	})
-	return addr
 }
 
 // testExporter is run() running in the test process, on a loopback port of its own.
@@ -238,8 +38,8 @@ type testExporter struct {
 	base    string // http://127.0.0.1:PORT or https://...
 	signals chan os.Signal
 	done    chan int
-	logs    *syncBuffer
-	stdout  *syncBuffer
+	logs    *testutil.SyncBuffer
+	stdout  *testutil.SyncBuffer
 	client  *http.Client
 }
 
@@ -251,8 +51,8 @@ func startExporter(t *testing.T, scheme string, args ...string) *testExporter {
 		t:       t,
 		signals: make(chan os.Signal, 1),
 		done:    make(chan int, 1),
-		logs:    &syncBuffer{},
-		stdout:  &syncBuffer{},
+		logs:    &testutil.SyncBuffer{},
+		stdout:  &testutil.SyncBuffer{},
 		client:  &http.Client{Timeout: 10 * time.Second},
 	}
 	args = append([]string{"--web.listen-address=127.0.0.1:0", "--log.format=json", "--log.level=debug"}, args...)
@@ -285,7 +85,7 @@ func startExporter(t *testing.T, scheme string, args ...string) *testExporter {
 			t.Errorf("exit code %d, want 0; logs:\n%s", *code, x.logs.String())
 		}
 	})
-	x.base = scheme + "://" + listenAddress(t, x.logs, exited)
+	x.base = scheme + "://" + testutil.ListenAddress(t, x.logs, exited)
 	return x
 }
 
@@ -297,42 +97,7 @@ func (x *testExporter) get(path string) (int, string) {
 
 func (x *testExporter) do(method, path string) (int, string) {
 	x.t.Helper()
-	req, err := http.NewRequest(method, x.base+path, nil)
-	if err != nil {
-		x.t.Fatal(err)
-	}
-	resp, err := x.client.Do(req)
-	if err != nil {
-		x.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		x.t.Fatalf("%s %s: reading the body: %v", method, path, err)
-	}
-	return resp.StatusCode, string(body)
-}
-
-// metric returns the value of an unlabelled metric, or of the first series whose line starts
-// with the given name and labels (e.g. `proxy_operator_provider_info{provider="a"`).
-func metric(t *testing.T, body, prefix string) (float64, bool) {
-	t.Helper()
-	for _, line := range strings.Split(body, "\n") {
-		if strings.HasPrefix(line, "#") || !strings.HasPrefix(line, prefix) {
-			continue
-		}
-		// Without labels in prefix, the name must end where prefix does: not a longer name.
-		if rest := line[len(prefix):]; !strings.Contains(prefix, "{") && !strings.HasPrefix(rest, " ") && !strings.HasPrefix(rest, "{") {
-			continue
-		}
-		fields := strings.Fields(line)
-		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		return v, true
-	}
-	return 0, false
+	return testutil.Request(x.t, x.client, method, x.base+path)
 }
 
 func TestCheckTiming(t *testing.T) {
@@ -396,18 +161,18 @@ func slicesEqual(a, b []string) bool {
 // TestIntervalFlagAloneStarts: --provider-check-interval=12s with no timeout flag starts, with
 // the derived timeout of 12s.
 func TestIntervalFlagAloneStarts(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
-	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
+	f := fakechecks.New()
+	f.Use(t)
+	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=12s")
-	r := x.logs.find("checks on")
+	r := x.logs.Find("checks on")
 	if r == nil {
 		t.Fatalf("no \"checks on\" log record; logs:\n%s", x.logs.String())
 	}
 	if r["interval"] != "12s" || r["timeout"] != "12s" {
 		t.Fatalf("interval %v, timeout %v; want 12s and 12s", r["interval"], r["timeout"])
 	}
-	if r := x.logs.find("starting provider_health_exporter"); r == nil || r["version"] == nil || r["build_context"] == nil {
+	if r := x.logs.Find("starting provider_health_exporter"); r == nil || r["version"] == nil || r["build_context"] == nil {
 		t.Fatalf("no start record with version and build context; logs:\n%s", x.logs.String())
 	}
 }
@@ -424,7 +189,7 @@ func TestFlagsCheckedBeforeFile(t *testing.T) {
 		{[]string{"--provider-check-interval=30s", "--provider-check-timeout=31s"}, "--provider-check-timeout=31s: may not exceed --provider-check-interval (30s)"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			var stdout, stderr syncBuffer
+			var stdout, stderr testutil.SyncBuffer
 			missing := filepath.Join(t.TempDir(), "missing.yml")
 			args := append([]string{"--config.file=" + missing, "--web.listen-address=127.0.0.1:0"}, tc.args...)
 			if code := run(args, &stdout, &stderr, nil); code != 1 {
@@ -441,7 +206,7 @@ func TestFlagsCheckedBeforeFile(t *testing.T) {
 }
 
 func TestUnparsableFlag(t *testing.T) {
-	var stdout, stderr syncBuffer
+	var stdout, stderr testutil.SyncBuffer
 	if code := run([]string{"--provider-check-interval=often"}, &stdout, &stderr, nil); code != 2 {
 		t.Fatalf("exit code %d, want 2", code)
 	}
@@ -451,7 +216,7 @@ func TestUnparsableFlag(t *testing.T) {
 }
 
 func TestVersionFlag(t *testing.T) {
-	var stdout, stderr syncBuffer
+	var stdout, stderr testutil.SyncBuffer
 	if code := run([]string{"--version"}, &stdout, &stderr, nil); code != 0 {
 		t.Fatalf("exit code %d, want 0; stderr:\n%s", code, stderr.String())
 	}
@@ -464,24 +229,24 @@ func TestVersionFlag(t *testing.T) {
 }
 
 func TestConfigCheck(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
+	f := fakechecks.New()
+	f.Use(t)
 	// kvm checks are absent from this test's build whatever the binary registers, so that the
 	// "not available" problem is reported.
-	withoutType(t, kvm.Type)
+	fakechecks.WithoutType(t, kvm.Type)
 	dir := t.TempDir()
 
 	t.Run("ok", func(t *testing.T) {
-		path := writeProviders(t, filepath.Join(dir, "good.yml"), provider{"alpha", "alpha-project", "a1,a2"})
-		var stdout, stderr syncBuffer
+		path := fakechecks.WriteProviders(t, filepath.Join(dir, "good.yml"), fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1,a2"})
+		var stdout, stderr testutil.SyncBuffer
 		if code := run([]string{"--config.check", "--config.file=" + path}, &stdout, &stderr, nil); code != 0 {
 			t.Fatalf("exit code %d, want 0; stderr:\n%s", code, stderr.String())
 		}
 		if got := stdout.String(); got != "ok\n" {
 			t.Fatalf("stdout %q, want \"ok\\n\"", got)
 		}
-		if f.count(f.closed, "alpha") != 1 {
-			t.Fatalf("the checker built for the check was closed %d times, want 1", f.count(f.closed, "alpha"))
+		if f.Closed("alpha") != 1 {
+			t.Fatalf("the checker built for the check was closed %d times, want 1", f.Closed("alpha"))
 		}
 	})
 
@@ -498,7 +263,7 @@ func TestConfigCheck(t *testing.T) {
 		if loadErr == nil {
 			t.Fatal("config.Load accepted the bad file")
 		}
-		var stdout, stderr syncBuffer
+		var stdout, stderr testutil.SyncBuffer
 		args := []string{"--config.check", "--config.file=" + path, "--provider-check-interval=5s"}
 		if code := run(args, &stdout, &stderr, nil); code != 1 {
 			t.Fatalf("exit code %d, want 1", code)
@@ -526,7 +291,7 @@ func TestConfigCheck(t *testing.T) {
 		if _, err := config.LoadFor(path, 16*time.Second); err != nil {
 			t.Fatalf("the file does not fit a 16s round either: %v", err)
 		}
-		var stdout, stderr syncBuffer
+		var stdout, stderr testutil.SyncBuffer
 		args := []string{"--config.check", "--config.file=" + path, "--provider-check-interval=10s"}
 		if code := run(args, &stdout, &stderr, nil); code != 1 {
 			t.Fatalf("exit code %d, want 1; stdout %q", code, stdout.String())
@@ -539,12 +304,12 @@ func TestConfigCheck(t *testing.T) {
 	})
 
 	t.Run("bad web config", func(t *testing.T) {
-		path := writeProviders(t, filepath.Join(dir, "good-too.yml"), provider{"alpha", "alpha-project", "a1"})
+		path := fakechecks.WriteProviders(t, filepath.Join(dir, "good-too.yml"), fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
 		webConfig := filepath.Join(dir, "web.yml")
 		if err := os.WriteFile(webConfig, []byte("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		var stdout, stderr syncBuffer
+		var stdout, stderr testutil.SyncBuffer
 		args := []string{"--config.check", "--config.file=" + path, "--web.config.file=" + webConfig}
 		if code := run(args, &stdout, &stderr, nil); code != 1 {
 			t.Fatalf("exit code %d, want 1; stdout %q", code, stdout.String())
@@ -566,7 +331,7 @@ func TestConfigCheck(t *testing.T) {
 		if _, err := config.Load(path); err != nil {
 			t.Fatalf("config.Load rejected the file, the test needs a valid one: %v", err)
 		}
-		var stdout, stderr syncBuffer
+		var stdout, stderr testutil.SyncBuffer
 		if code := run([]string{"--config.check", "--config.file=" + path}, &stdout, &stderr, nil); code != 1 {
 			t.Fatalf("exit code %d, want 1", code)
 		}
@@ -581,28 +346,28 @@ func TestConfigCheck(t *testing.T) {
 // TestSignalsSubprocess starts the real binary (this test binary running main) and sends it real
 // signals: SIGHUP reloads the providers file, SIGTERM stops it with exit code 0.
 func TestSignalsSubprocess(t *testing.T) {
-	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
-	logs := &syncBuffer{}
+	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
+	logs := &testutil.SyncBuffer{}
 	cmd := exec.Command(os.Args[0], "--config.file="+path, "--web.listen-address=127.0.0.1:0",
 		"--log.format=json", "--provider-check-interval=10s")
 	cmd.Env = append(os.Environ(), envRunMain+"=1")
 	cmd.Stdout, cmd.Stderr = logs, logs
 	p := testutil.StartProcess(t, cmd)
 	x := &testExporter{t: t, logs: logs, client: &http.Client{Timeout: 10 * time.Second}}
-	x.base = "http://" + listenAddress(t, logs, p.Exited)
+	x.base = "http://" + testutil.ListenAddress(t, logs, p.Exited)
 	testutil.Eventually(t, 20*time.Second, "readiness", func() bool { code, _ := x.get("/-/ready"); return code == 200 })
 
-	writeProviders(t, path, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
+	fakechecks.WriteProviders(t, path, fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"}, fakechecks.Provider{Name: "beta", Project: "beta-project", Targets: "b1"})
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 20*time.Second, "the reload log record", func() bool { return logs.find("providers file reloaded") != nil })
-	r := logs.find("providers file reloaded")
+	testutil.Eventually(t, 20*time.Second, "the reload log record", func() bool { return logs.Find("providers file reloaded") != nil })
+	r := logs.Find("providers file reloaded")
 	if r["added"] != float64(1) || r["kept"] != float64(1) || r["providers"] != float64(2) {
 		t.Fatalf("reload record %v, want added 1, kept 1, providers 2", r)
 	}
 	_, body := x.get("/metrics")
-	if v, ok := metric(t, body, "proxy_operator_config_last_reload_successful"); !ok || v != 1 {
+	if v, ok := testutil.Metric(t, body, "proxy_operator_config_last_reload_successful"); !ok || v != 1 {
 		t.Fatalf("reload success gauge %v (present %v), want 1", v, ok)
 	}
 
@@ -613,7 +378,7 @@ func TestSignalsSubprocess(t *testing.T) {
 	if err := p.Wait(); err != nil {
 		t.Fatalf("exit: %v; logs:\n%s", err, logs.String())
 	}
-	if logs.find("stopped") == nil {
+	if logs.Find("stopped") == nil {
 		t.Fatalf("no \"stopped\" record; logs:\n%s", logs.String())
 	}
 }
@@ -659,7 +424,7 @@ func TestCheckCRD(t *testing.T) {
 	// Through the command line: --config.check reports it, and a start refuses it before the
 	// providers file is read.
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"--config.file=" + writeProviders(t, ""), "--config.check", "--crd.leader-elect"}, &stdout, &stderr, nil)
+	code := run([]string{"--config.file=" + fakechecks.WriteProviders(t, ""), "--config.check", "--crd.leader-elect"}, &stdout, &stderr, nil)
 	if code != 1 || !strings.Contains(stderr.String(), "--crd.leader-elect: needs --crd.enabled") {
 		t.Errorf("--config.check --crd.leader-elect: exit %d, stderr %q", code, stderr.String())
 	}
@@ -704,7 +469,7 @@ func TestConfigCheckWarnsAboutUnreadableFiles(t *testing.T) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr syncBuffer
+	var stdout, stderr testutil.SyncBuffer
 	if code := run([]string{"--config.check", "--config.file=" + path}, &stdout, &stderr, nil); code != 0 {
 		t.Fatalf("exit code %d, want 0; stderr %q", code, stderr.String())
 	}
@@ -722,10 +487,10 @@ func TestConfigCheckWarnsAboutUnreadableFiles(t *testing.T) {
 // matching no file and a host listed twice are warnings.
 func TestConfigCheckReadsHostFiles(t *testing.T) {
 	dir := t.TempDir()
-	path := hostFilesProviders(t, dir)
+	path := fakechecks.HostFilesProviders(t, dir)
 	good := filepath.Join(dir, "inventory", "good.yml")
-	writeFile(t, good, "- targets: ['127.0.0.1:1', '127.0.0.9:1']\n")
-	var stdout, stderr syncBuffer
+	testutil.ReplaceFile(t, good, "- targets: ['127.0.0.1:1', '127.0.0.9:1']\n")
+	var stdout, stderr testutil.SyncBuffer
 	if code := run([]string{"--config.check", "--config.file=" + path}, &stdout, &stderr, nil); code != 0 {
 		t.Fatalf("exit code %d, want 0; stderr %q", code, stderr.String())
 	}
@@ -738,8 +503,8 @@ func TestConfigCheckReadsHostFiles(t *testing.T) {
 	}
 
 	bad := filepath.Join(dir, "inventory", "bad.json")
-	writeFile(t, bad, "[\n  {\"targets\": [\"127.0.0.2:99999\"], \"labels\": {\"job\": \"x\"}}\n]\n")
-	stdout, stderr = syncBuffer{}, syncBuffer{}
+	testutil.ReplaceFile(t, bad, "[\n  {\"targets\": [\"127.0.0.2:99999\"], \"labels\": {\"job\": \"x\"}}\n]\n")
+	stdout, stderr = testutil.SyncBuffer{}, testutil.SyncBuffer{}
 	if code := run([]string{"--config.check", "--config.file=" + path}, &stdout, &stderr, nil); code != 1 {
 		t.Fatalf("exit code %d, want 1; stdout %q", code, stdout.String())
 	}

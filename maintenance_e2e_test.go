@@ -83,7 +83,7 @@ func TestOperatorMaintenanceOnRealHosts(t *testing.T) {
 	metrics := func() string { _, m := x.get("/metrics"); return m }
 	testutil.Eventually(t, 30*time.Second, "both hosts Ready", func() bool {
 		m := metrics()
-		return reasonOf(m, hv0) == "Ready" && reasonOf(m, hv1) == "Ready"
+		return testutil.TargetReason(m, hv0) == "Ready" && testutil.TargetReason(m, hv1) == "Ready"
 	})
 
 	write("{rack: r1, maintenance: \"true\"}")
@@ -91,22 +91,22 @@ func TestOperatorMaintenanceOnRealHosts(t *testing.T) {
 	fleet.Hosts[0].StopSSHD()
 	fleet.Hosts[0].KillSSHConnections()
 	var m string
-	testutil.Eventually(t, 25*time.Second, "hv0 in Maintenance", func() bool { m = metrics(); return reasonOf(m, hv0) == "Maintenance" })
+	testutil.Eventually(t, 25*time.Second, "hv0 in Maintenance", func() bool { m = metrics(); return testutil.TargetReason(m, hv0) == "Maintenance" })
 	// Rounds go on: its failed checks still count as none, and it stays in Maintenance.
-	before := series(m, "proxy_operator_provider_target_checks_total", hv0)
+	before := testutil.TargetSeries(m, "proxy_operator_provider_target_checks_total", hv0)
 	testutil.Eventually(t, 25*time.Second, "another round", func() bool {
 		m = metrics()
-		return series(m, "proxy_operator_provider_target_checks_total", hv0) != before && reasonOf(m, hv0) == "Maintenance" &&
+		return testutil.TargetSeries(m, "proxy_operator_provider_target_checks_total", hv0) != before && testutil.TargetReason(m, hv0) == "Maintenance" &&
 			strings.Contains(status(hv0)["message"].(string), "the last check: TCPUnreachable")
 	})
-	if up := series(m, "proxy_operator_provider_target_up", hv0); !strings.HasSuffix(up, " 0") {
+	if up := testutil.TargetSeries(m, "proxy_operator_provider_target_up", hv0); !strings.HasSuffix(up, " 0") {
 		t.Errorf("hv0 in maintenance: %q, want target_up 0", up)
 	}
-	if failed := series(m, "proxy_operator_provider_target_checks_failed_total", hv0); !strings.HasSuffix(failed, " 0") {
+	if failed := testutil.TargetSeries(m, "proxy_operator_provider_target_checks_failed_total", hv0); !strings.HasSuffix(failed, " 0") {
 		t.Errorf("hv0's checks in maintenance counted as failed: %q", failed)
 	}
-	if reasonOf(m, hv1) != "Ready" {
-		t.Errorf("hv1 reads %s while its neighbour is in maintenance, want Ready", reasonOf(m, hv1))
+	if testutil.TargetReason(m, hv1) != "Ready" {
+		t.Errorf("hv1 reads %s while its neighbour is in maintenance, want Ready", testutil.TargetReason(m, hv1))
 	}
 	st := status(hv0)
 	if st["reason"] != "Maintenance" || !strings.HasPrefix(st["message"].(string), "in maintenance (label maintenance=true)") ||
@@ -122,32 +122,11 @@ func TestOperatorMaintenanceOnRealHosts(t *testing.T) {
 	reload()
 	testutil.Eventually(t, 25*time.Second, "hv0 down at the next round after the maintenance", func() bool {
 		m = metrics()
-		return reasonOf(m, hv0) == "TCPUnreachable"
+		return testutil.TargetReason(m, hv0) == "TCPUnreachable"
 	})
-	if up := series(m, "proxy_operator_provider_target_up", hv0); !strings.HasSuffix(up, " 0") {
+	if up := testutil.TargetSeries(m, "proxy_operator_provider_target_up", hv0); !strings.HasSuffix(up, " 0") {
 		t.Errorf("hv0 after the maintenance: %q, want target_up 0", up)
 	}
 	fleet.Hosts[0].StartSSHD()
-	testutil.Eventually(t, 25*time.Second, "hv0 Ready once sshd is back", func() bool { return reasonOf(metrics(), hv0) == "Ready" })
-}
-
-// series returns the line of family name for target in a /metrics text, "" when none.
-func series(metrics, name, target string) string {
-	for _, l := range strings.Split(metrics, "\n") {
-		if strings.HasPrefix(l, name+"{") && strings.Contains(l, `target="`+target+`"`) {
-			return l
-		}
-	}
-	return ""
-}
-
-// reasonOf returns target's current reason in a /metrics text, "" when it has none.
-func reasonOf(metrics, target string) string {
-	for _, l := range strings.Split(metrics, "\n") {
-		if strings.HasPrefix(l, "proxy_operator_provider_target_reason{") && strings.Contains(l, `target="`+target+`"`) && strings.HasSuffix(l, " 1") {
-			i := strings.Index(l, `reason="`)
-			return strings.SplitN(l[i+len(`reason="`):], `"`, 2)[0]
-		}
-	}
-	return ""
+	testutil.Eventually(t, 25*time.Second, "hv0 Ready once sshd is back", func() bool { return testutil.TargetReason(metrics(), hv0) == "Ready" })
 }

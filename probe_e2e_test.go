@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/exporter"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
@@ -33,23 +35,26 @@ import (
 
 // startProbeExporter builds the exporter from a providers file as run() does, runs its first
 // round and serves its handler.
-func startProbeExporter(t *testing.T, providers string, interval, timeout time.Duration) (*exporter, *httptest.Server) {
+func startProbeExporter(t *testing.T, providers string, interval, timeout time.Duration) (*exporter.Exporter, *httptest.Server) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "providers.yml")
 	if err := os.WriteFile(path, []byte(providers), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	e := runExporter(t, path, interval, timeout)
-	srv := httptest.NewServer(e.handler())
+	srv := httptest.NewServer(e.Handler())
 	t.Cleanup(srv.Close)
 	return e, srv
 }
 
+// prometheusScrapeTimeout is the header Prometheus sends its scrape timeout in.
+const prometheusScrapeTimeout = "X-Prometheus-Scrape-Timeout-Seconds"
+
 // runExporter builds the exporter of the providers file at path as run() does, runs its rounds
 // until the test ends, and returns it once its first round is done.
-func runExporter(t testing.TB, path string, interval, timeout time.Duration) *exporter {
+func runExporter(t testing.TB, path string, interval, timeout time.Duration) *exporter.Exporter {
 	t.Helper()
-	e, err := newExporter(path, interval, timeout, slog.New(slog.DiscardHandler))
+	e, err := exporter.New(path, interval, timeout, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,15 +62,15 @@ func runExporter(t testing.TB, path string, interval, timeout time.Duration) *ex
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		e.runner.Run(ctx)
+		e.Runner().Run(ctx)
 	}()
 	t.Cleanup(func() {
 		cancel()
 		<-done
-		e.close()
+		e.Close()
 	})
 	select {
-	case <-e.runner.FirstRound():
+	case <-e.Runner().FirstRound():
 	case <-time.After(60 * time.Second):
 		t.Fatal("the first round did not finish within 60s")
 	}
@@ -131,15 +136,15 @@ func TestProbeKVMEndToEnd(t *testing.T) {
 %s`, kvm.User, kvm.PrivateKeyFile, kvm.KnownHostsFile, kvm.Socket, kvm.StoragePool, hosts.String()), time.Minute, 15*time.Second)
 	client := &http.Client{Timeout: 30 * time.Second}
 	h0, h1 := fleet.Hosts[0], fleet.Hosts[1]
-	snap := e.runner.Current()
-	_, metricsBefore := fetch(t, client, srv.URL+"/metrics")
+	snap := e.Runner().Current()
+	_, metricsBefore := testutil.Fetch(t, client, srv.URL+"/metrics")
 	secrets := pemLines(t, kvm.PrivateKeyFile)
 
-	code, body := fetch(t, client, srv.URL+"/probe?provider=hypervisors&target="+h0.Name)
-	if s := probeSamples(t, body); code != http.StatusOK || s["probe_success"] != 1 || s[`probe_reason{reason="Ready"}`] != 1 {
+	code, body := testutil.Fetch(t, client, srv.URL+"/probe?provider=hypervisors&target="+h0.Name)
+	if s := testutil.ProbeSamples(t, body); code != http.StatusOK || s["probe_success"] != 1 || s[`probe_reason{reason="Ready"}`] != 1 {
 		t.Errorf("a healthy host: %d %v, want probe_success 1, reason Ready", code, s)
 	}
-	_, body = fetch(t, client, srv.URL+"/probe?provider=hypervisors&target="+h0.Name+"&debug=true")
+	_, body = testutil.Fetch(t, client, srv.URL+"/probe?provider=hypervisors&target="+h0.Name+"&debug=true")
 	// The round dialled the host and learnt its facts: a probe makes the steady check's one call.
 	for _, want := range []string{"pooled connection", "ok: reusing the live link",
 		"libvirt StoragePoolGetInfo", "verdict: Ready (up)", "probe_success 1"} {
@@ -159,29 +164,29 @@ func TestProbeKVMEndToEnd(t *testing.T) {
 		}
 	}()
 	prometheusLike := &http.Client{Timeout: 4 * time.Second}
-	code, body = fetch(t, prometheusLike, srv.URL+"/probe?provider=hypervisors&target="+h1.Name+"&debug=true",
-		scrapeTimeoutHeader, "4")
+	code, body = testutil.Fetch(t, prometheusLike, srv.URL+"/probe?provider=hypervisors&target="+h1.Name+"&debug=true",
+		prometheusScrapeTimeout, "4")
 	if code != http.StatusOK || !regexp.MustCompile(`libvirt StoragePoolGetInfo +NO RESULT: still running`).MatchString(body) ||
 		!strings.Contains(body, "verdict: Timeout (down)") || !strings.Contains(body, "deadline: 3.5s (X-Prometheus-Scrape-Timeout-Seconds 4 less a margin of 500ms)") {
 		t.Errorf("the trace of a hung libvirtd: %d, want the hung call named and a Timeout verdict:\n%s", code, body)
 	}
 	noSecrets(t, "the trace of a hung libvirtd", body, secrets)
-	code, body = fetch(t, prometheusLike, srv.URL+"/probe?provider=hypervisors&target="+h1.Name, scrapeTimeoutHeader, "4")
-	if s := probeSamples(t, body); code != http.StatusOK || s["probe_success"] != 0 || s[`probe_reason{reason="Timeout"}`] != 1 {
+	code, body = testutil.Fetch(t, prometheusLike, srv.URL+"/probe?provider=hypervisors&target="+h1.Name, prometheusScrapeTimeout, "4")
+	if s := testutil.ProbeSamples(t, body); code != http.StatusOK || s["probe_success"] != 0 || s[`probe_reason{reason="Timeout"}`] != 1 {
 		t.Errorf("a hung libvirtd: %d %v, want probe_success 0 with reason Timeout", code, s)
 	}
 	h1.ResumeLibvirtd()
 	resumed = true
 	testutil.Eventually(t, 30*time.Second, "the resumed host to probe Ready", func() bool {
-		_, body := fetch(t, client, srv.URL+"/probe?provider=hypervisors&target="+h1.Name)
-		return probeSamples(t, body)["probe_success"] == 1
+		_, body := testutil.Fetch(t, client, srv.URL+"/probe?provider=hypervisors&target="+h1.Name)
+		return testutil.ProbeSamples(t, body)["probe_success"] == 1
 	})
 
-	if e.runner.Current() != snap {
+	if e.Runner().Current() != snap {
 		t.Error("probes published a new snapshot")
 	}
-	if _, after := fetch(t, client, srv.URL+"/metrics"); verdictLines(after) != verdictLines(metricsBefore) {
-		t.Errorf("the verdicts on /metrics changed after probes:\nbefore:\n%s\nafter:\n%s", verdictLines(metricsBefore), verdictLines(after))
+	if _, after := testutil.Fetch(t, client, srv.URL+"/metrics"); testutil.VerdictLines(after) != testutil.VerdictLines(metricsBefore) {
+		t.Errorf("the verdicts on /metrics changed after probes:\nbefore:\n%s\nafter:\n%s", testutil.VerdictLines(metricsBefore), testutil.VerdictLines(after))
 	}
 	for _, h := range fleet.Hosts {
 		if n := h.SSHConnectionsSeen(); n != 1 {
@@ -209,7 +214,7 @@ func TestProbeAPIProviders(t *testing.T) {
       endpoint: %s
 `, env.Kubeconfig, gcefake.DefaultProject, key, gce.URL()), time.Minute, 15*time.Second)
 	client := &http.Client{Timeout: 30 * time.Second}
-	_, body := fetch(t, client, srv.URL+"/probe?provider=cluster&target=nope")
+	_, body := testutil.Fetch(t, client, srv.URL+"/probe?provider=cluster&target=nope")
 	m := regexp.MustCompile(`its targets: "([^"]+)"`).FindStringSubmatch(body)
 	if m == nil {
 		t.Fatalf("the unknown-target answer does not list the kubernetes target: %q", body)
@@ -218,8 +223,8 @@ func TestProbeAPIProviders(t *testing.T) {
 	probe := func(provider, target, wantReason string) string {
 		t.Helper()
 		q := "/probe?provider=" + provider + "&target=" + target
-		code, body := fetch(t, client, srv.URL+q)
-		s := probeSamples(t, body)
+		code, body := testutil.Fetch(t, client, srv.URL+q)
+		s := testutil.ProbeSamples(t, body)
 		wantSuccess := 0.0
 		if wantReason == "Ready" {
 			wantSuccess = 1
@@ -227,7 +232,7 @@ func TestProbeAPIProviders(t *testing.T) {
 		if code != http.StatusOK || s["probe_success"] != wantSuccess || s[`probe_reason{reason="`+wantReason+`"}`] != 1 {
 			t.Errorf("%s: %d %v, want probe_success %v with reason %s", q, code, s, wantSuccess, wantReason)
 		}
-		_, trace := fetch(t, client, srv.URL+q+"&debug=true")
+		_, trace := testutil.Fetch(t, client, srv.URL+q+"&debug=true")
 		if !strings.Contains(trace, "verdict: "+wantReason) {
 			t.Errorf("%s&debug=true: no %s verdict:\n%s", q, wantReason, trace)
 		}
@@ -291,10 +296,12 @@ func TestProbeScrapeConfig(t *testing.T) {
 		t.Fatalf("promtool check config of the documented scrape config: %v\n%s\n%s", err, out, cfg)
 	}
 
-	f := newFakeChecks()
-	f.use(t)
-	_, srv := probeTestExporter(t, f, 0, provider{"hypervisors", "hv-project", "hv1,down-hv2"},
-		provider{"gce", "phe-prod", "phe-prod"})
+	f := fakechecks.New()
+	f.Use(t)
+	e := runExporter(t, fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "hypervisors", Project: "hv-project", Targets: "hv1,down-hv2"},
+		fakechecks.Provider{Name: "gce", Project: "phe-prod", Targets: "phe-prod"}), time.Minute, 15*time.Second)
+	srv := httptest.NewServer(e.Handler())
+	t.Cleanup(srv.Close)
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	const docAddr = "provider-health-exporter:9847"
 	if !strings.Contains(cfg, docAddr) || !strings.Contains(cfg, "scrape_interval: 30s") || !strings.Contains(cfg, "scrape_timeout: 10s") ||
@@ -409,7 +416,7 @@ func TestProbeHealthyHostsBesideHangingOnes(t *testing.T) {
 		body string
 	}
 	probe := func(h *kvmstandin.Host, out chan<- answer) {
-		code, body := fetch(t, prometheusLike, srv.URL+"/probe?provider=fleet&target="+h.Name, scrapeTimeoutHeader, "2")
+		code, body := testutil.Fetch(t, prometheusLike, srv.URL+"/probe?provider=fleet&target="+h.Name, prometheusScrapeTimeout, "2")
 		out <- answer{h, code, body}
 	}
 	hanging := make(chan answer, 25)
@@ -429,13 +436,13 @@ func TestProbeHealthyHostsBesideHangingOnes(t *testing.T) {
 	}
 	for range 3 {
 		a := <-healthy
-		if s := probeSamples(t, a.body); a.code != http.StatusOK || s["probe_success"] != 1 {
+		if s := testutil.ProbeSamples(t, a.body); a.code != http.StatusOK || s["probe_success"] != 1 {
 			t.Errorf("healthy %s beside 25 hanging probes: %d %v, want 200 probe_success 1", a.host.Name, a.code, s)
 		}
 	}
 	for range 25 {
 		a := <-hanging
-		s := probeSamples(t, a.body)
+		s := testutil.ProbeSamples(t, a.body)
 		if a.code != http.StatusOK || s["probe_success"] != 0 ||
 			(s[`probe_reason{reason="Timeout"}`] != 1 && s[`probe_reason{reason="TCPUnreachable"}`] != 1) {
 			t.Errorf("dropping %s: %d %v, want 200 probe_success 0 (Timeout or TCPUnreachable)", a.host.Name, a.code, s)
@@ -492,10 +499,10 @@ func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
 	api := map[string]string{"gce": gcefake.DefaultProject}
 	for range 2 {
 		e := runExporter(tb, path, time.Minute, 15*time.Second)
-		srv := httptest.NewServer(e.handler())
+		srv := httptest.NewServer(e.Handler())
 		tb.Cleanup(srv.Close)
 		replicas = append(replicas, strings.TrimPrefix(srv.URL, "http://"))
-		for _, p := range e.runner.Current().Providers {
+		for _, p := range e.Runner().Current().Providers {
 			if p.Name == "cluster" && len(p.Targets) == 1 || p.Name == "vcenter" && len(p.Targets) > 0 {
 				api[p.Name] = p.Targets[0].Target
 			}

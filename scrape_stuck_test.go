@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
@@ -16,15 +17,15 @@ import (
 // answers at once, in the text format and as Prometheus asks for it (OpenMetrics, gzip), with
 // each provider's info and no verdict yet; once the check is let go, the verdicts appear.
 func TestScrapeDuringStuckRound(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
-	release := f.gate("alpha-project")
+	f := fakechecks.New()
+	f.Use(t)
+	release := f.Gate("alpha-project")
 	t.Cleanup(release)
-	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1,down-a2"})
+	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1,down-a2"})
 	// A long interval gives a long round deadline (15s): the round cannot end by itself while
 	// the test scrapes.
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=1m")
-	testutil.Eventually(t, 20*time.Second, "the first check", func() bool { return f.count(f.checks, "alpha") > 0 })
+	testutil.Eventually(t, 20*time.Second, "the first check", func() bool { return f.Checked("alpha") > 0 })
 
 	// A scrape that waited for the round would take 15s: the client gives up after 5s.
 	client := &http.Client{Timeout: 5 * time.Second}
@@ -67,24 +68,24 @@ func TestScrapeDuringStuckRound(t *testing.T) {
 		{"text/plain;version=0.0.4", ""}, {prometheus3, "gzip"},
 	} {
 		body := scrape(r.accept, r.acceptEncoding)
-		if v, ok := metric(t, body, `proxy_operator_provider_info{provider="alpha",type="gcp"}`); !ok || v != 1 {
+		if v, ok := testutil.Metric(t, body, `proxy_operator_provider_info{provider="alpha",type="gcp"}`); !ok || v != 1 {
 			t.Errorf("Accept %q: proxy_operator_provider_info of alpha = %v (present %v), want 1; body:\n%s", r.accept, v, ok, body)
 		}
-		if _, ok := metric(t, body, "proxy_operator_provider_target_up"); ok {
+		if _, ok := testutil.Metric(t, body, "proxy_operator_provider_target_up"); ok {
 			t.Errorf("Accept %q: a verdict while the first round is stuck; body:\n%s", r.accept, body)
 		}
 		if r.acceptEncoding == "gzip" && !strings.HasSuffix(body, "# EOF\n") {
 			t.Errorf("Accept %q: not OpenMetrics (no final # EOF)", r.accept)
 		}
 	}
-	if n := f.count(f.checks, "alpha"); n != 1 {
+	if n := f.Checked("alpha"); n != 1 {
 		t.Fatalf("%d checks of alpha, want 1: the round was not held", n)
 	}
 
 	release()
 	testutil.Eventually(t, 20*time.Second, "the first round's verdicts on /metrics", func() bool {
 		_, body := x.get("/metrics")
-		v, ok := metric(t, body, `proxy_operator_provider_target_up{provider="alpha",target="a1"}`)
+		v, ok := testutil.Metric(t, body, `proxy_operator_provider_target_up{provider="alpha",target="a1"}`)
 		return ok && v == 1
 	})
 }

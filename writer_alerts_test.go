@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/internal/demo"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
@@ -36,8 +37,8 @@ func TestWriterAlertsOnRealStack(t *testing.T) {
 	if err != nil {
 		testenv.Unavailable(t, "kubectl is not on PATH")
 	}
-	f := newFakeChecks()
-	f.use(t)
+	f := fakechecks.New()
+	f.Use(t)
 	env := kube.Start(t) // without the CRD, for now
 	run := func(stdin string, args ...string) {
 		t.Helper()
@@ -53,13 +54,13 @@ func TestWriterAlertsOnRealStack(t *testing.T) {
 	const serviceAccount = "system:serviceaccount:provider-health-exporter:provider-health-exporter"
 	env.AddUser(serviceAccount)
 
-	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
+	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"}, fakechecks.Provider{Name: "beta", Project: "beta-project", Targets: "b1"})
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s", "--web.enable-lifecycle",
 		"--crd.enabled", "--crd.kubeconfig="+env.KubeconfigFor(serviceAccount), "--crd.heartbeat-interval=1m")
 	addr := strings.TrimPrefix(x.base, "http://")
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, r := range x.logs.records() {
+			for _, r := range x.logs.Records() {
 				if r["component"] == "crdwriter" || r["component"] == "client-go" {
 					t.Logf("exporter: %v", r)
 				}
@@ -93,7 +94,7 @@ func TestWriterAlertsOnRealStack(t *testing.T) {
 	// The ServiceAccount loses its ClusterRoleBinding (a broken RBAC rollout): the object of a
 	// provider added by a reload cannot be created.
 	run("", "delete", "clusterrolebinding", "provider-health-exporter")
-	writeProviders(t, path, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"}, provider{"gamma", "gamma-project", "g1"})
+	fakechecks.WriteProviders(t, path, fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"}, fakechecks.Provider{Name: "beta", Project: "beta-project", Targets: "b1"}, fakechecks.Provider{Name: "gamma", Project: "gamma-project", Targets: "g1"})
 	if code, body := x.do(http.MethodPost, "/-/reload"); code != http.StatusOK {
 		t.Fatalf("POST /-/reload: %d %s", code, body)
 	}
@@ -103,7 +104,7 @@ func TestWriterAlertsOnRealStack(t *testing.T) {
 	}
 	// A refusal (403) is about the object written: it backs off that object, and its log line
 	// names the provider and the API server's answer.
-	if r := x.logs.find("writing this provider's ProviderHealth object failed; retrying it with backoff, the other providers are written as usual"); r == nil ||
+	if r := x.logs.Find("writing this provider's ProviderHealth object failed; retrying it with backoff, the other providers are written as usual"); r == nil ||
 		!strings.Contains(fmt.Sprint(r["err"]), "forbidden") || r["provider"] == nil {
 		t.Errorf("the writer's log does not give the API server's refusal: %v", r)
 	}
@@ -118,8 +119,8 @@ func TestWriterAlertsOnRealStack(t *testing.T) {
 	// A name another instance's object holds.
 	theirs := "apiVersion: providerhealth.io/v1alpha1\nkind: ProviderHealth\nmetadata:\n  name: delta\n  labels:\n    app.kubernetes.io/managed-by: provider-health-exporter\n    providerhealth.io/instance: site-b\n"
 	run(theirs, "create", "-f", "-")
-	writeProviders(t, path, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"},
-		provider{"gamma", "gamma-project", "g1"}, provider{"delta", "delta-project", "d1"})
+	fakechecks.WriteProviders(t, path, fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"}, fakechecks.Provider{Name: "beta", Project: "beta-project", Targets: "b1"},
+		fakechecks.Provider{Name: "gamma", Project: "gamma-project", Targets: "g1"}, fakechecks.Provider{Name: "delta", Project: "delta-project", Targets: "d1"})
 	if code, body := x.do(http.MethodPost, "/-/reload"); code != http.StatusOK {
 		t.Fatalf("POST /-/reload: %d %s", code, body)
 	}

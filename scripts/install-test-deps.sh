@@ -18,7 +18,7 @@ PACKAGES=(
 	iproute2
 	iptables
 	procps
-	chromium # headless, renders the status page in landing_test.go
+	chromium # headless, renders the status page in exporter/landing_test.go
 	ca-certificates # the image's base (make image, image_test.go)
 	tzdata # the image's base
 )

@@ -1,10 +1,13 @@
 // Package testutil holds the small helpers the tests of several packages share: a buffer that
 // log handlers and subprocesses may write to concurrently, a wait for a condition, a child
-// process that dies with the test, and the series a gatherer holds for one label value.
+// process that dies with the test, a file replaced as inventories replace theirs, the series a
+// gatherer holds for one label value, and (exporter.go) requests to a running exporter and
+// readers of its answers and logs.
 package testutil
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
 	"runtime"
 	"strings"
@@ -156,4 +159,17 @@ func Series(tb testing.TB, g prometheus.Gatherer, label, value string) map[strin
 		}
 	}
 	return out
+}
+
+// ReplaceFile writes data to a new file renamed over path, as inventories are written: a new
+// inode, so that a rewrite within the file system's timestamp granularity is still a change.
+func ReplaceFile(t testing.TB, path, data string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,4 +1,4 @@
-package main
+package exporter
 
 import (
 	"fmt"
@@ -7,9 +7,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// handler routes the exporter's HTTP endpoints. exporter-toolkit wraps it with TLS and basic
+// Handler routes the exporter's HTTP endpoints. exporter-toolkit wraps it with TLS and basic
 // auth when --web.config.file asks for them.
-func (e *exporter) handler() http.Handler {
+func (e *Exporter) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// The registry's families and the snapshot's; promhttp negotiates, encodes and compresses.
 	mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(e.registry,
@@ -33,14 +33,14 @@ func (e *exporter) handler() http.Handler {
 }
 
 // serveHealthy answers as long as the process serves HTTP.
-func (e *exporter) serveHealthy(w http.ResponseWriter, _ *http.Request) {
+func (e *Exporter) serveHealthy(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	fmt.Fprintln(w, "Healthy")
 }
 
 // serveReady answers 200 once the first round of checks has finished (at once when checks are
 // off), so that a rollout does not send scrapes to an exporter with no verdicts yet.
-func (e *exporter) serveReady(w http.ResponseWriter, _ *http.Request) {
+func (e *Exporter) serveReady(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if e.ready() {
 		fmt.Fprintln(w, "Ready")
@@ -51,8 +51,8 @@ func (e *exporter) serveReady(w http.ResponseWriter, _ *http.Request) {
 }
 
 // ready reports whether the first round of checks has finished, or checks are off.
-func (e *exporter) ready() bool {
-	if !e.checksOn() {
+func (e *Exporter) ready() bool {
+	if !e.ChecksOn() {
 		return true
 	}
 	select {
@@ -65,14 +65,14 @@ func (e *exporter) ready() bool {
 
 // serveReload re-reads the providers file; a failure answers 500 with the reason. Without
 // --web.enable-lifecycle it answers 403, as Prometheus does.
-func (e *exporter) serveReload(w http.ResponseWriter, _ *http.Request) {
+func (e *Exporter) serveReload(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	if !e.lifecycle {
+	if !e.Lifecycle {
 		w.WriteHeader(http.StatusForbidden)
 		fmt.Fprintln(w, "Lifecycle API is not enabled: start the exporter with --web.enable-lifecycle (SIGHUP reloads without it)")
 		return
 	}
-	if err := e.reload(); err != nil {
+	if err := e.Reload(); err != nil {
 		w.WriteHeader(http.StatusInternalServerError)
 		fmt.Fprintf(w, "failed to reload %s:\n%v\n", e.configFile, err)
 		return
@@ -81,7 +81,7 @@ func (e *exporter) serveReload(w http.ResponseWriter, _ *http.Request) {
 }
 
 // promhttpLogger sends promhttp's errors (a collector failing during a scrape) to the logger.
-type promhttpLogger struct{ e *exporter }
+type promhttpLogger struct{ e *Exporter }
 
 func (l promhttpLogger) Println(v ...any) {
 	l.e.logger.Error("serving metrics", "err", fmt.Sprint(v...))

@@ -1,4 +1,4 @@
-package main
+package exporter
 
 import (
 	"errors"
@@ -10,13 +10,13 @@ import (
 // errShuttingDown refuses a reload that arrives after the checkers were closed for exit.
 var errShuttingDown = errors.New("the exporter is shutting down")
 
-// reload re-reads the providers file (SIGHUP, POST /-/reload). A file that does not load, or
+// Reload re-reads the providers file (SIGHUP, POST /-/reload). A file that does not load, or
 // whose checkers cannot be built, changes nothing: the running checkers stay, the reason is
 // logged and returned, and the reload-success gauge drops to 0. A good file replaces the
 // checkers: providers whose configuration did not change keep their checker (and with it their
 // connections and, in the runner, their state); the checkers of removed or changed providers
 // are closed once the runner has switched to the new set, so that the next round uses it.
-func (e *exporter) reload() error {
+func (e *Exporter) Reload() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -42,7 +42,7 @@ func (e *exporter) reload() error {
 
 // load reads the providers file and its providers' host files, and builds the checkers
 // against the running ones. e.mu is held.
-func (e *exporter) load() (*checkerSet, error) {
+func (e *Exporter) load() (*checkerSet, error) {
 	// The version read is remembered whether it loads or not, so that an auto-reload tries a
 	// bad file again only once it changed.
 	e.configState, _ = checks.StatFile(e.configFile)
@@ -70,10 +70,10 @@ func (e *exporter) load() (*checkerSet, error) {
 // beforeRound runs before each round of checks (the runner's BeforeRound): with
 // --config.auto-reload, a reload of the providers file when it changed since its last load;
 // then the host files that changed.
-func (e *exporter) beforeRound() {
-	if e.autoReload && e.configChanged() {
+func (e *Exporter) beforeRound() {
+	if e.AutoReload && e.configChanged() {
 		e.logger.Info("providers file changed, reloading (--config.auto-reload)", "file", e.configFile)
-		_ = e.reload() // a failure is logged and exported by reload
+		_ = e.Reload() // a failure is logged and exported by reload
 	}
 	e.refreshInventory()
 }
@@ -81,7 +81,7 @@ func (e *exporter) beforeRound() {
 // configChanged reports whether the providers file is no longer the version its last load read.
 // A file that could not be stat'ed then and cannot now (deleted) has not changed: it is tried
 // again once it is back.
-func (e *exporter) configChanged() bool {
+func (e *Exporter) configChanged() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now, _ := checks.StatFile(e.configFile)

@@ -1,4 +1,4 @@
-package main
+package exporter
 
 import (
 	"encoding/json"
@@ -20,7 +20,7 @@ import (
 )
 
 // statusJSON answers GET /api/v1/status?query for snapshot s, decoded generically.
-func statusJSON(t *testing.T, e *exporter, query string, s *checks.Snapshot, now time.Time) (int, map[string]any, int) {
+func statusJSON(t *testing.T, e *Exporter, query string, s *checks.Snapshot, now time.Time) (int, map[string]any, int) {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	e.renderStatusAPI(rec, httptest.NewRequest("GET", "/api/v1/status?"+query, nil), s, now)
@@ -46,7 +46,7 @@ func TestStatusAPIShape(t *testing.T) {
 	west := &f.snap.Providers[3]
 	west.Unchecked = []checks.UncheckedTarget{{Target: "hv-west-new", Listed: f.now.Add(-time.Minute), Message: "not started: the round's deadline came"}}
 	e := landingExporter()
-	e.crdReport = func() crdwriter.Report {
+	e.CRDReport = func() crdwriter.Report {
 		return crdwriter.Report{Writing: true, SyncedRound: 41, Problems: []crdwriter.ObjectProblem{
 			{Provider: "gcp-prod", Problem: crdwriter.ProblemFailing, Err: "forbidden", Since: f.now.Add(-time.Minute), Attempts: 2, RetryAt: f.now.Add(time.Second)}}}
 	}

@@ -1,4 +1,4 @@
-package main
+package exporter
 
 import (
 	"context"
@@ -41,7 +41,7 @@ const (
 // is not charged for the wait: when its check then runs out the deadline, the answer is an
 // HTTP error (no verdict), never a Timeout the target did not earn.
 type probeHandler struct {
-	e *exporter
+	e *Exporter
 	// limit, when positive, replaces every provider's own bound (tests).
 	limit int
 
@@ -58,7 +58,7 @@ type probePlaces struct {
 
 // newProbeHandler returns the handler; limit, when positive, bounds every provider's probes in
 // flight instead of its own limit.
-func newProbeHandler(e *exporter, limit int) *probeHandler {
+func newProbeHandler(e *Exporter, limit int) *probeHandler {
 	return &probeHandler{e: e, limit: limit, places: map[checks.Checker]*probePlaces{}}
 }
 
@@ -75,13 +75,17 @@ type probeDeadline struct {
 	why     string
 }
 
+// MaxDerivedTimeout caps the round timeout derived when --provider-check-timeout is 0, and
+// caps a probe's timeout when checks are off.
+const MaxDerivedTimeout = 15 * time.Second
+
 // probeTimeout decides the probe's timeout from the scrape timeout header (less the margin) and
 // the timeout= parameter, the shorter of both when both are given, capped by the round timeout
 // (the derived default when checks are off).
-func (e *exporter) probeTimeout(r *http.Request) (probeDeadline, error) {
+func (e *Exporter) probeTimeout(r *http.Request) (probeDeadline, error) {
 	capAt, capName := e.timeout, "--provider-check-timeout"
 	if capAt <= 0 {
-		capAt, capName = maxDerivedTimeout, "the default round timeout (checks are off)"
+		capAt, capName = MaxDerivedTimeout, "the default round timeout (checks are off)"
 	}
 	var d probeDeadline
 	var whys []string
@@ -136,7 +140,7 @@ func parseProbeTimeout(s string) (time.Duration, error) {
 
 // lookup returns the checker of a provider, or the names of the configured ones; closed is
 // true once the exporter has closed its checkers (shutting down).
-func (e *exporter) lookup(provider string) (c checks.Checker, names []string, closed bool) {
+func (e *Exporter) lookup(provider string) (c checks.Checker, names []string, closed bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -155,7 +159,7 @@ func (e *exporter) lookup(provider string) (c checks.Checker, names []string, cl
 
 // targetLabels returns a target's labels from the providers file (its provider's, its own over
 // them), as the runner sees them.
-func (e *exporter) targetLabels(provider, target string) map[string]string {
+func (e *Exporter) targetLabels(provider, target string) map[string]string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	en, ok := e.entries[provider]

@@ -1,4 +1,4 @@
-package main
+package exporter
 
 import (
 	"context"
@@ -14,9 +14,12 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	// The provider types of this build, as the command has them.
+	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
 )
 
 func gcpProvider(name, project, filter string) config.Provider {
@@ -26,8 +29,8 @@ func gcpProvider(name, project, filter string) config.Provider {
 // TestBuildCheckers: a reload keeps the checker of an unchanged provider, builds changed and
 // added ones, and retires (for closing) exactly the removed and changed ones.
 func TestBuildCheckers(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
+	f := fakechecks.New()
+	f.Use(t)
 	logger := slog.New(slog.DiscardHandler)
 
 	first, err := buildCheckers(&config.Config{Providers: []config.Provider{
@@ -78,7 +81,7 @@ func TestBuildCheckers(t *testing.T) {
 	if second.added != 1 || second.changed != 1 || second.kept != 1 || second.removed != 1 {
 		t.Errorf("added %d changed %d kept %d removed %d, want 1 each", second.added, second.changed, second.kept, second.removed)
 	}
-	if n := f.count(f.built, "keep"); n != 1 {
+	if n := f.Built("keep"); n != 1 {
 		t.Errorf("keep built %d times, want 1", n)
 	}
 }
@@ -86,9 +89,9 @@ func TestBuildCheckers(t *testing.T) {
 // TestBuildCheckersFailure: one provider that cannot be built fails the whole build, reports
 // every failing provider, and closes what was built on the way; the old checkers stay open.
 func TestBuildCheckersFailure(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
-	withoutType(t, kvm.Type)
+	f := fakechecks.New()
+	f.Use(t)
+	fakechecks.WithoutType(t, kvm.Type)
 	logger := slog.New(slog.DiscardHandler)
 	old, err := buildCheckers(&config.Config{Providers: []config.Provider{gcpProvider("old", "old-project", "o1")}}, nil, logger)
 	if err != nil {
@@ -104,10 +107,10 @@ func TestBuildCheckersFailure(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Fatalf("error %v, want:\n%s", err, want)
 	}
-	if n := f.count(f.closed, "fresh"); n != 1 {
+	if n := f.Closed("fresh"); n != 1 {
 		t.Errorf("the checker built before the failure was closed %d times, want 1", n)
 	}
-	if n := f.count(f.closed, "old"); n != 0 {
+	if n := f.Closed("old"); n != 0 {
 		t.Errorf("the running checker was closed %d times by a failed build, want 0", n)
 	}
 }

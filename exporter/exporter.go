@@ -1,4 +1,9 @@
-package main
+// Package exporter is the exporter's HTTP side and what it serves: the checkers built from the
+// providers file (checkers.go) and their round runner, reloading (reload.go), the providers'
+// host files (inventory.go), the endpoints (http.go), the status page (landing.go) and its JSON
+// API (api.go), and /probe (probe.go). The command (package main) parses the flags, builds an
+// Exporter with New, runs its rounds, serves its Handler and reloads or closes it on a signal.
+package exporter
 
 import (
 	"log/slog"
@@ -16,9 +21,10 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
 )
 
-// exporter is the running program: the checkers built from the providers file, the round
-// runner, the metrics registry, and what reloading needs.
-type exporter struct {
+// Exporter is the running program: the checkers built from the providers file, the round
+// runner, the metrics registry, and what reloading needs. Build it with New; set its exported
+// fields before it serves or runs.
+type Exporter struct {
 	logger     *slog.Logger
 	configFile string
 	// interval and timeout of the rounds; interval 0 means checks are off.
@@ -36,15 +42,16 @@ type exporter struct {
 	// ProviderHealthChecksStale and ProviderHealthChecksSlow).
 	checkInterval prometheus.Gauge
 	checkTimeout  prometheus.Gauge
-	// lifecycle: POST /-/reload is served (--web.enable-lifecycle); else it answers 403.
-	lifecycle bool
-	// autoReload: the providers file is reloaded before a round when it changed
+	// Lifecycle: POST /-/reload is served (--web.enable-lifecycle); else it answers 403. Set
+	// before the server starts.
+	Lifecycle bool
+	// AutoReload: the providers file is reloaded before a round when it changed
 	// (--config.auto-reload); set before the runner starts.
-	autoReload bool
+	AutoReload bool
 
-	// crdReport is the ProviderHealth writer's Report (--crd.enabled), set before the server starts;
-	// nil without one. The status page shows its Report.
-	crdReport func() crdwriter.Report
+	// CRDReport is the ProviderHealth writer's Report (--crd.enabled), set before the server
+	// starts; nil without one. The status page and the status API show its Report.
+	CRDReport func() crdwriter.Report
 
 	// landingSlots bounds the status page renders in flight (landingMaxInFlight).
 	landingSlots chan struct{}
@@ -64,11 +71,12 @@ type exporter struct {
 	closed      bool
 }
 
-// newExporter loads the providers file, builds its checkers and a runner for them, and
-// registers every metric on a registry of its own (not the global one, so that nothing a
-// library registers globally leaks into /metrics).
-func newExporter(configFile string, interval, timeout time.Duration, logger *slog.Logger) (*exporter, error) {
-	e := &exporter{
+// New loads the providers file, builds its checkers and a runner for them, and registers every
+// metric on a registry of its own (not the global one, so that nothing a library registers
+// globally leaks into /metrics). interval 0 turns the checks off; timeout is the deadline of a
+// round. Nothing is contacted: the checks start with Runner().Run.
+func New(configFile string, interval, timeout time.Duration, logger *slog.Logger) (*Exporter, error) {
+	e := &Exporter{
 		logger:       logger,
 		configFile:   configFile,
 		interval:     interval,
@@ -129,19 +137,27 @@ func newExporter(configFile string, interval, timeout time.Duration, logger *slo
 	return e, nil
 }
 
-// checksOn reports whether rounds of checks run (--provider-check-interval is not 0).
-func (e *exporter) checksOn() bool { return e.interval > 0 }
+// ChecksOn reports whether rounds of checks run (--provider-check-interval is not 0).
+func (e *Exporter) ChecksOn() bool { return e.interval > 0 }
 
-// providerCount is the number of configured providers.
-func (e *exporter) providerCount() int {
+// Runner is the round runner of the checks: its Run runs the rounds until its context is done,
+// and the ProviderHealth writer reads its snapshots.
+func (e *Exporter) Runner() *checks.Runner { return e.runner }
+
+// Registry is the exporter's own metrics registry, served by /metrics before the snapshot's
+// families; the ProviderHealth writer registers its metrics there.
+func (e *Exporter) Registry() *prometheus.Registry { return e.registry }
+
+// ProviderCount is the number of configured providers.
+func (e *Exporter) ProviderCount() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return len(e.entries)
 }
 
-// close closes every checker. The runner must have returned: no check may be running. Later
+// Close closes every checker. The runner must have returned: no check may be running. Later
 // reloads are refused.
-func (e *exporter) close() {
+func (e *Exporter) Close() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {

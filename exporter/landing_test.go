@@ -1,4 +1,4 @@
-package main
+package exporter
 
 import (
 	"bytes"
@@ -96,8 +96,8 @@ func newFleet() fleet {
 	return f
 }
 
-func landingExporter() *exporter {
-	return &exporter{logger: slog.New(slog.DiscardHandler), interval: time.Minute, timeout: 15 * time.Second}
+func landingExporter() *Exporter {
+	return &Exporter{logger: slog.New(slog.DiscardHandler), interval: time.Minute, timeout: 15 * time.Second}
 }
 
 // TestLandingData: the page's model of the fleet: providers with down targets first, then the
@@ -510,7 +510,7 @@ func TestLandingUncheckedAndWriter(t *testing.T) {
 			Since: f.now.Add(-10 * time.Minute), Attempts: 7, RetryAt: f.now.Add(2 * time.Minute)},
 		{Provider: "kvm-east", Problem: crdwriter.ProblemNameClash, Since: f.now.Add(-time.Minute)},
 	}}
-	e.crdReport = func() crdwriter.Report { return report }
+	e.CRDReport = func() crdwriter.Report { return report }
 
 	d := e.landingData(f.snap, landingFilter{}, f.now)
 	if want := "5 providers, 972 of 1000 targets ready; 28 targets down in 2 providers; 30 more targets not checked yet; 1 provider not checked yet."; d.Summary != want {
@@ -558,10 +558,31 @@ func TestLandingUncheckedAndWriter(t *testing.T) {
 	if page := rec.Body.String(); !strings.Contains(page, "This replica does not write the ProviderHealth objects now") || strings.Contains(page, "writer-problems") {
 		t.Errorf("a replica that does not write: the writer section is wrong:\n%s", page[strings.Index(page, `id="writer"`):])
 	}
-	e.crdReport = nil
+	e.CRDReport = nil
 	rec = httptest.NewRecorder()
 	e.renderLanding(rec, httptest.NewRequest("GET", "/", nil), f.snap, f.now)
 	if strings.Contains(rec.Body.String(), `id="writer"`) {
 		t.Error("without a writer the page shows a writer section")
+	}
+}
+
+func TestHumanDuration(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{-time.Second, "0s"},
+		{0, "0s"},
+		{42 * time.Second, "42s"},
+		{3*time.Minute + 59*time.Second, "3m"},
+		{2 * time.Hour, "2h"},
+		{5*time.Hour + 12*time.Minute, "5h12m"},
+		{47*time.Hour + 59*time.Minute, "47h59m"},
+		{48 * time.Hour, "2d"},
+		{3*24*time.Hour + 4*time.Hour + 5*time.Minute, "3d4h"},
+	} {
+		if got := humanDuration(tc.d); got != tc.want {
+			t.Errorf("humanDuration(%s) = %q, want %q", tc.d, got, tc.want)
+		}
 	}
 }

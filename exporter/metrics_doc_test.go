@@ -1,4 +1,4 @@
-package main
+package exporter
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -25,6 +26,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/collector"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
 )
 
 // docRow is one metric row of docs/metrics.md.
@@ -36,7 +38,7 @@ type docRow struct {
 // docRows reads the `proxy_operator_*` rows of docs/metrics.md's tables.
 func docRows(t *testing.T) map[string]docRow {
 	t.Helper()
-	b, err := os.ReadFile("docs/metrics.md")
+	b, err := os.ReadFile(filepath.Join("..", "docs", "metrics.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,10 +100,10 @@ func describedNames(t *testing.T, c prometheus.Collector) []string {
 // metrics are registered as --crd.enabled registers them: crdwriter.New with the exporter's
 // registry (New does not contact the API server).
 func TestMetricsDocumented(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
-	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1,down-a2"})
-	e, err := newExporter(path, time.Minute, 15*time.Second, slog.New(slog.DiscardHandler))
+	f := fakechecks.New()
+	f.Use(t)
+	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1,down-a2"})
+	e, err := New(path, time.Minute, 15*time.Second, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,28 +111,28 @@ func TestMetricsDocumented(t *testing.T) {
 	runnerDone := make(chan struct{})
 	go func() {
 		defer close(runnerDone)
-		e.runner.Run(ctx)
+		e.Runner().Run(ctx)
 	}()
 	t.Cleanup(func() {
 		cancel()
 		<-runnerDone
-		e.close()
+		e.Close()
 	})
 	if _, err := crdwriter.New(crdwriter.Options{
 		Config:     &rest.Config{Host: "https://127.0.0.1:1"},
-		Source:     e.runner,
+		Source:     e.Runner(),
 		Interval:   time.Minute,
-		Registerer: e.registry,
+		Registerer: e.Registry(),
 	}); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-e.runner.FirstRound():
+	case <-e.Runner().FirstRound():
 	case <-time.After(20 * time.Second):
 		t.Fatal("the first round did not finish within 20s")
 	}
 
-	srv := httptest.NewServer(e.handler())
+	srv := httptest.NewServer(e.Handler())
 	t.Cleanup(srv.Close)
 	resp, err := srv.Client().Get(srv.URL + "/metrics")
 	if err != nil {

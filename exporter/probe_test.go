@@ -1,9 +1,9 @@
-package main
+package exporter
 
 import (
 	"context"
 	"fmt"
-	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,145 +12,84 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-	"golang.org/x/crypto/bcrypt"
-
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
-// slowProbe is how long a probe of a fake target named slow-* takes: an API call to GCE or
-// vSphere takes that long.
-const slowProbe = 600 * time.Millisecond
-
-// ProbeTarget makes the tests' fake checkers probeable: one Check, the target's verdict. A
-// target named busy-* is busy, as a KVM host whose round's check held it past the deadline; a
-// target named slow-* answers after slowProbe (Timeout when ctx ends first).
-func (c *fakeChecker) ProbeTarget(ctx context.Context, target string, trace *checks.Trace) (checks.TargetResult, error) {
-	if strings.HasPrefix(target, "busy-") {
-		return checks.TargetResult{Target: target, Reason: checks.ReasonTimeout, Message: "waiting for the running check to finish",
-			NotContacted: true}, checks.ErrBusy
+// runExporter builds the exporter of the providers file at path as run() does, runs its rounds
+// until the test ends, and returns it once its first round is done.
+func runExporter(t testing.TB, path string, interval, timeout time.Duration) *Exporter {
+	t.Helper()
+	e, err := New(path, interval, timeout, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
 	}
-	end := trace.Begin("fake check")
-	if strings.HasPrefix(target, "slow-") {
-		select {
-		case <-time.After(slowProbe):
-		case <-ctx.Done():
-			end("deadline")
-			return checks.TargetResult{Target: target, Reason: checks.ReasonTimeout, Message: "no answer before the deadline"}, nil
-		}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.runner.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		e.Close()
+	})
+	select {
+	case <-e.runner.FirstRound():
+	case <-time.After(60 * time.Second):
+		t.Fatal("the first round did not finish within 60s")
 	}
-	for _, r := range c.Check(ctx) {
-		if r.Target == target {
-			end(string(r.Reason))
-			return r, nil
-		}
-	}
-	end("unknown target")
-	return checks.TargetResult{}, checks.ErrUnknownTarget
+	return e
 }
 
 // probeTestExporter builds an exporter over fake gcp providers, its first round done, and
 // serves its handler; limit is the probes-in-flight bound of its /probe.
-func probeTestExporter(t *testing.T, f *fakeChecks, limit int, ps ...provider) (*exporter, *httptest.Server) {
+func probeTestExporter(t *testing.T, f *fakechecks.Checks, limit int, ps ...fakechecks.Provider) (*Exporter, *httptest.Server) {
 	t.Helper()
-	path := writeProviders(t, "", ps...)
+	path := fakechecks.WriteProviders(t, "", ps...)
 	e := runExporter(t, path, time.Minute, 15*time.Second)
 	mux := http.NewServeMux()
 	mux.Handle("GET /probe", newProbeHandler(e, limit))
-	mux.Handle("/", e.handler())
+	mux.Handle("/", e.Handler())
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return e, srv
 }
 
-// fetch GETs url with the headers (name, value pairs) and returns the status and body.
-func fetch(t *testing.T, client *http.Client, url string, headers ...string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
-}
-
-// probeSamples parses a /probe answer: the value of each series, keyed as name{labels}.
-func probeSamples(t *testing.T, body string) map[string]float64 {
-	t.Helper()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("the answer is not the Prometheus text format: %v\n%s", err, body)
-	}
-	out := map[string]float64{}
-	for name, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			key := name
-			for _, lp := range m.GetLabel() {
-				key += fmt.Sprintf("{%s=%q}", lp.GetName(), lp.GetValue())
-			}
-			out[key] = m.GetGauge().GetValue()
-		}
-	}
-	return out
-}
-
-// verdictLines returns the provider verdict series of a /metrics answer.
-func verdictLines(body string) string {
-	var keep []string
-	for _, line := range strings.Split(body, "\n") {
-		if strings.HasPrefix(line, "proxy_operator_provider_") && !strings.HasPrefix(line, "proxy_operator_provider_check_rounds") {
-			keep = append(keep, line)
-		}
-	}
-	return strings.Join(keep, "\n")
-}
-
 // TestProbe checks /probe over fake checkers: the Prometheus answer of an up and a down target,
 // the debug trace, and that a probe changes neither the snapshot nor /metrics.
 func TestProbe(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
-	e, srv := probeTestExporter(t, f, 0, provider{"alpha", "alpha-project", "a1,down-a2,busy-a3"})
+	f := fakechecks.New()
+	f.Use(t)
+	e, srv := probeTestExporter(t, f, 0, fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1,down-a2,busy-a3"})
 	client := srv.Client()
 	snap := e.runner.Current()
-	_, metricsBefore := fetch(t, client, srv.URL+"/metrics")
+	_, metricsBefore := testutil.Fetch(t, client, srv.URL+"/metrics")
 
-	code, body := fetch(t, client, srv.URL+"/probe?provider=alpha&target=a1")
-	s := probeSamples(t, body)
+	code, body := testutil.Fetch(t, client, srv.URL+"/probe?provider=alpha&target=a1")
+	s := testutil.ProbeSamples(t, body)
 	if code != http.StatusOK || s["probe_success"] != 1 || s[`probe_reason{reason="Ready"}`] != 1 || len(s) != 3 {
 		t.Errorf("up target: %d %v, want 200 with probe_success 1, probe_reason Ready, probe_duration_seconds", code, s)
 	}
 	if _, ok := s["probe_duration_seconds"]; !ok {
 		t.Errorf("no probe_duration_seconds in %v", s)
 	}
-	code, body = fetch(t, client, srv.URL+"/probe?provider=alpha&target=down-a2")
-	s = probeSamples(t, body)
+	code, body = testutil.Fetch(t, client, srv.URL+"/probe?provider=alpha&target=down-a2")
+	s = testutil.ProbeSamples(t, body)
 	if code != http.StatusOK || s["probe_success"] != 0 || s[`probe_reason{reason="APIError"}`] != 1 {
 		t.Errorf("down target: %d %v, want 200 with probe_success 0 and reason APIError", code, s)
 	}
 
 	// Busy (another check held the target until the deadline): 503, no verdict made up.
-	code, body = fetch(t, client, srv.URL+"/probe?provider=alpha&target=busy-a3")
+	code, body = testutil.Fetch(t, client, srv.URL+"/probe?provider=alpha&target=busy-a3")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "busy with another check") ||
 		!strings.Contains(body, "waiting for the running check") || strings.Contains(body, "probe_success") {
 		t.Errorf("a busy target: %d %q, want 503 saying it was busy, without probe_success", code, body)
 	}
 
-	code, body = fetch(t, client, srv.URL+"/probe?provider=alpha&target=down-a2&debug=true&timeout=3s")
+	code, body = testutil.Fetch(t, client, srv.URL+"/probe?provider=alpha&target=down-a2&debug=true&timeout=3s")
 	for _, want := range []string{`probe of target "down-a2" of provider "alpha"`, "deadline: 3s (timeout=3s)",
 		"fake check", "verdict: APIError (down)", "message: <b>boom</b> from down-a2", "probe_success 0"} {
 		if !strings.Contains(body, want) {
@@ -164,16 +103,16 @@ func TestProbe(t *testing.T) {
 	if e.runner.Current() != snap {
 		t.Error("a probe published a new snapshot")
 	}
-	if _, after := fetch(t, client, srv.URL+"/metrics"); verdictLines(after) != verdictLines(metricsBefore) {
-		t.Errorf("the verdicts on /metrics changed after probes:\nbefore:\n%s\nafter:\n%s", verdictLines(metricsBefore), verdictLines(after))
+	if _, after := testutil.Fetch(t, client, srv.URL+"/metrics"); testutil.VerdictLines(after) != testutil.VerdictLines(metricsBefore) {
+		t.Errorf("the verdicts on /metrics changed after probes:\nbefore:\n%s\nafter:\n%s", testutil.VerdictLines(metricsBefore), testutil.VerdictLines(after))
 	}
 }
 
 // TestProbeBadInput: every malformed request answers 400 saying what is wrong.
 func TestProbeBadInput(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
-	_, srv := probeTestExporter(t, f, 0, provider{"alpha", "alpha-project", "a1"}, provider{"beta", "beta-project", "b1"})
+	f := fakechecks.New()
+	f.Use(t)
+	_, srv := probeTestExporter(t, f, 0, fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"}, fakechecks.Provider{Name: "beta", Project: "beta-project", Targets: "b1"})
 	for _, c := range []struct {
 		query  string
 		header string
@@ -197,7 +136,7 @@ func TestProbeBadInput(t *testing.T) {
 		if c.header != "" {
 			headers = []string{scrapeTimeoutHeader, c.header}
 		}
-		code, body := fetch(t, srv.Client(), srv.URL+"/probe"+c.query, headers...)
+		code, body := testutil.Fetch(t, srv.Client(), srv.URL+"/probe"+c.query, headers...)
 		if code != http.StatusBadRequest {
 			t.Errorf("%q (header %q): %d, want 400; body %q", c.query, c.header, code, body)
 		}
@@ -227,7 +166,7 @@ func TestProbeTimeout(t *testing.T) {
 		wantWhyContain string
 	}{
 		{15 * time.Second, "", "", 15 * time.Second, "--provider-check-timeout"},
-		{0, "", "", maxDerivedTimeout, "checks are off"},
+		{0, "", "", MaxDerivedTimeout, "checks are off"},
 		{15 * time.Second, "10", "", 9500 * time.Millisecond, "less a margin of 500ms"},
 		{15 * time.Second, "1", "", 750 * time.Millisecond, "less a margin of 250ms"},
 		{15 * time.Second, "60", "", 15 * time.Second, "capped by --provider-check-timeout 15s"},
@@ -237,7 +176,7 @@ func TestProbeTimeout(t *testing.T) {
 		{15 * time.Second, "10", "2s", 2 * time.Second, "timeout=2s"},
 		{15 * time.Second, "2", "5s", 1500 * time.Millisecond, "X-Prometheus-Scrape-Timeout-Seconds 2"},
 	} {
-		e := &exporter{timeout: c.round}
+		e := &Exporter{timeout: c.round}
 		r := httptest.NewRequest(http.MethodGet, "/probe?provider=p&target=t", nil)
 		if c.param != "" {
 			r = httptest.NewRequest(http.MethodGet, "/probe?provider=p&target=t&timeout="+c.param, nil)
@@ -259,12 +198,12 @@ func TestProbeTimeout(t *testing.T) {
 // answers probe_success 1; and two probes of the same target at once (two Prometheus
 // replicas) both answer too.
 func TestProbeQueueIsNotAnOutage(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
-	var ps []provider
+	f := fakechecks.New()
+	f.Use(t)
+	var ps []fakechecks.Provider
 	for i := range 12 {
 		name := fmt.Sprintf("gce-%02d", i)
-		ps = append(ps, provider{name, name + "-project", "slow-" + name})
+		ps = append(ps, fakechecks.Provider{Name: name, Project: name + "-project", Targets: "slow-" + name})
 	}
 	_, srv := probeTestExporter(t, f, 0, ps...)
 	client := &http.Client{Timeout: time.Second} // what Prometheus gives the scrape
@@ -278,15 +217,15 @@ func TestProbeQueueIsNotAnOutage(t *testing.T) {
 		for _, p := range ps {
 			for range perTarget {
 				go func() {
-					q := "/probe?provider=" + p.name + "&target=" + p.targets
-					code, body := fetch(t, client, srv.URL+q, scrapeTimeoutHeader, "1")
+					q := "/probe?provider=" + p.Name + "&target=" + p.Targets
+					code, body := testutil.Fetch(t, client, srv.URL+q, scrapeTimeoutHeader, "1")
 					answers <- answer{q, code, body}
 				}()
 			}
 		}
 		for range len(ps) * perTarget {
 			a := <-answers
-			if s := probeSamples(t, a.body); a.code != http.StatusOK || s["probe_success"] != 1 || s[`probe_reason{reason="Ready"}`] != 1 {
+			if s := testutil.ProbeSamples(t, a.body); a.code != http.StatusOK || s["probe_success"] != 1 || s[`probe_reason{reason="Ready"}`] != 1 {
 				t.Errorf("%d probes of each of %d healthy targets at once: %s answered %d %v, want 200 probe_success 1, reason Ready",
 					perTarget, len(ps), a.q, a.code, s)
 			}
@@ -300,9 +239,9 @@ func TestProbeQueueIsNotAnOutage(t *testing.T) {
 // scrape: never probe_success 0 with a Timeout the target did not earn. The time it queued is
 // not charged to the target; the probe that did not wait answers its verdict.
 func TestProbeThatCannotBeServedIsAnError(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
-	_, srv := probeTestExporter(t, f, 1, provider{"gce", "gce-project", "slow-a,slow-b"})
+	f := fakechecks.New()
+	f.Use(t)
+	_, srv := probeTestExporter(t, f, 1, fakechecks.Provider{Name: "gce", Project: "gce-project", Targets: "slow-a,slow-b"})
 	client := &http.Client{Timeout: time.Second}
 	type answer struct {
 		code int
@@ -311,7 +250,7 @@ func TestProbeThatCannotBeServedIsAnError(t *testing.T) {
 	answers := make(chan answer, 2)
 	for _, target := range []string{"slow-a", "slow-b"} {
 		go func() {
-			code, body := fetch(t, client, srv.URL+"/probe?provider=gce&target="+target, scrapeTimeoutHeader, "1")
+			code, body := testutil.Fetch(t, client, srv.URL+"/probe?provider=gce&target="+target, scrapeTimeoutHeader, "1")
 			answers <- answer{code, body}
 		}()
 	}
@@ -320,7 +259,7 @@ func TestProbeThatCannotBeServedIsAnError(t *testing.T) {
 		a := <-answers
 		switch {
 		case a.code == http.StatusOK:
-			if s := probeSamples(t, a.body); s["probe_success"] != 1 {
+			if s := testutil.ProbeSamples(t, a.body); s["probe_success"] != 1 {
 				t.Errorf("the probe that got the place: %v, want probe_success 1", s)
 			}
 			served++
@@ -342,11 +281,11 @@ func TestProbeThatCannotBeServedIsAnError(t *testing.T) {
 // TestProbeConcurrency: a bounded number of probes of a provider in flight; a probe that cannot
 // start before its deadline answers 503 saying why, and the first one still answers.
 func TestProbeConcurrency(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
-	_, srv := probeTestExporter(t, f, 1, provider{"alpha", "alpha-project", "a1,a2"})
-	checksBefore := f.count(f.checks, "alpha")
-	release := f.gate("alpha-project")
+	f := fakechecks.New()
+	f.Use(t)
+	_, srv := probeTestExporter(t, f, 1, fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1,a2"})
+	checksBefore := f.Checked("alpha")
+	release := f.Gate("alpha-project")
 	defer release()
 	type answer struct {
 		code int
@@ -354,43 +293,43 @@ func TestProbeConcurrency(t *testing.T) {
 	}
 	first := make(chan answer, 1)
 	go func() {
-		code, body := fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a1&timeout=30s")
+		code, body := testutil.Fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a1&timeout=30s")
 		first <- answer{code, body}
 	}()
 	testutil.Eventually(t, 20*time.Second, "the first probe to be running", func() bool {
-		return f.count(f.checks, "alpha") == checksBefore+1
+		return f.Checked("alpha") == checksBefore+1
 	})
 
-	code, body := fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a1&timeout=300ms")
+	code, body := testutil.Fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a1&timeout=300ms")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, `1 probes of provider "alpha" were still running at the deadline (at most 1 at once)`) {
 		t.Errorf("a second probe of the same target: %d %q, want 503 naming the limit", code, body)
 	}
-	code, body = fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a2&timeout=300ms&debug=true")
+	code, body = testutil.Fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a2&timeout=300ms&debug=true")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, `1 probes of provider "alpha" were still running at the deadline (at most 1 at once)`) ||
 		!strings.Contains(body, "wait for a place among the provider's probes in flight") {
 		t.Errorf("a probe beyond the limit: %d %q, want 503 naming the limit, with the wait in the trace", code, body)
 	}
-	if n := f.count(f.checks, "alpha"); n != checksBefore+1 {
+	if n := f.Checked("alpha"); n != checksBefore+1 {
 		t.Errorf("%d checks ran, want only the first probe's", n-checksBefore)
 	}
 	release()
 	a := <-first
-	if s := probeSamples(t, a.body); a.code != http.StatusOK || s["probe_success"] != 1 {
+	if s := testutil.ProbeSamples(t, a.body); a.code != http.StatusOK || s["probe_success"] != 1 {
 		t.Errorf("the first probe: %d %v, want 200 with probe_success 1", a.code, s)
 	}
 	// Waiting, not refusing: a probe that arrives while the provider's place is taken gets its
 	// turn when the running probe ends within its deadline.
-	release2 := f.gate("alpha-project")
+	release2 := f.Gate("alpha-project")
 	go func() {
-		code, body := fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a1&timeout=30s")
+		code, body := testutil.Fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a1&timeout=30s")
 		first <- answer{code, body}
 	}()
 	testutil.Eventually(t, 20*time.Second, "the next probe to be running", func() bool {
-		return f.count(f.checks, "alpha") == checksBefore+2
+		return f.Checked("alpha") == checksBefore+2
 	})
 	second := make(chan answer, 1)
 	go func() {
-		code, body := fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a1&timeout=30s")
+		code, body := testutil.Fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=a1&timeout=30s")
 		second <- answer{code, body}
 	}()
 	release2()
@@ -401,58 +340,13 @@ func TestProbeConcurrency(t *testing.T) {
 	}
 }
 
-// TestProbeNeedsCredentials: /probe is served through exporter-toolkit like /metrics, so a web
-// config with basic auth protects it.
-func TestProbeNeedsCredentials(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
-	dir := t.TempDir()
-	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	webConfig := filepath.Join(dir, "web.yml")
-	if err := os.WriteFile(webConfig, []byte(fmt.Sprintf("basic_auth_users:\n  prometheus: %s\n", hash)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	path := writeProviders(t, "", provider{"alpha", "alpha-project", "a1"})
-	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=0", "--web.config.file="+webConfig)
-	get := func(user, password string) (int, string) {
-		t.Helper()
-		req, err := http.NewRequest(http.MethodGet, x.base+"/probe?provider=alpha&target=a1", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if user != "" {
-			req.SetBasicAuth(user, password)
-		}
-		resp, err := x.client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	if code, body := get("", ""); code != http.StatusUnauthorized || strings.Contains(body, "probe_success") {
-		t.Errorf("no credentials: %d %q, want 401 without a verdict", code, body)
-	}
-	if code, _ := get("prometheus", "wrong"); code != http.StatusUnauthorized {
-		t.Errorf("wrong password: %d, want 401", code)
-	}
-	code, body := get("prometheus", "s3cret")
-	if s := probeSamples(t, body); code != http.StatusOK || s["probe_success"] != 1 {
-		t.Errorf("right password: %d %v, want 200 with probe_success 1", code, s)
-	}
-}
-
 // TestProbeMaintenance: a probe of a target the operator put in maintenance (the providers
 // file's maintenance label) answers as the rounds publish it: Maintenance (probe_success 0,
 // probe_reason Maintenance), with what the live check found in the message; a target whose
 // own label says "false" answers its check.
 func TestProbeMaintenance(t *testing.T) {
-	f := newFakeChecks()
-	f.use(t)
+	f := fakechecks.New()
+	f.Use(t)
 	path := filepath.Join(t.TempDir(), "providers.yml")
 	if err := os.WriteFile(path, []byte(`providers:
   - name: alpha
@@ -471,13 +365,13 @@ func TestProbeMaintenance(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	for _, target := range []string{"a1", "down-a2"} {
-		code, body := fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target="+target)
-		s := probeSamples(t, body)
+		code, body := testutil.Fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target="+target)
+		s := testutil.ProbeSamples(t, body)
 		if code != http.StatusOK || s["probe_success"] != 0 || s[`probe_reason{reason="Maintenance"}`] != 1 {
 			t.Errorf("%s in maintenance: %d %v, want 200 with probe_success 0 and reason Maintenance", target, code, s)
 		}
 	}
-	_, body := fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=down-a2&debug=true")
+	_, body := testutil.Fetch(t, srv.Client(), srv.URL+"/probe?provider=alpha&target=down-a2&debug=true")
 	if want := "message: in maintenance (label maintenance=true): counted neither up nor down; the last check: APIError: "; !strings.Contains(body, want) {
 		t.Errorf("the debug answer lacks %q:\n%s", want, body)
 	}

@@ -1,4 +1,4 @@
-package main
+package exporter
 
 import (
 	"context"
@@ -249,7 +249,7 @@ func TestThresholdsWithRealFaults(t *testing.T) {
 		}
 		// The status page of the round with the single failure says it is pending.
 		if n == 3 {
-			d := (&exporter{interval: interval, timeout: interval}).landingData(s, landingFilter{}, time.Now())
+			d := (&Exporter{interval: interval, timeout: interval}).landingData(s, landingFilter{}, time.Now())
 			var note string
 			for _, p := range d.Providers {
 				for _, r := range p.Up {
@@ -478,7 +478,7 @@ func TestNotStartedHasNoVerdict(t *testing.T) {
 	if !hasSeries(mfs, "proxy_operator_provider_target_unchecked_since_timestamp_seconds", healthy.Name) {
 		t.Error("round 1: the never-contacted host has no unchecked_since series")
 	}
-	d := (&exporter{interval: interval, timeout: timeout}).landingData(first, landingFilter{}, time.Now())
+	d := (&Exporter{interval: interval, timeout: timeout}).landingData(first, landingFilter{}, time.Now())
 	if len(d.Providers) != 1 || d.Providers[0].Unchecked != 1 || !strings.Contains(d.Providers[0].UncheckedNote, healthy.Name) {
 		t.Errorf("round 1: the status page does not list %s as not checked yet: %+v", healthy.Name, d.Providers)
 	}

@@ -1,4 +1,4 @@
-package main
+package exporter
 
 import (
 	"errors"
@@ -245,7 +245,7 @@ func (in *inventory) Collect(ch chan<- prometheus.Metric) {
 // keeps its links to the hosts it still has (Retarget), added hosts are checked in this round,
 // removed ones leave the snapshot at once. A change of labels alone (a maintenance label)
 // changes no checker. No reload of the providers file: the running one is expanded again.
-func (e *exporter) refreshInventory() {
+func (e *Exporter) refreshInventory() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed || e.fileCfg == nil || !hasInventory(e.fileCfg) {
@@ -293,4 +293,25 @@ func hostCounts(cfg *config.Config, entries map[string]entry) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// CheckHostFiles reads the host files of cfg's providers (hostFiles) as a start would: every
+// problem of a file that does not read well (file:line:col), a warning for a pattern that
+// matches no file and for a host a file repeats, and cfg with the files' hosts.
+func CheckHostFiles(cfg *config.Config) (problems, warnings []string, expanded *config.Config) {
+	in := newInventory(slog.New(slog.DiscardHandler))
+	expanded, warnings = in.expand(cfg)
+	for _, p := range in.problems() {
+		problems = append(problems, p.lines()...)
+	}
+	for _, p := range cfg.Providers {
+		if inv, ok := p.Block.(config.Inventory); ok {
+			for _, pattern := range inv.TargetFilePatterns() {
+				if m, _ := filepath.Glob(pattern); len(m) == 0 {
+					warnings = append(warnings, fmt.Sprintf("provider %s: hostFiles: %s matches no file (its hosts are checked once it exists)", p.Name, pattern))
+				}
+			}
+		}
+	}
+	return problems, warnings, expanded
 }

@@ -1,4 +1,4 @@
-package main
+package exporter
 
 import (
 	"errors"
@@ -11,10 +11,10 @@ import (
 )
 
 // newChecker builds the Checker of one provider with its registered type's constructor
-// (checks.Register; providers.go lists the types of this build). Constructors must not contact
+// (checks.Register; package providers lists the types of the build). Constructors must not contact
 // the provider: connections are opened by the checks themselves, so that building is cheap and
 // --config.check can build every checker without side effects.
-var newChecker = func(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
+func newChecker(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 	t, ok := checks.Lookup(checks.ProviderType(p.Type))
 	if !ok {
 		return nil, errNotInBuild(p.Type)
@@ -143,6 +143,19 @@ func buildCheckers(cfg *config.Config, old map[string]entry, logger *slog.Logger
 		}
 	}
 	return set, nil
+}
+
+// ValidateCheckers builds every checker of cfg as a start would (a constructor contacts nothing)
+// and closes them again: --config.check. The error names every provider whose checker cannot
+// be built.
+func ValidateCheckers(cfg *config.Config) error {
+	// Checkers log nothing while they are only built; discard it.
+	set, err := buildCheckers(cfg, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	closeAll(set.allClosers(), slog.New(slog.DiscardHandler))
+	return nil
 }
 
 // closeAll closes every closer, logging (not returning) failures: a checker that cannot close

@@ -1,4 +1,4 @@
-package main
+package exporter
 
 import (
 	"log/slog"
@@ -10,23 +10,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
 	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
-
-// labFile is a providers file of one kvm provider "lab" with one host, hv1, on a closed port,
-// whose labels are hostLabels (a YAML flow mapping).
-func labFile(hostLabels string) string {
-	return `providers:
-- name: lab
-  type: kvm
-  kvm:
-    user: phe
-    privateKeyFile: /nonexistent/key
-    insecureSkipHostKeyVerification: true
-    storagePool: default
-    hosts: [{address: "127.0.0.1:1", name: hv1, labels: ` + hostLabels + `}]
-`
-}
 
 // TestAutoReload: with --config.auto-reload, the round after the providers file changed runs
 // the reloaded file (a maintenance label set in it applies without SIGHUP); a bad file keeps the
@@ -35,22 +21,22 @@ func labFile(hostLabels string) string {
 func TestAutoReload(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "providers.yml")
-	writeFile(t, path, labFile("{rack: r1}"))
+	itestutil.ReplaceFile(t, path, fakechecks.ClosedPortKVM("{rack: r1}"))
 	var logs strings.Builder
-	e, err := newExporter(path, time.Minute, 15*time.Second, slog.New(slog.NewTextHandler(&logs, nil)))
+	e, err := New(path, time.Minute, 15*time.Second, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.close)
+	t.Cleanup(e.Close)
 	labelOf := func(name string) string { return e.runner.Current().Providers[0].Labels.Of("hv1")[name] }
 
-	writeFile(t, path, labFile(`{rack: r1, maintenance: "true"}`))
+	itestutil.ReplaceFile(t, path, fakechecks.ClosedPortKVM(`{rack: r1, maintenance: "true"}`))
 	e.beforeRound()
 	if got := labelOf("maintenance"); got != "" {
 		t.Errorf("without --config.auto-reload the changed file applied (maintenance=%q)", got)
 	}
 
-	e.autoReload = true
+	e.AutoReload = true
 	e.beforeRound()
 	if got := labelOf("maintenance"); got != "true" {
 		t.Fatalf("the round after the change: maintenance=%q, want the reloaded file's true", got)
@@ -61,7 +47,7 @@ func TestAutoReload(t *testing.T) {
 		t.Errorf("an unchanged file was reloaded again (%d reloads, were %d)", n, reloads)
 	}
 
-	writeFile(t, path, "providers: [\n")
+	itestutil.ReplaceFile(t, path, "providers: [\n")
 	for range 3 {
 		e.beforeRound()
 	}
@@ -83,24 +69,9 @@ func TestAutoReload(t *testing.T) {
 	if n := strings.Count(logs.String(), "reload failed"); n != 2 {
 		t.Errorf("a deleted file: %d failed reloads in all, want one more than the bad file's", n)
 	}
-	writeFile(t, path, labFile("{rack: r2}"))
+	itestutil.ReplaceFile(t, path, fakechecks.ClosedPortKVM("{rack: r2}"))
 	e.beforeRound()
 	if got, m := labelOf("rack"), labelOf("maintenance"); got != "r2" || m != "" || testutil.ToFloat64(e.reloadSuccess) != 1 {
 		t.Errorf("the file back: rack=%q maintenance=%q success %v, want r2, none, 1", got, m, testutil.ToFloat64(e.reloadSuccess))
-	}
-}
-
-// TestAutoReloadFlag: the exporter started with --config.auto-reload applies a maintenance
-// label written into its providers file from a following round, with no signal and no POST.
-func TestAutoReloadFlag(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "providers.yml")
-	writeFile(t, path, labFile("{}"))
-	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s", "--config.auto-reload")
-	metrics := func() string { _, m := x.get("/metrics"); return m }
-	itestutil.Eventually(t, 30*time.Second, "hv1 checked (KeyMaterialError)", func() bool { return reasonOf(metrics(), "hv1") == "KeyMaterialError" })
-	writeFile(t, path, labFile(`{maintenance: "true"}`))
-	itestutil.Eventually(t, 30*time.Second, "hv1 in Maintenance without a reload signal", func() bool { return reasonOf(metrics(), "hv1") == "Maintenance" })
-	if !strings.Contains(x.logs.String(), "providers file changed, reloading (--config.auto-reload)") {
-		t.Errorf("no log line of the auto-reload:\n%s", x.logs.String())
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package exporter
 
 import (
 	"bytes"
@@ -626,7 +626,7 @@ func verdictWord(up bool) string {
 
 // serveLanding renders the status page from the current snapshot, at most landingMaxInFlight
 // at once.
-func (e *exporter) serveLanding(w http.ResponseWriter, r *http.Request) {
+func (e *Exporter) serveLanding(w http.ResponseWriter, r *http.Request) {
 	select {
 	case e.landingSlots <- struct{}{}:
 		defer func() { <-e.landingSlots }()
@@ -639,7 +639,7 @@ func (e *exporter) serveLanding(w http.ResponseWriter, r *http.Request) {
 }
 
 // renderLanding renders the status page of snapshot s, filtered by r's query.
-func (e *exporter) renderLanding(w http.ResponseWriter, r *http.Request, s *checks.Snapshot, now time.Time) {
+func (e *Exporter) renderLanding(w http.ResponseWriter, r *http.Request, s *checks.Snapshot, now time.Time) {
 	f, err := parseLandingFilter(r.URL.Query())
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -657,11 +657,11 @@ func (e *exporter) renderLanding(w http.ResponseWriter, r *http.Request, s *chec
 	_, _ = w.Write(buf.Bytes())
 }
 
-func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Time) landingData {
+func (e *Exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Time) landingData {
 	f.Page = max(f.Page, 1)
 	d := landingData{
 		Version:       version.Version,
-		ChecksOn:      e.checksOn(),
+		ChecksOn:      e.ChecksOn(),
 		Interval:      e.interval,
 		Timeout:       e.timeout,
 		Round:         s.Round,
@@ -675,8 +675,8 @@ func (e *exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 	if d.Version == "" {
 		d.Version = "(development build)"
 	}
-	if e.crdReport != nil {
-		d.Writer = landingWriterOf(e.crdReport(), now)
+	if e.CRDReport != nil {
+		d.Writer = landingWriterOf(e.CRDReport(), now)
 	}
 	for _, p := range e.inventory.problems() {
 		d.HostFileProblems = append(d.HostFileProblems, landingHostFileProblem{Provider: p.Provider, Path: p.Path,

@@ -1,4 +1,4 @@
-package main
+package exporter
 
 import (
 	"bytes"
@@ -16,45 +16,9 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
-
-// hostFilesProviders writes a providers file with one kvm provider (kvm-inv, its own host
-// hv-static, labels site=fra1) whose hostFiles are inventory/*.json and inventory/*.yml beside
-// it, and returns the file's path.
-func hostFilesProviders(t *testing.T, dir string) string {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Join(dir, "inventory"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "providers.yml")
-	writeFile(t, path, `providers:
-- name: kvm-inv
-  type: kvm
-  labels: {site: fra1}
-  kvm:
-    user: phe
-    privateKeyFile: /nonexistent/key
-    insecureSkipHostKeyVerification: true
-    storagePool: default
-    hosts: [{address: "127.0.0.1:1", name: hv-static}]
-    hostFiles: [inventory/*.json, inventory/*.yml]
-`)
-	return path
-}
-
-func writeFile(t *testing.T, path, data string) {
-	t.Helper()
-	// Written to a new file renamed over the old one, as inventories do: a new inode, so that a
-	// rewrite within the file system's timestamp granularity is still a change.
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // hostsOf returns the hosts of the kvm provider's expanded block, as name=labels.
 func hostsOf(t *testing.T, cfg *config.Config) []string {
@@ -76,7 +40,7 @@ func hostsOf(t *testing.T, cfg *config.Config) []string {
 // hosts with them when no pattern matches them any more.
 func TestInventoryExpand(t *testing.T) {
 	dir := t.TempDir()
-	cfg, err := config.Load(hostFilesProviders(t, dir))
+	cfg, err := config.Load(fakechecks.HostFilesProviders(t, dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,8 +57,8 @@ func TestInventoryExpand(t *testing.T) {
 		t.Fatalf("expand changed the loaded config: %v", got)
 	}
 
-	writeFile(t, a, `[{"targets": ["127.0.0.2:1", "127.0.0.3:1"], "labels": {"rack": "r1"}}]`)
-	writeFile(t, b, "- targets: ['127.0.0.4:1']\n  labels: {rack: r2, maintenance: 'true'}\n- targets: ['127.0.0.2:1', '127.0.0.1:1']\n")
+	testutil.ReplaceFile(t, a, `[{"targets": ["127.0.0.2:1", "127.0.0.3:1"], "labels": {"rack": "r1"}}]`)
+	testutil.ReplaceFile(t, b, "- targets: ['127.0.0.4:1']\n  labels: {rack: r2, maintenance: 'true'}\n- targets: ['127.0.0.2:1', '127.0.0.1:1']\n")
 	exp, warnings := in.expand(cfg)
 	want := []string{"hv-static{}", "127.0.0.2:1{rack=r1}", "127.0.0.3:1{rack=r1}", "127.0.0.4:1{maintenance=true,rack=r2}"}
 	if got := hostsOf(t, exp); !slices.Equal(got, want) {
@@ -117,7 +81,7 @@ func TestInventoryExpand(t *testing.T) {
 
 	// A file that becomes invalid keeps its last good hosts; the problem is kept with its
 	// position, exported as 0 and logged once.
-	writeFile(t, a, `[{"targets": ["127.0.0.2:1"], "labels": {"__rack": "r1"}}]`)
+	testutil.ReplaceFile(t, a, `[{"targets": ["127.0.0.2:1"], "labels": {"__rack": "r1"}}]`)
 	for range 3 {
 		exp, _ = in.expand(cfg)
 	}
@@ -147,7 +111,7 @@ func TestInventoryExpand(t *testing.T) {
 			t.Errorf("unreadable a.json: hosts %v, problems %+v", hostsOf(t, exp), in.problems())
 		}
 	}
-	writeFile(t, a, `[{"targets": ["127.0.0.5:1"]}]`)
+	testutil.ReplaceFile(t, a, `[{"targets": ["127.0.0.5:1"]}]`)
 	exp, _ = in.expand(cfg)
 	want = []string{"hv-static{}", "127.0.0.5:1{}", "127.0.0.4:1{maintenance=true,rack=r2}", "127.0.0.2:1{}"}
 	if got := hostsOf(t, exp); !slices.Equal(got, want) {
@@ -176,11 +140,11 @@ func TestInventoryExpand(t *testing.T) {
 // never fails the load.
 func TestInventoryExpandInvalidAtStart(t *testing.T) {
 	dir := t.TempDir()
-	cfg, err := config.Load(hostFilesProviders(t, dir))
+	cfg, err := config.Load(fakechecks.HostFilesProviders(t, dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, filepath.Join(dir, "inventory", "a.json"), `[{"targets": ["not an address"]}]`)
+	testutil.ReplaceFile(t, filepath.Join(dir, "inventory", "a.json"), `[{"targets": ["not an address"]}]`)
 	in := newInventory(slog.New(slog.DiscardHandler))
 	exp, _ := in.expand(cfg)
 	if got := hostsOf(t, exp); !slices.Equal(got, []string{"hv-static{}"}) {
@@ -219,15 +183,15 @@ func inventoryGauges(t *testing.T, in *inventory) map[string]float64 {
 // keeps the checker.
 func TestRefreshInventory(t *testing.T) {
 	dir := t.TempDir()
-	path := hostFilesProviders(t, dir)
+	path := fakechecks.HostFilesProviders(t, dir)
 	inv := filepath.Join(dir, "inventory", "a.json")
-	writeFile(t, inv, `[{"targets": ["127.0.0.2:1"]}]`)
+	testutil.ReplaceFile(t, inv, `[{"targets": ["127.0.0.2:1"]}]`)
 	var logs bytes.Buffer
-	e, err := newExporter(path, time.Minute, 15*time.Second, slog.New(slog.NewTextHandler(&logs, nil)))
+	e, err := New(path, time.Minute, 15*time.Second, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.close)
+	t.Cleanup(e.Close)
 	listed := func() []string {
 		var out []string
 		for _, p := range e.runner.Current().Providers {
@@ -247,7 +211,7 @@ func TestRefreshInventory(t *testing.T) {
 		t.Error("a refresh with nothing changed replaced the checker")
 	}
 
-	writeFile(t, inv, `[{"targets": ["127.0.0.3:1"], "labels": {"rack": "r9"}}]`)
+	testutil.ReplaceFile(t, inv, `[{"targets": ["127.0.0.3:1"], "labels": {"rack": "r9"}}]`)
 	e.refreshInventory()
 	if got := listed(); !slices.Equal(got, []string{"hv-static", "127.0.0.3:1"}) {
 		t.Errorf("after the change: %v", got)
@@ -263,7 +227,7 @@ func TestRefreshInventory(t *testing.T) {
 		t.Errorf("labels of the new host %v", got)
 	}
 
-	writeFile(t, inv, `[{"targets": ["127.0.0.3:1"], "labels": {"rack": "r9", "maintenance": "true"}}]`)
+	testutil.ReplaceFile(t, inv, `[{"targets": ["127.0.0.3:1"], "labels": {"rack": "r9", "maintenance": "true"}}]`)
 	e.refreshInventory()
 	if e.entries["kvm-inv"].checker != after {
 		t.Error("a change of labels alone replaced the checker")
@@ -273,8 +237,8 @@ func TestRefreshInventory(t *testing.T) {
 	}
 
 	// The providers file changed on disk but was not reloaded: a refresh keeps the loaded one.
-	writeFile(t, path, "providers: []\n")
-	writeFile(t, inv, `[{"targets": ["127.0.0.4:1"]}]`)
+	testutil.ReplaceFile(t, path, "providers: []\n")
+	testutil.ReplaceFile(t, inv, `[{"targets": ["127.0.0.4:1"]}]`)
 	e.refreshInventory()
 	if got := listed(); !slices.Equal(got, []string{"hv-static", "127.0.0.4:1"}) {
 		t.Errorf("after a change beside an unreloaded providers file: %v", got)

@@ -1,4 +1,4 @@
-package main
+package exporter
 
 import (
 	"encoding/json"
@@ -161,7 +161,7 @@ type apiObjectProblem struct {
 
 // serveStatusAPI answers GET /api/v1/status, sharing the status page's bound on renders in
 // flight.
-func (e *exporter) serveStatusAPI(w http.ResponseWriter, r *http.Request) {
+func (e *Exporter) serveStatusAPI(w http.ResponseWriter, r *http.Request) {
 	select {
 	case e.landingSlots <- struct{}{}:
 		defer func() { <-e.landingSlots }()
@@ -175,7 +175,7 @@ func (e *exporter) serveStatusAPI(w http.ResponseWriter, r *http.Request) {
 }
 
 // renderStatusAPI answers the status of snapshot s, filtered by r's query.
-func (e *exporter) renderStatusAPI(w http.ResponseWriter, r *http.Request, s *checks.Snapshot, now time.Time) {
+func (e *Exporter) renderStatusAPI(w http.ResponseWriter, r *http.Request, s *checks.Snapshot, now time.Time) {
 	f, err := parseLandingFilter(r.URL.Query())
 	if err != nil {
 		writeAPI(w, http.StatusBadRequest, apiResponse{Status: "error", ErrorType: "bad_data", Error: err.Error()})
@@ -191,7 +191,7 @@ func writeAPI(w http.ResponseWriter, code int, resp apiResponse) {
 }
 
 // apiStatusOf is the status page's model of snapshot s under filter f, for JSON.
-func (e *exporter) apiStatusOf(s *checks.Snapshot, f landingFilter, now time.Time) *apiStatus {
+func (e *Exporter) apiStatusOf(s *checks.Snapshot, f landingFilter, now time.Time) *apiStatus {
 	d := e.landingData(s, f, now)
 	out := &apiStatus{
 		Version:       d.Version,
@@ -220,8 +220,8 @@ func (e *exporter) apiStatusOf(s *checks.Snapshot, f landingFilter, now time.Tim
 	for i := range d.Providers {
 		out.Providers = append(out.Providers, apiProviderOf(&d.Providers[i]))
 	}
-	if e.crdReport != nil {
-		out.Writer = apiWriterOf(e.crdReport())
+	if e.CRDReport != nil {
+		out.Writer = apiWriterOf(e.CRDReport())
 	}
 	out.HostFileProblems = []apiHostFileProblem{}
 	for _, p := range e.inventory.problems() {
