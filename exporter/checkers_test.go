@@ -1,13 +1,11 @@
 package exporter
 
 import (
-	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
@@ -15,9 +13,6 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 	// The provider types of this build, as the command has them.
 	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
 )
@@ -176,93 +171,4 @@ current-context: ctx
 			c.Close()
 		}
 	}
-}
-
-// TestReloadKeepsUnchangedHostsLinks, on real hosts: editing a kvm provider's host list keeps
-// the links of the hosts in both lists (no new SSH login on them, counted by their sshd),
-// closes the removed host's link, and dials only the added host. A reload that fails leaves the
-// running checker's links alone.
-func TestReloadKeepsUnchangedHostsLinks(t *testing.T) {
-	fleet := kvmhost.Start(t, 3)
-	logger := slog.New(slog.DiscardHandler)
-	kvmProvider := func(hosts ...*kvmhost.Host) config.Provider {
-		k := kvmBlock(fleet.KVMConfig())
-		k.Hosts = nil
-		for _, h := range hosts {
-			k.Hosts = append(k.Hosts, kvm.Host{Address: h.Addr, Name: h.Name})
-		}
-		return config.Provider{Name: "kvm-lab", Type: "kvm", Block: &k}
-	}
-	check := func(c checks.Checker) map[string]checks.TargetResult {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		out := map[string]checks.TargetResult{}
-		for _, r := range c.Check(ctx) {
-			if r.Reason != checks.ReasonReady {
-				t.Errorf("%s: %s (%q), want Ready", r.Target, r.Reason, r.Message)
-			}
-			out[r.Target] = r
-		}
-		return out
-	}
-	h0, h1, h2 := fleet.Hosts[0], fleet.Hosts[1], fleet.Hosts[2]
-
-	first, err := buildCheckers(&config.Config{Providers: []config.Provider{kvmProvider(h0, h1)}}, nil, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { closeAll(first.allClosers(), logger) })
-	check(first.checkers[0])
-	if h0.Logins() != 1 || h1.Logins() != 1 {
-		t.Fatalf("logins %d, %d after the first round, want 1 each", h0.Logins(), h1.Logins())
-	}
-
-	// A reload that fails (another provider is invalid) changes nothing.
-	bad := config.Provider{Name: "broken", Type: "vmware"}
-	if _, err := buildCheckers(&config.Config{Providers: []config.Provider{kvmProvider(h1, h2), bad}}, first.entries, logger); err == nil {
-		t.Fatal("a build with an unknown provider type succeeded")
-	}
-	check(first.checkers[0])
-	if h0.Logins() != 1 || h1.Logins() != 1 || h0.TCPConnections() != 1 || h1.TCPConnections() != 1 {
-		t.Fatalf("after a failed reload: logins %d, %d, connections %d, %d; want 1 each (links untouched)",
-			h0.Logins(), h1.Logins(), h0.TCPConnections(), h1.TCPConnections())
-	}
-
-	// kvm-0 removed, kvm-2 added, kvm-1 kept.
-	second, err := buildCheckers(&config.Config{Providers: []config.Provider{kvmProvider(h1, h2)}}, first.entries, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { closeAll(second.allClosers(), logger) })
-	if second.changed != 1 || len(second.retired) != 1 {
-		t.Fatalf("changed %d, retired %d; want the provider changed and its old checker retired", second.changed, len(second.retired))
-	}
-	closeAll(second.retired, logger)
-	rs := check(second.checkers[0])
-	if _, ok := rs[h0.Name]; ok || len(rs) != 2 {
-		t.Errorf("verdicts for %v, want kvm-1 and kvm-2 only", rs)
-	}
-	if n := h1.Logins(); n != 1 {
-		t.Errorf("kept host %s: %d logins, want 1: 0 new handshakes after the reload", h1.Name, n)
-	}
-	if n := h2.Logins(); n != 1 {
-		t.Errorf("added host %s: %d logins, want 1", h2.Name, n)
-	}
-	testutil.Eventually(t, 10*time.Second, "the removed host's link to close", func() bool { return h0.TCPConnections() == 0 })
-	if n := h1.TCPConnections(); n != 1 {
-		t.Errorf("kept host %s: %d TCP connections, want its 1 link", h1.Name, n)
-	}
-}
-
-// kvmBlock is a test fleet as a kvm block, with the loader's defaults.
-func kvmBlock(b testenv.KVMBlock) kvm.Config {
-	k := kvm.Config{User: b.User, PrivateKeyFile: b.PrivateKeyFile, KnownHostsFile: b.KnownHostsFile,
-		Port: kvm.DefaultPort, Socket: b.Socket, StoragePool: b.StoragePool, Concurrency: kvm.DefaultConcurrency,
-		TCPTimeout: kvm.DefaultTCPTimeout, SSHTimeout: kvm.DefaultSSHTimeout, LibvirtTimeout: kvm.DefaultLibvirtTimeout,
-		RPCTimeout: kvm.DefaultRPCTimeout}
-	for _, h := range b.Hosts {
-		k.Hosts = append(k.Hosts, kvm.Host{Address: h.Address, Name: h.Name})
-	}
-	return k
 }

@@ -212,14 +212,21 @@ func WriteProviders(t testing.TB, path string, ps ...Provider) string {
 	for _, p := range ps {
 		fmt.Fprintf(&b, "  - name: %s\n    type: gcp\n    gcp:\n      project: %s\n      filter: %q\n", p.Name, p.Project, p.Targets)
 	}
-	if b.Len() == len("providers:\n") {
+	if len(ps) == 0 {
 		b.Reset()
 		b.WriteString("providers: []\n")
 	}
+	return WriteFile(t, path, b.String())
+}
+
+// WriteFile writes the providers file text to path, or to a new file in the test's temporary
+// directory when path is empty, and returns its path.
+func WriteFile(t testing.TB, path, text string) string {
+	t.Helper()
 	if path == "" {
 		path = filepath.Join(t.TempDir(), "providers.yml")
 	}
-	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"fmt"
@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
@@ -30,7 +29,7 @@ func TestEndToEnd(t *testing.T) {
 		testenv.Unavailable(t, "kubectl is not on PATH")
 	}
 	env := kube.Start(t)
-	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
 	gce := gcefake.Start(t)
 	gce.AddInstances(gcefake.DefaultProject, gcefake.DefaultZones[0], 3, map[string]string{"managed-by": "proxy-operator"})
 	fleet := kvmhost.Start(t, 2)
@@ -78,7 +77,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	write(kubernetesBlock, gcpBlock, kvmBlock)
 
-	x := startExporter(t, "http", "--config.file="+providers, "--provider-check-interval=10s",
+	x := startExporter(t, "--config.file="+providers, "--provider-check-interval=10s",
 		"--crd.enabled", "--crd.kubeconfig="+env.Kubeconfig, "--crd.heartbeat-interval=1m", "--web.enable-lifecycle")
 	testutil.Eventually(t, 30*time.Second, "/-/ready", func() bool { code, _ := x.get("/-/ready"); return code == http.StatusOK })
 
@@ -247,7 +246,7 @@ func TestChecksOffDeletesOursOnly(t *testing.T) {
 		testenv.Unavailable(t, "kubectl is not on PATH")
 	}
 	env := kube.Start(t)
-	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
 	objects := `apiVersion: providerhealth.io/v1alpha1
 kind: ProviderHealth
 metadata:
@@ -290,10 +289,9 @@ metadata:
 		t.Fatalf("objects before the exporter starts: %s", got)
 	}
 
-	providers := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "ours-configured", Project: "ours-project", Targets: "t1"})
-	f := fakechecks.New()
-	f.Use(t)
-	x := startExporter(t, "http", "--config.file="+providers, "--provider-check-interval=0",
+	gce := startGCE(t)
+	providers := gce.writeProviders(t, "", gcpProvider{"ours-configured", "ours-project"})
+	x := startExporter(t, "--config.file="+providers, "--provider-check-interval=0",
 		"--crd.enabled", "--crd.kubeconfig="+env.Kubeconfig)
 	testutil.Eventually(t, 30*time.Second, "the exporter's objects to be deleted", func() bool {
 		return names() == "providerhealth.providerhealth.io/no-deployment providerhealth.providerhealth.io/someone-elses"
@@ -301,7 +299,7 @@ metadata:
 	if code, _ := x.get("/-/ready"); code != http.StatusOK {
 		t.Errorf("/-/ready with checks off: %d, want 200", code)
 	}
-	if n := f.Checked("ours-configured"); n != 0 {
-		t.Errorf("checks off, but the provider was checked %d times", n)
+	if n := gce.server.InstancesRequests(); n != 0 {
+		t.Errorf("checks off, but the provider was checked: %d requests to its API", n)
 	}
 }

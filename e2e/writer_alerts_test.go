@@ -1,17 +1,15 @@
-package main
+package e2e
 
 import (
 	"context"
 	"fmt"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/internal/demo"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
@@ -31,14 +29,13 @@ import (
 //     alert resolves;
 //   - a provider whose name another instance's object holds: ProviderHealthCRDNameClash fires.
 //
-// The checks themselves are fakes (gcp providers through newFakeChecks): only the rounds matter.
+// The checks are gcp providers against the GCE wire server (gceChecks): only the rounds matter.
 func TestWriterAlertsOnRealStack(t *testing.T) {
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
 		testenv.Unavailable(t, "kubectl is not on PATH")
 	}
-	f := fakechecks.New()
-	f.Use(t)
+	gce := startGCE(t)
 	env := kube.Start(t) // without the CRD, for now
 	run := func(stdin string, args ...string) {
 		t.Helper()
@@ -48,14 +45,14 @@ func TestWriterAlertsOnRealStack(t *testing.T) {
 			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	run("", "apply", "-f", filepath.Join("deploy", "namespace.yaml"))
-	run("", "apply", "-k", filepath.Join("deploy", "rbac"))
-	run("", "apply", "-f", filepath.Join("deploy", "optional", "validatingadmissionpolicy.yaml"))
+	run("", "apply", "-f", repoFile("deploy", "namespace.yaml"))
+	run("", "apply", "-k", repoFile("deploy", "rbac"))
+	run("", "apply", "-f", repoFile("deploy", "optional", "validatingadmissionpolicy.yaml"))
 	const serviceAccount = "system:serviceaccount:provider-health-exporter:provider-health-exporter"
 	env.AddUser(serviceAccount)
 
-	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"}, fakechecks.Provider{Name: "beta", Project: "beta-project", Targets: "b1"})
-	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s", "--web.enable-lifecycle",
+	path := gce.writeProviders(t, "", gcpProvider{"alpha", "alpha-project"}, gcpProvider{"beta", "beta-project"})
+	x := startExporter(t, "--config.file="+path, "--provider-check-interval=10s", "--web.enable-lifecycle",
 		"--crd.enabled", "--crd.kubeconfig="+env.KubeconfigFor(serviceAccount), "--crd.heartbeat-interval=1m")
 	addr := strings.TrimPrefix(x.base, "http://")
 	t.Cleanup(func() {
@@ -67,7 +64,7 @@ func TestWriterAlertsOnRealStack(t *testing.T) {
 			}
 		}
 	})
-	rules := demo.MixinRules(t, ".", `{crdWriterLagFor: "10s", crdWriteErrorsWindow: "1m", crdWriteErrorsFor: "10s", crdNameClashFor: "10s"}`)
+	rules := demo.MixinRules(t, repoRoot, `{crdWriterLagFor: "10s", crdWriteErrorsWindow: "1m", crdWriteErrorsFor: "10s", crdNameClashFor: "10s"}`)
 	stack := promstack.Start(t, promstack.Options{ScrapeTargets: []string{addr}, RuleFiles: rules})
 	stack.WaitTargetUp(t, addr, 60*time.Second)
 
@@ -84,7 +81,7 @@ func TestWriterAlertsOnRealStack(t *testing.T) {
 	if d := a.Annotations["description"]; !strings.Contains(d, "The ProviderHealth writer on "+addr+" has mirrored no round") {
 		t.Errorf("ProviderHealthCRDWriterLagging's description does not name the writing replica %s: %q", addr, d)
 	}
-	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
 	testutil.Eventually(t, 2*time.Minute, "the writer to write its objects as the ServiceAccount, under the admission policy", func() bool {
 		out, err := exec.Command(kubectl, "--kubeconfig", env.Kubeconfig, "get", "ph", "alpha", "beta", "-o", "name").CombinedOutput()
 		return err == nil && strings.Contains(string(out), "/alpha\n") && strings.Contains(string(out), "/beta\n")
@@ -94,7 +91,7 @@ func TestWriterAlertsOnRealStack(t *testing.T) {
 	// The ServiceAccount loses its ClusterRoleBinding (a broken RBAC rollout): the object of a
 	// provider added by a reload cannot be created.
 	run("", "delete", "clusterrolebinding", "provider-health-exporter")
-	fakechecks.WriteProviders(t, path, fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"}, fakechecks.Provider{Name: "beta", Project: "beta-project", Targets: "b1"}, fakechecks.Provider{Name: "gamma", Project: "gamma-project", Targets: "g1"})
+	gce.writeProviders(t, path, gcpProvider{"alpha", "alpha-project"}, gcpProvider{"beta", "beta-project"}, gcpProvider{"gamma", "gamma-project"})
 	if code, body := x.do(http.MethodPost, "/-/reload"); code != http.StatusOK {
 		t.Fatalf("POST /-/reload: %d %s", code, body)
 	}
@@ -109,7 +106,7 @@ func TestWriterAlertsOnRealStack(t *testing.T) {
 		t.Errorf("the writer's log does not give the API server's refusal: %v", r)
 	}
 	// The RBAC of deploy/ applied again.
-	run("", "apply", "-k", filepath.Join("deploy", "rbac"))
+	run("", "apply", "-k", repoFile("deploy", "rbac"))
 	testutil.Eventually(t, 2*time.Minute, "the object of the added provider to be written", func() bool {
 		out, err := exec.Command(kubectl, "--kubeconfig", env.Kubeconfig, "get", "ph", "gamma", "-o", "name").CombinedOutput()
 		return err == nil && strings.Contains(string(out), "/gamma")
@@ -119,8 +116,8 @@ func TestWriterAlertsOnRealStack(t *testing.T) {
 	// A name another instance's object holds.
 	theirs := "apiVersion: providerhealth.io/v1alpha1\nkind: ProviderHealth\nmetadata:\n  name: delta\n  labels:\n    app.kubernetes.io/managed-by: provider-health-exporter\n    providerhealth.io/instance: site-b\n"
 	run(theirs, "create", "-f", "-")
-	fakechecks.WriteProviders(t, path, fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"}, fakechecks.Provider{Name: "beta", Project: "beta-project", Targets: "b1"},
-		fakechecks.Provider{Name: "gamma", Project: "gamma-project", Targets: "g1"}, fakechecks.Provider{Name: "delta", Project: "delta-project", Targets: "d1"})
+	gce.writeProviders(t, path, gcpProvider{"alpha", "alpha-project"}, gcpProvider{"beta", "beta-project"},
+		gcpProvider{"gamma", "gamma-project"}, gcpProvider{"delta", "delta-project"})
 	if code, body := x.do(http.MethodPost, "/-/reload"); code != http.StatusOK {
 		t.Fatalf("POST /-/reload: %d %s", code, body)
 	}

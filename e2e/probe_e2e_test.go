@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -263,7 +263,7 @@ func TestProbeAPIProviders(t *testing.T) {
 // probeScrapeConfig returns the Prometheus configuration docs/metrics.md documents for /probe.
 func probeScrapeConfig(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("docs/metrics.md")
+	b, err := os.ReadFile(repoFile("docs", "metrics.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -48,7 +48,7 @@ func TestOperatorMaintenanceOnRealHosts(t *testing.T) {
 		}
 	}
 	write("{rack: r1}")
-	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s", "--provider-check-timeout=5s", "--web.enable-lifecycle")
+	x := startExporter(t, "--config.file="+path, "--provider-check-interval=10s", "--provider-check-timeout=5s", "--web.enable-lifecycle")
 	reload := func() {
 		t.Helper()
 		if code, body := x.do(http.MethodPost, "/-/reload"); code != http.StatusOK {

@@ -1,14 +1,9 @@
-package main
+package e2e
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -18,29 +13,19 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
-	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 var phResource = schema.GroupVersionResource{Group: v1alpha1.GroupName, Version: v1alpha1.SchemeGroupVersion.Version, Resource: v1alpha1.Resource}
 
-// startSubprocessExporter runs the real binary (this test binary running main, with the fake gcp
-// checks of TestMain) with args, and returns it once it serves HTTP.
+// startSubprocessExporter runs the exporter binary with args, and returns it once it serves
+// HTTP, with its process, which the test stops, freezes or signals itself.
 func startSubprocessExporter(t *testing.T, args ...string) (*testExporter, *testutil.Process) {
 	t.Helper()
-	logs := &testutil.SyncBuffer{}
-	cmd := exec.Command(os.Args[0], append([]string{"--web.listen-address=127.0.0.1:0", "--log.format=json", "--log.level=debug"}, args...)...)
-	cmd.Env = append(os.Environ(), envRunMain+"=1")
-	cmd.Stdout, cmd.Stderr = logs, logs
-	p := testutil.StartProcess(t, cmd)
-	x := &testExporter{t: t, logs: logs, client: &http.Client{Timeout: 10 * time.Second}}
-	x.base = "http://" + testutil.ListenAddress(t, logs, p.Exited)
-	return x, p
+	x := startProcess(t, args...)
+	return x, x.proc
 }
 
 // leads reads the exporter's leader metric.
@@ -56,11 +41,12 @@ func (x *testExporter) leads() bool {
 // write request at all (objects, Events), and then follows.
 func TestCRDWriterFencedAfterFreeze(t *testing.T) {
 	env := kube.Start(t)
-	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	gce := startGCE(t)
+	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
 	const userA, userB = "replica-a", "replica-b"
 	env.AddUser(userA, "system:masters")
 	env.AddUser(userB, "system:masters")
-	providers := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
+	providers := gce.writeProviders(t, "", gcpProvider{"alpha", "alpha-project"})
 	common := []string{"--config.file=" + providers, "--provider-check-interval=10s",
 		"--crd.enabled", "--crd.leader-elect", "--crd.lease-namespace=default", "--crd.instance=fence-test",
 		// A heartbeat due every second: the frozen leader has a status write due the moment
@@ -90,7 +76,7 @@ func TestCRDWriterFencedAfterFreeze(t *testing.T) {
 			_ = procA.Cmd.Process.Signal(syscall.SIGCONT)
 		}
 	})
-	fakechecks.WriteProviders(t, providers, fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"}, fakechecks.Provider{Name: "beta", Project: "beta-project", Targets: "b1"})
+	gce.writeProviders(t, providers, gcpProvider{"alpha", "alpha-project"}, gcpProvider{"beta", "beta-project"})
 	for _, p := range []*testutil.Process{procA, procB} {
 		if err := p.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
@@ -140,33 +126,16 @@ func TestCRDWriterFencedAfterFreeze(t *testing.T) {
 	}
 }
 
-// sinceChecker is a kubernetes-type checker whose one target's reason the test sets.
-type sinceChecker struct{ reason *atomic.Value }
-
-func (c *sinceChecker) Name() string              { return "since" }
-func (c *sinceChecker) Type() checks.ProviderType { return kubernetes.Type }
-func (c *sinceChecker) Targets() []string         { return []string{"api"} }
-func (c *sinceChecker) Close() error              { return nil }
-func (c *sinceChecker) Check(context.Context) []checks.TargetResult {
-	r := c.reason.Load().(checks.Reason)
-	return []checks.TargetResult{{Target: "api", Up: r == checks.ReasonReady, Reason: r, Message: "set by the test"}}
-}
-
 // TestSinceAgreesOnPageAndObject: a target that changes reason while it stays down keeps its
 // since-time, and the status page and the ProviderHealth object show the same one.
 func TestSinceAgreesOnPageAndObject(t *testing.T) {
 	env := kube.Start(t)
-	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
-	var reason atomic.Value
-	reason.Store(checks.ReasonAPIError)
-	fakechecks.Replace(t, kubernetes.Type, func(config.Provider, *slog.Logger) (checks.Checker, error) {
-		return &sinceChecker{reason: &reason}, nil
-	})
-	providers := filepath.Join(t.TempDir(), "providers.yml")
-	if err := os.WriteFile(providers, []byte("providers:\n  - name: since\n    type: kubernetes\n    kubernetes: {}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	x := startExporter(t, "http", "--config.file="+providers, "--provider-check-interval=10s",
+	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	gce := startGCE(t)
+	// The provider's one target is its project; the server's answers set its reason.
+	gce.server.SetFailure(http.StatusInternalServerError) // APIError
+	providers := gce.writeProviders(t, "", gcpProvider{"since", "since-project"})
+	x := startExporter(t, "--config.file="+providers, "--provider-check-interval=10s",
 		"--crd.enabled", "--crd.kubeconfig="+env.Kubeconfig, "--crd.min-reason-interval=0") // the reason change at once
 	dyn := dynamic.NewForConfigOrDie(env.AdminConfig)
 	object := func() (reason, since string) {
@@ -186,7 +155,7 @@ func TestSinceAgreesOnPageAndObject(t *testing.T) {
 		return tm["reason"].(string), ts.UTC().Format("2006-01-02 15:04:05 UTC")
 	}
 	// The target's row under the provider "since" (status page markup in exporter/landing.go).
-	rowRE := regexp.MustCompile(`(?s)<tbody id="provider-since">.*?<tr class="target"><td><a href="[^"]*">api</a></td>\s*<td class="down">down</td>\s*<td[^>]*>(\w+)</td><td>[^<]*</td>\s*<td class="time">([^<]+)<br>`)
+	rowRE := regexp.MustCompile(`(?s)<tbody id="provider-since">.*?<tr class="target"><td><a href="[^"]*">since-project</a></td>\s*<td class="down">down</td>\s*<td[^>]*>(\w+)</td><td>[^<]*</td>\s*<td class="time">([^<]+)<br>`)
 	page := func() (reason, since string) {
 		_, body := x.get("/")
 		m := rowRE.FindStringSubmatch(body)
@@ -198,8 +167,8 @@ func TestSinceAgreesOnPageAndObject(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "the object to show APIError", func() bool { r, _ := object(); return r == "APIError" })
 	_, downSince := object()
 
-	reason.Store(checks.ReasonAPIUnreachable)
-	testutil.Eventually(t, 30*time.Second, "the object to show APIUnreachable", func() bool { r, _ := object(); return r == "APIUnreachable" })
+	gce.server.SetFailure(http.StatusForbidden) // Forbidden, still down
+	testutil.Eventually(t, 30*time.Second, "the object to show Forbidden", func() bool { r, _ := object(); return r == "Forbidden" })
 	objReason, objSince := object()
 	pageReason, pageSince := page()
 	if pageReason != objReason || pageSince != objSince {
@@ -216,7 +185,8 @@ func TestSinceAgreesOnPageAndObject(t *testing.T) {
 // leave the other's objects untouched.
 func TestTwoInstancesKeepToTheirOwn(t *testing.T) {
 	env := kube.Start(t)
-	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	gce := startGCE(t)
+	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
 	dyn := dynamic.NewForConfigOrDie(env.AdminConfig)
 	labels := func(name string) map[string]string {
 		u, err := dyn.Resource(phResource).Get(context.Background(), name, metav1.GetOptions{})
@@ -225,8 +195,8 @@ func TestTwoInstancesKeepToTheirOwn(t *testing.T) {
 		}
 		return u.GetLabels()
 	}
-	filesA := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "a-only", Project: "a-project", Targets: "a1"}, fakechecks.Provider{Name: "shared", Project: "shared-a", Targets: "s1"})
-	filesB := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "b-only", Project: "b-project", Targets: "b1"}, fakechecks.Provider{Name: "shared", Project: "shared-b", Targets: "s1"})
+	filesA := gce.writeProviders(t, "", gcpProvider{"a-only", "a-project"}, gcpProvider{"shared", "shared-a"})
+	filesB := gce.writeProviders(t, "", gcpProvider{"b-only", "b-project"}, gcpProvider{"shared", "shared-b"})
 	exporter := func(instance, file, interval string) (*testExporter, *testutil.Process) {
 		return startSubprocessExporter(t, "--config.file="+file, "--provider-check-interval="+interval,
 			"--crd.enabled", "--crd.kubeconfig="+env.Kubeconfig, "--crd.instance="+instance, "--crd.heartbeat-interval=1s")
@@ -266,11 +236,11 @@ func TestTwoInstancesKeepToTheirOwn(t *testing.T) {
 
 	// team-b restarts without its providers, then runs with checks off: team-a's objects stay.
 	stop(procB)
-	fakechecks.WriteProviders(t, filesB)
+	gce.writeProviders(t, filesB)
 	_, procB = exporter("team-b", filesB, "10s")
 	testutil.Eventually(t, 30*time.Second, "team-b's restart to collect b-only", func() bool { return labels("b-only") == nil })
 	stop(procB)
-	fakechecks.WriteProviders(t, filesB, fakechecks.Provider{Name: "b-only", Project: "b-project", Targets: "b1"})
+	gce.writeProviders(t, filesB, gcpProvider{"b-only", "b-project"})
 	_, procB = exporter("team-b", filesB, "10s")
 	testutil.Eventually(t, 30*time.Second, "team-b to write b-only again", func() bool { return labels("b-only") != nil })
 	stop(procB)

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -178,7 +178,7 @@ func TestAlertChainOnePagePerOutage(t *testing.T) {
 	fleet := kvmhost.Start(t, 4)
 	hosts := fleet.Hosts
 	providers := kvmProviders(t, fleet, map[string][]int{provider: {0, 1, 2, 3}})
-	x := startExporter(t, "http", "--config.file="+providers, "--provider-check-interval=10s")
+	x := startExporter(t, "--config.file="+providers, "--provider-check-interval=10s")
 	scrape := []string{strings.TrimPrefix(x.base, "http://")}
 
 	dir := t.TempDir()
@@ -371,8 +371,8 @@ func TestAlertChainClusters(t *testing.T) {
 	mixin := chain.Render(t, chainScale)
 	fleet := kvmhost.Start(t, 3)
 	hosts := fleet.Hosts
-	xa := startExporter(t, "http", "--config.file="+kvmProviders(t, fleet, map[string][]int{provider: {0}}), "--provider-check-interval=10s")
-	xb := startExporter(t, "http", "--config.file="+kvmProviders(t, fleet, map[string][]int{provider: {1, 2}}), "--provider-check-interval=10s")
+	xa := startExporter(t, "--config.file="+kvmProviders(t, fleet, map[string][]int{provider: {0}}), "--provider-check-interval=10s")
+	xb := startExporter(t, "--config.file="+kvmProviders(t, fleet, map[string][]int{provider: {1, 2}}), "--provider-check-interval=10s")
 	dir := t.TempDir()
 	optsA := mixin.StackOptions([]string{strings.TrimPrefix(xa.base, "http://")}, mixin.WriteRuleFiles(t, dir, 0))
 	optsA.ExternalLabels = map[string]string{"cluster": "a"}

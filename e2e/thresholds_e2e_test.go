@@ -1,10 +1,12 @@
-package exporter
+package e2e
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
-	"path/filepath"
+	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +26,8 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/collector"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
+	"github.com/provider-health-exporter/provider-health-exporter/exporter"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
@@ -40,10 +44,14 @@ type scheduledChecker struct {
 	checks.Checker
 	before  map[int]func()
 	current func() *checks.Snapshot
+	// page, when set, renders the status page, which shows the snapshot current then: it is
+	// kept with each snapshot.
+	page func() string
 
 	mu    sync.Mutex
 	calls int
 	seen  []*checks.Snapshot
+	pages []string
 	ready chan struct{} // closed when the fault for the next check is in place
 }
 
@@ -53,6 +61,9 @@ func (s *scheduledChecker) Check(ctx context.Context) []checks.TargetResult {
 	n := s.calls
 	if n > 1 {
 		s.seen = append(s.seen, s.current())
+		if s.page != nil {
+			s.pages = append(s.pages, s.page())
+		}
 	}
 	ready := s.ready
 	s.mu.Unlock()
@@ -68,6 +79,14 @@ func (s *scheduledChecker) Check(ctx context.Context) []checks.TargetResult {
 	return s.Checker.Check(ctx)
 }
 
+// Close closes the real checker (the exporter closes the checkers it built at its end).
+func (s *scheduledChecker) Close() error {
+	if c, ok := s.Checker.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
 // cause starts the fault scheduled for check n and returns a channel closed once it is in place.
 func (s *scheduledChecker) cause(n int) chan struct{} {
 	done := make(chan struct{})
@@ -78,6 +97,13 @@ func (s *scheduledChecker) cause(n int) chan struct{} {
 		}
 	}()
 	return done
+}
+
+// statusPages returns the status pages of the rounds seen so far, as snapshots does.
+func (s *scheduledChecker) statusPages() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.pages...)
 }
 
 // snapshots returns the snapshots of the rounds seen so far, round 1 first.
@@ -98,7 +124,7 @@ func (s *scheduledChecker) snapshots() []*checks.Snapshot {
 // thresholded verdict.
 func TestThresholdsWithRealFaults(t *testing.T) {
 	env := kube.Start(t)
-	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
 	fleet := kvmhost.Start(t, 2)
 	flaky, steady := fleet.Hosts[0], fleet.Hosts[1]
 	kc := fleet.KVMConfig()
@@ -118,34 +144,30 @@ func TestThresholdsWithRealFaults(t *testing.T) {
         - {address: %q, name: %s}
 `, kc.User, kc.PrivateKeyFile, kc.KnownHostsFile, kc.Socket, kc.StoragePool,
 		kc.Hosts[0].Address, kc.Hosts[0].Name, kc.Hosts[1].Address, kc.Hosts[1].Name)
-	cfg, err := config.Parse(filepath.Join(t.TempDir(), "providers.yml"), []byte(file))
-	if err != nil {
-		t.Fatal(err)
-	}
 	logs := &testutil.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	set, err := buildCheckers(cfg, nil, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { closeAll(set.allClosers(), logger) })
-	ps := set.providers()
-	if len(ps) != 1 || ps[0].Thresholds != (checks.Thresholds{Failure: 3, Success: 2}) {
-		t.Fatalf("the runner is given %+v, want the file's thresholds", ps)
-	}
-
-	const interval = 3 * time.Second
-	runner := checks.NewRunner(checks.Options{Interval: interval, Timeout: interval, Logger: logger}, nil)
 	// The schedule, by check: 1-2 healthy; 3 sshd stopped (one failure); 4 healthy again;
-	// 5-8 pool destroyed (four failures); 9- healthy again.
-	sc := &scheduledChecker{Checker: ps[0].Checker, current: runner.Current, before: map[int]func(){
+	// 5-8 pool destroyed (four failures); 9- healthy again. The exporter builds the provider's
+	// real checker, and the test wraps it.
+	sc := &scheduledChecker{before: map[int]func(){
 		3: func() { flaky.StopSSHD(); flaky.KillSSHConnections() },
 		4: flaky.StartSSHD,
 		5: flaky.DestroyPool,
 		9: flaky.StartPool,
 	}}
-	ps[0].Checker = sc
-	runner.SetProviders(ps)
+	wrapConstructor(t, kvm.Type, func(c checks.Checker) checks.Checker { sc.Checker = c; return sc })
+
+	// Rounds every 3s, shorter than the flags allow: the exporter is built in process.
+	const interval = 3 * time.Second
+	e := newExporter(t, file, interval, interval, logger)
+	runner := e.Runner()
+	if ps := runner.Current().Providers; len(ps) != 1 || ps[0].Thresholds != (checks.Thresholds{Failure: 3, Success: 2}) {
+		t.Fatalf("the runner is given %+v, want the file's thresholds", ps)
+	}
+	srv := httptest.NewServer(e.Handler())
+	t.Cleanup(srv.Close)
+	sc.current = runner.Current
+	sc.page = func() string { _, body := testutil.Fetch(t, srv.Client(), srv.URL+"/"); return body }
 
 	w, err := crdwriter.New(crdwriter.Options{Config: env.AdminConfig, Source: runner, Logger: logger, Interval: interval})
 	if err != nil {
@@ -156,7 +178,7 @@ func TestThresholdsWithRealFaults(t *testing.T) {
 	wg.Add(2)
 	go func() { defer wg.Done(); runner.Run(ctx) }()
 	go func() { defer wg.Done(); _ = w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	t.Cleanup(func() { cancel(); wg.Wait(); e.Close() })
 
 	const rounds = 12
 	testutil.Eventually(t, rounds*4*interval, fmt.Sprintf("%d rounds", rounds), func() bool { return len(sc.snapshots()) >= rounds })
@@ -181,7 +203,7 @@ func TestThresholdsWithRealFaults(t *testing.T) {
 		10: {up: true, reason: checks.ReasonReady, flip: true, checkReady: true},
 		11: {up: true, reason: checks.ReasonReady, checkReady: true},
 	}
-	snaps := sc.snapshots()
+	snaps, pages := sc.snapshots(), sc.statusPages()
 	target := func(s *checks.Snapshot, name string) *checks.TargetState {
 		for i := range s.Providers[0].Targets {
 			if ts := &s.Providers[0].Targets[i]; ts.Target == name {
@@ -249,17 +271,10 @@ func TestThresholdsWithRealFaults(t *testing.T) {
 		}
 		// The status page of the round with the single failure says it is pending.
 		if n == 3 {
-			d := (&Exporter{interval: interval, timeout: interval}).landingData(s, landingFilter{}, time.Now())
-			var note string
-			for _, p := range d.Providers {
-				for _, r := range p.Up {
-					if r.Target == flaky.Name {
-						note = r.Pending
-					}
-				}
-			}
-			if note != "failures pending (1 of 3): TCPUnreachable" {
-				t.Errorf("check 3: status page note %q, want the pending failure and its raw reason", note)
+			// The flaky host's row (up, the note under it); the steady host has none.
+			row := regexp.MustCompile(`(?s)<tr class="target"><td><a href="[^"]*">` + regexp.QuoteMeta(flaky.Name) + `</a>.*?</tr>`).FindString(pages[n-1])
+			if !strings.Contains(row, `<span class="pending">failures pending (1 of 3): TCPUnreachable</span>`) {
+				t.Errorf("check 3: the status page's row of %s does not note the pending failure and its raw reason:\n%s", flaky.Name, row)
 			}
 		}
 	}
@@ -376,19 +391,20 @@ func readyTransition(obj *unstructured.Unstructured) string {
 
 // TestNotStartedHasNoVerdict: a round whose deadline comes before a host's turn does not
 // contact it, and a host never contacted has no verdict, on real KVM hosts. A kvm provider of
-// concurrency 1 lists two hosts whose sshd hangs (each runs out its sshTimeout) before a healthy
-// one: the first round reaches the deadline on the hung hosts and never starts the healthy
-// one. It must be unchecked (the status page's "not checked yet"), with no target_up series, no
+// concurrency 1 lists three hosts whose sshd hangs (each runs out its sshTimeout) before a
+// healthy one: the first round reaches the deadline on the hung hosts and never starts the
+// healthy one. It must be unchecked (the status page's "not checked yet"), with no target_up series, no
 // count of a check, no Event and no down entry in the ProviderHealth object; the next round,
 // which ranks the hung hosts last, checks it and it reads Ready.
 func TestNotStartedHasNoVerdict(t *testing.T) {
 	env := kube.Start(t)
-	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
-	fleet := kvmhost.Start(t, 3)
-	hung1, hung2, healthy := fleet.Hosts[0], fleet.Hosts[1], fleet.Hosts[2]
+	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	fleet := kvmhost.Start(t, 4)
+	hung1, hung2, hung3, healthy := fleet.Hosts[0], fleet.Hosts[1], fleet.Hosts[2], fleet.Hosts[3]
 	hung1.PauseSSHD()
 	hung2.PauseSSHD()
-	t.Cleanup(func() { hung1.ResumeSSHD(); hung2.ResumeSSHD() })
+	hung3.PauseSSHD()
+	t.Cleanup(func() { hung1.ResumeSSHD(); hung2.ResumeSSHD(); hung3.ResumeSSHD() })
 	kc := fleet.KVMConfig()
 	file := fmt.Sprintf(`providers:
   - name: starved
@@ -401,31 +417,28 @@ func TestNotStartedHasNoVerdict(t *testing.T) {
       storagePool: %s
       concurrency: 1
       tcpTimeout: 300ms
-      sshTimeout: 1500ms
+      sshTimeout: 2500ms
       libvirtTimeout: 300ms
       rpcTimeout: 200ms
       hosts:
         - {address: %q, name: %s}
         - {address: %q, name: %s}
         - {address: %q, name: %s}
+        - {address: %q, name: %s}
 `, kc.User, kc.PrivateKeyFile, kc.KnownHostsFile, kc.Socket, kc.StoragePool,
-		kc.Hosts[0].Address, kc.Hosts[0].Name, kc.Hosts[1].Address, kc.Hosts[1].Name, kc.Hosts[2].Address, kc.Hosts[2].Name)
-	cfg, err := config.Parse(filepath.Join(t.TempDir(), "providers.yml"), []byte(file))
-	if err != nil {
-		t.Fatal(err)
-	}
+		kc.Hosts[0].Address, kc.Hosts[0].Name, kc.Hosts[1].Address, kc.Hosts[1].Name, kc.Hosts[2].Address, kc.Hosts[2].Name,
+		kc.Hosts[3].Address, kc.Hosts[3].Name)
 	logs := &testutil.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	set, err := buildCheckers(cfg, nil, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { closeAll(set.allClosers(), logger) })
-	// The round's deadline (2.5s) comes during the second hung host's handshake: the healthy
-	// host's turn never comes in the first round.
-	const interval, timeout = 4 * time.Second, 2500 * time.Millisecond
-	runner := checks.NewRunner(checks.Options{Interval: interval, Timeout: timeout, Logger: logger}, nil)
-	runner.SetProviders(set.providers())
+	// The round's deadline (6.7s, the least the loader accepts for these bounds: a host that
+	// runs them all out fits a round) comes during the third hung host's handshake (from 5s to
+	// 7.5s): the healthy host's turn never comes in the first round. (Rounds shorter than the
+	// flags allow: the exporter is built in process.)
+	const interval, timeout = 8 * time.Second, 6700 * time.Millisecond
+	e := newExporter(t, file, interval, timeout, logger)
+	runner := e.Runner()
+	srv := httptest.NewServer(e.Handler())
+	t.Cleanup(srv.Close)
 	w, err := crdwriter.New(crdwriter.Options{Config: env.AdminConfig, Source: runner, Logger: logger, Interval: interval})
 	if err != nil {
 		t.Fatal(err)
@@ -434,7 +447,7 @@ func TestNotStartedHasNoVerdict(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { runner.Run(ctx) })
 	wg.Go(func() { _ = w.Run(ctx) })
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	t.Cleanup(func() { cancel(); wg.Wait(); e.Close() })
 	defer func() {
 		if t.Failed() {
 			t.Logf("logs:\n%s", logs.String())
@@ -443,6 +456,7 @@ func TestNotStartedHasNoVerdict(t *testing.T) {
 
 	testutil.Eventually(t, 30*time.Second, "the first round", func() bool { return runner.Current().Round >= 1 })
 	first := runner.Current()
+	_, page := testutil.Fetch(t, srv.Client(), srv.URL+"/") // the page of the first round, unless the next has ended since
 	p := first.Providers[0]
 	for _, ts := range p.Targets {
 		if ts.Target == healthy.Name {
@@ -478,9 +492,9 @@ func TestNotStartedHasNoVerdict(t *testing.T) {
 	if !hasSeries(mfs, "proxy_operator_provider_target_unchecked_since_timestamp_seconds", healthy.Name) {
 		t.Error("round 1: the never-contacted host has no unchecked_since series")
 	}
-	d := (&Exporter{interval: interval, timeout: timeout}).landingData(first, landingFilter{}, time.Now())
-	if len(d.Providers) != 1 || d.Providers[0].Unchecked != 1 || !strings.Contains(d.Providers[0].UncheckedNote, healthy.Name) {
-		t.Errorf("round 1: the status page does not list %s as not checked yet: %+v", healthy.Name, d.Providers)
+	notes := regexp.MustCompile(`<td colspan="8" class="unchecked">([^<]*)</td>`).FindAllStringSubmatch(page, -1)
+	if n := strings.Count(page, `<tbody id="provider-`); runner.Current() == first && (n != 1 || len(notes) != 1 || !strings.Contains(notes[0][1], healthy.Name)) {
+		t.Errorf("round 1: the status page (%d providers) does not list %s as not checked yet: %q", n, healthy.Name, notes)
 	}
 
 	// The object of round 1 names no verdict for the healthy host.
@@ -549,4 +563,33 @@ func hasSeries(mfs []*dto.MetricFamily, name, target string) bool {
 		}
 	}
 	return false
+}
+
+// newExporter builds the exporter of the providers file text as run() does (package exporter's
+// New), for a test that runs its runner itself.
+func newExporter(t *testing.T, text string, interval, timeout time.Duration, logger *slog.Logger) *exporter.Exporter {
+	t.Helper()
+	e, err := exporter.New(fakechecks.WriteFile(t, "", text), interval, timeout, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// wrapConstructor makes the checkers of the registered type typ the real ones wrapped by wrap,
+// for the duration of the test.
+func wrapConstructor(t *testing.T, typ checks.ProviderType, wrap func(checks.Checker) checks.Checker) {
+	t.Helper()
+	rt, ok := checks.Lookup(typ)
+	if !ok {
+		t.Fatalf("provider type %s is not registered", typ)
+	}
+	build := rt.New
+	fakechecks.Replace(t, typ, func(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
+		c, err := build(p, logger)
+		if err != nil {
+			return nil, err
+		}
+		return wrap(c), nil
+	})
 }

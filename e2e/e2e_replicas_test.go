@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -94,8 +94,8 @@ func TestEndToEndReplicas(t *testing.T) {
 	if err != nil {
 		testenv.Unavailable(t, "kubectl is not on PATH")
 	}
-	env := demo.Start(t, demo.Options{CRDFile: filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"), KVMHosts: 3})
-	bin := demo.BuildExporter(t, ".")
+	env := demo.Start(t, demo.Options{CRDFile: repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"), KVMHosts: 3})
+	bin := binary(t)
 	args := []string{"--config.file=" + env.ProvidersFile, "--provider-check-interval=10s",
 		"--crd.enabled", "--crd.leader-elect", "--crd.kubeconfig=" + env.Kube.Kubeconfig, "--crd.lease-namespace=default"}
 	replicas := []*replica{startReplica(t, "replica-a", bin, args...), startReplica(t, "replica-b", bin, args...)}
@@ -103,7 +103,7 @@ func TestEndToEndReplicas(t *testing.T) {
 	// The mixin's rules with test-sized windows, set through its _config. The availability
 	// groups sample, bucket and evaluate every 15s instead of 1m, 1h and 5m, so the dashboard's
 	// availability panels have data by the time their queries run below.
-	rules := demo.MixinRules(t, ".", `{targetDownFor: "10s", providerDownFor: "10s", availabilityInterval: "15s", availabilityBucket: "15s", availabilityEvaluationInterval: "15s"}`)
+	rules := demo.MixinRules(t, repoRoot, `{targetDownFor: "10s", providerDownFor: "10s", availabilityInterval: "15s", availabilityBucket: "15s", availabilityEvaluationInterval: "15s"}`)
 	stack := promstack.Start(t, promstack.Options{ScrapeTargets: []string{replicas[0].addr, replicas[1].addr}, RuleFiles: rules})
 	for _, r := range replicas {
 		stack.WaitTargetUp(t, r.addr, 60*time.Second)
@@ -284,7 +284,7 @@ func sameKeys(m map[string]string, keys []string) bool {
 // each that returns nothing.
 func checkDashboardQueries(t *testing.T, stack *promstack.Stack) {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join("mixin", "dashboards_out", "*.json"))
+	files, err := filepath.Glob(repoFile("mixin", "dashboards_out", "*.json"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no dashboards in mixin/dashboards_out (%v)", err)
 	}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -30,7 +30,7 @@ import (
 // next good file, which puts a host in maintenance by its label, applies at once.
 func TestHostFilesOnRealHosts(t *testing.T) {
 	env := kube.Start(t)
-	env.ApplyCRDFile(t, filepath.Join("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
 	fleet := kvmhost.Start(t, 3)
 	kvm := fleet.KVMConfig()
 	addr := func(i int) string { return kvm.Hosts[i].Address }
@@ -69,7 +69,7 @@ func TestHostFilesOnRealHosts(t *testing.T) {
 	}
 	write("[" + group(`"rack": "r1"`, 0, 1) + "]\n")
 
-	x := startExporter(t, "http", "--config.file="+providers, "--provider-check-interval=10s", "--provider-check-timeout=5s",
+	x := startExporter(t, "--config.file="+providers, "--provider-check-interval=10s", "--provider-check-timeout=5s",
 		"--crd.enabled", "--crd.kubeconfig="+env.Kubeconfig)
 	metrics := func() string { _, m := x.get("/metrics"); return m }
 	dyn := dynamic.NewForConfigOrDie(env.AdminConfig)
