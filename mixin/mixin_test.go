@@ -391,8 +391,9 @@ func TestPromtoolMultiCluster(t *testing.T) {
 }
 
 // TestRunbookCoversEveryReason: the TargetDown runbook says what to do for every reason of the
-// catalogue (docs/reasons.md, which the checks package keeps equal to the code), so a reason
-// added there without a runbook step fails here.
+// catalogue (docs/reasons.md, which the checks package keeps equal to the code), in its table
+// of shared reasons or in a type's table (the runbooks.md of the type's package, which make
+// generate copies in), so a reason added there without a runbook step fails here.
 func TestRunbookCoversEveryReason(t *testing.T) {
 	reasons, err := os.ReadFile(filepath.Join(repoRoot, "docs", "reasons.md"))
 	if err != nil {
@@ -424,7 +425,8 @@ func TestRunbookCoversEveryReason(t *testing.T) {
 	}
 	for _, r := range all {
 		if r[1] != "Ready" && !covered[r[1]] {
-			t.Errorf("reason %s (docs/reasons.md) has no row in the ProviderHealthTargetDown runbook's table", r[1])
+			t.Errorf("reason %s (docs/reasons.md) has no row in the ProviderHealthTargetDown runbook's tables: "+
+				"a reason of one type goes in the runbooks.md of its package (then make generate), a shared one in docs/runbooks.md", r[1])
 		}
 	}
 }

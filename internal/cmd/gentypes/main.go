@@ -40,7 +40,7 @@ const typesFile = "crdwriter/v1alpha1/types.go"
 var docs = []string{"docs/crd.md", "docs/configuration.md", "docs/architecture.md"}
 
 // sectionDocs are the Markdown files with the types' own sections, relative to the module root.
-var sectionDocs = []string{"docs/reasons.md", "docs/configuration.md"}
+var sectionDocs = []string{"docs/reasons.md", "docs/configuration.md", "docs/runbooks.md"}
 
 // providersFile is the one list of the build's types: its imports are the types' packages.
 const providersFile = "providers/providers.go"

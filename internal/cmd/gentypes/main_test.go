@@ -55,10 +55,13 @@ func fixture(t *testing.T) (root string, files map[string]string) {
 // list and each doc's sections, and only them.
 func TestGenerateRewritesEveryPlace(t *testing.T) {
 	root, files := fixture(t)
-	files["p/c/reasons.md"] = "## tcp\n\nT.\n"
-	files["p/c/configuration.md"] = "### Type `tcp`\n\nT.\n"
+	written := []string{providersFile}
+	for _, d := range sectionDocs {
+		files["p/c/"+filepath.Base(d)] = "### Type `tcp`\n\nT.\n"
+		written = append(written, "p/c/"+filepath.Base(d))
+	}
 	files[providersFile] = strings.Replace(files[providersFile], "\n)", "\n\t_ \"example.com/m/p/c\"\n)", 1)
-	for _, name := range []string{"p/c/reasons.md", "p/c/configuration.md", providersFile} {
+	for _, name := range written {
 		os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755)
 		if err := os.WriteFile(filepath.Join(root, name), []byte(files[name]), 0o644); err != nil {
 			t.Fatal(err)
@@ -68,7 +71,7 @@ func TestGenerateRewritesEveryPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{typesFile, "docs/crd.md", "docs/configuration.md", "docs/architecture.md", "docs/reasons.md"}; !slices.Equal(stale, want) {
+	if want := []string{typesFile, "docs/crd.md", "docs/configuration.md", "docs/architecture.md", "docs/reasons.md", "docs/runbooks.md"}; !slices.Equal(stale, want) {
 		t.Errorf("rewrote %v, want %v", stale, want)
 	}
 	got, _ := os.ReadFile(filepath.Join(root, typesFile))
