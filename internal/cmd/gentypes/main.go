@@ -110,20 +110,18 @@ func generate(root string, types []string, write bool) (stale []string, err erro
 	for _, d := range docs {
 		add(d, marked(docMarker, []byte(list), "the provider types"))
 	}
-	if len(sectionDocs) > 0 {
-		dirs, err := typeDirs(root)
+	dirs, err := typeDirs(root)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range sectionDocs {
+		body, err := sections(root, d, dirs, types)
 		if err != nil {
 			return nil, err
 		}
-		for _, d := range sectionDocs {
-			body, err := sections(root, d, dirs, types)
-			if err != nil {
-				return nil, err
-			}
-			// ReplaceAll expands $ in the replacement: the sections go in literally.
-			repl := bytes.ReplaceAll(body, []byte("$"), []byte("$$"))
-			add(d, marked(sectionMarker, append(append([]byte("${1}"), repl...), "${2}"...), "the provider types' sections"))
-		}
+		// ReplaceAll expands $ in the replacement: the sections go in literally.
+		repl := bytes.ReplaceAll(body, []byte("$"), []byte("$$"))
+		add(d, marked(sectionMarker, append(append([]byte("${1}"), repl...), "${2}"...), "the provider types' sections"))
 	}
 	for _, name := range files {
 		path := filepath.Join(root, name)
