@@ -34,6 +34,11 @@ type Type struct {
 	// Gauges are per-target gauge families of the type's own, beside the common ones; its
 	// checks report their values in TargetResult.Samples.
 	Gauges []*Gauge
+	// PerTarget says the type's checks contact each target on its own (a kvm host over its
+	// own SSH link), so that sharded replicas (--shard.enabled) split a provider's targets
+	// between them; its checkers should implement SubsetChecker. False: one call checks every
+	// target (an API), so one replica owns the provider whole (checks/shard.Key).
+	PerTarget bool
 }
 
 // ReasonInfo is one reason of a type's catalogue and what it means.

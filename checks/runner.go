@@ -54,6 +54,8 @@ type Runner struct {
 	roundStarted   time.Time
 	roundDuration  time.Duration
 	abandonedTotal uint64
+	// owns is the ownership of a sharded replica (SetOwnership); nil owns every target.
+	owns Ownership
 
 	current atomic.Pointer[Snapshot]
 
@@ -181,12 +183,14 @@ func (r *Runner) SetProviders(ps []Provider) {
 			// The same checker instance: keep its slot so that a call still running (abandoned)
 			// keeps counting as busy.
 			delete(old, name)
-			o.targets = c.Targets()
+			o.targets, _ = owned(r.owns, o, c.Targets())
 			o.th, o.labels = th, p.Labels
 			slots = append(slots, o)
 			continue
 		}
-		slots = append(slots, &slot{c: c, name: name, typ: c.Type(), th: th, labels: p.Labels, targets: c.Targets()})
+		s := &slot{c: c, name: name, typ: c.Type(), th: th, labels: p.Labels}
+		s.targets, _ = owned(r.owns, s, c.Targets())
+		slots = append(slots, s)
 	}
 	for _, o := range old {
 		o.removed = true
@@ -292,13 +296,17 @@ func (r *Runner) round(ctx context.Context) {
 
 	r.mu.Lock()
 	slots := slices.Clone(r.slots)
+	owns := r.owns
 	r.mu.Unlock()
 
 	// Targets are read before the checks start: they are what the Timeout verdicts of an
-	// abandoned checker stand for.
+	// abandoned checker stand for. A sharded replica checks those it owns (owned).
 	targets := make([][]string, len(slots))
+	all := make([][]string, len(slots))
+	call := make([]bool, len(slots))
 	for i, s := range slots {
-		targets[i] = s.c.Targets()
+		all[i] = s.c.Targets()
+		targets[i], call[i] = owned(owns, s, all[i])
 	}
 
 	type done struct {
@@ -311,6 +319,11 @@ func (r *Runner) round(ctx context.Context) {
 	outcomes := make([]outcome, len(slots))
 	pending := 0
 	for i, s := range slots {
+		if !call[i] {
+			// Another replica owns the provider, or every target of it: nothing to check.
+			outcomes[i] = outcome{kind: outcomeReturned, at: start}
+			continue
+		}
 		if !s.busy.CompareAndSwap(false, true) {
 			outcomes[i] = outcome{kind: outcomeBusy}
 			continue
@@ -324,7 +337,7 @@ func (r *Runner) round(ctx context.Context) {
 						o = outcome{kind: outcomePanicked, panic: fmt.Sprintf("%v\n%s", p, debug.Stack())}
 					}
 				}()
-				o.results = s.c.Check(rctx)
+				o.results = checkOwned(rctx, s.c, all[i], targets[i])
 			}()
 			o.at = time.Now()
 			// Not busy any more before the result is delivered: a round that starts right
@@ -364,7 +377,7 @@ collect:
 		if outcomes[i].kind == outcomeReturned {
 			// A checker that discovers its targets (vsphere's hosts) lists, once its check
 			// returned, what that check found: a new target has its verdict in this round.
-			targets[i] = s.c.Targets()
+			targets[i], _ = owned(owns, s, s.c.Targets())
 		}
 		s.targets = targets[i]
 		if outcomes[i].kind == outcomeAbandoned {

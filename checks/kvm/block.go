@@ -20,6 +20,8 @@ func init() {
 		Block:   config.BlockType{Fields: config.YAMLKeys[Config](), Decode: decode},
 		New:     New,
 		Gauges:  []*checks.Gauge{poolCapacity, poolAllocation, poolAvailable},
+		// Each host is its own SSH link: sharded replicas split the hosts.
+		PerTarget: true,
 	})
 }
 

@@ -100,6 +100,7 @@ var (
 	_ checks.Checker             = (*Checker)(nil)
 	_ checks.TargetProber        = (*Checker)(nil)
 	_ checks.ProbeLimiter        = (*Checker)(nil)
+	_ checks.SubsetChecker       = (*Checker)(nil)
 	_ interface{ Close() error } = (*Checker)(nil)
 )
 
@@ -282,9 +283,31 @@ func (sp *sharedPool) forgetUnused(addr string) {
 // running out its own bound), so a rack of silent hosts or hung daemons delays the others by at
 // most a few bounds per slot.
 func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
+	return c.check(ctx, nil)
+}
+
+// CheckTargets is Check of the named hosts only (the hosts a sharded replica owns): one verdict
+// per host of targets that the checker has, in the checker's order.
+func (c *Checker) CheckTargets(ctx context.Context, targets []string) []checks.TargetResult {
+	want := make(map[string]bool, len(targets))
+	for _, t := range targets {
+		want[t] = true
+	}
+	return c.check(ctx, want)
+}
+
+// check checks the hosts whose names are in only (every host when only is nil).
+func (c *Checker) check(ctx context.Context, only map[string]bool) []checks.TargetResult {
 	start := time.Now()
-	results := make([]checks.TargetResult, len(c.hosts))
 	order := c.order()
+	if only != nil {
+		order = slices.DeleteFunc(order, func(i int) bool { return !only[c.targets[i]] })
+	}
+	results := make([]checks.TargetResult, len(c.hosts))
+	checked := make([]bool, len(c.hosts))
+	for _, i := range order {
+		checked[i] = true
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range min(c.concurrency, len(order)) {
@@ -305,7 +328,16 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 		})
 	}
 	wg.Wait()
-	return results
+	if only == nil {
+		return results
+	}
+	mine := results[:0]
+	for i, r := range results {
+		if checked[i] {
+			mine = append(mine, r)
+		}
+	}
+	return mine
 }
 
 // order returns the hosts' indexes, cheapest first (see Check); the file's order within a rank.

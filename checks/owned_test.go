@@ -1,0 +1,189 @@
+package checks
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks/shard"
+)
+
+// subsetChecker is a fakeChecker that can check some of its targets (SubsetChecker), and
+// records what it was asked.
+type subsetChecker struct {
+	*fakeChecker
+	mu    sync.Mutex
+	asked [][]string
+}
+
+func (s *subsetChecker) CheckTargets(ctx context.Context, targets []string) []TargetResult {
+	s.mu.Lock()
+	s.asked = append(s.asked, slices.Clone(targets))
+	s.mu.Unlock()
+	all := s.Check(ctx)
+	return slices.DeleteFunc(all, func(r TargetResult) bool { return !slices.Contains(targets, r.Target) })
+}
+
+func (s *subsetChecker) lastAsked() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.asked) == 0 {
+		return nil
+	}
+	return s.asked[len(s.asked)-1]
+}
+
+func ownKeys(keys ...string) Ownership {
+	return func(k string) bool { return slices.Contains(keys, k) }
+}
+
+func targetsOf(s *Snapshot, provider string) (verdicts, unchecked []string) {
+	p := s.Provider(provider)
+	for _, t := range p.Targets {
+		verdicts = append(verdicts, t.Target)
+	}
+	for _, t := range p.Unchecked {
+		unchecked = append(unchecked, t.Target)
+	}
+	return verdicts, unchecked
+}
+
+func TestOwnershipKeyFollowsTheRegistration(t *testing.T) {
+	if !PerTarget(typeKVM) || PerTarget(typeGCP) || PerTarget(typeKubernetes) || PerTarget("unregistered") {
+		t.Fatalf("PerTarget: kvm %v, gcp %v, kubernetes %v, unregistered %v; want only kvm",
+			PerTarget(typeKVM), PerTarget(typeGCP), PerTarget(typeKubernetes), PerTarget("unregistered"))
+	}
+	if got := OwnershipKey("lab", typeKVM, "hv1"); got != "lab/hv1" {
+		t.Errorf("OwnershipKey(kvm) = %q, want lab/hv1", got)
+	}
+	if got := OwnershipKey("prod", typeGCP, "my-project"); got != "prod" {
+		t.Errorf("OwnershipKey(gcp) = %q, want prod", got)
+	}
+}
+
+func TestRunnerChecksOwnedTargetsOnly(t *testing.T) {
+	kvm := &subsetChecker{fakeChecker: newFake("lab", typeKVM, "hv1", "hv2", "hv3", "hv4")}
+	gcp := newFake("prod", typeGCP, "my-project")
+	r, _ := newTestRunner(t, time.Second, kvm, gcp)
+	r.SetOwnership(ownKeys("lab/hv2", "lab/hv4"))
+	r.round(context.Background())
+
+	s := r.Current()
+	if v, u := targetsOf(s, "lab"); !slices.Equal(v, []string{"hv2", "hv4"}) || len(u) != 0 {
+		t.Errorf("kvm provider: verdicts %v, unchecked %v; want [hv2 hv4] and none", v, u)
+	}
+	if got := kvm.lastAsked(); !slices.Equal(got, []string{"hv2", "hv4"}) {
+		t.Errorf("CheckTargets asked for %v, want [hv2 hv4]", got)
+	}
+	if v, u := targetsOf(s, "prod"); len(v) != 0 || len(u) != 0 {
+		t.Errorf("gcp provider owned elsewhere: verdicts %v, unchecked %v; want none", v, u)
+	}
+	if s.Provider("prod") == nil {
+		t.Error("a provider owned elsewhere left the snapshot; its provider-level series must stay")
+	}
+	if n := gcp.callCount(); n != 0 {
+		t.Errorf("gcp checker called %d times although another replica owns it", n)
+	}
+
+	// The ownership moves: the gcp provider and hv1 come here, hv4 goes.
+	r.SetOwnership(ownKeys("lab/hv1", "lab/hv2", "prod"))
+	r.round(context.Background())
+	s = r.Current()
+	if v, _ := targetsOf(s, "lab"); !slices.Equal(v, []string{"hv1", "hv2"}) {
+		t.Errorf("after the move, kvm verdicts %v, want [hv1 hv2]", v)
+	}
+	if v, _ := targetsOf(s, "prod"); !slices.Equal(v, []string{"my-project"}) {
+		t.Errorf("after the move, gcp verdicts %v, want [my-project]", v)
+	}
+	if n := gcp.callCount(); n != 1 {
+		t.Errorf("gcp checker called %d times after it came here, want 1", n)
+	}
+}
+
+// A PerTarget checker without SubsetChecker is checked whole; the others' targets are dropped
+// without being reported as a checker's bug.
+func TestRunnerOwnedWithoutSubsetChecker(t *testing.T) {
+	kvm := newFake("lab", typeKVM, "hv1", "hv2", "hv3")
+	r, rec := newTestRunner(t, time.Second, kvm)
+	r.SetOwnership(ownKeys("lab/hv3"))
+	r.round(context.Background())
+	if v, _ := targetsOf(r.Current(), "lab"); !slices.Equal(v, []string{"hv3"}) {
+		t.Errorf("verdicts %v, want [hv3]", v)
+	}
+	for _, l := range rec.take() {
+		if l.msg != "target has a verdict" && l.level > 0 {
+			t.Errorf("unexpected log: %s", l)
+		}
+	}
+}
+
+// Nothing owned: the provider stays listed, without targets, and is never called.
+func TestRunnerOwnsNothing(t *testing.T) {
+	kvm := newFake("lab", typeKVM, "hv1", "hv2")
+	r, _ := newTestRunner(t, time.Second, kvm)
+	r.SetOwnership(ownKeys())
+	r.round(context.Background())
+	if v, u := targetsOf(r.Current(), "lab"); len(v)+len(u) != 0 {
+		t.Errorf("verdicts %v, unchecked %v; want none", v, u)
+	}
+	if n := kvm.callCount(); n != 0 {
+		t.Errorf("checker called %d times with no target owned", n)
+	}
+	if r.Current().Round != 1 {
+		t.Errorf("round %d, want 1: a replica that owns nothing still completes rounds", r.Current().Round)
+	}
+}
+
+// The shards' snapshots together hold exactly the verdicts of one unsharded runner: every
+// target once, with the same reason.
+func TestShardsUnionEqualsUnsharded(t *testing.T) {
+	hosts := []string{"hv1", "hv2", "hv3", "hv4", "hv5", "hv6", "hv7", "hv8", "hv9", "hv10"}
+	build := func() []Checker {
+		kvm := newFake("lab", typeKVM, hosts...)
+		kvm.set("hv3", reasonTCPUnreachable, "refused")
+		kvm.set("hv7", reasonPoolInactive, "inactive")
+		k8s := newFake("cluster", typeKubernetes, "https://api")
+		gcp := newFake("prod", typeGCP, "my-project")
+		gcp.set("my-project", ReasonUnauthorized, "401")
+		return []Checker{kvm, k8s, gcp}
+	}
+	verdicts := func(r *Runner) map[string]Reason {
+		out := map[string]Reason{}
+		for _, p := range r.Current().Providers {
+			for _, ts := range p.Targets {
+				if _, dup := out[p.Name+"/"+ts.Target]; dup {
+					t.Errorf("%s/%s reported twice", p.Name, ts.Target)
+				}
+				out[p.Name+"/"+ts.Target] = ts.Reason
+			}
+		}
+		return out
+	}
+	whole, _ := newTestRunner(t, time.Second, build()...)
+	whole.round(context.Background())
+	want := verdicts(whole)
+
+	members := []string{"phe-0", "phe-1", "phe-2"}
+	union := map[string]Reason{}
+	for _, self := range members {
+		r, _ := newTestRunner(t, time.Second, build()...)
+		r.SetOwnership(func(key string) bool { return shard.Owner(members, key) == self })
+		r.round(context.Background())
+		for k, v := range verdicts(r) {
+			if _, dup := union[k]; dup {
+				t.Errorf("%s reported by two shards", k)
+			}
+			union[k] = v
+		}
+	}
+	if len(union) != len(want) {
+		t.Errorf("the shards report %d targets, the unsharded runner %d", len(union), len(want))
+	}
+	for k, v := range want {
+		if union[k] != v {
+			t.Errorf("%s: shards say %q, unsharded %q", k, union[k], v)
+		}
+	}
+}
