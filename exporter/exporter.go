@@ -1,7 +1,8 @@
 // Package exporter is the exporter's HTTP side and what it serves: the checkers built from the
 // providers file (checkers.go) and their round runner, reloading (reload.go), the providers'
-// host files (inventory.go), the endpoints (http.go), the status page (landing.go) and its JSON
-// API (api.go), and /probe (probe.go). The command (package main) parses the flags, builds an
+// host files (inventory.go), the endpoints (http.go), the status model (exporter/status) that
+// the JSON API (api.go) encodes and the status page (landing.go, templates/) renders, and
+// /probe (probe.go). The command (package main) parses the flags, builds an
 // Exporter with New, runs its rounds, serves its Handler and reloads or closes it on a signal.
 package exporter
 

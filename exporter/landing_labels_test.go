@@ -12,6 +12,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
+	"github.com/provider-health-exporter/provider-health-exporter/exporter/status"
 )
 
 // labelledFleet: kvm-east (labels dc=east) with hv-a down (rack=r1), hv-b down (rack=r2) and
@@ -121,11 +122,11 @@ func TestStatusLabelFilter(t *testing.T) {
 	}
 
 	// The pages' links keep the labels.
-	f, err := parseLandingFilter(url.Values{"label": {"rack=r1", "dc=east", "rack=r1"}, "state": {"down"}})
+	f, err := status.ParseFilter(url.Values{"label": {"rack=r1", "dc=east", "rack=r1"}, "state": {"down"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u := f.url(2); u != "?label=rack%3Dr1&label=dc%3Deast&page=2&state=down" {
+	if u := f.URL(2); u != "?label=rack%3Dr1&label=dc%3Deast&page=2&state=down" {
 		t.Errorf("page 2 of the filter: %s, want both labels once, the state and the page", u)
 	}
 

@@ -22,9 +22,9 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
+	"github.com/provider-health-exporter/provider-health-exporter/exporter/status"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 )
 
@@ -164,18 +164,6 @@ func TestLandingData(t *testing.T) {
 	e.renderLanding(rec, httptest.NewRequest("GET", "/?state=sideways", nil), f.snap, f.now)
 	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "unknown state") {
 		t.Errorf("state=sideways: %d %q, want 400 naming the state", rec.Code, rec.Body.String())
-	}
-}
-
-func TestWorstReasonTies(t *testing.T) {
-	// Two reasons with two targets each: the earlier dial stage (catalogue order) wins.
-	r, n := worstReason(kvm.Type, map[checks.Reason]int{kvm.ReasonPoolInactive: 2, kvm.ReasonSSHAuthFailed: 2, checks.ReasonTimeout: 1})
-	if r != kvm.ReasonSSHAuthFailed || n != 2 {
-		t.Errorf("worst %s ×%d, want SSHAuthFailed ×2", r, n)
-	}
-	r, n = worstReason(gcp.Type, map[checks.Reason]int{checks.ReasonAPIError: 1, gcp.ReasonRateLimited: 3})
-	if r != gcp.ReasonRateLimited || n != 3 {
-		t.Errorf("worst %s ×%d, want RateLimited ×3", r, n)
 	}
 }
 
@@ -460,17 +448,24 @@ func TestLandingHistoryAndProbeLink(t *testing.T) {
 	}
 
 	// A target unchanged since its first verdict lists no transitions.
-	if got := landingHistory(ts.History[:1]); got != nil {
+	historyOf := func(h []checks.Transition) []landingTransition {
+		one := ts
+		one.History = h
+		d := landingExporter().landingData(&checks.Snapshot{Providers: []checks.ProviderState{
+			{Name: "kvm-east", Type: kvm.Type, Targets: []checks.TargetState{one}}}}, landingFilter{}, now)
+		return slices.Concat(d.Providers[0].Down, d.Providers[0].Up)[0].History
+	}
+	if got := historyOf(ts.History[:1]); got != nil {
 		t.Errorf("history of the first verdict only: %+v, want none listed", got)
 	}
-	if got := landingHistory(ts.History[:2]); len(got) != 2 || got[1].From != "none (first check)" {
+	if got := historyOf(ts.History[:2]); len(got) != 2 || got[1].From != "none (first check)" {
 		t.Errorf("history of two transitions: %+v, want both, the first verdict last", got)
 	}
 
 	// A target recovering under successThreshold 2 reads down, with the raw Ready pending.
 	ts.Up, ts.Reason, ts.CheckReason, ts.ConsecutiveFailures, ts.ConsecutiveSuccesses = false, kvm.ReasonPoolInactive, checks.ReasonReady, 0, 1
 	ts.Thresholds.Success = 2
-	if got := pendingNote(&ts); got != "recovery pending (1 of 2): Ready" {
+	if got := status.PendingNote(&ts); got != "recovery pending (1 of 2): Ready" {
 		t.Errorf("recovery pending note %q", got)
 	}
 }
