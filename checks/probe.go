@@ -54,8 +54,8 @@ var (
 // Trace records the stages of one on-demand check, each with its start, duration and result, so
 // that on-call sees where a check hangs. It is safe for concurrent use: a call abandoned at the
 // deadline may end its stage after the trace was read. A nil *Trace records nothing and costs
-// nothing: the rounds pass nil. Results are error texts and short descriptions, never secrets
-// (the checks' messages carry none).
+// nothing: the rounds pass nil. Results are error texts and short descriptions, sanitized as
+// messages are (Sanitize: no secret, no control character, at most MaxMessageLen bytes).
 type Trace struct {
 	start time.Time
 
@@ -90,7 +90,7 @@ func (t *Trace) Begin(name string) (end func(result string)) {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		if s.end.IsZero() {
-			s.end, s.result = time.Now(), result
+			s.end, s.result = time.Now(), Sanitize(result)
 		}
 	}
 }
@@ -156,6 +156,7 @@ func ProbeSingle(ctx context.Context, c Checker, target string, trace *Trace, wh
 	}
 	r := rs[0]
 	r.Up = r.Reason == ReasonReady
+	r.Message = Sanitize(r.Message)
 	if r.Up {
 		end("ok: " + r.Message)
 	} else {

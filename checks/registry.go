@@ -26,7 +26,9 @@ type Type struct {
 	Reasons []ReasonInfo
 	// Block decodes and validates the type's providers-file block.
 	Block config.BlockType
-	// New builds the checker of one provider of the type. It must not contact the provider:
+	// New builds the checker of one provider of the type; Register wraps it so that the
+	// provider's secret files (config.File.Secret) join the set every message is redacted of
+	// (WatchSecretFiles). It must not contact the provider:
 	// connections are opened by the checks, so that --config.check can build every checker
 	// without side effects. An error is a configuration the block's decoder could not see as
 	// wrong.
@@ -83,6 +85,19 @@ func Register(t Type) {
 	if !slices.ContainsFunc(t.Reasons, func(r ReasonInfo) bool { return r.Reason == ReasonMaintenance }) {
 		// Every type's targets may be put in maintenance by the operator's label.
 		t.Reasons = append(slices.Clip(t.Reasons), ReasonInfo{Reason: ReasonMaintenance, Meaning: MaintenanceMeaning})
+	}
+	// Every checker the type builds has its provider's secret files redacted from every
+	// message of the process.
+	build := t.New
+	t.New = func(p config.Provider, logger *slog.Logger) (Checker, error) {
+		if p.Block != nil {
+			for _, f := range p.Block.Files() {
+				if f.Secret {
+					WatchSecretFiles(f.Path)
+				}
+			}
+		}
+		return build(p, logger)
 	}
 	registryMu.Lock()
 	defer registryMu.Unlock()

@@ -289,6 +289,8 @@ func (r *Runner) round(ctx context.Context) {
 	if r.before != nil {
 		r.before()
 	}
+	// A rotated credential is redacted from this round's messages on.
+	RefreshSecrets()
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
@@ -477,6 +479,7 @@ func (r *Runner) verdicts(s *slot, targets []string, o outcome, start, deadline 
 			continue
 		}
 		v := o.results[j]
+		v.Message = Sanitize(v.Message)
 		if v.CheckedAt.IsZero() {
 			v.CheckedAt = o.at
 		}

@@ -110,3 +110,15 @@ func hostProblem(host string) string {
 	}
 	return ""
 }
+
+// LoopbackHost reports whether host (a URL's host name, without port or brackets) is this
+// machine: "localhost" or a loopback IP address. A plain-HTTP endpoint that carries credentials
+// is refused unless its host is one (or the provider opts out explicitly): nothing leaves the
+// machine in clear.
+func LoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}

@@ -53,6 +53,9 @@ type File struct {
 	Field string
 	// Path is absolute: relative paths are taken from the providers file's directory.
 	Path string
+	// Secret says the file's content is a credential (a password, a private key, a
+	// kubeconfig): no message of any provider may show it (checks.Sanitize).
+	Secret bool
 }
 
 // BlockType is how the loader decodes one provider type's block.

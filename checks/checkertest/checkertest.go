@@ -50,13 +50,17 @@
 //   - CloseIdempotentAndLeakFree: a healthy checker and a hung one for each kind of endpoint,
 //     each closed twice (no error, no panic); once all are closed, no goroutine started since
 //     the subtest began is left (polled for 5s; the leaked stacks are printed).
-//   - NoSecret: no string of Harness.Secrets appears in any message of the runs above, in any
-//     probe trace, or in anything the checkers logged (each is given a debug-level logger). A
-//     type without credentials gives no Secrets; the subtest then says so and skips.
+//   - NoSecret: no string of Harness.Secrets, and nothing the healthy block's secret files hold
+//     (config.File.Secret: a one-line file's content, a private key's lines, a kubeconfig's or
+//     a service-account key's credential fields), appears in any message of the runs above, in
+//     any probe trace, or in anything the checkers logged (each is given a debug-level logger).
+//     A type without credentials or secret files has nothing to look for; the subtest then
+//     says so and skips.
 //
 // Every result of every Check must name each of the checker's targets once, have Up exactly
 // when its reason is Ready, a reason from the type's catalogue (checks.ValidReason), CheckedAt
-// set and a message.
+// set and a message, sanitized (checks.Sanitize: valid UTF-8, no control character, at most
+// checks.MaxMessageLen bytes).
 //
 // The kit needs from a type only what the providers file gives: the blocks are YAML mappings,
 // as under the type's key (indentation is taken as written, common leading blanks removed), and
@@ -88,6 +92,7 @@ package checkertest
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -106,6 +111,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
@@ -394,6 +403,11 @@ func (r *run) checkResult(t *testing.T, res checks.TargetResult) {
 	if strings.TrimSpace(res.Message) == "" {
 		t.Errorf("target %q: %s without a message", res.Target, res.Reason)
 	}
+	if len(res.Message) > checks.MaxMessageLen || !utf8.ValidString(res.Message) ||
+		strings.ContainsFunc(res.Message, func(r rune) bool { return unicode.IsControl(r) }) {
+		t.Errorf("target %q: message %q is not sanitized: want valid UTF-8 of at most %d bytes without control characters (checks.Sanitize)",
+			res.Target, res.Message, checks.MaxMessageLen)
+	}
 }
 
 // checkHealthy runs one Check of c, which must find every target of the harness Ready.
@@ -611,8 +625,9 @@ func (r *run) noSecret(t *testing.T) {
 	if r.h.Secrets != nil {
 		secrets = r.h.Secrets()
 	}
+	secrets = append(secrets, r.secretFileContents(t)...)
 	if len(secrets) == 0 {
-		t.Skip("the type has no secrets (Harness.Secrets gives none): nothing to look for")
+		t.Skip("the type has no secrets (Harness.Secrets gives none, its block names no secret file): nothing to look for")
 	}
 	r.mu.Lock()
 	messages := strings.Join(r.messages, "\n")
@@ -642,6 +657,76 @@ func (r *run) noSecret(t *testing.T) {
 			}
 		}
 	}
+}
+
+// secretFileContents are the credentials the secret files of the healthy block hold
+// (config.File.Secret): a one-line file's content (a password, a passphrase), each line of a
+// private key block, and the values of the usual credential fields of a YAML or JSON file (a
+// kubeconfig's token, password and client-key-data, a service-account key's private_key_id).
+func (r *run) secretFileContents(t *testing.T) []string {
+	var out []string
+	add := func(s string) {
+		if s = strings.TrimSpace(s); len(s) >= minSecretLen {
+			out = append(out, s)
+		}
+	}
+	keyLines := func(s string) {
+		inKey := false
+		for line := range strings.Lines(s) {
+			line = strings.TrimSpace(line)
+			switch {
+			case strings.HasPrefix(line, "-----BEGIN") && strings.Contains(line, "PRIVATE KEY"):
+				inKey = true
+			case strings.HasPrefix(line, "-----END"):
+				inKey = false
+			case inKey:
+				add(line)
+			}
+		}
+	}
+	for _, f := range r.parse(t, r.h.Block).Block.Files() {
+		if !f.Secret || f.Path == "" {
+			continue
+		}
+		b, err := os.ReadFile(f.Path)
+		if err != nil {
+			t.Fatalf("secret file %s (%s): %v", f.Path, f.Field, err)
+		}
+		if s := strings.TrimSpace(string(b)); !strings.ContainsAny(s, "\r\n") {
+			add(s)
+		}
+		keyLines(string(b))
+		var doc map[string]any
+		if yaml.Unmarshal(b, &doc) != nil {
+			continue
+		}
+		var walk func(v any, key string)
+		walk = func(v any, key string) {
+			switch v := v.(type) {
+			case map[string]any:
+				for k, e := range v {
+					walk(e, k)
+				}
+			case []any:
+				for _, e := range v {
+					walk(e, key)
+				}
+			case string:
+				switch key {
+				case "token", "password", "private_key_id", "client_secret", "refresh_token":
+					add(v)
+				case "private_key":
+					keyLines(v)
+				case "client-key-data":
+					if d, err := base64.StdEncoding.DecodeString(v); err == nil {
+						keyLines(string(d))
+					}
+				}
+			}
+		}
+		walk(doc, "")
+	}
+	return out
 }
 
 // endpoint is a hung endpoint the kit started.

@@ -1,6 +1,7 @@
 package gcp
 
 import (
+	"fmt"
 	"net/url"
 	"regexp"
 
@@ -45,8 +46,13 @@ type Config struct {
 	// Filter is an instances.aggregatedList filter expression. After loading it is the filter to
 	// use: DefaultFilter when the key was absent, empty (no filter) when it was set to "".
 	Filter string `yaml:"filter,omitempty"`
-	// Endpoint overrides the Compute API endpoint (an absolute http or https URL).
+	// Endpoint overrides the Compute API endpoint: an absolute https URL, or http to a
+	// loopback host (a local proxy or emulator), or http to any host with InsecureAllowHTTP.
 	Endpoint string `yaml:"endpoint,omitempty"`
+	// InsecureAllowHTTP lets Endpoint (and the key's token_uri) be plain HTTP to a host that is
+	// not loopback, sending the bearer token (and the token exchange) in clear: an explicit
+	// opt-out, logged as a warning at every load.
+	InsecureAllowHTTP bool `yaml:"insecureAllowHTTP,omitempty"`
 }
 
 // Equal reports whether o is the same block.
@@ -57,11 +63,27 @@ func (g *Config) Equal(o config.Block) bool {
 
 // Files is the service-account key, when one is set.
 func (g *Config) Files() []config.File {
-	return []config.File{{Field: "credentialsFile", Path: g.CredentialsFile}}
+	return []config.File{{Field: "credentialsFile", Path: g.CredentialsFile, Secret: true}}
 }
 
-// Warnings: none.
-func (g *Config) Warnings(string) []string { return nil }
+// Warnings says that plain HTTP to any host is allowed, when it is.
+func (g *Config) Warnings(provider string) []string {
+	if !g.InsecureAllowHTTP {
+		return nil
+	}
+	return []string{fmt.Sprintf("provider %q: plain HTTP to hosts other than loopback is allowed (insecureAllowHTTP: true): "+
+		"an http:// endpoint or token_uri gets the bearer token and the token exchange in clear", provider)}
+}
+
+// PlainHTTPProblem says what is wrong with u as an endpoint that carries credentials: "" for
+// https, for http to a loopback host, and for any http with insecure.
+func PlainHTTPProblem(u *url.URL, insecure bool) string {
+	if u.Scheme != "http" || insecure || config.LoopbackHost(u.Hostname()) {
+		return ""
+	}
+	return "plain http to " + config.Quote(u.Host) + " would send the bearer token in clear (allowed: https, http to " +
+		"localhost or a loopback address, or any http with insecureAllowHTTP: true)"
+}
 
 // projectID is the format of a GCP project ID.
 var projectID = regexp.MustCompile(`^[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
@@ -80,9 +102,14 @@ func decode(f *config.Fields) config.Block {
 	if f.Has("filter") {
 		g.Filter = f.String("filter")
 	}
+	g.InsecureAllowHTTP = f.Bool("insecureAllowHTTP")
 	g.Endpoint = f.String("endpoint", func(endpoint string) string {
-		if u, err := url.Parse(endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		u, err := url.Parse(endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return "invalid endpoint " + config.Quote(endpoint) + ": must be an absolute http or https URL"
+		}
+		if p := PlainHTTPProblem(u, g.InsecureAllowHTTP); p != "" {
+			return "invalid endpoint " + config.Quote(endpoint) + ": " + p
 		}
 		return ""
 	})

@@ -14,9 +14,6 @@ func SetConnectTimeouts(c checks.Checker, dial, tlsHandshake time.Duration) {
 	cc.base.TLSHandshakeTimeout = tlsHandshake
 }
 
-// Truncate is truncate, for its unit test.
-var Truncate = truncate
-
 // Classify is classify, for the unit test of transport failures a test server cannot produce
 // on demand.
 var Classify = classify

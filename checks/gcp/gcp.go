@@ -32,7 +32,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"cloud.google.com/go/auth"
 	"cloud.google.com/go/auth/credentials"
@@ -72,8 +71,6 @@ const (
 	tokenTimeout = 30 * time.Second
 	// dialTimeout bounds the TCP connect and the TLS handshake of a new connection.
 	dialTimeout = 10 * time.Second
-	// maxMessageLen keeps messages short enough for a CRD status and a log line.
-	maxMessageLen = 300
 )
 
 // Checker checks one gcp provider. It implements checks.Checker and io.Closer.
@@ -83,6 +80,8 @@ type Checker struct {
 	filter   string
 	endpoint string
 	credFile string
+	// insecure allows a plain-HTTP token_uri to a host that is not loopback.
+	insecure bool
 	logger   *slog.Logger
 
 	// base carries every connection of the checker (API and token endpoint) so Close can
@@ -147,6 +146,9 @@ func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 	if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return nil, fmt.Errorf("provider %q: gcp.endpoint %q: want an http(s) URL with a host", p.Name, endpoint)
 	}
+	if problem := PlainHTTPProblem(u, g.InsecureAllowHTTP); problem != "" {
+		return nil, fmt.Errorf("provider %q: gcp.endpoint: %s", p.Name, problem)
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -156,6 +158,7 @@ func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 		filter:   g.Filter,
 		endpoint: strings.TrimSuffix(endpoint, "/"),
 		credFile: g.CredentialsFile,
+		insecure: g.InsecureAllowHTTP,
 		logger:   logger,
 	}
 	c.base, c.dialer, c.conns = newBaseTransport()
@@ -166,7 +169,7 @@ func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 	if c.credFile != "" {
 		if _, err := c.transport(context.Background()); err != nil {
 			c.logger.Warn("gcp credentials unusable; every check reports CredentialsError until they load",
-				"credentials_file", c.credFile, "err", credentialsMessage(err))
+				"credentials_file", c.credFile, "err", checks.Sanitize(credentialsMessage(err)))
 		}
 	}
 	return c, nil
@@ -363,6 +366,9 @@ func (c *Checker) load() (http.RoundTripper, checks.FileState, error) {
 		at, _ = checks.StatFile(c.credFile)
 		var key []byte
 		if key, err = readServiceAccountKey(c.credFile); err == nil {
+			err = c.tokenURIProblem(key)
+		}
+		if err == nil {
 			creds, err = credentials.NewCredentialsFromJSON(credentials.ServiceAccount, key, opts)
 		}
 	} else {
@@ -411,6 +417,26 @@ func readServiceAccountKey(path string) ([]byte, error) {
 		}
 	}
 	return b, nil
+}
+
+// tokenURIProblem refuses a key whose token_uri is plain HTTP to a host that is not loopback
+// (unless the block allows it): the token exchange would send the signed assertion and get the
+// access token back in clear.
+func (c *Checker) tokenURIProblem(key []byte) error {
+	var f struct {
+		TokenURI string `json:"token_uri"`
+	}
+	if json.Unmarshal(key, &f) != nil || f.TokenURI == "" {
+		return nil
+	}
+	u, err := url.Parse(f.TokenURI)
+	if err != nil {
+		return fmt.Errorf("key file %s: token_uri is not a URL", c.credFile)
+	}
+	if problem := PlainHTTPProblem(u, c.insecure); problem != "" {
+		return fmt.Errorf("key file %s: token_uri: %s", c.credFile, strings.Replace(problem, "the bearer token", "the token exchange", 1))
+	}
+	return nil
 }
 
 // credentialsError is a failure to load the credentials (no network involved).
@@ -569,7 +595,8 @@ func (c *Checker) call(ctx context.Context, stage *atomic.Int32) outcome {
 
 func (c *Checker) result(start time.Time, reason checks.Reason, msg string) []checks.TargetResult {
 	now := time.Now()
-	msg = truncate(msg)
+	// No secret, no control character, a bounded length, before it is logged.
+	msg = checks.Sanitize(msg)
 	r := checks.TargetResult{
 		Target:    c.project,
 		Up:        reason == checks.ReasonReady,
@@ -724,21 +751,6 @@ func credentialsMessage(err error) string {
 		err = cerr.err
 	}
 	return "credentials not loaded: " + err.Error()
-}
-
-// truncate folds whitespace and cuts s to at most maxMessageLen bytes, at a rune boundary so
-// the message stays valid UTF-8.
-func truncate(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) <= maxMessageLen {
-		return s
-	}
-	const ellipsis = "…"
-	cut := maxMessageLen - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
 }
 
 // ProbeTarget checks the one target (the project) now, on demand: the same single

@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -534,6 +533,14 @@ func TestNoSecretsInMessagesOrLogs(t *testing.T) {
 
 	c := newChecker(t, provider(s, good), logger)
 	run(c, 5*time.Second) // Ready, a token issued
+	// A gateway quoting the request's bearer token between escape sequences: the message
+	// says what happened, without the token or a control character.
+	s.EchoAuthorizationNext(400)
+	run(c, 5*time.Second)
+	if echoed := messages[len(messages)-1]; !strings.Contains(echoed, "Authorization: Bearer [redacted]") ||
+		strings.ContainsAny(echoed, "\x1b\r\n") {
+		t.Errorf("the echoed token's message = %q, want it redacted and without control characters", echoed)
+	}
 	s.FailNext(401)
 	run(c, 5*time.Second)
 	s.SetFailure(403)
@@ -576,6 +583,55 @@ func TestNoSecretsInMessagesOrLogs(t *testing.T) {
 	}
 	if strings.Contains(haystack, "PRIVATE KEY") {
 		t.Error("a PEM header appears in messages or logs")
+	}
+}
+
+// TestPlainHTTPRefused: an http:// endpoint that is not loopback would send the bearer token in
+// clear: the providers file is refused, naming the file, the line and the field, unless
+// insecureAllowHTTP allows it, which is a warning at every load. Loopback needs no opt-out. A
+// key whose token_uri is plain HTTP to another host is a CredentialsError, and no request is
+// made.
+func TestPlainHTTPRefused(t *testing.T) {
+	file := func(block string) string {
+		return "providers:\n  - name: g\n    type: gcp\n    gcp:\n      project: my-project\n" + block
+	}
+	_, err := config.Parse("/etc/phe/providers.yml", []byte(file("      endpoint: http://compute.example.com\n")))
+	if err == nil || !strings.Contains(err.Error(), "/etc/phe/providers.yml:6") || !strings.Contains(err.Error(), "endpoint") ||
+		!strings.Contains(err.Error(), "insecureAllowHTTP") {
+		t.Errorf("an http endpoint to another host: %v; want an error at providers.yml:6 naming endpoint and insecureAllowHTTP", err)
+	}
+	for _, ok := range []string{
+		"      endpoint: https://compute.example.com\n",
+		"      endpoint: http://127.0.0.1:8080\n",
+		"      endpoint: http://localhost:8080\n",
+		"      endpoint: http://[::1]:8080\n",
+	} {
+		cfg, err := config.Parse("/etc/phe/providers.yml", []byte(file(ok)))
+		if err != nil {
+			t.Errorf("%s: %v", strings.TrimSpace(ok), err)
+		} else if w := cfg.Warnings(); len(w) != 0 {
+			t.Errorf("%s: warnings %q, want none", strings.TrimSpace(ok), w)
+		}
+	}
+	cfg, err := config.Parse("/etc/phe/providers.yml", []byte(file("      endpoint: http://compute.example.com\n      insecureAllowHTTP: true\n")))
+	if err != nil {
+		t.Fatalf("insecureAllowHTTP: %v", err)
+	}
+	if w := cfg.Warnings(); len(w) != 1 || !strings.Contains(w[0], `"g"`) || !strings.Contains(w[0], "insecureAllowHTTP") {
+		t.Errorf("insecureAllowHTTP: warnings %q, want one naming the provider and the option", w)
+	}
+	if _, err := gcp.New(config.Provider{Name: "g", Type: "gcp", Block: &gcp.Config{Project: "p", Endpoint: "http://198.18.0.1"}}, nil); err == nil {
+		t.Error("New accepted an http endpoint to another host")
+	}
+
+	s := gcefake.Start(t)
+	c := newChecker(t, provider(s, rewriteKey(t, s.ServiceAccountKey(t), "token_uri", "http://198.18.0.1/token")), nil)
+	r := check(t, c, 5*time.Second)
+	if r.Reason != checks.ReasonCredentialsError || !strings.Contains(r.Message, "token_uri") || !strings.Contains(r.Message, "in clear") {
+		t.Errorf("a plain-http token_uri: %s (%s), want CredentialsError naming token_uri", r.Reason, r.Message)
+	}
+	if n := s.TokenRequests() + s.InstancesRequests(); n != 0 {
+		t.Errorf("%d requests were made with a plain-http token_uri, want none", n)
 	}
 }
 
@@ -654,29 +710,6 @@ func drainCount(b *testing.B, c *compute.InstancesClient, req *computepb.Aggrega
 			b.Fatal(err)
 		}
 		n += len(p.Value.GetInstances())
-	}
-}
-
-// TestTruncateKeepsUTF8: a long message with multi-byte characters is cut at a rune boundary.
-func TestTruncateKeepsUTF8(t *testing.T) {
-	for _, msg := range []string{
-		strings.Repeat("é", 400),               // 2 bytes each: the byte limit falls inside one
-		"x" + strings.Repeat("日本", 200),        // 3 bytes each, shifted by one
-		strings.Repeat("a", 298) + "🙂🙂🙂🙂 tail", // a 4-byte character across the limit
-	} {
-		got := gcp.Truncate(msg)
-		if !utf8.ValidString(got) {
-			t.Errorf("Truncate(%.20q…) = %q: not valid UTF-8", msg, got[len(got)-8:])
-		}
-		if len(got) > 300 || !strings.HasSuffix(got, "…") {
-			t.Errorf("Truncate(%.20q…): %d bytes, ends %q; want at most 300 ending with …", msg, len(got), got[len(got)-6:])
-		}
-		if prefix := strings.TrimSuffix(got, "…"); !strings.HasPrefix(msg, prefix) || len(prefix) < 300-3-3 {
-			t.Errorf("Truncate(%.20q…) kept %d bytes that are not the message's start", msg, len(prefix))
-		}
-	}
-	if got := gcp.Truncate("short  message\n"); got != "short message" {
-		t.Errorf("Truncate of a short message = %q", got)
 	}
 }
 

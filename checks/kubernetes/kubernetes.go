@@ -28,6 +28,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
@@ -148,7 +149,7 @@ func (c *Checker) load() *clientState {
 	if err != nil {
 		st.err = err
 		c.logger.Warn("kubernetes provider configuration unusable; every check reports ConfigError until it is fixed",
-			"target", c.target, "err", st.redact(err.Error()))
+			"target", c.target, "err", checks.Sanitize(st.redact(err.Error())))
 	}
 	return st
 }
@@ -195,10 +196,37 @@ func loadConfig(kc Config) (*rest.Config, string, error) {
 	if err != nil {
 		return nil, contextName, fmt.Errorf("kubeconfig %s: %w", kc.Kubeconfig, err)
 	}
+	if err := plainHTTPWithCredentials(raw, contextName, cfg); err != nil {
+		return nil, contextName, fmt.Errorf("kubeconfig %s: %w", kc.Kubeconfig, err)
+	}
 	if contextName == "" {
 		return cfg, hostOf(cfg.Host), nil
 	}
 	return cfg, contextName, nil
+}
+
+// plainHTTPWithCredentials refuses a context whose server is plain HTTP to a host that is not
+// loopback while its user has credentials (a token, a password, a client certificate, an exec
+// or auth-provider plugin). client-go attaches a user's credentials only to TLS connections:
+// such a check would run anonymously, and read as Unauthorized or Forbidden rather than as the
+// configuration it is; and sending them in clear is no way out.
+func plainHTTPWithCredentials(raw *clientcmdapi.Config, contextName string, cfg *rest.Config) error {
+	u, _, err := rest.DefaultServerUrlFor(cfg)
+	if err != nil || u.Scheme != "http" || config.LoopbackHost(u.Hostname()) {
+		return nil
+	}
+	ctx := raw.Contexts[contextName]
+	if ctx == nil {
+		return nil
+	}
+	user := raw.AuthInfos[ctx.AuthInfo]
+	if user == nil || user.Token == "" && user.TokenFile == "" && user.Password == "" && user.Exec == nil &&
+		user.AuthProvider == nil && user.ClientCertificate == "" && len(user.ClientCertificateData) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the server of cluster %q (clusters[].cluster.server, context %q) is plain http to %q while user %q "+
+		"has credentials: they must not travel in clear, and client-go sends none over plain http (allowed: https, or "+
+		"http to localhost or a loopback address)", ctx.Cluster, contextName, u.Host, ctx.AuthInfo)
 }
 
 func (st *clientState) build(cfg *rest.Config) error {
@@ -275,7 +303,8 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 	defer stop()
 	st := c.current()
 	reason, msg := c.check(ctx, st)
-	msg = st.redact(msg)
+	// No secret, no control character, a bounded length, before it is logged.
+	msg = checks.Sanitize(st.redact(msg))
 	end := time.Now()
 	r := checks.TargetResult{
 		Target:    c.target,

@@ -156,6 +156,36 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+// TestPlainHTTPWithCredentialsRefused: a kubeconfig whose server is plain http to a host that
+// is not loopback, with a user that has a token: ConfigError naming the kubeconfig, the
+// cluster's server field and why (client-go would drop the token and check anonymously; the
+// token must not travel in clear), and no request. Loopback and a user without credentials are
+// allowed.
+func TestPlainHTTPWithCredentialsRefused(t *testing.T) {
+	remote := writeKubeconfig(t, "http://198.18.0.1:8080", nil, "ctx-remote", "secret-token-value")
+	r := checkOnce(t, newChecker(t, provider("p", remote, ""), nil), context.Background())
+	if r.Reason != ReasonConfigError || !strings.Contains(r.Message, remote) || !strings.Contains(r.Message, "clusters[].cluster.server") ||
+		!strings.Contains(r.Message, `"198.18.0.1:8080"`) || !strings.Contains(r.Message, "must not travel in clear") {
+		t.Errorf("plain http with a token: %s (%q), want ConfigError naming the file, the server field and why", r.Reason, r.Message)
+	}
+	if strings.Contains(r.Message, "secret-token-value") {
+		t.Errorf("message %q holds the token", r.Message)
+	}
+
+	// Allowed: the check gets past its configuration to the request, which a context already
+	// done keeps from being made (Timeout).
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for name, p := range map[string]config.Provider{
+		"loopback":       provider("p", writeKubeconfig(t, "http://127.0.0.1:1", nil, "ctx", "secret-token-value"), ""),
+		"no credentials": provider("p", writeKubeconfig(t, "http://198.18.0.1:8080", nil, "ctx", ""), ""),
+	} {
+		if r := checkOnce(t, newChecker(t, p, nil), ctx); r.Reason != checks.ReasonTimeout {
+			t.Errorf("%s: %s (%q), want the check to reach its request (Timeout: the context is done)", name, r.Reason, r.Message)
+		}
+	}
+}
+
 func TestTargetNamedAfterCurrentContext(t *testing.T) {
 	kc := writeKubeconfig(t, "https://127.0.0.1:1", nil, "prod-eu", "t")
 	if got := newChecker(t, provider("p", kc, ""), nil).Targets(); len(got) != 1 || got[0] != "prod-eu" {

@@ -303,7 +303,10 @@ func (k *Config) WithTargets(files []config.TargetFile) (config.Block, []string)
 
 // Files are the key, its passphrase and known_hosts (unless host keys are not verified).
 func (k *Config) Files() []config.File {
-	fs := []config.File{{Field: "privateKeyFile", Path: k.PrivateKeyFile}, {Field: "passphraseFile", Path: k.PassphraseFile}}
+	fs := []config.File{
+		{Field: "privateKeyFile", Path: k.PrivateKeyFile, Secret: true},
+		{Field: "passphraseFile", Path: k.PassphraseFile, Secret: true},
+	}
 	if !k.InsecureSkipHostKeyVerification {
 		fs = append(fs, config.File{Field: "knownHostsFile", Path: k.KnownHostsFile})
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/digitalocean/go-libvirt"
 	"golang.org/x/crypto/ssh"
@@ -471,6 +472,29 @@ func TestClassify(t *testing.T) {
 	}
 	if got := bytesIEC(3 << 30); got != "3.0 GiB" {
 		t.Errorf("bytesIEC = %s", got)
+	}
+}
+
+// TestHostTextIsSanitized: what a host says (libvirt's error text, sshd's) reaches a verdict's
+// message, which /probe's debug output shows as it is: control characters become spaces and the
+// message is cut at checks.MaxMessageLen, whatever the host sent.
+func TestHostTextIsSanitized(t *testing.T) {
+	hostText := "pool broken\x1b]0;owned\x07\r\n\x1b[2J" + strings.Repeat("more\n", 5000)
+	reason, msg := classify(&rpcError{rpcPoolGetInfo, libvirt.Error{Code: 1, Message: hostText}}, "")
+	v := verdict("hv1", time.Now(), reason, msg, nil)
+	if v.Reason != ReasonLibvirtError {
+		t.Fatalf("reason %s, want LibvirtError", v.Reason)
+	}
+	if len(v.Message) > checks.MaxMessageLen || strings.ContainsFunc(v.Message, unicode.IsControl) {
+		t.Errorf("message %q (%d bytes): want no control character and at most %d bytes", v.Message, len(v.Message), checks.MaxMessageLen)
+	}
+	if !strings.Contains(v.Message, "pool broken ]0;owned [2Jmore more") || !strings.HasSuffix(v.Message, "...") {
+		t.Errorf("message %q: want the host's text with spaces for its control characters, cut with ...", v.Message)
+	}
+	trace := checks.NewTrace()
+	trace.Begin(rpcPoolGetInfo)(hostText)
+	if st := trace.Stages(); len(st) != 1 || len(st[0].Result) > checks.MaxMessageLen || strings.ContainsFunc(st[0].Result, unicode.IsControl) {
+		t.Errorf("trace stage %+v: want its result sanitized", st)
 	}
 }
 

@@ -71,7 +71,7 @@ func (p *hostProbe) retryLost(hctx context.Context, err error) error {
 	// The link died during the calls (a keepalive closed it, libvirtd exited), or just
 	// before the first one: one more attempt within the host's bound redials and says
 	// which stage fails now.
-	p.c.logger.Debug("connection lost during the check: retrying once", "target", p.target, "err", err)
+	p.c.logger.Debug("connection lost during the check: retrying once", "target", p.target, "err", checks.Sanitize(err.Error()))
 	// The pool may not have noticed yet (go-libvirt's reader sees the end a moment after the
 	// call did): without this the retry could be handed the same dead connection.
 	p.c.pool.ConnectionLost(p.addr)
@@ -356,10 +356,12 @@ func notStarted(target string, start time.Time, msg string) checks.TargetResult 
 func verdict(target string, start time.Time, reason checks.Reason, msg string, sp []checks.Sample) checks.TargetResult {
 	now := time.Now()
 	return checks.TargetResult{
-		Target:    target,
-		Up:        reason == checks.ReasonReady,
-		Reason:    reason,
-		Message:   msg,
+		Target: target,
+		Up:     reason == checks.ReasonReady,
+		Reason: reason,
+		// No secret, no control character (libvirt's and sshd's texts come from the host), a
+		// bounded length: /probe shows it as it is.
+		Message:   checks.Sanitize(msg),
 		Duration:  now.Sub(start),
 		CheckedAt: now,
 		Samples:   sp,

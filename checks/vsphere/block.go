@@ -88,7 +88,7 @@ func (c *Config) Equal(o config.Block) bool {
 func (c *Config) Files() []config.File {
 	return []config.File{
 		{Field: "usernameFile", Path: c.UsernameFile},
-		{Field: "passwordFile", Path: c.PasswordFile},
+		{Field: "passwordFile", Path: c.PasswordFile, Secret: true},
 		{Field: "caFile", Path: c.CAFile},
 	}
 }

@@ -49,7 +49,7 @@ func TestDecode(t *testing.T) {
 		t.Error("Equal is true for another datacenter")
 	}
 	files := got.Files()
-	if !slices.Contains(files, config.File{Field: "passwordFile", Path: want.PasswordFile}) ||
+	if !slices.Contains(files, config.File{Field: "passwordFile", Path: want.PasswordFile, Secret: true}) ||
 		!slices.Contains(files, config.File{Field: "caFile", Path: want.CAFile}) || len(files) != 3 {
 		t.Errorf("files %+v, want the username, password and CA files", files)
 	}

@@ -86,8 +86,6 @@ const (
 	dialTimeout = 10 * time.Second
 	// logoutTimeout bounds the best-effort logout of Close and of a replaced session.
 	logoutTimeout = 2 * time.Second
-	// maxMessageLen keeps messages short enough for a CRD status and a log line.
-	maxMessageLen = 300
 )
 
 // pageSize is how many objects one inventory call reads (a variable for the tests).
@@ -383,7 +381,7 @@ func (c *Checker) results(vc checks.TargetResult, inv *inventory) []checks.Targe
 		for _, h := range hosts {
 			r := vc
 			r.Target = h
-			r.Message = checks.Clip("the host's state is unknown: the inventory was not read: "+vc.Message, maxMessageLen)
+			r.Message = checks.Sanitize("the host's state is unknown: the inventory was not read: " + vc.Message)
 			rs = append(rs, r)
 		}
 		return rs
@@ -499,11 +497,11 @@ func (c *Checker) login(ctx context.Context, stage *atomic.Int32, cr creds) (*se
 	if _, err := methods.Login(ctx, vc, &req); err != nil {
 		sc.CloseIdleConnections()
 		if fault.Is(err, &types.InvalidLogin{}) || fault.Is(err, &types.NoPermission{}) {
-			return nil, outcome{reason: checks.ReasonUnauthorized, msg: fmt.Sprintf("login of user %s refused: %s", quoteUser(cr.user), describe(err))}, false
+			return nil, outcome{reason: checks.ReasonUnauthorized, msg: fmt.Sprintf("login of user %s refused: %s", cr.quoteUser(), describe(err))}, false
 		}
 		return nil, c.classify(ctx, err, "Login"), false
 	}
-	c.logger.Info("vsphere logged in", "target", c.target, "user", cr.user)
+	c.logger.Info("vsphere logged in", "target", c.target, "user", cr.quoteUser())
 	return &session{client: vc, soap: sc, gen: cr.gen}, outcome{}, true
 }
 
@@ -759,8 +757,15 @@ func faultName(f any) string {
 	return t.Name()
 }
 
-// quoteUser names the user in a message (a username is not a secret), shortened.
-func quoteUser(u string) string { return strconv.Quote(checks.Clip(u, 64)) }
+// quoteUser names the user in a message or a log line (a username is not a secret), shortened;
+// a username that holds the password or another secret (usernameFile pointed at a secret file)
+// is redacted before it is shortened, so no part of the secret shows.
+func (cr creds) quoteUser() string {
+	if cr.user == cr.pass {
+		return strconv.Quote(checks.Redacted)
+	}
+	return strconv.Quote(checks.Clip(checks.Redact(cr.user), 64))
+}
 
 // dialDeadlineKey carries the round's deadline to the TLS dial: net/http dials with a context
 // detached from the request's cancellation (and deadline), keeping only its values.
@@ -846,7 +851,8 @@ func readSecret(path, field string) (raw, value string, err error) {
 
 func (c *Checker) result(start time.Time, reason checks.Reason, msg string) checks.TargetResult {
 	now := time.Now()
-	msg = checks.Clip(strings.Join(strings.Fields(msg), " "), maxMessageLen)
+	// No secret, no control character, a bounded length, before it is logged.
+	msg = checks.Sanitize(msg)
 	r := checks.TargetResult{
 		Target: c.target, Up: reason == checks.ReasonReady, Reason: reason, Message: msg,
 		Duration: now.Sub(start), CheckedAt: now,

@@ -212,6 +212,8 @@ func cloneLabels(m map[string]string) map[string]string {
 type failure struct {
 	code   int
 	reason string
+	// echo quotes the request's Authorization header in the error message.
+	echo bool
 }
 
 // Reasons GCE gives, with status 403, to a request over a rate quota (its API-quota
@@ -227,6 +229,16 @@ func (s *Server) FailNext(code int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failNext = append(s.failNext, failure{code: code})
+}
+
+// EchoAuthorizationNext makes the next instances request answer with this HTTP status and an
+// error message that quotes the request's Authorization header (the bearer token) between
+// terminal escape sequences, as a debugging proxy or a broken gateway in front of the API may:
+// what a client must not pass on as it is. Calls queue up with FailNext's.
+func (s *Server) EchoAuthorizationNext(code int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failNext = append(s.failNext, failure{code: code, echo: true})
 }
 
 // RateLimitNext makes the next instances request answer as GCE answers a request over a rate
@@ -370,6 +382,9 @@ func (s *Server) serveInstances(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	projectName := r.PathValue("project")
 	switch {
+	case fail.echo:
+		writeErrorMessage(w, fail.code, "invalid", "gateway rejected \x1b[31mAuthorization: "+r.Header.Get("Authorization")+"\x1b[0m\r\nretry later")
+		return
 	case fail.reason != "":
 		writeRateLimited(w, fail.code, fail.reason)
 		return
