@@ -7,11 +7,12 @@ import (
 	"sync"
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/metricns"
 )
 
 // MetricNamespace prefixes every metric the exporter exports: the collector's, the writer's,
 // the KVM pool's and every provider type's own gauges.
-const MetricNamespace = "proxy_operator"
+const MetricNamespace = metricns.Namespace
 
 // Type is everything the exporter knows about one provider type. Each provider type is one
 // package under checks/ that registers its Type from an init function; package providers

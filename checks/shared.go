@@ -8,45 +8,21 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"syscall"
-	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/filestate"
 )
 
-// FileState identifies one version of a file, so that a file read once is read again exactly
-// when it changed: a Kubernetes Secret rotated in place swaps a symlink (a new inode), an editor
-// rewrites the file (a new modification time or size). Every provider type that reads a file
-// (a key, a kubeconfig, a CA bundle, a password) notices a change with it, at its next check.
-// The zero value is "never read" (or no file). FileStates compare with ==.
-type FileState struct {
-	dev, ino uint64
-	size     int64
-	mod      time.Time
-}
+// FileState identifies one version of a file (filestate.State), so that a file read once is
+// read again exactly when it changed: a Kubernetes Secret rotated in place swaps a symlink (a new
+// inode), an editor rewrites the file (a new modification time or size). Every provider type
+// that reads a file (a key, a kubeconfig, a CA bundle, a password) notices a change with it, at
+// its next check. The zero value is "never read" (or no file). FileStates compare with ==.
+type FileState = filestate.State
 
 // StatFile returns the state of the file at path, following symlinks (as a Secret mount
 // needs). An empty path has the zero state.
-func StatFile(path string) (FileState, error) {
-	if path == "" {
-		return FileState{}, nil
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return FileState{}, err
-	}
-	s := FileState{size: fi.Size(), mod: fi.ModTime()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		s.dev, s.ino = uint64(st.Dev), st.Ino
-	}
-	return s, nil
-}
-
-// Changed reports whether the file at path is no longer in state s. A file that cannot be
-// stat'ed counts as changed, so that the next read reports why.
-func (s FileState) Changed(path string) bool {
-	now, err := StatFile(path)
-	return err != nil || now != s
-}
+func StatFile(path string) (FileState, error) { return filestate.Stat(path) }
 
 // Unreachable reports whether err (from an HTTP client) is a failure to get any answer from
 // an API endpoint: name resolution, TCP connect, TLS handshake or certificate verification,

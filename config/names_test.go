@@ -5,14 +5,13 @@ import (
 	"testing"
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
-	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 )
 
 // A KVM target name longer than the CRD allows (its own name, or its address with a port when it
 // has none: an address's host alone fits) is refused at its line and column, naming the limit; one at the limit is accepted.
 func TestTargetNamesFitTheCRD(t *testing.T) {
 	long := strings.Repeat("h", 300)
-	atLimit := strings.Repeat("a", v1alpha1.MaxTargetNameLength)
+	atLimit := strings.Repeat("a", config.MaxTargetNameLength)
 	file := `providers:
   - name: kvm-lab
     type: kvm

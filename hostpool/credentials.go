@@ -10,7 +10,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
-	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/filestate"
 )
 
 // credentials caches what the dials read from files: the client key (with its passphrase) and
@@ -20,13 +20,13 @@ import (
 type credentials struct {
 	mu sync.Mutex
 
-	keyVer, passVer checks.FileState
+	keyVer, passVer filestate.State
 	keyRead         bool
 	signer          ssh.Signer
 	signerErr       error
 	keyLoads        int // how many times the key was read: a test's view of the cache
 
-	khVer   checks.FileState
+	khVer   filestate.State
 	khRead  bool
 	cb      ssh.HostKeyCallback
 	cbErr   error
@@ -42,11 +42,11 @@ func (p *Pool) signer() (ssh.Signer, error) {
 		return p.opts.Signer, nil
 	}
 	c := &p.creds
-	keyVer, err := checks.StatFile(p.opts.PrivateKeyFile)
+	keyVer, err := filestate.Stat(p.opts.PrivateKeyFile)
 	if err != nil && p.opts.PrivateKeyFile != "" {
 		return nil, fmt.Errorf("read private key: %w", err)
 	}
-	passVer, err := checks.StatFile(p.opts.PassphraseFile)
+	passVer, err := filestate.Stat(p.opts.PassphraseFile)
 	if err != nil {
 		return nil, fmt.Errorf("read passphrase file: %w", err)
 	}
@@ -78,7 +78,7 @@ func (p *Pool) hostKeyCallback() (ssh.HostKeyCallback, error) {
 		return nil, errors.New("no known_hosts file configured (and host key verification is not switched off)")
 	}
 	c := &p.creds
-	ver, err := checks.StatFile(p.opts.KnownHostsFile)
+	ver, err := filestate.Stat(p.opts.KnownHostsFile)
 	if err != nil {
 		return nil, fmt.Errorf("read known_hosts: %w", err)
 	}

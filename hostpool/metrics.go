@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/metricns"
 )
 
 // counters are a pool's numbers: each pool keeps its own (its tests read them), and the pools of
@@ -100,13 +100,13 @@ func (s *poolSet) leave(name string, ps *providerStats) {
 }
 
 var (
-	connectionsDesc = prometheus.NewDesc(prometheus.BuildFQName(checks.MetricNamespace, "kvm_pool", "connections"),
+	connectionsDesc = prometheus.NewDesc(prometheus.BuildFQName(metricns.Namespace, "kvm_pool", "connections"),
 		"Open SSH connections to KVM hosts (one per host while its link lives).", []string{"provider"}, nil)
-	dialsDesc = prometheus.NewDesc(prometheus.BuildFQName(checks.MetricNamespace, "kvm_pool", "dials_total"),
+	dialsDesc = prometheus.NewDesc(prometheus.BuildFQName(metricns.Namespace, "kvm_pool", "dials_total"),
 		"Connection attempts to KVM hosts by result: ok, or the stage that failed.", []string{"provider", "result"}, nil)
-	abandonedDesc = prometheus.NewDesc(prometheus.BuildFQName(checks.MetricNamespace, "kvm_pool", "abandoned_probes"),
+	abandonedDesc = prometheus.NewDesc(prometheus.BuildFQName(metricns.Namespace, "kvm_pool", "abandoned_probes"),
 		"Probes abandoned at their deadline whose RPCs have not returned yet (at most one per host).", []string{"provider"}, nil)
-	unresponsiveDesc = prometheus.NewDesc(prometheus.BuildFQName(checks.MetricNamespace, "kvm_pool", "unresponsive_hosts"),
+	unresponsiveDesc = prometheus.NewDesc(prometheus.BuildFQName(metricns.Namespace, "kvm_pool", "unresponsive_hosts"),
 		"KVM hosts whose last dial ran out a stage's bound or whose last probe was abandoned: each round checks them after the others.", []string{"provider"}, nil)
 )
 

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
 )
@@ -132,6 +133,11 @@ func TestCRDAgreesWithGoConstants(t *testing.T) {
 	}
 	if n := targets.Items.Schema.Properties["name"].MaxLength; n == nil || *n != v1alpha1.MaxTargetNameLength {
 		t.Errorf("status.targets[].name maxLength = %v, want %d", n, v1alpha1.MaxTargetNameLength)
+	}
+	// The providers file refuses longer names with config's own constant (config imports no
+	// Kubernetes package): the two must agree.
+	if config.MaxTargetNameLength != v1alpha1.MaxTargetNameLength {
+		t.Errorf("config.MaxTargetNameLength = %d, the CRD's status.targets[].name maxLength %d", config.MaxTargetNameLength, v1alpha1.MaxTargetNameLength)
 	}
 	msg := targets.Items.Schema.Properties["message"]
 	if msg.MaxLength == nil || *msg.MaxLength != v1alpha1.MaxTargetMessageLength {

@@ -33,7 +33,8 @@ const (
 	// cut at a UTF-8 boundary and end with "...".
 	MaxTargetMessageLength = 1024
 	// MaxTargetNameLength bounds status.targets[].name (in bytes, as the API server counts
-	// it); the providers file refuses longer target names.
+	// it); the providers file refuses longer target names (config.MaxTargetNameLength, which
+	// a test holds equal to it).
 	MaxTargetNameLength = 253
 )
 
