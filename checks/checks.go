@@ -57,7 +57,10 @@ type TargetResult struct {
 	// Up is true exactly when Reason is ReasonReady.
 	Up     bool
 	Reason Reason
-	// Message is for humans: never a metric label, never a secret.
+	// Message is for humans: never a metric label, never a secret. The runner sanitizes it
+	// (Sanitize: secret files' contents and credential shapes redacted, control characters
+	// turned into spaces, at most MaxMessageLen bytes); a type sanitizes it itself before it
+	// logs it or answers a probe with it.
 	Message string
 	// Duration is how long the check of this target took.
 	Duration time.Duration

@@ -106,10 +106,11 @@ func decode(f *config.Fields) config.Block {
 	g.Endpoint = f.String("endpoint", func(endpoint string) string {
 		u, err := url.Parse(endpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return "invalid endpoint " + config.Quote(endpoint) + ": must be an absolute http or https URL"
+			// Redacted: a user part's password is not quoted back.
+			return "invalid endpoint " + config.Quote(checks.Redact(endpoint)) + ": must be an absolute http or https URL"
 		}
 		if p := PlainHTTPProblem(u, g.InsecureAllowHTTP); p != "" {
-			return "invalid endpoint " + config.Quote(endpoint) + ": " + p
+			return "invalid endpoint " + config.Quote(u.Redacted()) + ": " + p
 		}
 		return ""
 	})

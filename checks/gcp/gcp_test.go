@@ -600,6 +600,10 @@ func TestPlainHTTPRefused(t *testing.T) {
 		!strings.Contains(err.Error(), "insecureAllowHTTP") {
 		t.Errorf("an http endpoint to another host: %v; want an error at providers.yml:6 naming endpoint and insecureAllowHTTP", err)
 	}
+	_, err = config.Parse("/etc/phe/providers.yml", []byte(file("      endpoint: http://me:hunter22@compute.example.com\n")))
+	if err == nil || strings.Contains(err.Error(), "hunter22") {
+		t.Errorf("an http endpoint with a password: %v; want an error that does not quote the password", err)
+	}
 	for _, ok := range []string{
 		"      endpoint: https://compute.example.com\n",
 		"      endpoint: http://127.0.0.1:8080\n",
