@@ -141,12 +141,15 @@ mixin:
 ## deploy-rules: deploy/prometheusrule.yaml, the mixin's alerts and rules as a PrometheusRule,
 ## and deploy/alertmanagerconfig.yaml, its inhibit rules as an AlertmanagerConfig, generated from mixin/
 ## (run it after `make mixin`; make test fails when the file drifts), and the same two specs in
-## the Helm chart (charts/provider-health-exporter/files/).
+## the Helm chart (charts/provider-health-exporter/files/), with the mixin's dashboards, their job,
+## uid and title placeholders the chart replaces with the release's (charts/chart_config.libsonnet).
 deploy-rules:
 	$(GOTOOL) jsonnet -J mixin -S deploy/prometheusrule.jsonnet > deploy/prometheusrule.yaml
 	$(GOTOOL) jsonnet -J mixin -S deploy/alertmanagerconfig.jsonnet > deploy/alertmanagerconfig.yaml
 	$(GOTOOL) jsonnet -J mixin -S charts/prometheusrule-spec.jsonnet > charts/provider-health-exporter/files/prometheusrule-spec.yaml
 	$(GOTOOL) jsonnet -J mixin -S charts/alertmanagerconfig-spec.jsonnet > charts/provider-health-exporter/files/alertmanagerconfig-spec.yaml
+	rm -rf charts/provider-health-exporter/files/dashboards && mkdir -p charts/provider-health-exporter/files/dashboards
+	$(GOTOOL) jsonnet -J mixin -m charts/provider-health-exporter/files/dashboards charts/grafana-dashboards.jsonnet >/dev/null
 
 ## test-deps: install the Debian packages the integration tests need (as root, when missing).
 test-deps:
@@ -183,12 +186,15 @@ fuzz:
 
 ## generate: the list of the build's provider types (providers/) where other files spell it out
 ## (internal/cmd/gentypes: the CRD's enum marker, the docs' marked places), then the ProviderHealth
-## CRD (deploy/crd/, copied into the Helm chart's crds/) and the API types' deepcopy code, from the
-## kubebuilder markers in crdwriter/v1alpha1. `make test` fails when the committed files drift.
+## CRD (deploy/crd/, copied into the Helm chart's files/crds/, which its templates/crd.yaml
+## renders, so helm upgrade updates it) and the API types' deepcopy code, from the kubebuilder
+## markers in crdwriter/v1alpha1, and the chart's README.md from its values.yaml's comments
+## (internal/cmd/chartdoc). `make test` fails when the committed files drift.
 generate:
 	$(GO) run ./internal/cmd/gentypes
 	$(GOTOOL) controller-gen object paths=./crdwriter/v1alpha1/... crd:crdVersions=v1 output:crd:dir=deploy/crd
-	cp deploy/crd/providerhealth.io_providerhealths.yaml charts/provider-health-exporter/crds/
+	cp deploy/crd/providerhealth.io_providerhealths.yaml charts/provider-health-exporter/files/crds/
+	$(GO) run ./internal/cmd/chartdoc
 
 ## bench: every benchmark, with allocations; no tests. Then the mixin's availability rules
 ## against the rules they replaced on a real Prometheus (TestAvailabilityCost, docs/benchmarks.md):

@@ -46,6 +46,7 @@ func TestTemplateDefaults(t *testing.T) {
 	want := []string{
 		"ClusterRole/provider-health-exporter", "ClusterRole/provider-health-exporter-viewer",
 		"ClusterRoleBinding/provider-health-exporter", "ConfigMap/provider-health-exporter-providers",
+		"CustomResourceDefinition/providerhealths.providerhealth.io",
 		"Deployment/provider-health-exporter", "PodDisruptionBudget/provider-health-exporter",
 		"Role/provider-health-exporter-events", "Role/provider-health-exporter-leader-election",
 		"RoleBinding/provider-health-exporter-events", "RoleBinding/provider-health-exporter-leader-election",
@@ -53,6 +54,10 @@ func TestTemplateDefaults(t *testing.T) {
 	}
 	if got := objs.kinds(); !slices.Equal(got, want) {
 		t.Errorf("the default rendering holds\n%v\nwant\n%v", got, want)
+	}
+	crd := objs.get(t, "CustomResourceDefinition", "", "providerhealths.providerhealth.io")
+	if p := crd.GetAnnotations()["helm.sh/resource-policy"]; p != "keep" {
+		t.Errorf("the CRD's helm.sh/resource-policy is %q, want keep (helm uninstall must leave the objects)", p)
 	}
 	for _, o := range objs {
 		l := o.GetLabels()
@@ -62,7 +67,7 @@ func TestTemplateDefaults(t *testing.T) {
 		}
 		ns := o.GetNamespace()
 		switch {
-		case strings.HasPrefix(o.GetKind(), "Cluster"):
+		case strings.HasPrefix(o.GetKind(), "Cluster") || o.GetKind() == "CustomResourceDefinition":
 			if ns != "" {
 				t.Errorf("cluster-scoped %s/%s has namespace %q", o.GetKind(), o.GetName(), ns)
 			}
@@ -75,8 +80,8 @@ func TestTemplateDefaults(t *testing.T) {
 		}
 	}
 	dep := objs.get(t, "Deployment", namespace, release)
-	if img := field(dep, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)["image"]; img != "provider-health-exporter:v"+chartAppVersion(t) {
-		t.Errorf("the default image is %v, want provider-health-exporter:v<appVersion>", img)
+	if img := field(dep, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)["image"]; img != "ghcr.io/provider-health-exporter/provider-health-exporter:v"+chartAppVersion(t) {
+		t.Errorf("the default image is %v, want ghcr.io/provider-health-exporter/provider-health-exporter:v<appVersion>", img)
 	}
 	// The inline providers file by default: no providers, a file the exporter accepts.
 	cm := objs.get(t, "ConfigMap", namespace, release+"-providers")
@@ -198,10 +203,10 @@ func TestTemplateMatchesKustomize(t *testing.T) {
 	// The monitoring objects and the NetworkPolicy.
 	same("ServiceMonitor endpoints", field(c.get(t, "ServiceMonitor", namespace, "provider-health-exporter"), "spec", "endpoints"),
 		field(k.get(t, "ServiceMonitor", namespace, "provider-health-exporter"), "spec", "endpoints"))
-	// The series get job="provider-health-exporter", the job the rules select, whatever the
-	// release's name: the ServiceMonitor takes it from the Service's app.kubernetes.io/name.
-	if jl := field(c.get(t, "ServiceMonitor", namespace, "provider-health-exporter"), "spec", "jobLabel"); jl != "app.kubernetes.io/name" {
-		t.Errorf("ServiceMonitor jobLabel = %v, want app.kubernetes.io/name", jl)
+	// The series get the Service's name as their job, as deploy/'s do (job_test.go checks the
+	// rules follow other names).
+	if jl := field(c.get(t, "ServiceMonitor", namespace, "provider-health-exporter"), "spec", "jobLabel"); jl != nil {
+		t.Errorf("ServiceMonitor jobLabel = %v, want none (the job is the Service's name)", jl)
 	}
 	for _, kind := range []string{"PrometheusRule", "AlertmanagerConfig"} {
 		same(kind+" spec", field(c.get(t, kind, namespace, "provider-health-exporter"), "spec"),
@@ -248,6 +253,9 @@ func TestTemplateEveryToggle(t *testing.T) {
 	h := newHelm(t)
 	rendered := h.template("-f", everyToggle(t))
 	objs := objects(decodeObjects(t, rendered))
+	if objs.find("ConfigMap", namespace, release+"-dashboards") == nil {
+		t.Errorf("no dashboards ConfigMap with every toggle on: %v", objs.kinds())
+	}
 	for _, kind := range monitoringKinds {
 		if len(objs.all(kind)) != 1 {
 			t.Errorf("want one %s with every toggle on, found %d", kind, len(objs.all(kind)))
@@ -334,8 +342,8 @@ func TestTemplateEveryToggle(t *testing.T) {
 			}
 		}
 	}
-	if n := len(objs.all("Secret")); n != 4 {
-		t.Errorf("want the four credentials Secrets, found %d", n)
+	if n := len(objs.all("Secret")); n != 5 {
+		t.Errorf("want the four credentials Secrets and the web config's, found %d", n)
 	}
 
 	// A new credential rolls the pods (the exporter reads credentials when it loads the file).

@@ -47,8 +47,74 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/*
+The image: [registry/]repository, then @digest when set (a digest names the content, so it wins
+over the tag), else :tag (default "v" followed by the chart's appVersion).
+*/}}
 {{- define "provider-health-exporter.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default (printf "v%s" .Chart.AppVersion) .Values.image.tag) }}
+{{- $repo := .Values.image.repository }}
+{{- with .Values.image.registry }}
+{{- $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}
+{{- end }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" $repo .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repo (default (printf "v%s" .Chart.AppVersion) .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Whether the exporter serves with a web config (--web.config.file): "true" or "". */}}
+{{- define "provider-health-exporter.webConfigOn" -}}
+{{- if or .Values.webConfig.config .Values.webConfig.existingSecret }}true{{ end }}
+{{- end }}
+
+{{/* The Secret of the web config: webConfig.existingSecret, else <fullname>-web-config. */}}
+{{- define "provider-health-exporter.webConfigSecret" -}}
+{{- default (printf "%s-web-config" (include "provider-health-exporter.fullname" .)) .Values.webConfig.existingSecret }}
+{{- end }}
+
+{{/*
+The scheme the exporter serves: webConfig.scheme when set, else HTTPS when the inline web config
+has tls_server_config, else HTTP.
+*/}}
+{{- define "provider-health-exporter.scheme" -}}
+{{- if .Values.webConfig.scheme }}
+{{- .Values.webConfig.scheme }}
+{{- else if and .Values.webConfig.config (index .Values.webConfig.config "tls_server_config") }}
+{{- "HTTPS" }}
+{{- else }}
+{{- "HTTP" }}
+{{- end }}
+{{- end }}
+
+{{/*
+A probe of the values (readinessProbe, livenessProbe) following the web config: an httpGet
+probe gets the scheme the exporter serves and, with webConfig.probeBasicAuth, an Authorization
+header. With basic auth on (basic_auth_users in the inline web config, or
+webConfig.basicAuthUsers for an existingSecret) and no probeBasicAuth, the kubelet could not
+authenticate: the probe becomes a tcpSocket probe of the same port. Call with (list $ probe).
+*/}}
+{{- define "provider-health-exporter.probe" -}}
+{{- $root := index . 0 }}
+{{- $p := deepCopy (index . 1) }}
+{{- $w := $root.Values.webConfig }}
+{{- if $p.httpGet }}
+{{- $auth := or $w.basicAuthUsers (and $w.config (index $w.config "basic_auth_users")) }}
+{{- if and $auth (not $w.probeBasicAuth.username) }}
+{{- $_ := set $p "tcpSocket" (dict "port" $p.httpGet.port) }}
+{{- $_ := unset $p "httpGet" }}
+{{- else }}
+{{- $scheme := include "provider-health-exporter.scheme" $root }}
+{{- if ne $scheme "HTTP" }}
+{{- $_ := set $p.httpGet "scheme" $scheme }}
+{{- end }}
+{{- if $w.probeBasicAuth.username }}
+{{- $h := printf "%s:%s" $w.probeBasicAuth.username $w.probeBasicAuth.password | b64enc }}
+{{- $_ := set $p.httpGet "httpHeaders" (append (default list $p.httpGet.httpHeaders) (dict "name" "Authorization" "value" (printf "Basic %s" $h))) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toYaml $p }}
 {{- end }}
 
 {{/* The Lease of --crd.leader-elect: named after the instance (--crd.lease-name is not set). */}}
@@ -105,4 +171,48 @@ and existingSecret are set.
 {{- fail (printf "credentials.%s: set either existingSecret or the contents of the Secret the chart creates, not both" $kind) }}
 {{- end }}
 {{- toYaml $set }}
+{{- end }}
+
+{{/* The labels of the Service: the chart's and service.labels. */}}
+{{- define "provider-health-exporter.serviceLabels" -}}
+{{ include "provider-health-exporter.labels" . }}
+{{- with .Values.service.labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The job label Prometheus gives the exporter's series, which every rule, inhibit rule and dashboard
+query the chart renders selects. The Prometheus Operator takes a ServiceMonitor's job from the
+Service: the value of the Service's label serviceMonitor.jobLabel when set and present, else the
+Service's name. This helper reads both from the same helpers that render the Service, so the
+rules follow nameOverride, fullnameOverride, the release's name and jobLabel alike.
+*/}}
+{{- define "provider-health-exporter.job" -}}
+{{- $job := include "provider-health-exporter.fullname" . }}
+{{- with .Values.serviceMonitor.jobLabel }}
+{{- $labels := include "provider-health-exporter.serviceLabels" $ | fromYaml }}
+{{- with index $labels . }}
+{{- $job = . }}
+{{- end }}
+{{- end }}
+{{- $job }}
+{{- end }}
+
+{{/*
+A file of files/ generated from the mixin with the placeholders of charts/chart_config.libsonnet
+replaced by the release's: the job, and the dashboard's uid (the full name, cut to Grafana's 40
+characters) and title. Call with (list $ "files/prometheusrule-spec.yaml").
+*/}}
+{{- define "provider-health-exporter.mixinFile" -}}
+{{- $root := index . 0 }}
+{{- $fullname := include "provider-health-exporter.fullname" $root }}
+{{- $title := "Provider health" }}
+{{- if ne $fullname $root.Chart.Name }}
+{{- $title = printf "Provider health (%s)" $fullname }}
+{{- end }}
+{{- $root.Files.Get (index . 1)
+  | replace "__PHE_JOB__" (include "provider-health-exporter.job" $root)
+  | replace "__PHE_DASHBOARD_UID__" ($fullname | trunc 40 | trimSuffix "-")
+  | replace "__PHE_DASHBOARD_TITLE__" $title }}
 {{- end }}
