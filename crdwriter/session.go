@@ -237,3 +237,55 @@ func (s *session) observe() time.Time {
 	}
 	return next
 }
+
+// mayWrite reports whether this term may write now; when another replica holds the Lease it
+// ends the term and says no. It is asked right before every request that writes (and again by
+// the transport's fence).
+func (s *session) mayWrite() bool {
+	if s.lease == nil {
+		return true
+	}
+	if !s.lease.isLeader() {
+		s.endTerm()
+		return false
+	}
+	if !s.lease.fresh() {
+		if s.overdue.CompareAndSwap(false, true) {
+			s.w.logger.Warn("the last renewal of the lease is older than the renew deadline: writing nothing until it is renewed",
+				"lease", s.w.opts.LeaseNamespace+"/"+s.w.opts.LeaseName, "renew_deadline", s.w.opts.RenewDeadline)
+		}
+		return false
+	}
+	if s.overdue.CompareAndSwap(true, false) {
+		s.w.logger.Info("the lease is renewed again: writing", "lease", s.w.opts.LeaseNamespace+"/"+s.w.opts.LeaseName)
+	}
+	return true
+}
+
+// allowWrites is mayWrite as the collector of garbage and the Event recorder want it: nil
+// without leader election.
+func (s *session) allowWrites() func() bool {
+	if s.lease == nil {
+		return nil
+	}
+	return s.mayWrite
+}
+
+// followLease ends the term once the elector has observed another holder of the Lease, not only
+// at the next write, so that the leader metric and the next campaign do not wait for client-go's
+// renew deadline.
+func (s *session) followLease(ctx context.Context) {
+	t := time.NewTicker(max(s.w.opts.RetryPeriod/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if !s.lease.isLeader() {
+				s.endTerm()
+				return
+			}
+		}
+	}
+}
