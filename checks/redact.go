@@ -52,6 +52,17 @@ func Sanitize(s string) string {
 	return Clip(s, MaxMessageLen)
 }
 
+// sanitized returns a copy of a checker's results with every message sanitized (a copy: the
+// checker may keep the slice it returned).
+func sanitized(rs []TargetResult) []TargetResult {
+	out := make([]TargetResult, len(rs))
+	for i, r := range rs {
+		r.Message = Sanitize(r.Message)
+		out[i] = r
+	}
+	return out
+}
+
 // Redact replaces in s the contents of every secret file a provider of the process names and
 // anything shaped like a credential: a private key block, the token of an Authorization header
 // (Bearer, Basic), the value of a token, password or secret field (access_token=..., "password":
@@ -60,6 +71,12 @@ func Sanitize(s string) string {
 func Redact(s string) string {
 	if r := secrets.replacer.Load(); r != nil {
 		s = r.Replace(s)
+	}
+	// The expressions below run only on a text that holds a word they look for: most messages
+	// hold none.
+	lower := strings.ToLower(s)
+	if !slices.ContainsFunc(credentialWords, func(w string) bool { return strings.Contains(lower, w) }) {
+		return s
 	}
 	s = privateKeyBlock.ReplaceAllString(s, "[redacted private key]")
 	s = authHeader.ReplaceAllStringFunc(s, func(m string) string {
@@ -75,6 +92,10 @@ func Redact(s string) string {
 	s = urlPassword.ReplaceAllString(s, "${1}"+Redacted+"@")
 	return s
 }
+
+// credentialWords are the words, lower-cased, one of which a text holds when one of the
+// expressions below can match it.
+var credentialWords = []string{"private key", "bearer", "basic", "token", "secret", "key", "passw", "://"}
 
 var (
 	// privateKeyBlock is a PEM private key (PKCS#1, PKCS#8, EC, OpenSSH), also one cut short.

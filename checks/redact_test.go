@@ -3,6 +3,7 @@ package checks
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -167,5 +168,37 @@ func TestRunnerSanitizesMessages(t *testing.T) {
 	}
 	if !strings.HasPrefix(got, "libvirt said [2J [redacted] xxx") {
 		t.Errorf("published message = %q, want the sanitized text", got)
+	}
+}
+
+// BenchmarkSanitize is the cost of sanitizing one message, with the secret files of 20
+// providers known (a key, a password and a kubeconfig each): a typical message, and a long one
+// full of a host's control characters, as the runner pays for each verdict of a round.
+func BenchmarkSanitize(b *testing.B) {
+	dir := b.TempDir()
+	for i := range 20 {
+		for name, content := range map[string]string{
+			"key":        testKeyPEM,
+			"password":   fmt.Sprintf("bench-password-%02d\n", i),
+			"kubeconfig": fmt.Sprintf("users:\n- name: u\n  user:\n    token: bench-token-%02d-0123456789\n", i),
+		} {
+			p := filepath.Join(dir, fmt.Sprintf("%s-%d", name, i))
+			if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+				b.Fatal(err)
+			}
+			WatchSecretFiles(p)
+		}
+	}
+	RefreshSecrets()
+	for name, msg := range map[string]string{
+		"typical": "libvirt 10.0.0 on hv-042 (198.18.0.42:22); storage pool default is running: 1.2 TiB of 3.6 TiB available",
+		"4KiB":    strings.Repeat("libvirt: error\x1b[31m in pool\r\n", 4096/30),
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				Sanitize(msg)
+			}
+		})
 	}
 }

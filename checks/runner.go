@@ -339,7 +339,9 @@ func (r *Runner) round(ctx context.Context) {
 						o = outcome{kind: outcomePanicked, panic: fmt.Sprintf("%v\n%s", p, debug.Stack())}
 					}
 				}()
-				o.results = checkOwned(rctx, s.c, all[i], targets[i])
+				// Sanitized here, on the checker's goroutine: no lock is held, and the
+				// checkers' messages are sanitized in parallel.
+				o.results = sanitized(checkOwned(rctx, s.c, all[i], targets[i]))
 			}()
 			o.at = time.Now()
 			// Not busy any more before the result is delivered: a round that starts right
@@ -479,7 +481,6 @@ func (r *Runner) verdicts(s *slot, targets []string, o outcome, start, deadline 
 			continue
 		}
 		v := o.results[j]
-		v.Message = Sanitize(v.Message)
 		if v.CheckedAt.IsZero() {
 			v.CheckedAt = o.at
 		}

@@ -280,7 +280,7 @@ func (c *Checker) logout(ctx context.Context, s *session) {
 	defer cancel()
 	ctx = withDialDeadline(ctx)
 	if _, err := methods.Logout(ctx, s.client, &types.Logout{This: *s.client.ServiceContent.SessionManager}); err != nil {
-		c.logger.Debug("vsphere logout failed", "target", c.target, "err", describe(err))
+		c.logger.Debug("vsphere logout failed", "target", c.target, "err", checks.Sanitize(describe(err)))
 	}
 	s.soap.CloseIdleConnections()
 }
