@@ -18,7 +18,7 @@ PROMU    := "$$($(GOTOOL) -n promu)"
 BINARY   := provider_health_exporter
 PKGS     := ./...
 
-.PHONY: all build generate test test-unit test-mixin test-deps kube-binaries prom-binaries mixin bench fuzz lint vet fmt-check staticcheck fmt clean demo soak
+.PHONY: all build generate test test-unit test-mixin test-deps test-env kube-binaries vcsim-binary prom-binaries mixin bench fuzz lint vet fmt-check staticcheck fmt clean demo soak
 .PHONY: docker docker-binary deploy-rules helm-binary crossbuild tarballs image
 
 ## all (the default goal): lint, the unit tests and the build; it installs nothing and needs no root.
@@ -85,8 +85,15 @@ image: crossbuild
 ## one also builds etcd and kube-apiserver (kube-binaries) and Prometheus 3 and Alertmanager
 ## (prom-binaries), so the per-binary timeout is raised.
 ## -count=1: Go's test cache cannot see the systems the tests start, so results are never reused.
-test: test-deps kube-binaries prom-binaries helm-binary test-mixin
+test: test-deps test-env test-mixin
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+## test-env: build every binary the integration tests run (kube-binaries, prom-binaries,
+## helm-binary, vcsim-binary; once: later runs find them in a fraction of a second). A plain
+## go test ./... uses them when they are built and otherwise skips the tests that need them,
+## each saying to run this; it never builds them itself (REQUIRE_INTEGRATION=1 or
+## BUILD_TEST_ENV=1 let it), so its first results come within a minute.
+test-env: kube-binaries prom-binaries helm-binary vcsim-binary
 
 ## test-unit: the tests that need no real system, for the edit-test loop: go test -short, under
 ## which every integration test skips (no kube-apiserver, KVM host, Prometheus, Alertmanager or
@@ -164,6 +171,11 @@ kube-binaries:
 ## versions) from the Go module proxy into bin/helm-<version>/, for the chart's tests (charts/).
 helm-binary:
 	$(GO) run ./internal/testenv/helm/cmd/build-helm >/dev/null
+
+## vcsim-binary: build the vCenter simulator (internal/testenv/vcsim/cmd/vcsim, govmomi's
+## simulator package) into bin/vcsim-<hash>-<version>/ (once; about a minute on two cores).
+vcsim-binary:
+	$(GO) run ./internal/testenv/vcsim/cmd/build-vcsim >/dev/null
 
 ## prom-binaries: build Prometheus 3 and promtool (tools/prometheus, -tags remove_all_sd, version
 ## stamped) and Alertmanager and amtool (tools/alertmanager) from the Go module proxy into

@@ -66,6 +66,8 @@ func RequireBinary(tb testing.TB) string {
 	defer cancel()
 	p, err := EnsureBinary(ctx, logf)
 	switch {
+	case errors.Is(err, toolbuild.ErrNotBuilt):
+		testenv.Unavailable(tb, "%v", err)
 	case errors.Is(err, toolbuild.ErrNoGo), errors.Is(err, toolbuild.ErrNoModuleProxy):
 		testenv.Unavailable(tb, "helm cannot be built here: %v. Building it needs Go and the Go module proxy "+
 			"(once; a few minutes on two cores, or run %s beforehand)", err, buildHint)

@@ -147,6 +147,8 @@ func requireBinaries(t testing.TB, logf func(format string, args ...any)) (apise
 	defer cancel()
 	apiserver, etcd, err := EnsureBinaries(buildCtx, logf)
 	switch {
+	case errors.Is(err, toolbuild.ErrNotBuilt):
+		testenv.Unavailable(t, "%v", err)
 	case errors.Is(err, ErrNoGo), errors.Is(err, ErrNoModuleProxy):
 		testenv.Unavailable(t, "kube-apiserver and etcd cannot be built here: %v. "+
 			"Building them needs Go and the Go module proxy (once; several minutes on two cores, "+

@@ -122,6 +122,8 @@ func RequireBinaries(tb testing.TB) Binaries {
 	defer cancel()
 	b, err := EnsureBinaries(ctx, logf)
 	switch {
+	case errors.Is(err, toolbuild.ErrNotBuilt):
+		testenv.Unavailable(tb, "%v", err)
 	case errors.Is(err, toolbuild.ErrNoGo), errors.Is(err, toolbuild.ErrNoModuleProxy):
 		testenv.Unavailable(tb, "Prometheus and Alertmanager cannot be built here: %v. Building them needs Go and "+
 			"the Go module proxy (once; several minutes on two cores, or run %s beforehand)", err, buildHint)

@@ -66,6 +66,23 @@ var (
 	ErrNoModuleProxy = errors.New("the Go module proxy is not reachable")
 )
 
+// ErrNotBuilt: the binaries are missing or stale, and this process may not build them
+// (MayBuild): a plain go test never spends minutes building before its first result. Ensure's
+// error wraps it with one line saying how to build them.
+var ErrNotBuilt = errors.New("not built yet")
+
+// BuildEnv is the environment variable that lets a test binary build the binaries it needs
+// (BuildEnv=1), as REQUIRE_INTEGRATION=1 does.
+const BuildEnv = "BUILD_TEST_ENV"
+
+// MayBuild reports whether Ensure may build missing binaries: always outside a test binary (the
+// make targets, their build commands and the demo); in a test binary only under
+// REQUIRE_INTEGRATION=1 (make test, CI) or BUILD_TEST_ENV=1. Otherwise a test whose binaries
+// are not built skips, saying to run make test-env.
+func MayBuild() bool {
+	return !testing.Testing() || testenv.RequireIntegration() || os.Getenv(BuildEnv) == "1"
+}
+
 // networkFailures are what go prints when it cannot reach the module proxy (or is told not to).
 var networkFailures = []string{
 	"dial tcp", "no such host", "connection refused", "network is unreachable", "i/o timeout",
@@ -117,6 +134,10 @@ func ensure(ctx context.Context, root string, spec Spec, logf func(string, ...an
 	}
 	if upToDate(dir, stamp, spec) {
 		return paths, nil
+	}
+	if !MayBuild() {
+		return nil, fmt.Errorf("%s: %w in %s: run make test-env once (it builds every binary the integration tests run; several minutes the first time), or set REQUIRE_INTEGRATION=1 or %s=1 to build on first use",
+			what(spec), ErrNotBuilt, dir, BuildEnv)
 	}
 
 	unlock, err := lockFile(ctx, filepath.Join(binRoot, "."+spec.Name+"-build.lock"), spec, logf)

@@ -185,3 +185,32 @@ func TestDownloadFailedClassifiesGoOutput(t *testing.T) {
 		t.Errorf("a compile error is classified as an unreachable module proxy:\n%s", compile)
 	}
 }
+
+// In a test binary a missing build is not started on the spot, so that a plain go test gives
+// its first results at once: Ensure says, in one line, to run make test-env, and builds only
+// under REQUIRE_INTEGRATION=1 or BUILD_TEST_ENV=1.
+func TestEnsureDoesNotBuildInATest(t *testing.T) {
+	t.Setenv("REQUIRE_INTEGRATION", "")
+	t.Setenv(BuildEnv, "")
+	if MayBuild() {
+		t.Fatal("MayBuild in a test binary without REQUIRE_INTEGRATION or BUILD_TEST_ENV")
+	}
+	root := fakeRepo(t, fakeGoMod)
+	_, err := ensure(context.Background(), root, testSpec, t.Logf)
+	if !errors.Is(err, ErrNotBuilt) {
+		t.Fatalf("ensure without a cache: %v, want ErrNotBuilt", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "kube-apiserver and etcd") || !strings.Contains(msg, "make test-env") || strings.Contains(msg, "\n") {
+		t.Errorf("the error %q does not say in one line what is missing and to run make test-env", msg)
+	}
+	if _, err := os.Stat(filepath.Join(root, "bin", ".kube-build.lock")); err == nil {
+		t.Error("ensure took the build lock although it may not build")
+	}
+	for _, env := range []string{"REQUIRE_INTEGRATION", BuildEnv} {
+		t.Setenv(env, "1")
+		if !MayBuild() {
+			t.Errorf("%s=1: MayBuild is false, want true", env)
+		}
+		t.Setenv(env, "")
+	}
+}

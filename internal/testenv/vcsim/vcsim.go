@@ -42,6 +42,7 @@
 package vcsim
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -120,38 +121,45 @@ var (
 	buildErr  error
 )
 
+// EnsureBinary returns the path of the simulator's command, building it first when the cache
+// under bin/vcsim-<hash>-<govmomi version>/ is missing or stale (about a minute on two cores,
+// once; toolbuild.Ensure, which in a test binary builds only when toolbuild.MayBuild). An error
+// wrapping toolbuild.ErrNoGo or toolbuild.ErrNoModuleProxy means this machine cannot build it.
+func EnsureBinary(ctx context.Context, logf func(format string, args ...any)) (string, error) {
+	root, err := toolbuild.RepoRoot(".")
+	if err != nil {
+		return "", err
+	}
+	hash, err := sourceHash(filepath.Join(root, pkg))
+	if err != nil {
+		return "", err
+	}
+	spec := toolbuild.Spec{
+		// The main is part of this module: its source names the cache as well as go.mod.
+		Name:          "vcsim-" + hash,
+		ToolsDir:      ".",
+		VersionModule: "github.com/vmware/govmomi",
+		Targets:       []toolbuild.Target{{Pkg: pkg, File: "vcsim"}},
+		BuildHint:     "make test-env",
+	}
+	paths, err := toolbuild.Ensure(ctx, spec, logf)
+	if err != nil {
+		return "", err
+	}
+	return paths[0], nil
+}
+
 // binary builds the command once per test binary (toolbuild keeps it across test binaries).
 func binary(tb testing.TB) string {
 	tb.Helper()
 	buildOnce.Do(func() {
-		root, err := toolbuild.RepoRoot(".")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		hash, err := sourceHash(filepath.Join(root, pkg))
-		if err != nil {
-			buildErr = err
-			return
-		}
-		spec := toolbuild.Spec{
-			// The main is part of this module: its source names the cache as well as go.mod.
-			Name:          "vcsim-" + hash,
-			ToolsDir:      ".",
-			VersionModule: "github.com/vmware/govmomi",
-			Targets:       []toolbuild.Target{{Pkg: pkg, File: "vcsim"}},
-			BuildHint:     "go test -run TestStart ./internal/testenv/vcsim",
-		}
 		ctx, cancel := toolbuild.BuildContext(tb)
 		defer cancel()
-		paths, err := toolbuild.Ensure(ctx, spec, tb.Logf)
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildBin = paths[0]
+		buildBin, buildErr = EnsureBinary(ctx, tb.Logf)
 	})
 	switch {
+	case errors.Is(buildErr, toolbuild.ErrNotBuilt):
+		testenv.Unavailable(tb, "%v", buildErr)
 	case errors.Is(buildErr, toolbuild.ErrNoGo), errors.Is(buildErr, toolbuild.ErrNoModuleProxy):
 		testenv.Unavailable(tb, "the vCenter simulator cannot be built here: %v (it needs Go and the Go module proxy once)", buildErr)
 	case buildErr != nil:
