@@ -74,8 +74,12 @@ type options struct {
 	// timeout as given; 0 means derived (see checkTiming).
 	timeout time.Duration
 	web     *web.FlagConfig
-	log     *promslog.Config
-	crd     crdOptions
+	// externalURL and routePrefix as given (--web.external-url, --web.route-prefix); paths
+	// holds what they mean once parsed.
+	externalURL, routePrefix string
+	paths                    webPaths
+	log                      *promslog.Config
+	crd                      crdOptions
 
 	// enableLifecycle turns on POST /-/reload (--web.enable-lifecycle).
 	enableLifecycle bool
@@ -127,6 +131,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code in
 	app.Flag("crd.lease-namespace", "Namespace of the Lease; empty: the pod's namespace in a cluster, else default.").StringVar(&opts.crd.leaseNamespace)
 	app.Flag("crd.lease-name", "Name of the Lease; empty: the instance (--crd.instance).").StringVar(&opts.crd.leaseName)
 	opts.web = kingpinflag.AddFlags(app, defaultListenAddress)
+	app.Flag("web.external-url", "The URL under which the exporter is reached from outside, e.g. behind a reverse proxy that routes by path: the links of its pages start with its path, and when it has one every endpoint is served under it (as Prometheus does). Empty: served and linked at the root.").StringVar(&opts.externalURL)
+	app.Flag("web.route-prefix", "Prefix of the endpoints' paths (a proxy that strips the external path: /). Default: the path of --web.external-url.").StringVar(&opts.routePrefix)
 	app.Flag("web.enable-lifecycle", "Serve POST /-/reload (without it the endpoint answers 403; SIGHUP reloads either way).").BoolVar(&opts.enableLifecycle)
 	promslogflag.AddFlags(app, opts.log)
 
@@ -136,6 +142,10 @@ func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code in
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: error: %v, try --help\n", programName, err)
+		return nil, 2, true
+	}
+	if opts.paths, err = parseWebPaths(opts.externalURL, opts.routePrefix); err != nil {
+		fmt.Fprintf(stderr, "%s: error: %v\n", programName, err)
 		return nil, 2, true
 	}
 	return opts, 0, false
@@ -283,6 +293,7 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 	}
 	e.Lifecycle = opts.enableLifecycle
 	e.AutoReload = opts.autoReload
+	e.SetExternalPath(opts.paths.external)
 	if e.ChecksOn() {
 		logger.Info("checks on", "interval", opts.interval, "timeout", timeout, "providers", e.ProviderCount())
 	} else {
@@ -309,7 +320,7 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 	}
 
 	server := &http.Server{
-		Handler:           e.Handler(),
+		Handler:           withRoutePrefix(e.Handler(), opts.paths.route),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelError),
 	}

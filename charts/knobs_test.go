@@ -227,3 +227,46 @@ func writeValues(t *testing.T, values string) string {
 }
 
 func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o600) }
+
+// TestTemplateExternalURL: web.externalURL and web.routePrefix become the exporter's flags, and
+// the probes and the ServiceMonitor reach the endpoints under the route prefix the exporter
+// derives: the external URL's path, unless routePrefix names another.
+func TestTemplateExternalURL(t *testing.T) {
+	h := newHelm(t)
+	for _, c := range []struct {
+		args   []string
+		flags  []string
+		prefix string
+	}{
+		{nil, nil, ""},
+		{[]string{"--set", "web.externalURL=https://tools.example/phe/"}, []string{"--web.external-url=https://tools.example/phe/"}, "/phe"},
+		{[]string{"--set", "web.externalURL=https://tools.example/phe", "--set", "web.routePrefix=/"},
+			[]string{"--web.external-url=https://tools.example/phe", "--web.route-prefix=/"}, ""},
+		{[]string{"--set", "web.routePrefix=/inner"}, []string{"--web.route-prefix=/inner"}, "/inner"},
+	} {
+		objs := objects(decodeObjects(t, h.template(append(c.args, "--set", "serviceMonitor.enabled=true")...)))
+		ctr, _ := container(t, objs)
+		var web []string
+		for _, a := range ctr["args"].([]any) {
+			if s := a.(string); strings.HasPrefix(s, "--web.external-url") || strings.HasPrefix(s, "--web.route-prefix") {
+				web = append(web, s)
+			}
+		}
+		if !slices.Equal(web, c.flags) {
+			t.Errorf("%v: flags %v, want %v", c.args, web, c.flags)
+		}
+		if p := field2(ctr["readinessProbe"].(map[string]any), "httpGet", "path"); p != c.prefix+"/-/ready" {
+			t.Errorf("%v: readiness probe path %v, want %s/-/ready", c.args, p, c.prefix)
+		}
+		if p := field2(ctr["livenessProbe"].(map[string]any), "httpGet", "path"); p != c.prefix+"/-/healthy" {
+			t.Errorf("%v: liveness probe path %v, want %s/-/healthy", c.args, p, c.prefix)
+		}
+		ep := field(objs.get(t, "ServiceMonitor", namespace, release), "spec", "endpoints").([]any)[0].(map[string]any)
+		if ep["path"] != c.prefix+"/metrics" {
+			t.Errorf("%v: ServiceMonitor path %v, want %s/metrics", c.args, ep["path"], c.prefix)
+		}
+	}
+	if out, err := h.run("template", release, chartDir(t), "--set", "web.externalURL=tools.example/phe"); err == nil || !strings.Contains(out, "externalURL") {
+		t.Errorf("a URL without a scheme: err %v, want the schema to refuse it:\n%s", err, out)
+	}
+}

@@ -56,6 +56,8 @@ type Exporter struct {
 
 	// landingSlots bounds the status page renders in flight (landingMaxInFlight).
 	landingSlots chan struct{}
+	// linkPrefix starts the status page's links (SetExternalPath); empty: relative links.
+	linkPrefix string
 
 	// inventory reads the providers' host files (hostFiles).
 	inventory *inventory

@@ -48,6 +48,9 @@ const landingUncheckedNames = status.NamesLimit
 const landingMaxInFlight = 4
 
 type landingData struct {
+	// Prefix is what the page's links start with: empty (links relative to the page, served at
+	// the root), or the path of --web.external-url with a slash at the end.
+	Prefix        string
 	Version       string
 	ChecksOn      bool
 	Interval      time.Duration
@@ -238,6 +241,7 @@ func (e *Exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 	st := e.statusOf(s, f)
 	f = st.Filter
 	d := landingData{
+		Prefix:        e.linkPrefix,
 		Version:       st.Version,
 		ChecksOn:      st.ChecksEnabled,
 		Interval:      status.Seconds(st.Interval),
@@ -264,6 +268,22 @@ func (e *Exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 		d.Providers = append(d.Providers, landingProviderOf(&st.Providers[i], f, now))
 	}
 	d.Pager = landingPagerOf(st.Page, f)
+	// Under an external path, every link of the page starts with it.
+	if e.linkPrefix != "" {
+		for i := range d.Providers {
+			for _, rows := range [][]landingRow{d.Providers[i].Down, d.Providers[i].Up} {
+				for j := range rows {
+					rows[j].ProbeURL = e.link(rows[j].ProbeURL)
+				}
+			}
+		}
+		if d.Pager.Prev != "" {
+			d.Pager.Prev = e.link(d.Pager.Prev)
+		}
+		if d.Pager.Next != "" {
+			d.Pager.Next = e.link(d.Pager.Next)
+		}
+	}
 	sm := st.Summary
 	d.Summary = landingSummary(sm.Providers, sm.DownProviders, sm.UncheckedProviders, sm.Targets, sm.Ready, sm.Maintenance, sm.Unchecked)
 	switch {
@@ -447,4 +467,26 @@ func landingHistory(h []status.Transition) []landingTransition {
 		return nil
 	}
 	return out
+}
+
+// SetExternalPath makes the status page's links absolute under path, the path of
+// --web.external-url (as Prometheus's pages follow it), for an exporter reached through a
+// proxy that routes by path. Empty or "/": relative links, for an exporter served at the root.
+// Call it before serving.
+func (e *Exporter) SetExternalPath(path string) {
+	path = strings.TrimSuffix(path, "/")
+	if path == "" {
+		e.linkPrefix = ""
+		return
+	}
+	e.linkPrefix = path + "/"
+}
+
+// link is a link of the status page, relative to the page (as status.Filter.URL and probeURL
+// give it), under the external path when there is one.
+func (e *Exporter) link(rel string) string {
+	if e.linkPrefix == "" {
+		return rel
+	}
+	return e.linkPrefix + strings.TrimPrefix(rel, "./")
 }

@@ -98,6 +98,9 @@ authenticate: the probe becomes a tcpSocket probe of the same port. Call with (l
 {{- $root := index . 0 }}
 {{- $p := deepCopy (index . 1) }}
 {{- $w := $root.Values.webConfig }}
+{{- if and $p.httpGet $p.httpGet.path }}
+{{- $_ := set $p.httpGet "path" (printf "%s%s" (include "provider-health-exporter.routePrefix" $root) $p.httpGet.path) }}
+{{- end }}
 {{- if $p.httpGet }}
 {{- $auth := or $w.basicAuthUsers (and $w.config (index $w.config "basic_auth_users")) }}
 {{- if and $auth (not $w.probeBasicAuth.username) }}
@@ -215,4 +218,18 @@ characters) and title. Call with (list $ "files/prometheusrule-spec.yaml").
   | replace "__PHE_JOB__" (include "provider-health-exporter.job" $root)
   | replace "__PHE_DASHBOARD_UID__" ($fullname | trunc 40 | trimSuffix "-")
   | replace "__PHE_DASHBOARD_TITLE__" $title }}
+{{- end }}
+
+{{/*
+The path prefix of the exporter's endpoints, as the exporter derives it: web.routePrefix, else
+the path of web.externalURL; "" for the root, else a path without a trailing slash.
+*/}}
+{{- define "provider-health-exporter.routePrefix" -}}
+{{- $p := "" }}
+{{- if .Values.web.routePrefix }}
+{{- $p = .Values.web.routePrefix }}
+{{- else if .Values.web.externalURL }}
+{{- $p = (urlParse .Values.web.externalURL).path }}
+{{- end }}
+{{- trimSuffix "/" $p }}
 {{- end }}
