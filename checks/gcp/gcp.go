@@ -161,6 +161,11 @@ func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 		insecure: g.InsecureAllowHTTP,
 		logger:   logger,
 	}
+	if c.credFile == "" {
+		// Application Default Credentials' key file, when the environment names one, is as
+		// secret as a configured one.
+		checks.WatchSecretFiles(os.Getenv("GOOGLE_APPLICATION_CREDENTIALS"))
+	}
 	c.base, c.dialer, c.conns = newBaseTransport()
 	// A key file is read now (no network), so a broken one is logged at load. Application
 	// Default Credentials are looked up at the first check instead: without the environment

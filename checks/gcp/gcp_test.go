@@ -135,6 +135,14 @@ func TestApplicationDefaultCredentials(t *testing.T) {
 	if r.Reason != checks.ReasonReady || s.TokenRequests() != 1 {
 		t.Errorf("ADC: got %s (%s), token requests %d", r.Reason, r.Message, s.TokenRequests())
 	}
+	// The key the environment names is redacted from every message, as a configured one.
+	checks.RefreshSecrets()
+	for _, line := range privateKeyLines(t, os.Getenv("GOOGLE_APPLICATION_CREDENTIALS")) {
+		if got := checks.Sanitize("quoted " + line); got != "quoted "+checks.Redacted {
+			t.Errorf("a line of the ADC key reads %q, want it redacted", got)
+			break
+		}
+	}
 }
 
 // TestKeyAppearingLater: a key that is missing at New is loaded by a later check.

@@ -51,6 +51,10 @@ const userAgent = "provider-health-exporter"
 // small whatever the resource; a server that cannot convert answers with plain JSON.
 const acceptMetadata = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
+// inClusterTokenFile is where the kubelet mounts the pod's service-account token (client-go's
+// rest.InClusterConfig reads it).
+const inClusterTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
 // minSecretLen is the length from which a credential is redacted from messages.
 const minSecretLen = 6
 
@@ -121,6 +125,10 @@ func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 	c.what = describe(c.gvr, c.namespace)
 
 	c.block = kc
+	if kc.Kubeconfig == "" {
+		// The in-cluster service account's token is as secret as a kubeconfig.
+		checks.WatchSecretFiles(inClusterTokenFile)
+	}
 	c.state = c.load()
 	return c, nil
 }
