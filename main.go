@@ -83,6 +83,9 @@ type options struct {
 
 	// enableLifecycle turns on POST /-/reload (--web.enable-lifecycle).
 	enableLifecycle bool
+	// probeMinInterval is how long an on-demand check's answer serves /probe
+	// (--web.probe-min-interval).
+	probeMinInterval time.Duration
 	// autoReload reloads the providers file before a round when it changed (--config.auto-reload).
 	autoReload bool
 }
@@ -134,6 +137,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code in
 	app.Flag("web.external-url", "The URL under which the exporter is reached from outside, e.g. behind a reverse proxy that routes by path: the links of its pages start with its path, and when it has one every endpoint is served under it (as Prometheus does). Empty: served and linked at the root.").StringVar(&opts.externalURL)
 	app.Flag("web.route-prefix", "Prefix of the endpoints' paths (a proxy that strips the external path: /). Default: the path of --web.external-url.").StringVar(&opts.routePrefix)
 	app.Flag("web.enable-lifecycle", "Serve POST /-/reload (without it the endpoint answers 403; SIGHUP reloads either way).").BoolVar(&opts.enableLifecycle)
+	app.Flag("web.probe-min-interval", "Least time between two on-demand checks of a target by /probe: a probe within it after a check's end gets that check's answer (probes at once always share one check). 0: every probe after a check's end checks again.").Default(exporter.DefaultProbeMinInterval.String()).SetValue(durationValue{"web.probe-min-interval", &opts.probeMinInterval})
 	promslogflag.AddFlags(app, opts.log)
 
 	_, err := app.Parse(args)
@@ -169,8 +173,17 @@ func (v durationValue) Set(s string) error {
 
 func (v durationValue) String() string { return v.d.String() }
 
+// checkProbeMinInterval refuses a negative --web.probe-min-interval.
+func checkProbeMinInterval(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("--web.probe-min-interval=%s: must not be negative (0 keeps no answer for later probes)", d)
+	}
+	return nil
+}
+
 // checkTiming validates the two check flags and returns the round timeout to use (0 when checks
 // are off). Every problem is reported, each naming its flag and the allowed range.
+
 func checkTiming(interval, timeout time.Duration) (time.Duration, error) {
 	var errs []error
 	if interval < 0 || (interval > 0 && interval < minInterval) {
@@ -274,7 +287,7 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 	// The flags are checked before the providers file is read: a wrong flag is reported as
 	// such, not hidden behind a file problem.
 	timeout, err := checkTiming(opts.interval, opts.timeout)
-	err = errors.Join(err, checkCRD(opts.crd))
+	err = errors.Join(err, checkCRD(opts.crd), checkProbeMinInterval(opts.probeMinInterval))
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			logger.Error("invalid flag", "err", line)
@@ -292,6 +305,7 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 		return 1
 	}
 	e.Lifecycle = opts.enableLifecycle
+	e.ProbeMinInterval = opts.probeMinInterval
 	e.AutoReload = opts.autoReload
 	e.SetExternalPath(opts.paths.external)
 	if e.ChecksOn() {
@@ -398,6 +412,9 @@ func configCheck(opts *options, stdout, stderr io.Writer) int {
 		problems = append(problems, strings.Split(err.Error(), "\n")...)
 	}
 	if err := checkCRD(opts.crd); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if err := checkProbeMinInterval(opts.probeMinInterval); err != nil {
 		problems = append(problems, err.Error())
 	}
 	if path := *opts.web.WebConfigFile; path != "" {

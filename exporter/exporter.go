@@ -49,6 +49,10 @@ type Exporter struct {
 	// AutoReload: the providers file is reloaded before a round when it changed
 	// (--config.auto-reload); set before the runner starts.
 	AutoReload bool
+	// ProbeMinInterval: for this long after an on-demand check of a target ends, /probe of the
+	// target answers its verdict instead of checking again (--web.probe-min-interval); 0 keeps
+	// no answer (probes at once still share one check). Set before the server starts.
+	ProbeMinInterval time.Duration
 
 	// CRDReport is the ProviderHealth writer's Report (--crd.enabled), set before the server
 	// starts; nil without one. The status page and the status API show its Report.

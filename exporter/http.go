@@ -7,8 +7,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler routes the exporter's HTTP endpoints. exporter-toolkit wraps it with TLS and basic
-// auth when --web.config.file asks for them.
+// Handler routes the exporter's HTTP endpoints, behind the security headers and the refusal of
+// cross-origin requests that change state (guard, webguard.go). exporter-toolkit wraps it with
+// TLS and basic auth when --web.config.file asks for them.
 func (e *Exporter) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// The registry's families and the snapshot's; promhttp negotiates, encodes and compresses.
@@ -29,7 +30,7 @@ func (e *Exporter) Handler() http.Handler {
 	mux.HandleFunc("GET /-/ready", e.serveReady)
 	// Other methods get 405 from the mux: a reload changes state, so GET must not trigger it.
 	mux.HandleFunc("POST /-/reload", e.serveReload)
-	return mux
+	return guard(mux)
 }
 
 // serveHealthy answers as long as the process serves HTTP.

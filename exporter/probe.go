@@ -49,6 +49,11 @@ type probeHandler struct {
 	// places holds, per checker with a probe running or waiting, the channel with one token
 	// per running probe of its provider. A reload's new checker gets its own.
 	places map[checks.Checker]*probePlaces
+	// flights are the checks running for probes, one per target (probeshare.go).
+	flights map[probeKey]*probeFlight
+	// answers are the finished checks whose verdict still serves the probes of their target
+	// (for --web.probe-min-interval after their end).
+	answers map[probeKey]*probeFlight
 }
 
 type probePlaces struct {
@@ -59,7 +64,8 @@ type probePlaces struct {
 // newProbeHandler returns the handler; limit, when positive, bounds every provider's probes in
 // flight instead of its own limit.
 func newProbeHandler(e *Exporter, limit int) *probeHandler {
-	return &probeHandler{e: e, limit: limit, places: map[checks.Checker]*probePlaces{}}
+	return &probeHandler{e: e, limit: limit, places: map[checks.Checker]*probePlaces{},
+		flights: map[probeKey]*probeFlight{}, answers: map[probeKey]*probeFlight{}}
 }
 
 // badRequest answers 400 with what is wrong.
@@ -81,23 +87,21 @@ const MaxDerivedTimeout = 15 * time.Second
 
 // probeTimeout decides the probe's timeout from the scrape timeout header (less the margin) and
 // the timeout= parameter, the shorter of both when both are given, capped by the round timeout
-// (the derived default when checks are off).
+// (the derived default when checks are off). The header is never a reason to refuse a probe or
+// to fail a target: a value that is not a positive number of seconds (garbage, 0, negative,
+// NaN) is ignored, one beyond the cap (1e300, +Inf) is the cap, and the deadline it sets is at
+// least minProbeTimeout.
 func (e *Exporter) probeTimeout(r *http.Request) (probeDeadline, error) {
-	capAt, capName := e.timeout, "--provider-check-timeout"
-	if capAt <= 0 {
-		capAt, capName = MaxDerivedTimeout, "the default round timeout (checks are off)"
-	}
+	capAt, capName := e.probeCap()
 	var d probeDeadline
-	var whys []string
+	var whys, notes []string
 	if h := r.Header.Get(scrapeTimeoutHeader); h != "" {
-		secs, err := strconv.ParseFloat(h, 64)
-		if err != nil || secs <= 0 || math.IsInf(secs, 0) || math.IsNaN(secs) {
-			return d, fmt.Errorf("header %s: %q is not a positive number of seconds", scrapeTimeoutHeader, h)
+		if t, why, ok := scrapeTimeout(h, capAt); ok {
+			d.timeout = t
+			whys = append(whys, why)
+		} else {
+			notes = append(notes, why)
 		}
-		t := time.Duration(secs * float64(time.Second))
-		margin := min(probeTimeoutMargin, t/4)
-		d.timeout = t - margin
-		whys = append(whys, fmt.Sprintf("%s %s less a margin of %s", scrapeTimeoutHeader, h, margin))
 	}
 	if p := r.URL.Query().Get("timeout"); p != "" || r.URL.Query().Has("timeout") {
 		t, err := parseProbeTimeout(p)
@@ -107,7 +111,7 @@ func (e *Exporter) probeTimeout(r *http.Request) (probeDeadline, error) {
 		if d.timeout == 0 || t < d.timeout {
 			d.timeout = t
 		}
-		whys = append(whys, "timeout="+p)
+		whys = append(whys, "timeout="+quoteShort(p))
 	}
 	switch {
 	case d.timeout == 0:
@@ -117,18 +121,66 @@ func (e *Exporter) probeTimeout(r *http.Request) (probeDeadline, error) {
 	default:
 		d.why = strings.Join(whys, ", ")
 	}
+	if len(notes) > 0 {
+		d.why += "; " + strings.Join(notes, "; ")
+	}
 	return d, nil
 }
 
+// minProbeTimeout is the shortest deadline the scrape timeout header sets: a shorter one (a
+// scraper's mistake, or 1e-300) would make a healthy target read Timeout. A scraper that
+// gives up sooner sees no answer, which reads up 0, never a verdict.
+const minProbeTimeout = 100 * time.Millisecond
+
+// scrapeTimeout reads the header's value: the deadline it sets (less the margin, at least
+// minProbeTimeout, and above capAt when the value is), and why; ok is false when the value is
+// not a positive number of seconds, and why then says it is ignored.
+func scrapeTimeout(h string, capAt time.Duration) (t time.Duration, why string, ok bool) {
+	secs, err := strconv.ParseFloat(strings.TrimSpace(h), 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) || math.IsNaN(secs) || secs <= 0 {
+		return 0, fmt.Sprintf("header %s %s ignored (not a positive number of seconds)", scrapeTimeoutHeader, quoteShort(h)), false
+	}
+	// Anything beyond the cap is the cap: clamp before converting, since a float past
+	// 292 years (1e300, +Inf) does not fit a time.Duration.
+	secs = min(secs, capAt.Seconds()+1)
+	t = time.Duration(secs * float64(time.Second))
+	margin := min(probeTimeoutMargin, t/4)
+	t -= margin
+	why = fmt.Sprintf("%s %s less a margin of %s", scrapeTimeoutHeader, quoteShort(h), margin)
+	if floor := min(minProbeTimeout, capAt); t < floor {
+		t = floor
+		why += fmt.Sprintf(", raised to the least deadline %s", floor)
+	}
+	return t, why, true
+}
+
+// quoteShort renders a request's value for a message: as it is when it is short and plain,
+// else quoted and cut, so that a header of a megabyte does not make an answer of one.
+func quoteShort(s string) string {
+	const most = 40
+	plain := len(s) <= most && strings.IndexFunc(s, func(r rune) bool { return r <= ' ' || r > '~' || r == '"' }) < 0
+	if plain && s != "" {
+		return s
+	}
+	if len(s) > most {
+		return strconv.Quote(strings.ToValidUTF8(s[:most], "")) + fmt.Sprintf(" (cut, %d bytes)", len(s))
+	}
+	return strconv.Quote(s)
+}
+
 // parseProbeTimeout reads the timeout= parameter: a Go duration (2s, 1500ms) or a number of
-// seconds (2, 1.5), positive.
+// seconds (2, 1.5), positive. A number past what a time.Duration holds is the longest one (the
+// cap applies).
 func parseProbeTimeout(s string) (time.Duration, error) {
-	bad := fmt.Errorf("parameter timeout=%q: want a positive duration (examples: 2s, 1500ms) or number of seconds (2, 1.5)", s)
+	bad := fmt.Errorf("parameter timeout=%s: want a positive duration (examples: 2s, 1500ms) or number of seconds (2, 1.5)", strconv.Quote(cut(s, 40)))
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		secs, ferr := strconv.ParseFloat(s, 64)
-		if ferr != nil || math.IsInf(secs, 0) || math.IsNaN(secs) {
+		if ferr != nil && !errors.Is(ferr, strconv.ErrRange) || math.IsNaN(secs) || secs <= 0 {
 			return 0, bad
+		}
+		if secs >= (math.MaxInt64 / float64(time.Second)) {
+			return math.MaxInt64, nil
 		}
 		d = time.Duration(secs * float64(time.Second))
 	}
@@ -136,6 +188,14 @@ func parseProbeTimeout(s string) (time.Duration, error) {
 		return 0, bad
 	}
 	return d, nil
+}
+
+// cut returns at most n bytes of s, whole runes.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "..."
 }
 
 // lookup returns the checker of a provider, or the names of the configured ones; closed is
@@ -185,35 +245,48 @@ func quoteList(names []string) string {
 	return s
 }
 
-func (h *probeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// probeRequest is what a /probe request asks.
+type probeRequest struct {
+	provider, target string
+	debug            bool
+	deadline         probeDeadline
+}
+
+// parseProbeRequest reads a /probe request's parameters and headers; the error says what is
+// wrong, for a 400, quoting at most a few dozen bytes of what was sent.
+func (e *Exporter) parseProbeRequest(r *http.Request) (probeRequest, error) {
 	q := r.URL.Query()
-	provider, target := q.Get("provider"), q.Get("target")
+	pr := probeRequest{provider: q.Get("provider"), target: q.Get("target")}
 	var missing []string
-	if provider == "" {
+	if pr.provider == "" {
 		missing = append(missing, "provider")
 	}
-	if target == "" {
+	if pr.target == "" {
 		missing = append(missing, "target")
 	}
 	if len(missing) > 0 {
-		badRequest(w, "missing parameter %s: want /probe?provider=NAME&target=NAME (optional: &timeout=DURATION, &debug=true)",
+		return pr, fmt.Errorf("missing parameter %s: want /probe?provider=NAME&target=NAME (optional: &timeout=DURATION, &debug=true)",
 			strings.Join(missing, " and "))
-		return
 	}
-	debug := false
 	if v := q.Get("debug"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			badRequest(w, "parameter debug=%q: want true or false", v)
-			return
+			return pr, fmt.Errorf("parameter debug=%s: want true or false", strconv.Quote(cut(v, 40)))
 		}
-		debug = b
+		pr.debug = b
 	}
-	deadline, err := h.e.probeTimeout(r)
+	var err error
+	pr.deadline, err = e.probeTimeout(r)
+	return pr, err
+}
+
+func (h *probeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	pr, err := h.e.parseProbeRequest(r)
 	if err != nil {
 		badRequest(w, "%v", err)
 		return
 	}
+	provider, target, debug, deadline := pr.provider, pr.target, pr.debug, pr.deadline
 	c, known, closed := h.e.lookup(provider)
 	if closed {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -222,12 +295,12 @@ func (h *probeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c == nil {
-		badRequest(w, "unknown provider %q (configured providers: %s)", provider, quoteList(known))
+		badRequest(w, "unknown provider %s (configured providers: %s)", strconv.Quote(cut(provider, 100)), quoteList(known))
 		return
 	}
 	targets := c.Targets()
 	if !slices.Contains(targets, target) {
-		badRequest(w, "unknown target %q of provider %q (its targets: %s)", target, provider, quoteList(targets))
+		badRequest(w, "unknown target %s of provider %q (its targets: %s)", strconv.Quote(cut(target, 100)), provider, quoteList(targets))
 		return
 	}
 	prober, ok := c.(checks.TargetProber)
@@ -241,17 +314,9 @@ func (h *probeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), deadline.timeout)
 	defer cancel()
 	start := time.Now()
-	var trace *checks.Trace
-	if debug {
-		trace = checks.NewTrace()
-	}
-	res, err := h.run(ctx, c, prober, target, trace)
+	a := h.probe(ctx, c, prober, target)
+	res, err, trace := a.res, a.err, a.trace
 	elapsed := time.Since(start)
-	if err == nil && !checks.ValidReason(c.Type(), res.Reason) {
-		res.Message = fmt.Sprintf("check reported reason %q, which is not in the %s catalogue (a bug in the checker): %s", res.Reason, c.Type(), res.Message)
-		res.Reason = checks.ReasonTimeout
-	}
-	res.Up = res.Reason == checks.ReasonReady
 	if err == nil {
 		// The operator's maintenance, as the rounds publish it.
 		res, _ = checks.OperatorMaintenance(res, h.e.targetLabels(provider, target), time.Now())
@@ -260,7 +325,7 @@ func (h *probeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"duration", elapsed, "err", err)
 
 	if debug {
-		h.writeTrace(w, c, target, deadline, trace, res, elapsed, err)
+		h.writeTrace(w, c, target, deadline, trace, a.how, res, elapsed, err)
 		return
 	}
 	if err != nil {
@@ -294,18 +359,24 @@ func statusOf(err error) int {
 	return http.StatusInternalServerError
 }
 
-// run waits for a place among the provider's probes in flight within ctx, then probes. An
-// error means no verdict about the target: the wait ran out the deadline, or the check ran it
-// out after a wait (the time queued is not the target's to lose).
-func (h *probeHandler) run(ctx context.Context, c checks.Checker, p checks.TargetProber, target string, trace *checks.Trace) (checks.TargetResult, error) {
+// placesOf returns the bound on c's probes in flight.
+func (h *probeHandler) placesOf(c checks.Checker) int {
+	if h.limit > 0 {
+		return h.limit
+	}
+	return checks.ProbeLimitOf(c)
+}
+
+// run is a shared check (probeshare.go): it waits for a place among the provider's probes in
+// flight within ctx, marks when the check starts, then probes. An error means no verdict about
+// the target: the wait ran out the deadline, or the check ran it out after a wait (the time
+// queued is not the target's to lose).
+func (h *probeHandler) run(ctx context.Context, f *probeFlight, c checks.Checker, p checks.TargetProber, target string) (checks.TargetResult, error) {
+	trace := f.trace
 	h.mu.Lock()
 	pl := h.places[c]
 	if pl == nil {
-		limit := checks.ProbeLimitOf(c)
-		if h.limit > 0 {
-			limit = h.limit
-		}
-		pl = &probePlaces{ch: make(chan struct{}, limit)}
+		pl = &probePlaces{ch: make(chan struct{}, h.placesOf(c))}
 		h.places[c] = pl
 	}
 	pl.users++
@@ -337,6 +408,9 @@ func (h *probeHandler) run(ctx context.Context, c checks.Checker, p checks.Targe
 		}
 	}
 	defer func() { <-pl.ch }()
+	h.mu.Lock()
+	f.checkStart = time.Now()
+	h.mu.Unlock()
 	res, err := p.ProbeTarget(ctx, target, trace)
 	if err == nil && queued > 0 && ctx.Err() != nil && res.Reason != checks.ReasonReady {
 		return res, &errProbeWait{fmt.Sprintf("the check ran out the probe's deadline after waiting %s for a place among the probes of provider %q in flight (at most %d at once): the verdict would not be the target's",
@@ -372,14 +446,15 @@ func (h *probeHandler) writeMetrics(w http.ResponseWriter, r *http.Request, res 
 
 // writeTrace answers the plain-text trace of &debug=true.
 func (h *probeHandler) writeTrace(w http.ResponseWriter, c checks.Checker, target string, d probeDeadline,
-	trace *checks.Trace, res checks.TargetResult, elapsed time.Duration, err error) {
+	trace *checks.Trace, how string, res checks.TargetResult, elapsed time.Duration, err error) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if err != nil {
 		w.WriteHeader(statusOf(err))
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "probe of target %q of provider %q (type %s)\n", target, c.Name(), c.Type())
-	fmt.Fprintf(&b, "deadline: %s (%s)\n\n", d.timeout, d.why)
+	fmt.Fprintf(&b, "deadline: %s (%s)\n", d.timeout, d.why)
+	fmt.Fprintf(&b, "answer: %s\n\n", how)
 	b.WriteString("stages (start offset, duration, stage, result):\n")
 	if s := trace.String(); s != "" {
 		b.WriteString(s)
