@@ -43,14 +43,19 @@ SOURCE_URL ?= https://github.com/provider-health-exporter/provider-health-export
 # The time of the crossbuild's build date and of every time stamp in the image: the commit's.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || date +%s)
 
-## crossbuild: the binary for every platform of PLATFORMS into .build/<os>-<arch>/, the layout of
-## `promu crossbuild` (.promu.yml lists the same platforms), through `promu build` for each
-## (static, CGO_ENABLED=0), so it needs neither Docker nor promu's builder images.
-PLATFORMS ?= linux/amd64 linux/arm64
+## crossbuild: the binary for every platform of PLATFORMS into .build/<os>-<arch><variant>/, the
+## layout of `promu crossbuild` (.promu.yml lists the same platforms; linux/arm/v7 is
+## .build/linux-armv7, built with GOARM=7), through `promu build` for each (static,
+## CGO_ENABLED=0), so it needs neither Docker nor promu's builder images. The default is the
+## Linux platforms blackbox_exporter's images ship.
+PLATFORMS ?= linux/amd64 linux/arm64 linux/arm/v7 linux/ppc64le linux/s390x linux/386
+# platform_env sets os, arch, variant (v7 or empty), goarm (7 or empty) and dir from $$p.
+platform_env = os=$${p%%/*}; rest=$${p\#*/}; arch=$${rest%%/*}; variant=$$(echo "$$rest" | cut -s -d/ -f2); \
+	goarm=$${variant\#v}; dir=$$os-$$arch$$variant
 crossbuild:
-	@set -e; promu=$(PROMU); for p in $(PLATFORMS); do \
+	@set -e; promu=$(PROMU); for p in $(PLATFORMS); do $(platform_env); \
 		echo ">> building $$p"; \
-		SOURCE_DATE_EPOCH="$(SOURCE_DATE_EPOCH)" GOOS=$${p%/*} GOARCH=$${p#*/} CGO_ENABLED=0 "$$promu" build --prefix .build/$${p%/*}-$${p#*/}; \
+		SOURCE_DATE_EPOCH="$(SOURCE_DATE_EPOCH)" GOOS=$$os GOARCH=$$arch GOARM=$$goarm CGO_ENABLED=0 "$$promu" build --prefix .build/$$dir; \
 	done
 
 ## tarballs: the release tarballs of the crossbuild (binary, README.md, CHANGELOG.md, LICENSE) in
@@ -59,9 +64,9 @@ crossbuild:
 ## for a clone without a remote.
 tarballs: crossbuild
 	rm -rf .tarballs
-	@set -e; promu=$(PROMU); for p in $(PLATFORMS); do \
+	@set -e; promu=$(PROMU); for p in $(PLATFORMS); do $(platform_env); \
 		GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.url GIT_CONFIG_VALUE_0="$(SOURCE_URL)" \
-		GOOS=$${p%/*} GOARCH=$${p#*/} "$$promu" tarball --prefix .tarballs .build/$${p%/*}-$${p#*/}; \
+		GOOS=$$os GOARCH=$$arch$$variant "$$promu" tarball --prefix .tarballs .build/$$dir; \
 	done
 	$(GOTOOL) promu checksum .tarballs
 

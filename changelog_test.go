@@ -45,3 +45,35 @@ func TestChangelogReleaseSection(t *testing.T) {
 		}
 	}
 }
+
+// TestChangelogChartVersion: the chart's version (Chart.yaml) follows the changes: the section
+// it ships in (Unreleased until the release, then the release's) says "Helm chart <version>", so
+// that a change of the chart that raises its version has its entry, and an entry names the
+// version a user upgrades to.
+func TestChangelogChartVersion(t *testing.T) {
+	raw, err := os.ReadFile("CHANGELOG.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart, err := os.ReadFile("charts/provider-health-exporter/Chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^version: (\S+)$`).FindSubmatch(chart)
+	if m == nil {
+		t.Fatal("Chart.yaml has no version")
+	}
+	version := string(m[1])
+	// The sections up to and including the first release.
+	sections := regexp.MustCompile(`(?m)^## `).Split(string(raw), -1)
+	if len(sections) < 3 {
+		t.Fatalf("CHANGELOG.md has %d sections, want Unreleased and a release", len(sections)-1)
+	}
+	for _, s := range sections[1:3] {
+		if strings.Contains(s, "Helm chart "+version) {
+			return
+		}
+	}
+	t.Errorf("neither CHANGELOG.md's Unreleased section nor its latest release names \"Helm chart %s\", Chart.yaml's version: "+
+		"raise the chart's version with its changes and say so in their entry", version)
+}

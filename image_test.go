@@ -38,7 +38,7 @@ type ociDescriptor struct {
 	MediaType   string `json:"mediaType"`
 	Digest      string `json:"digest"`
 	Size        int64  `json:"size"`
-	Platform    *struct{ OS, Architecture string }
+	Platform    *struct{ OS, Architecture, Variant string }
 	Annotations map[string]string `json:"annotations"`
 }
 
@@ -57,6 +57,7 @@ type ociManifest struct {
 type ociConfig struct {
 	OS           string `json:"os"`
 	Architecture string `json:"architecture"`
+	Variant      string `json:"variant"`
 	Config       struct {
 		User         string
 		Entrypoint   []string
@@ -65,6 +66,7 @@ type ociConfig struct {
 		Labels       map[string]string
 	} `json:"config"`
 	RootFS struct {
+		Type    string   `json:"type"`
 		DiffIDs []string `json:"diff_ids"`
 	} `json:"rootfs"`
 }
@@ -73,10 +75,11 @@ type ociConfig struct {
 type spdxDoc struct {
 	SPDXVersion string `json:"spdxVersion"`
 	Packages    []struct {
-		SPDXID      string `json:"SPDXID"`
-		Name        string `json:"name"`
-		VersionInfo string `json:"versionInfo"`
-		Checksums   []struct {
+		SPDXID          string `json:"SPDXID"`
+		Name            string `json:"name"`
+		VersionInfo     string `json:"versionInfo"`
+		LicenseDeclared string `json:"licenseDeclared"`
+		Checksums       []struct {
 			Algorithm string `json:"algorithm"`
 			Value     string `json:"checksumValue"`
 		} `json:"checksums"`
@@ -90,6 +93,9 @@ type spdxDoc struct {
 		Type    string `json:"relationshipType"`
 		Related string `json:"relatedSpdxElement"`
 	} `json:"relationships"`
+	ExtractedLicenses []struct {
+		LicenseID string `json:"licenseId"`
+	} `json:"hasExtractedLicensingInfos"`
 }
 
 const imageLayout = ".build/image"
@@ -183,21 +189,23 @@ func extractLayer(t *testing.T, d ociDescriptor, root string) (diffID string, na
 }
 
 // TestImage: `make image tarballs` builds, without a container engine, the OCI image layout of
-// both platforms and the release tarballs. The test reads the layout as the OCI image spec
-// defines it: one index tagged v<VERSION> with linux/amd64 and linux/arm64, every blob of the
+// every platform and the release tarballs. The test reads the layout as the OCI image spec
+// defines it: one index tagged v<VERSION> with the six Linux platforms blackbox_exporter ships
+// (amd64, arm64, arm/v7, ppc64le, s390x, 386), each config's rootfs.type "layers", every blob of the
 // size and digest its descriptor says; each image runs the binary of its architecture as 65534
 // with the OCI labels of this version, commit and repository, on a base of CA certificates,
 // time zones and a passwd, nothing else. The amd64 image's root filesystem, extracted, runs the
 // exporter: --version and --config.check of the example providers file (testdata/providers.yml,
 // docs/configuration.md), chrooted into it as 65534 when the test runs as root. The layout is
 // pushed with crane to a registry on loopback and read back. The SBOM lists every Go module
-// the binary records and the Debian packages of the base; the tarballs hold the same binaries
+// the binary records and the Debian packages of the base, each with the licenses its license
+// data declares; the tarballs hold the same binaries
 // with the systemd unit, and sha256sums.txt their checksums.
 func TestImage(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the image is built on linux")
 	}
-	testenv.SkipIfShort(t, "builds the image and tarballs with make image tarballs (promu for two platforms)")
+	testenv.SkipIfShort(t, "builds the image and tarballs with make image tarballs (promu for six platforms)")
 	makePath, err := exec.LookPath("make")
 	if err != nil {
 		testenv.Unavailable(t, "no make on PATH: install Debian's make package")
@@ -247,7 +255,8 @@ func TestImage(t *testing.T) {
 			source = strings.TrimSpace(v)
 		}
 	}
-	machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+	machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "arm": elf.EM_ARM,
+		"ppc64le": elf.EM_PPC64, "s390x": elf.EM_S390, "386": elf.EM_386}
 	roots := map[string]string{}
 	var platforms []string
 	for _, m := range idx.Manifests {
@@ -255,13 +264,21 @@ func TestImage(t *testing.T) {
 			t.Fatalf("index entry %s has no platform", m.Digest)
 		}
 		platform := m.Platform.OS + "/" + m.Platform.Architecture
+		if m.Platform.Variant != "" {
+			platform += "/" + m.Platform.Variant
+		}
 		platforms = append(platforms, platform)
 		var man ociManifest
 		decodeBlob(t, m, "application/vnd.oci.image.manifest.v1+json", &man)
 		var cfg ociConfig
 		decodeBlob(t, man.Config, "application/vnd.oci.image.config.v1+json", &cfg)
-		if cfg.OS+"/"+cfg.Architecture != platform {
-			t.Errorf("%s: the config is for %s/%s", platform, cfg.OS, cfg.Architecture)
+		if cfg.OS+"/"+cfg.Architecture+strings.TrimSuffix("/"+cfg.Variant, "/") != platform {
+			t.Errorf("%s: the config is for %s/%s/%s", platform, cfg.OS, cfg.Architecture, cfg.Variant)
+		}
+		// The image spec: rootfs.type "layers" (containerd's import and strict registries refuse
+		// any other).
+		if cfg.RootFS.Type != "layers" {
+			t.Errorf("%s: rootfs.type %q, want \"layers\"", platform, cfg.RootFS.Type)
 		}
 		if uid, _, _ := strings.Cut(cfg.Config.User, ":"); uid != "65534" {
 			t.Errorf("%s: user %q, want 65534 (numeric, for runAsNonRoot)", platform, cfg.Config.User)
@@ -333,23 +350,31 @@ func TestImage(t *testing.T) {
 		}
 
 		t.Run("sbom "+platform, func(t *testing.T) {
-			checkSBOM(t, filepath.Join(".build/sbom", fmt.Sprintf("provider_health_exporter-%s.%s-%s.spdx.json", version, cfg.OS, cfg.Architecture)), m.Digest, exe, version, debs)
+			checkSBOM(t, filepath.Join(".build/sbom", fmt.Sprintf("provider_health_exporter-%s.%s-%s%s.spdx.json", version, cfg.OS, cfg.Architecture, cfg.Variant)), m.Digest, exe, version, debs)
 		})
-		if cfg.Architecture == runtime.GOARCH {
+		if cfg.Architecture == runtime.GOARCH && cfg.Variant == "" {
 			t.Run("run "+platform, func(t *testing.T) {
 				runImage(t, root, cfg.Config.Entrypoint, cfg.Config.Cmd, version, rev)
 			})
 		}
 	}
 	sort.Strings(platforms)
-	if !slices.Equal(platforms, []string{"linux/amd64", "linux/arm64"}) {
-		t.Errorf("the index holds %v, want linux/amd64 and linux/arm64", platforms)
+	// The Linux platforms blackbox_exporter's images ship, all of which Go builds.
+	if want := []string{"linux/386", "linux/amd64", "linux/arm/v7", "linux/arm64", "linux/ppc64le", "linux/s390x"}; !slices.Equal(platforms, want) {
+		t.Errorf("the index holds %v, want %v", platforms, want)
 	}
 	var promu struct{ Crossbuild struct{ Platforms []string } }
 	if err := yaml.Unmarshal(must(os.ReadFile(".promu.yml")), &promu); err != nil {
 		t.Fatal(err)
 	}
-	if sort.Strings(promu.Crossbuild.Platforms); !slices.Equal(promu.Crossbuild.Platforms, platforms) {
+	// promu names linux/arm/v7 linux/armv7.
+	var promuPlatforms []string
+	for _, p := range platforms {
+		goos, rest, _ := strings.Cut(p, "/")
+		promuPlatforms = append(promuPlatforms, goos+"/"+strings.ReplaceAll(rest, "/", ""))
+	}
+	sort.Strings(promuPlatforms)
+	if sort.Strings(promu.Crossbuild.Platforms); !slices.Equal(promu.Crossbuild.Platforms, promuPlatforms) {
 		t.Errorf(".promu.yml's crossbuild platforms are %v, the image's %v: promu crossbuild would build others", promu.Crossbuild.Platforms, platforms)
 	}
 
@@ -367,7 +392,8 @@ func TestImage(t *testing.T) {
 			}
 			sums[name] = sum
 		}
-		for _, arch := range []string{"amd64", "arm64"} {
+		for _, platform := range platforms {
+			arch := strings.ReplaceAll(strings.TrimPrefix(platform, "linux/"), "/", "")
 			dir := fmt.Sprintf("provider-health-exporter-%s.linux-%s", version, arch)
 			raw := must(os.ReadFile(filepath.Join(".tarballs", dir+".tar.gz")))
 			if sum := sha256.Sum256(raw); sums[dir+".tar.gz"] != hex.EncodeToString(sum[:]) {
@@ -394,7 +420,7 @@ func TestImage(t *testing.T) {
 				files = append(files, hdr.Name)
 				if hdr.Name == dir+"/provider_health_exporter" {
 					b, _ := io.ReadAll(tr)
-					if !bytes.Equal(b, must(os.ReadFile(filepath.Join(roots["linux/"+arch], "bin/provider_health_exporter")))) {
+					if !bytes.Equal(b, must(os.ReadFile(filepath.Join(roots[platform], "bin/provider_health_exporter")))) {
 						t.Errorf("%s.tar.gz: the binary is not the image's", dir)
 					}
 				}
@@ -465,6 +491,9 @@ func pushToRegistry(t *testing.T, index ociDescriptor, idx ociIndex, version str
 	}
 	for _, m := range idx.Manifests {
 		platform := m.Platform.OS + "/" + m.Platform.Architecture
+		if m.Platform.Variant != "" {
+			platform += "/" + m.Platform.Variant
+		}
 		cfg, err := crane(ctx, "config", "--insecure", "--platform", platform, ref).Output()
 		if err != nil {
 			t.Fatalf("crane config --platform %s %s: %v", platform, ref, err)
@@ -580,6 +609,39 @@ func checkSBOM(t *testing.T, file, imageDigest, exe, version string, debs map[st
 	for _, w := range want {
 		if !purls[w] {
 			t.Errorf("the SBOM lacks %s", w)
+		}
+	}
+	// Licenses, from each package's license data: every Go module's LICENSE file in the module
+	// cache and Debian's copyright files; every LicenseRef is defined.
+	refs := map[string]bool{}
+	for _, e := range doc.ExtractedLicenses {
+		refs[e.LicenseID] = true
+	}
+	var unknown []string
+	for _, p := range doc.Packages {
+		if p.SPDXID == "SPDXRef-Image" {
+			continue
+		}
+		if p.LicenseDeclared == "" || p.LicenseDeclared == "NOASSERTION" {
+			unknown = append(unknown, p.Name)
+		}
+		for _, id := range strings.Split(p.LicenseDeclared, " AND ") {
+			if strings.HasPrefix(id, "LicenseRef-") && !refs[id] {
+				t.Errorf("package %s declares %s, which hasExtractedLicensingInfos does not define", p.Name, id)
+			}
+		}
+	}
+	if len(unknown) > 0 {
+		t.Errorf("the SBOM declares no license for %v", unknown)
+	}
+	for _, c := range []struct{ name, want string }{
+		{"golang.org/x/crypto", "BSD-3-Clause"}, {"github.com/prometheus/client_golang", "Apache-2.0"},
+		{"ca-certificates", "MPL-2.0"}, {"tzdata", "LicenseRef-public-domain"},
+	} {
+		for _, p := range doc.Packages {
+			if p.Name == c.name && !strings.Contains(p.LicenseDeclared, c.want) {
+				t.Errorf("package %s declares %q, want %s in it", p.Name, p.LicenseDeclared, c.want)
+			}
 		}
 	}
 }

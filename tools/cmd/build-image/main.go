@@ -6,7 +6,9 @@
 // the images in one index, written as an OCI image layout. Beside the layout it writes an
 // SPDX 2.3 SBOM of every platform's image: the Debian packages of the base, and the exporter
 // with the Go modules and Go version its build information records (debug/buildinfo, what
-// `go version -m` prints).
+// `go version -m` prints), each with the licenses its license files declare: a Go module's
+// LICENSE (or COPYING) files in the module cache, classified by github.com/google/licensecheck,
+// and a Debian package's License fields of its machine-readable copyright file.
 //
 // Every time stamp (file times, the image's created) is SOURCE_DATE_EPOCH, so the same commit
 // and the same host packages give the same digests.
@@ -27,6 +29,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -70,7 +73,7 @@ func main() {
 	flag.StringVar(&o.binaries, "binaries", ".build", "the directory holding promu's <os>-<arch>/"+binaryName)
 	flag.StringVar(&o.out, "out", ".build/image", "the OCI image layout to write (replaced)")
 	flag.StringVar(&o.sbomDir, "sbom", ".build/sbom", "the directory for the SPDX SBOMs, one per platform")
-	flag.StringVar(&platforms, "platforms", "linux/amd64,linux/arm64", "comma-separated os/arch")
+	flag.StringVar(&platforms, "platforms", "linux/amd64,linux/arm64", "comma-separated os/arch[/variant] (linux/arm/v7)")
 	flag.StringVar(&o.version, "version", "", "the exporter's version (VERSION)")
 	flag.StringVar(&o.revision, "revision", "", "the source's commit")
 	flag.StringVar(&o.source, "source", "", "the source repository's URL")
@@ -85,11 +88,15 @@ func main() {
 	}
 	o.created = time.Unix(secs, 0).UTC()
 	for _, p := range strings.Split(platforms, ",") {
-		os, arch, ok := strings.Cut(p, "/")
-		if !ok {
-			fatalf("platform %q: want os/arch", p)
+		parts := strings.Split(p, "/")
+		if len(parts) < 2 || len(parts) > 3 || slices.Contains(parts, "") {
+			fatalf("platform %q: want os/arch or os/arch/variant", p)
 		}
-		o.platforms = append(o.platforms, v1.Platform{OS: os, Architecture: arch})
+		pl := v1.Platform{OS: parts[0], Architecture: parts[1]}
+		if len(parts) == 3 {
+			pl.Variant = parts[2]
+		}
+		o.platforms = append(o.platforms, pl)
 	}
 	if err := build(o); err != nil {
 		fatalf("%v", err)
@@ -122,8 +129,9 @@ func build(o options) error {
 
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	sboms := map[string][]byte{}
+	licenses := newLicenseFinder()
 	for _, p := range o.platforms {
-		bin := filepath.Join(o.binaries, p.OS+"-"+p.Architecture, binaryName)
+		bin := filepath.Join(o.binaries, platformDir(p), binaryName)
 		img, err := platformImage(o, p, base, bin)
 		if err != nil {
 			return fmt.Errorf("%s/%s: %w", p.OS, p.Architecture, err)
@@ -136,11 +144,11 @@ func build(o options) error {
 		if err != nil {
 			return err
 		}
-		doc, err := spdx(o, p, digest, bin, debs)
+		doc, err := spdx(o, p, digest, bin, debs, licenses)
 		if err != nil {
 			return fmt.Errorf("%s/%s: SBOM: %w", p.OS, p.Architecture, err)
 		}
-		sboms[fmt.Sprintf("%s-%s.%s-%s.spdx.json", binaryName, o.version, p.OS, p.Architecture)] = doc
+		sboms[fmt.Sprintf("%s-%s.%s.spdx.json", binaryName, o.version, platformDir(p))] = doc
 	}
 
 	if err := os.RemoveAll(o.out); err != nil {
@@ -177,6 +185,10 @@ func build(o options) error {
 	return nil
 }
 
+// platformDir is a platform as promu crossbuild names its directories and tarballs:
+// linux-amd64, linux-armv7.
+func platformDir(p v1.Platform) string { return p.OS + "-" + p.Architecture + p.Variant }
+
 // tag is the image's tag for a version: v-prefixed, as `make docker` tags it and the Helm
 // chart's image.tag defaults to.
 func tag(version string) string { return "v" + version }
@@ -199,7 +211,10 @@ func platformImage(o options, p v1.Platform, base v1.Layer, bin string) (v1.Imag
 	img, err = mutate.ConfigFile(img, &v1.ConfigFile{
 		Architecture: p.Architecture,
 		OS:           p.OS,
+		Variant:      p.Variant,
 		Created:      v1.Time{Time: o.created},
+		// The image spec requires "layers"; mutate.Append fills in the diff_ids only.
+		RootFS: v1.RootFS{Type: "layers"},
 		Config: v1.Config{
 			User:         user,
 			Entrypoint:   []string{binaryPath},
@@ -332,6 +347,14 @@ type spdxDocument struct {
 	CreationInfo      spdxCreationInfo   `json:"creationInfo"`
 	Packages          []spdxPackage      `json:"packages"`
 	Relationships     []spdxRelationship `json:"relationships"`
+	// ExtractedLicenses defines every LicenseRef- the packages name (SPDX 2.3, 10).
+	ExtractedLicenses []spdxExtractedLicense `json:"hasExtractedLicensingInfos,omitempty"`
+}
+
+type spdxExtractedLicense struct {
+	LicenseID     string `json:"licenseId"`
+	ExtractedText string `json:"extractedText"`
+	Name          string `json:"name"`
 }
 
 type spdxCreationInfo struct {
@@ -388,7 +411,7 @@ func spdxID(kind, name string) string {
 	return "SPDXRef-" + kind + "-" + b.String()
 }
 
-func spdx(o options, p v1.Platform, digest v1.Hash, bin string, debs map[string]string) ([]byte, error) {
+func spdx(o options, p v1.Platform, digest v1.Hash, bin string, debs map[string]string, licenses *licenseFinder) ([]byte, error) {
 	info, err := buildinfo.ReadFile(bin)
 	if err != nil {
 		return nil, err
@@ -399,7 +422,7 @@ func spdx(o options, p v1.Platform, digest v1.Hash, bin string, debs map[string]
 	}
 	sum := sha256.Sum256(exe)
 	const na = "NOASSERTION"
-	platform := p.OS + "-" + p.Architecture
+	platform := platformDir(p)
 	imageID := "SPDXRef-Image"
 	exporterID := spdxID("Go", info.Main.Path)
 	doc := spdxDocument{
@@ -422,7 +445,7 @@ func spdx(o options, p v1.Platform, digest v1.Hash, bin string, debs map[string]
 			CopyrightText:    na,
 			PrimaryPurpose:   "CONTAINER",
 			Checksums:        []spdxChecksum{{Algorithm: "SHA256", Value: digest.Hex}},
-			ExternalRefs:     purl(fmt.Sprintf("pkg:oci/provider-health-exporter@%s?arch=%s&tag=%s", strings.Replace(digest.String(), ":", "%3A", 1), p.Architecture, tag(o.version))),
+			ExternalRefs:     purl(fmt.Sprintf("pkg:oci/provider-health-exporter@%s?arch=%s%s&tag=%s", strings.Replace(digest.String(), ":", "%3A", 1), p.Architecture, p.Variant, tag(o.version))),
 		}, {
 			SPDXID:           exporterID,
 			Name:             info.Main.Path,
@@ -452,10 +475,14 @@ func spdx(o options, p v1.Platform, digest v1.Hash, bin string, debs map[string]
 			m = m.Replace
 		}
 		id := spdxID("Go", m.Path)
+		declared, err := licenses.goModule(m.Path, m.Version)
+		if err != nil {
+			return nil, err
+		}
 		doc.Packages = append(doc.Packages, spdxPackage{
 			SPDXID: id, Name: m.Path, VersionInfo: m.Version,
 			DownloadLocation: "https://proxy.golang.org/" + path.Join(m.Path, "@v", m.Version+".zip"),
-			LicenseConcluded: na, LicenseDeclared: na, CopyrightText: na,
+			LicenseConcluded: na, LicenseDeclared: declared, CopyrightText: na,
 			ExternalRefs: purl(fmt.Sprintf("pkg:golang/%s@%s", m.Path, m.Version)),
 		})
 		doc.Relationships = append(doc.Relationships, spdxRelationship{Element: exporterID, Type: "DEPENDS_ON", Related: id})
@@ -467,12 +494,27 @@ func spdx(o options, p v1.Platform, digest v1.Hash, bin string, debs map[string]
 	sort.Strings(names)
 	for _, n := range names {
 		id := spdxID("Deb", n)
+		declared, err := debianLicenses(n)
+		if err != nil {
+			return nil, err
+		}
 		doc.Packages = append(doc.Packages, spdxPackage{
 			SPDXID: id, Name: n, VersionInfo: debs[n], Supplier: "Organization: Debian",
-			DownloadLocation: na, LicenseConcluded: na, LicenseDeclared: na, CopyrightText: na,
+			DownloadLocation: na, LicenseConcluded: na, LicenseDeclared: declared, CopyrightText: na,
 			ExternalRefs: purl(fmt.Sprintf("pkg:deb/debian/%s@%s?arch=all", n, debs[n])),
 		})
 		doc.Relationships = append(doc.Relationships, spdxRelationship{Element: imageID, Type: "CONTAINS", Related: id})
+	}
+	// Define the LicenseRefs of Debian's copyright files, pointing at the file in the image.
+	for _, pkg := range doc.Packages {
+		for _, id := range strings.Split(pkg.LicenseDeclared, " AND ") {
+			if strings.HasPrefix(id, "LicenseRef-") && !slices.ContainsFunc(doc.ExtractedLicenses, func(e spdxExtractedLicense) bool { return e.LicenseID == id }) {
+				doc.ExtractedLicenses = append(doc.ExtractedLicenses, spdxExtractedLicense{
+					LicenseID: id, Name: strings.TrimPrefix(id, "LicenseRef-"),
+					ExtractedText: fmt.Sprintf("The license named %q in /usr/share/doc/%s/copyright of the Debian package %s.", strings.TrimPrefix(id, "LicenseRef-"), pkg.Name, pkg.Name),
+				})
+			}
+		}
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
