@@ -1,0 +1,289 @@
+// Package membership tells a sharded replica (--shard.enabled) who the members of its shard
+// are: the replicas of the same instance whose coordination.k8s.io Leases are live. Each
+// replica holds a Lease of its own, named by its identity, and renews it; the members are the
+// Leases labelled with the instance whose renewTime plus leaseDurationSeconds lies in the
+// future. No replica leads and none counts spec.replicas: a replica that dies stops renewing
+// and leaves when its Lease expires, one that stops releases its Lease (deletes it) first.
+//
+// When the API server cannot be reached, the last members seen are kept, so a replica goes on
+// checking what it owned; a replica that never reached it sees itself alone and owns
+// everything. main wires it in; ownership itself is checks/shard's.
+package membership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
+)
+
+// Labels of a member's Lease: InstanceLabel carries the instance (--crd.instance), so that
+// separate deployments never mix; ShardLabel tells the shard's Leases from the writer's.
+const (
+	InstanceLabel = "providerhealth.io/instance"
+	ShardLabel    = "providerhealth.io/shard"
+	shardValue    = "member"
+)
+
+// Defaults of the Lease timing: client-go leader election's.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
+// maxMembers bounds the Leases one list reads (a page); more members than this is a
+// misconfiguration, and the first maxMembers by name are used.
+const maxMembers = 500
+
+// Options configure a Membership.
+type Options struct {
+	// Config is the client configuration of the cluster holding the Leases.
+	Config *rest.Config
+	// Namespace of the Leases; Identity names this replica's Lease (a DNS-1123 subdomain);
+	// Instance is the label value that groups a deployment's Leases.
+	Namespace, Identity, Instance string
+	// LeaseDuration is how long a Lease lives without renewal; RenewDeadline bounds each
+	// request to the API server; RetryPeriod is the time between two renewals (and lists).
+	// Zero: the defaults.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	Logger                                    *slog.Logger
+	// OnChange, when set, is called (from Run's goroutine) with the new members whenever they
+	// change.
+	OnChange func(members []string)
+}
+
+// Membership is this replica's view of its shard's members.
+type Membership struct {
+	o      Options
+	client coordinationclient.LeasesGetter
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	members []string
+	failing bool // the last renewal or list failed (logged once per outage)
+	// failedSteps counts the steps that could not renew or list, in a row.
+	failedSteps int
+
+	membersGauge prometheus.Gauge
+	changes      prometheus.Counter
+}
+
+// New returns the Membership of opts' identity; it contacts nothing until Run. Its members
+// are the identity alone until the first list succeeds.
+func New(o Options) (*Membership, error) {
+	if o.Config == nil || o.Namespace == "" || o.Identity == "" || o.Instance == "" {
+		return nil, errors.New("membership: a client configuration, namespace, identity and instance are needed")
+	}
+	o.LeaseDuration = cmpOr(o.LeaseDuration, DefaultLeaseDuration)
+	o.RenewDeadline = cmpOr(o.RenewDeadline, DefaultRenewDeadline)
+	o.RetryPeriod = cmpOr(o.RetryPeriod, DefaultRetryPeriod)
+	if o.LeaseDuration < time.Second || o.RetryPeriod >= o.LeaseDuration || o.RenewDeadline > o.LeaseDuration {
+		return nil, fmt.Errorf("membership: lease duration %s, renew deadline %s, retry period %s: want retry period < lease duration, renew deadline <= lease duration, lease duration >= 1s",
+			o.LeaseDuration, o.RenewDeadline, o.RetryPeriod)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg := rest.CopyConfig(o.Config)
+	cfg.Timeout = o.RenewDeadline
+	c, err := coordinationclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("membership: %w", err)
+	}
+	m := &Membership{
+		o: o, client: c, logger: o.Logger,
+		members: []string{o.Identity},
+		membersGauge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "proxy_operator", Subsystem: "shard", Name: "members",
+			Help: "Members of the shard this replica sees: replicas of its instance whose Leases are live, itself included.",
+		}),
+		changes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "proxy_operator", Subsystem: "shard", Name: "membership_changes_total",
+			Help: "Changes of the members this replica sees.",
+		}),
+	}
+	m.membersGauge.Set(1)
+	return m, nil
+}
+
+func cmpOr(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// Collectors are the membership's metrics, to register on the exporter's registry.
+func (m *Membership) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.membersGauge, m.changes}
+}
+
+// Identity is this replica's identity.
+func (m *Membership) Identity() string { return m.o.Identity }
+
+// Members returns the members this replica sees, sorted; itself always among them.
+func (m *Membership) Members() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.members)
+}
+
+// Run renews this replica's Lease and reads the members every RetryPeriod until ctx is done,
+// then releases the Lease (deletes it), so that the others take over at their next read rather
+// than at its expiry.
+func (m *Membership) Run(ctx context.Context) {
+	t := time.NewTicker(m.o.RetryPeriod)
+	defer t.Stop()
+	for {
+		m.step(ctx)
+		select {
+		case <-ctx.Done():
+			m.release()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// step renews the Lease and reads the members once.
+func (m *Membership) step(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, m.o.RenewDeadline)
+	defer cancel()
+	err := m.renew(rctx)
+	var members []string
+	if err == nil {
+		members, err = m.list(rctx)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		m.mu.Lock()
+		first := !m.failing
+		m.failing = true
+		m.failedSteps++
+		kept := slices.Clone(m.members)
+		m.mu.Unlock()
+		if first {
+			m.logger.Warn("cannot renew the shard lease or read the members, keeping the members last seen", "members", kept, "err", err)
+		}
+		return
+	}
+	m.mu.Lock()
+	if m.failing {
+		m.logger.Info("shard lease renewed again")
+	}
+	m.failing, m.failedSteps = false, 0
+	changed := !slices.Equal(members, m.members)
+	old := m.members
+	m.members = members
+	m.mu.Unlock()
+	m.membersGauge.Set(float64(len(members)))
+	if changed {
+		m.changes.Inc()
+		m.logger.Info("shard members changed", "members", members, "before", old)
+		if m.o.OnChange != nil {
+			m.o.OnChange(slices.Clone(members))
+		}
+	}
+}
+
+// renew creates this replica's Lease, or renews it.
+func (m *Membership) renew(ctx context.Context) error {
+	leases := m.client.Leases(m.o.Namespace)
+	now := metav1.NewMicroTime(time.Now())
+	dur := int32(m.o.LeaseDuration / time.Second)
+	l, err := leases.Get(ctx, m.o.Identity, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:      m.o.Identity,
+				Namespace: m.o.Namespace,
+				Labels:    map[string]string{InstanceLabel: m.o.Instance, ShardLabel: shardValue},
+			},
+			Spec: coordinationv1.LeaseSpec{
+				HolderIdentity:       &m.o.Identity,
+				LeaseDurationSeconds: &dur,
+				AcquireTime:          &now,
+				RenewTime:            &now,
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("creating lease %s/%s: %w", m.o.Namespace, m.o.Identity, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading lease %s/%s: %w", m.o.Namespace, m.o.Identity, err)
+	}
+	if l.Labels[InstanceLabel] != m.o.Instance || l.Labels[ShardLabel] != shardValue {
+		return fmt.Errorf("lease %s/%s exists without the labels %s=%s, %s=%s: it is not a shard member's Lease of this instance (another --shard.identity?)",
+			m.o.Namespace, m.o.Identity, InstanceLabel, m.o.Instance, ShardLabel, shardValue)
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != m.o.Identity {
+		l.Spec.HolderIdentity, l.Spec.AcquireTime = &m.o.Identity, &now
+	}
+	l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &dur, &now
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("renewing lease %s/%s: %w", m.o.Namespace, m.o.Identity, err)
+	}
+	return nil
+}
+
+// list reads the live members, sorted, this replica among them.
+func (m *Membership) list(ctx context.Context) ([]string, error) {
+	sel := labels.SelectorFromSet(labels.Set{InstanceLabel: m.o.Instance, ShardLabel: shardValue}).String()
+	ls, err := m.client.Leases(m.o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel, Limit: maxMembers})
+	if err != nil {
+		return nil, fmt.Errorf("listing the leases of instance %s in %s: %w", m.o.Instance, m.o.Namespace, err)
+	}
+	now := time.Now()
+	members := []string{m.o.Identity}
+	for _, l := range ls.Items {
+		if l.Name != m.o.Identity && Live(&l, now) {
+			members = append(members, l.Name)
+		}
+	}
+	slices.Sort(members)
+	return members, nil
+}
+
+// Live reports whether l is held and renewed within its duration at now.
+func Live(l *coordinationv1.Lease, now time.Time) bool {
+	s := l.Spec
+	if s.HolderIdentity == nil || *s.HolderIdentity == "" || s.RenewTime == nil || s.LeaseDurationSeconds == nil {
+		return false
+	}
+	return s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second).After(now)
+}
+
+// release deletes this replica's Lease (only the one it holds: preconditioned on its UID).
+func (m *Membership) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), m.o.RenewDeadline)
+	defer cancel()
+	leases := m.client.Leases(m.o.Namespace)
+	l, err := leases.Get(ctx, m.o.Identity, metav1.GetOptions{})
+	if err == nil {
+		err = leases.Delete(ctx, m.o.Identity, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &l.UID}})
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		m.logger.Warn("cannot release the shard lease; the others take over when it expires", "lease", m.o.Namespace+"/"+m.o.Identity, "err", err)
+		return
+	}
+	m.logger.Info("shard lease released", "lease", m.o.Namespace+"/"+m.o.Identity)
+}
