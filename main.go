@@ -37,6 +37,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/exporter"
+	"github.com/provider-health-exporter/provider-health-exporter/membership"
 	// The provider types of this build.
 	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
 )
@@ -80,6 +81,7 @@ type options struct {
 	paths                    webPaths
 	log                      *promslog.Config
 	crd                      crdOptions
+	shard                    shardOptions
 
 	// enableLifecycle turns on POST /-/reload (--web.enable-lifecycle).
 	enableLifecycle bool
@@ -100,6 +102,17 @@ type crdOptions struct {
 	leaderElect       bool
 	leaseNamespace    string
 	leaseName         string
+}
+
+// shardOptions are the --shard.* flags: sharing the targets between replicas.
+type shardOptions struct {
+	enabled        bool
+	identity       string
+	leaseNamespace string
+	kubeconfig     string
+	leaseDuration  time.Duration
+	renewDeadline  time.Duration
+	retryPeriod    time.Duration
 }
 
 // parseFlags parses args. When done is true the process must exit with code at once: the
@@ -133,6 +146,13 @@ func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code in
 	app.Flag("crd.leader-elect", "Write only while holding a coordination.k8s.io Lease, so that one of several replicas writes.").BoolVar(&opts.crd.leaderElect)
 	app.Flag("crd.lease-namespace", "Namespace of the Lease; empty: the pod's namespace in a cluster, else default.").StringVar(&opts.crd.leaseNamespace)
 	app.Flag("crd.lease-name", "Name of the Lease; empty: the instance (--crd.instance).").StringVar(&opts.crd.leaseName)
+	app.Flag("shard.enabled", "Share the targets between the replicas of this instance (--crd.instance): each replica holds a coordination.k8s.io Lease, and checks and reports only the targets it owns among the replicas whose Leases are live.").BoolVar(&opts.shard.enabled)
+	app.Flag("shard.identity", "This replica's name among the shard's members, and the name of its Lease; empty: $POD_NAME, else the host name.").StringVar(&opts.shard.identity)
+	app.Flag("shard.lease-namespace", "Namespace of the shard's Leases; empty: the pod's namespace in a cluster, else default.").StringVar(&opts.shard.leaseNamespace)
+	app.Flag("shard.kubeconfig", "Kubeconfig of the cluster that holds the shard's Leases; empty: in-cluster config.").StringVar(&opts.shard.kubeconfig)
+	app.Flag("shard.lease-duration", "How long a replica's Lease lives without renewal: a replica killed without releasing it leaves the shard after this.").Default(model.Duration(membership.DefaultLeaseDuration).String()).SetValue(durationValue{"shard.lease-duration", &opts.shard.leaseDuration})
+	app.Flag("shard.renew-deadline", "Bound of each request renewing the Lease or reading the members.").Default(model.Duration(membership.DefaultRenewDeadline).String()).SetValue(durationValue{"shard.renew-deadline", &opts.shard.renewDeadline})
+	app.Flag("shard.retry-period", "Time between two renewals of the Lease (and reads of the members).").Default(model.Duration(membership.DefaultRetryPeriod).String()).SetValue(durationValue{"shard.retry-period", &opts.shard.retryPeriod})
 	opts.web = kingpinflag.AddFlags(app, defaultListenAddress)
 	app.Flag("web.external-url", "The URL under which the exporter is reached from outside, e.g. behind a reverse proxy that routes by path: the links of its pages start with its path, and when it has one every endpoint is served under it (as Prometheus does). Empty: served and linked at the root.").StringVar(&opts.externalURL)
 	app.Flag("web.route-prefix", "Prefix of the endpoints' paths (a proxy that strips the external path: /). Default: the path of --web.external-url.").StringVar(&opts.routePrefix)
@@ -222,6 +242,92 @@ func checkCRD(o crdOptions) error {
 	return nil
 }
 
+// checkShard validates the --shard.* flags.
+func checkShard(o shardOptions, crdEnabled bool) error {
+	if !o.enabled {
+		return nil
+	}
+	var errs []error
+	if crdEnabled {
+		// The writer mirrors its own replica's snapshot: sharded, that is only the targets
+		// this replica owns (docs/architecture.md#sharding says how the objects will stay whole).
+		errs = append(errs, errors.New("--shard.enabled: not available with --crd.enabled yet (a replica's ProviderHealth objects would show only the targets it owns)"))
+	}
+	if o.identity != "" {
+		if len(validation.IsDNS1123Subdomain(o.identity)) > 0 {
+			errs = append(errs, fmt.Errorf("--shard.identity=%q: must name a Lease: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters", o.identity))
+		}
+	}
+	if o.leaseDuration < time.Second {
+		errs = append(errs, fmt.Errorf("--shard.lease-duration=%s: must be at least 1s", o.leaseDuration))
+	}
+	if o.retryPeriod <= 0 || o.retryPeriod >= o.leaseDuration {
+		errs = append(errs, fmt.Errorf("--shard.retry-period=%s: must be above 0 and below --shard.lease-duration (%s)", o.retryPeriod, o.leaseDuration))
+	}
+	if o.renewDeadline <= 0 || o.renewDeadline > o.leaseDuration {
+		errs = append(errs, fmt.Errorf("--shard.renew-deadline=%s: must be above 0 and at most --shard.lease-duration (%s)", o.renewDeadline, o.leaseDuration))
+	}
+	return errors.Join(errs...)
+}
+
+// shardIdentity is --shard.identity, or the pod's name ($POD_NAME), or the host name.
+func shardIdentity(o shardOptions) string {
+	if o.identity != "" {
+		return o.identity
+	}
+	if pod := os.Getenv("POD_NAME"); pod != "" {
+		return pod
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return programName
+	}
+	return strings.ToLower(host)
+}
+
+// startSharding makes e check only the targets this replica owns and starts following the
+// shard's members (--shard.enabled). The returned function releases the replica's Lease and
+// returns once it has: call it first at shutdown, so that the others take over at once.
+func startSharding(o shardOptions, instance string, e *exporter.Exporter, logger *slog.Logger) (release func(), err error) {
+	if !o.enabled {
+		return func() {}, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--shard.kubeconfig=%q: %w", o.kubeconfig, err)
+	}
+	cfg.UserAgent = programName
+	identity := shardIdentity(o)
+	logger = logger.With("component", "shard", "identity", identity, "instance", instance)
+	m, err := membership.New(membership.Options{
+		Config:        cfg,
+		Namespace:     cmp.Or(o.leaseNamespace, membership.PodNamespace()),
+		Identity:      identity,
+		Instance:      instance,
+		LeaseDuration: o.leaseDuration,
+		RenewDeadline: o.renewDeadline,
+		RetryPeriod:   o.retryPeriod,
+		Logger:        logger,
+		OnChange:      e.SetMembers,
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.Registry().MustRegister(m.Collectors()...)
+	e.EnableSharding(identity, m.Members())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.Run(ctx)
+	}()
+	logger.Info("sharding on: checking the targets this replica owns")
+	return func() {
+		cancel()
+		<-done
+	}, nil
+}
+
 // startCRDWriter starts mirroring the runner's snapshots into ProviderHealth objects, or, with
 // checks off, deletes ours (RunChecksOff). The returned channel is closed when it has stopped (ctx done).
 func startCRDWriter(ctx context.Context, o crdOptions, e *exporter.Exporter, interval time.Duration, logger *slog.Logger) (<-chan struct{}, error) {
@@ -287,7 +393,7 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 	// The flags are checked before the providers file is read: a wrong flag is reported as
 	// such, not hidden behind a file problem.
 	timeout, err := checkTiming(opts.interval, opts.timeout)
-	err = errors.Join(err, checkCRD(opts.crd), checkProbeMinInterval(opts.probeMinInterval))
+	err = errors.Join(err, checkCRD(opts.crd), checkProbeMinInterval(opts.probeMinInterval), checkShard(opts.shard, opts.crd.enabled))
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			logger.Error("invalid flag", "err", line)
@@ -314,6 +420,14 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 		logger.Info("checks off (--provider-check-interval=0): serving provider_info only", "providers", e.ProviderCount())
 	}
 
+	// Sharding is set up before the first round, so that it checks only what this replica
+	// owns (alone until the members are read: everything).
+	releaseShard, err := startSharding(opts.shard, opts.crd.instance, e, logger)
+	if err != nil {
+		logger.Error("cannot start sharding", "err", err)
+		e.Close()
+		return 1
+	}
 	ctx, stopRunner := context.WithCancel(context.Background())
 	runnerDone := make(chan struct{})
 	if e.ChecksOn() {
@@ -327,6 +441,7 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 	writerDone, err := startCRDWriter(ctx, opts.crd, e, opts.interval, logger)
 	if err != nil {
 		logger.Error("cannot start the ProviderHealth writer", "err", err)
+		releaseShard()
 		stopRunner()
 		<-runnerDone
 		e.Close()
@@ -362,6 +477,9 @@ loop:
 		}
 	}
 
+	// Leave the shard first (release the Lease), so that the other replicas take over this
+	// one's targets at their next read of the members rather than at the Lease's expiry.
+	releaseShard()
 	// Stop the checks first and let the runner return, so that no round starts a check on a
 	// closed checker. (A check abandoned at a deadline may still be on its way back; a
 	// checker's Close must tolerate that.)
@@ -416,6 +534,9 @@ func configCheck(opts *options, stdout, stderr io.Writer) int {
 	}
 	if err := checkProbeMinInterval(opts.probeMinInterval); err != nil {
 		problems = append(problems, err.Error())
+	}
+	if err := checkShard(opts.shard, opts.crd.enabled); err != nil {
+		problems = append(problems, strings.Split(err.Error(), "\n")...)
 	}
 	if path := *opts.web.WebConfigFile; path != "" {
 		if err := web.Validate(path); err != nil {

@@ -430,6 +430,47 @@ func TestCheckCRD(t *testing.T) {
 	}
 }
 
+func TestCheckShard(t *testing.T) {
+	ok := shardOptions{enabled: true, leaseDuration: 15 * time.Second, renewDeadline: 10 * time.Second, retryPeriod: 2 * time.Second}
+	with := func(f func(o *shardOptions)) shardOptions {
+		o := ok
+		f(&o)
+		return o
+	}
+	for _, tc := range []struct {
+		name string
+		o    shardOptions
+		crd  bool
+		want string // "" = valid
+	}{
+		{"off", shardOptions{}, true, ""},
+		{"defaults", ok, false, ""},
+		{"identity", with(func(o *shardOptions) { o.identity = "phe-0.example" }), false, ""},
+		{"identity not a name", with(func(o *shardOptions) { o.identity = "PHE_0" }), false, `--shard.identity="PHE_0": must name a Lease: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters`},
+		{"retry period as long as the lease", with(func(o *shardOptions) { o.retryPeriod = 15 * time.Second }), false, "--shard.retry-period=15s: must be above 0 and below --shard.lease-duration (15s)"},
+		{"renew deadline past the lease", with(func(o *shardOptions) { o.renewDeadline = 20 * time.Second }), false, "--shard.renew-deadline=20s: must be above 0 and at most --shard.lease-duration (15s)"},
+		{"lease too short", with(func(o *shardOptions) { o.leaseDuration, o.retryPeriod, o.renewDeadline = 500*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond }), false, "--shard.lease-duration=500ms: must be at least 1s"},
+		{"with the writer", ok, true, "--shard.enabled: not available with --crd.enabled yet (a replica's ProviderHealth objects would show only the targets it owns)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ""
+			if err := checkShard(tc.o, tc.crd); err != nil {
+				got = err.Error()
+			}
+			if got != tc.want {
+				t.Errorf("checkShard = %q, want %q", got, tc.want)
+			}
+		})
+	}
+
+	// Through the command line: --config.check reports it.
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"--config.file=" + fakechecks.WriteProviders(t, ""), "--config.check", "--shard.enabled", "--shard.retry-period=1m"}, &stdout, &stderr, nil)
+	if code != 1 || !strings.Contains(stderr.String(), "--shard.retry-period=1m0s: must be above 0 and below --shard.lease-duration (15s)") {
+		t.Errorf("--config.check --shard.retry-period=1m: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
 // TestConfigCheckWarnsAboutUnreadableFiles: --config.check names every referenced file it cannot
 // read as a warning (a verdict at run time, not a problem of the file), and still says ok.
 func TestConfigCheckWarnsAboutUnreadableFiles(t *testing.T) {

@@ -66,6 +66,9 @@ type Exporter struct {
 	// inventory reads the providers' host files (hostFiles).
 	inventory *inventory
 
+	// shard is the replica's ownership when sharded (EnableSharding); nil: it owns every target.
+	shard *sharding
+
 	// mu serializes reloads (SIGHUP and POST /-/reload may race), the host files' refreshes
 	// and the final close.
 	mu      sync.Mutex

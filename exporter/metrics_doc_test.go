@@ -27,6 +27,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
+	"github.com/provider-health-exporter/provider-health-exporter/membership"
 )
 
 // docRow is one metric row of docs/metrics.md.
@@ -107,6 +108,13 @@ func TestMetricsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Sharded (--shard.enabled), alone: every metric of sharding is served, and every target.
+	e.EnableSharding("self", []string{"self"})
+	m, err := membership.New(membership.Options{Config: &rest.Config{Host: "https://127.0.0.1:1"}, Namespace: "default", Identity: "self", Instance: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Registry().MustRegister(m.Collectors()...)
 	ctx, cancel := context.WithCancel(context.Background())
 	runnerDone := make(chan struct{})
 	go func() {

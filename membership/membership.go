@@ -14,8 +14,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -261,6 +264,22 @@ func (m *Membership) list(ctx context.Context) ([]string, error) {
 	}
 	slices.Sort(members)
 	return members, nil
+}
+
+// PodNamespace is the namespace of the pod this runs in (its service account's), else
+// "default".
+func PodNamespace() string {
+	f, err := os.Open("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil {
+		return metav1.NamespaceDefault
+	}
+	defer f.Close()
+	// A namespace name is at most 63 bytes.
+	b, err := io.ReadAll(io.LimitReader(f, 64))
+	if ns := strings.TrimSpace(string(b)); err == nil && ns != "" {
+		return ns
+	}
+	return metav1.NamespaceDefault
 }
 
 // Live reports whether l is held and renewed within its duration at now.
