@@ -18,7 +18,7 @@ PROMU    := "$$($(GOTOOL) -n promu)"
 BINARY   := provider_health_exporter
 PKGS     := ./...
 
-.PHONY: all build generate test test-unit test-mixin test-deps test-env kube-binaries vcsim-binary prom-binaries mixin bench fuzz lint vet fmt-check staticcheck fmt clean demo soak
+.PHONY: all build generate test test-unit test-mixin test-deps test-env kube-binaries vcsim-binary prom-binaries mixin bench fuzz fuzz-short lint vet fmt-check staticcheck fmt clean demo soak
 .PHONY: docker docker-binary deploy-rules helm-binary crossbuild tarballs image
 
 ## all (the default goal): lint, the unit tests and the build; it installs nothing and needs no root.
@@ -92,6 +92,18 @@ image: crossbuild
 ## -count=1: Go's test cache cannot see the systems the tests start, so results are never reused.
 test: test-deps test-env test-mixin
 	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+	$(MAKE) fuzz-short
+
+## fuzz-short: a short fuzz run (FUZZTIME each) of every fuzz target of FUZZ_TARGETS
+## (package:FuzzName; a new fuzz target is added here), each seeded with its corpus in the
+## package's testdata/fuzz/. make test runs it.
+FUZZ_TARGETS = ./config:FuzzParse ./config:FuzzParseTargetFile
+FUZZTIME ?= 10s
+fuzz-short:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz: $$t for $(FUZZTIME)" >&2; \
+		$(GO) test -run '^$$' -fuzz "^$${t##*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
+	done
 
 ## test-env: build every binary the integration tests run (kube-binaries, prom-binaries,
 ## helm-binary, vcsim-binary; once: later runs find them in a fraction of a second). A plain

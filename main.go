@@ -18,12 +18,14 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/alecthomas/units"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/promslog"
 	promslogflag "github.com/prometheus/common/promslog/flag"
@@ -37,6 +39,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/exporter"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 	"github.com/provider-health-exporter/provider-health-exporter/membership"
 	// The provider types of this build.
 	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
@@ -54,8 +57,16 @@ const (
 	minInterval = 10 * time.Second
 	// maxDerivedTimeout caps the timeout derived when --provider-check-timeout is 0.
 	maxDerivedTimeout = exporter.MaxDerivedTimeout
-	// shutdownTimeout bounds how long in-flight HTTP requests may delay the exit.
+	// shutdownTimeout bounds the whole exit after SIGTERM or SIGINT: the runner and the
+	// ProviderHealth writer stopping, the checkers closing and in-flight HTTP requests
+	// finishing. Whatever is still running then (a read of a file that does not return) is
+	// left behind.
 	shutdownTimeout = 10 * time.Second
+
+	// The size flags' bounds: below minFileSize no providers file fits, above maxFileSize a
+	// file would be parsed in memory at many times its size.
+	minFileSize = 1 << 10
+	maxFileSize = 1 << 30
 )
 
 func main() {
@@ -90,6 +101,9 @@ type options struct {
 	probeMinInterval time.Duration
 	// autoReload reloads the providers file before a round when it changed (--config.auto-reload).
 	autoReload bool
+	// limits bound the reads of the providers file and of the host files
+	// (--config.max-size, --config.host-file-max-size).
+	limits config.Limits
 }
 
 // crdOptions are the --crd.* flags: mirroring the verdicts into ProviderHealth objects.
@@ -135,6 +149,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code in
 
 	app.Flag("config.file", "Path of the providers file.").Default("providers.yml").StringVar(&opts.configFile)
 	app.Flag("config.auto-reload", "Before each round, reload the providers file when it changed on disk (as SIGHUP does; a bad file keeps the running providers and is tried again once it changes).").BoolVar(&opts.autoReload)
+	app.Flag(config.FlagMaxSize, "Largest providers file read (a larger one is refused, as are a named pipe, socket or device); units B, KiB, MiB, GiB.").Default(fileread.FormatSize(config.DefaultLimits.MaxSize)).SetValue(sizeValue{config.FlagMaxSize, &opts.limits.MaxSize})
+	app.Flag(config.FlagTargetFileMaxSize, "Largest host file (a kvm provider's hostFiles) read; a larger one is refused and the provider keeps the hosts of its last good read; units B, KiB, MiB, GiB.").Default(fileread.FormatSize(config.DefaultLimits.TargetFileMaxSize)).SetValue(sizeValue{config.FlagTargetFileMaxSize, &opts.limits.TargetFileMaxSize})
 	app.Flag("config.check", "Validate the flags and the providers file, print what is wrong or \"ok\", and exit (1 or 0).").BoolVar(&opts.configCheck)
 	app.Flag("provider-check-interval", "How often every provider is checked. 0 turns checks off; otherwise at least 10s.").Default("1m").SetValue(durationValue{"provider-check-interval", &opts.interval})
 	app.Flag("provider-check-timeout", "Deadline of one round of checks. 0 derives min(15s, interval); otherwise at most the interval.").Default("0").SetValue(durationValue{"provider-check-timeout", &opts.timeout})
@@ -199,6 +215,43 @@ func checkProbeMinInterval(d time.Duration) error {
 		return fmt.Errorf("--web.probe-min-interval=%s: must not be negative (0 keeps no answer for later probes)", d)
 	}
 	return nil
+}
+
+// sizeValue is a size flag (bytes, or with a unit: 512KiB, 16MiB; KB and MB mean the same),
+// whose parse error names the flag.
+type sizeValue struct {
+	flag string
+	n    *int64
+}
+
+func (v sizeValue) Set(s string) error {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		*v.n = n
+		return nil
+	}
+	n, err := units.ParseBase2Bytes(s)
+	if err != nil {
+		return fmt.Errorf("--%s=%s: not a size (examples: 1048576, 512KiB, 16MiB)", v.flag, s)
+	}
+	*v.n = int64(n)
+	return nil
+}
+
+func (v sizeValue) String() string { return fileread.FormatSize(*v.n) }
+
+// checkLimits validates the size flags.
+func checkLimits(l config.Limits) error {
+	var errs []error
+	for _, f := range []struct {
+		flag string
+		n    int64
+	}{{config.FlagMaxSize, l.MaxSize}, {config.FlagTargetFileMaxSize, l.TargetFileMaxSize}} {
+		if f.n < minFileSize || f.n > maxFileSize {
+			errs = append(errs, fmt.Errorf("--%s=%s: must be from %s to %s", f.flag, fileread.FormatSize(f.n),
+				fileread.FormatSize(minFileSize), fileread.FormatSize(maxFileSize)))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // checkTiming validates the two check flags and returns the round timeout to use (0 when checks
@@ -393,7 +446,7 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 	// The flags are checked before the providers file is read: a wrong flag is reported as
 	// such, not hidden behind a file problem.
 	timeout, err := checkTiming(opts.interval, opts.timeout)
-	err = errors.Join(err, checkCRD(opts.crd), checkProbeMinInterval(opts.probeMinInterval), checkShard(opts.shard, opts.crd.enabled))
+	err = errors.Join(err, checkCRD(opts.crd), checkProbeMinInterval(opts.probeMinInterval), checkShard(opts.shard, opts.crd.enabled), checkLimits(opts.limits))
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			logger.Error("invalid flag", "err", line)
@@ -405,10 +458,33 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 	// klog's logger is process-wide and read without a lock: set it once, before any client.
 	klogOnce.Do(func() { klog.SetSlogLogger(logger.With("component", "client-go")) })
 
-	e, err := exporter.New(opts.configFile, opts.interval, timeout, logger)
-	if err != nil {
-		logger.Error("cannot load the providers file", "file", opts.configFile, "err", err)
-		return 1
+	// The first load reads files (bounded each, but a glob may name many): a signal to stop
+	// is obeyed meanwhile.
+	type loaded struct {
+		e   *exporter.Exporter
+		err error
+	}
+	loadDone := make(chan loaded, 1)
+	go func() {
+		e, err := exporter.New(opts.configFile, opts.interval, timeout, logger, exporter.WithFileLimits(opts.limits))
+		loadDone <- loaded{e, err}
+	}()
+	var e *exporter.Exporter
+	for e == nil {
+		select {
+		case l := <-loadDone:
+			if l.err != nil {
+				logger.Error("cannot load the providers file", "file", opts.configFile, "err", l.err)
+				return 1
+			}
+			e = l.e
+		case sig := <-signals:
+			if sig != syscall.SIGHUP {
+				logger.Info("shutting down before the providers file was loaded", "signal", sig.String())
+				return 0
+			}
+			// The load under way reads the file as it is now.
+		}
 	}
 	e.Lifecycle = opts.enableLifecycle
 	e.ProbeMinInterval = opts.probeMinInterval
@@ -456,6 +532,20 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- web.ListenAndServe(server, opts.web, logger) }()
 
+	// SIGHUP reloads run on their own goroutine, so that a signal to stop is obeyed while one
+	// reads files; signals that arrive during a reload coalesce into one more.
+	reloads := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-reloads:
+				_ = e.Reload() // Reload logs the outcome and sets the reload metrics.
+			}
+		}
+	}()
+
 	code = 0
 	serving := true
 loop:
@@ -464,7 +554,10 @@ loop:
 		case sig := <-signals:
 			if sig == syscall.SIGHUP {
 				logger.Info("reloading the providers file", "signal", sig.String())
-				_ = e.Reload() // Reload logs the outcome and sets the reload metrics.
+				select {
+				case reloads <- struct{}{}:
+				default: // one is already queued; it reads the file as it is then
+				}
 				continue
 			}
 			logger.Info("shutting down", "signal", sig.String())
@@ -482,14 +575,25 @@ loop:
 	releaseShard()
 	// Stop the checks first and let the runner return, so that no round starts a check on a
 	// closed checker. (A check abandoned at a deadline may still be on its way back; a
-	// checker's Close must tolerate that.)
+	// checker's Close must tolerate that.) The whole exit takes at most shutdownTimeout.
+	e.Stopping()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
 	stopRunner()
-	<-runnerDone
-	<-writerDone
-	e.Close()
+	stopped := make(chan struct{})
+	go func() {
+		<-runnerDone
+		<-writerDone
+		e.Close()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-shutdownCtx.Done():
+		logger.Error("the checks did not stop in time; exiting without them", "timeout", shutdownTimeout)
+		code = 1
+	}
 	if serving {
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-		defer cancel()
 		if err := server.Shutdown(shutdownCtx); err != nil {
 			logger.Error("http server shutdown", "err", err)
 			code = 1
@@ -504,18 +608,15 @@ loop:
 }
 
 // unreadableFiles lists the files the providers reference (kubeconfigs, keys, known_hosts) that
-// cannot be read here. They are warnings, not problems: a missing file is a verdict at run time
+// cannot be read here (missing, not a regular file, too large, not readable). They are warnings, not problems: a missing file is a verdict at run time
 // (ConfigError, CredentialsError, KeyMaterialError), and a file check run away from the
 // deployment (in CI, on a laptop) does not see the files mounted into it.
 func unreadableFiles(cfg *config.Config) []string {
 	var ws []string
 	for _, pf := range cfg.Files() {
-		f, err := os.Open(pf.Path)
-		if err != nil {
+		if _, err := fileread.Read(pf.Path, fileread.KnownHostsLimit); err != nil {
 			ws = append(ws, fmt.Sprintf("provider %s: %s: %v (its checks will fail until the file is readable)", pf.Provider, pf.Field, err))
-			continue
 		}
-		f.Close()
 	}
 	return ws
 }
@@ -538,16 +639,21 @@ func configCheck(opts *options, stdout, stderr io.Writer) int {
 	if err := checkShard(opts.shard, opts.crd.enabled); err != nil {
 		problems = append(problems, strings.Split(err.Error(), "\n")...)
 	}
+	limitsErr := checkLimits(opts.limits)
+	if limitsErr != nil {
+		problems = append(problems, strings.Split(limitsErr.Error(), "\n")...)
+		opts.limits = config.DefaultLimits
+	}
 	if path := *opts.web.WebConfigFile; path != "" {
 		if err := web.Validate(path); err != nil {
 			problems = append(problems, fmt.Sprintf("--web.config.file=%s: %v", path, err))
 		}
 	}
-	cfg, err := config.LoadFor(opts.configFile, timeout)
+	cfg, err := config.LoadWith(opts.configFile, timeout, opts.limits.MaxSize)
 	if err != nil {
 		problems = append(problems, strings.Split(err.Error(), "\n")...)
 	} else {
-		hostProblems, hostWarnings, expanded := exporter.CheckHostFiles(cfg)
+		hostProblems, hostWarnings, expanded := exporter.CheckHostFiles(cfg, opts.limits.TargetFileMaxSize)
 		problems = append(problems, hostProblems...)
 		if err := exporter.ValidateCheckers(expanded); err != nil {
 			problems = append(problems, strings.Split(err.Error(), "\n")...)

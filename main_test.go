@@ -514,9 +514,9 @@ func TestConfigCheckWarnsAboutUnreadableFiles(t *testing.T) {
 	if code := run([]string{"--config.check", "--config.file=" + path}, &stdout, &stderr, nil); code != 0 {
 		t.Fatalf("exit code %d, want 0; stderr %q", code, stderr.String())
 	}
-	want := "warning: provider cluster: kubeconfig: open " + missing + ": no such file or directory (its checks will fail until the file is readable)\n" +
-		"warning: provider lab: privateKeyFile: open " + missing + ": no such file or directory (its checks will fail until the file is readable)\n" +
-		"warning: provider vcenter: passwordFile: open " + missing + ": no such file or directory (its checks will fail until the file is readable)\n" +
+	want := "warning: provider cluster: kubeconfig: stat " + missing + ": no such file or directory (its checks will fail until the file is readable)\n" +
+		"warning: provider lab: privateKeyFile: stat " + missing + ": no such file or directory (its checks will fail until the file is readable)\n" +
+		"warning: provider vcenter: passwordFile: stat " + missing + ": no such file or directory (its checks will fail until the file is readable)\n" +
 		"ok\n"
 	if got := stdout.String(); got != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", got, want)
@@ -535,7 +535,7 @@ func TestConfigCheckReadsHostFiles(t *testing.T) {
 	if code := run([]string{"--config.check", "--config.file=" + path}, &stdout, &stderr, nil); code != 0 {
 		t.Fatalf("exit code %d, want 0; stderr %q", code, stderr.String())
 	}
-	want := "warning: provider kvm-inv: privateKeyFile: open /nonexistent/key: no such file or directory (its checks will fail until the file is readable)\n" +
+	want := "warning: provider kvm-inv: privateKeyFile: stat /nonexistent/key: no such file or directory (its checks will fail until the file is readable)\n" +
 		"warning: provider kvm-inv: hostFiles: " + good + `:1: host "127.0.0.1:1" is already listed in hosts; left out` + "\n" +
 		"warning: provider kvm-inv: hostFiles: " + filepath.Join(dir, "inventory", "*.json") + " matches no file (its hosts are checked once it exists)\n" +
 		"ok\n"

@@ -6,15 +6,17 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 )
 
 // The keys the file's own mappings allow: the yaml names of the fields of the type each decodes
@@ -22,6 +24,25 @@ import (
 var (
 	rootFields     = YAMLKeys[Config]()
 	providerFields = YAMLKeys[Provider]()
+)
+
+// Limits are the size ceilings of the files the loader reads.
+type Limits struct {
+	// MaxSize bounds the providers file (--config.max-size).
+	MaxSize int64
+	// TargetFileMaxSize bounds each target file (a kvm provider's hostFiles,
+	// --config.host-file-max-size).
+	TargetFileMaxSize int64
+}
+
+// DefaultLimits are the flags' defaults: the providers file holds no host lists, so 1 MiB is
+// ample; a host file may list thousands of hosts.
+var DefaultLimits = Limits{MaxSize: 1 << 20, TargetFileMaxSize: 16 << 20}
+
+// The flags that set Limits, named in the errors of a file larger than its limit.
+const (
+	FlagMaxSize           = "config.max-size"
+	FlagTargetFileMaxSize = "config.host-file-max-size"
 )
 
 // Load reads and validates the providers file at path. A file that does not validate returns
@@ -32,11 +53,26 @@ func Load(path string) (*Config, error) { return LoadFor(path, 0) }
 // whose bounds add up to more than it is an error too (Fields.RoundTimeout). 0 skips that
 // check (checks off).
 func LoadFor(path string, roundTimeout time.Duration) (*Config, error) {
-	data, err := os.ReadFile(path)
+	return LoadWith(path, roundTimeout, DefaultLimits.MaxSize)
+}
+
+// LoadWith is LoadFor reading at most maxSize bytes: a larger file, or one that is not a
+// regular file (a named pipe, a device), is refused before it is parsed (fileread).
+func LoadWith(path string, roundTimeout time.Duration, maxSize int64) (*Config, error) {
+	data, err := fileread.Read(path, maxSize)
 	if err != nil {
-		return nil, fmt.Errorf("reading providers file: %w", err)
+		return nil, fmt.Errorf("reading providers file: %w", withFlag(err, FlagMaxSize))
 	}
 	return ParseFor(path, data, roundTimeout)
+}
+
+// withFlag names the flag that raises the limit in the error of a file too large.
+func withFlag(err error, flag string) error {
+	var tl *fileread.TooLargeError
+	if errors.As(err, &tl) {
+		return fmt.Errorf("%w (--%s)", err, flag)
+	}
+	return err
 }
 
 // Parse validates data as the providers file named filename (used in error messages; relative
@@ -53,9 +89,8 @@ func ParseFor(filename string, data []byte, roundTimeout time.Duration) (*Config
 	}
 	d := &decoder{file: filename, baseDir: base, roundTimeout: roundTimeout}
 	cfg := d.parse(data)
-	if len(d.errs) > 0 {
-		sortErrors(d.errs)
-		return nil, d.errs
+	if err := d.result(); err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }
@@ -115,10 +150,10 @@ func (d *decoder) config(root *yaml.Node) *Config {
 
 // thresholds reads a provider's failureThreshold and successThreshold (default 1 each).
 func (d *decoder) thresholds(m *mapping) (failure, success int, ok bool) {
-	errs := len(d.errs)
+	errs := d.problems
 	failure = d.intIn(m, "failureThreshold", DefaultFailureThreshold, 1, math.MaxInt32)
 	success = d.intIn(m, "successThreshold", DefaultSuccessThreshold, 1, math.MaxInt32)
-	return failure, success, len(d.errs) == errs
+	return failure, success, d.problems == errs
 }
 
 // nameUse remembers where a provider name was first used.
@@ -181,9 +216,9 @@ func (d *decoder) provider(n *yaml.Node, path string, i int, names map[string]na
 	if !blockOK {
 		return p, false
 	}
-	errs := len(d.errs)
+	errs := d.problems
 	p.Block = bt.Decode(&Fields{d: d, m: bm})
-	return p, ok && len(d.errs) == errs && p.Block != nil
+	return p, ok && d.problems == errs && p.Block != nil
 }
 
 // dnsLabel checks a DNS-1123 label; the result is empty when s is one.

@@ -30,8 +30,10 @@ var errBudget = errors.New("the file expands to too many nodes through anchors a
 type decoder struct {
 	file    string
 	baseDir string
-	errs    Errors
-	budget  int
+	// errs are the first MaxProblems problems found; problems counts them all.
+	errs     Errors
+	problems int
+	budget   int
 	// roundTimeout is the deadline of one round of checks (0: not checked), which every kvm
 	// provider's HostBound must fit.
 	roundTimeout time.Duration
@@ -53,12 +55,42 @@ type mapping struct {
 }
 
 func (d *decoder) add(n *yaml.Node, field, format string, args ...any) {
+	if d.full() {
+		return
+	}
 	var line, col int
 	if n != nil {
 		line, col = n.Line, n.Column
 	}
-	d.errs = append(d.errs, FieldError{File: d.file, Line: line, Column: col, Field: field,
-		Msg: fmt.Sprintf(format, args...)})
+	d.record(FieldError{File: d.file, Line: line, Column: col, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// full counts one more problem and reports whether it is past the ceiling (MaxProblems): such
+// a problem is counted, never formatted or kept, so that a file of a million problems costs
+// no more memory than one of MaxProblems.
+func (d *decoder) full() bool {
+	d.problems++
+	return len(d.errs) >= MaxProblems
+}
+
+// record keeps a problem counted by full, its message cut at MaxMessageLen.
+func (d *decoder) record(e FieldError) {
+	e.Msg = clip(e.Msg, MaxMessageLen)
+	e.Field = clip(e.Field, MaxMessageLen/4)
+	d.errs = append(d.errs, e)
+}
+
+// result is the file's problems, sorted by position, the count of those left out last; nil
+// when there are none.
+func (d *decoder) result() error {
+	if d.problems == 0 {
+		return nil
+	}
+	sortErrors(d.errs)
+	if more := d.problems - len(d.errs); more > 0 {
+		return append(d.errs, FieldError{File: d.file, Msg: fmt.Sprintf("and %d more problems (the first %d are shown)", more, len(d.errs))})
+	}
+	return d.errs
 }
 
 // resolve follows an alias to the node it names and charges the visit to the budget.
@@ -145,7 +177,10 @@ func problem(err error) string {
 // names the line before the enclosing block), so the line is found again: the shortest run of
 // leading lines that fails with the same problem ends on the line where the parser found it.
 func (d *decoder) syntax(data []byte, msg string) {
-	d.errs = append(d.errs, FieldError{File: d.file, Line: failingLine(data, msg), Msg: "invalid YAML: " + msg})
+	if d.full() {
+		return
+	}
+	d.record(FieldError{File: d.file, Line: failingLine(data, msg), Msg: "invalid YAML: " + msg})
 }
 
 // parseProblem parses every document of data and returns the first problem, "" when none.
@@ -209,8 +244,7 @@ func (d *decoder) document(data []byte) (root *yaml.Node) {
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			d.errs = append(d.errs, FieldError{File: d.file,
-				Msg: "the file is empty: expected a mapping with a providers key (providers: [] for none)"})
+			d.add(nil, "", "the file is empty: expected a mapping with a providers key (providers: [] for none)")
 		} else {
 			d.syntax(data, problem(err))
 		}

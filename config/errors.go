@@ -5,7 +5,30 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
+
+// The ceilings of a file's problems: a file reports at most MaxProblems of them (the first
+// found, which follow the file), followed by one line counting the rest, in every place it is shown
+// (--config.check, logs, the status page and its API, reload answers); one message is at most
+// MaxMessageLen bytes.
+const (
+	MaxProblems   = 20
+	MaxMessageLen = 2048
+)
+
+// clip cuts s to at most n bytes at a UTF-8 boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "..."
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
 
 // FieldError is one problem of the providers file, placed at its line and column.
 type FieldError struct {
@@ -39,7 +62,8 @@ func (e FieldError) Error() string {
 	return b.String()
 }
 
-// Errors is every problem of one file, all reported at once, sorted by line and column.
+// Errors is the problems of one file, all reported at once (up to MaxProblems, then a last
+// entry without a position saying how many more there are), sorted by line and column.
 type Errors []FieldError
 
 // Error returns one problem per line.

@@ -68,7 +68,7 @@ func (f *Fields) Errorf(at *yaml.Node, field, format string, args ...any) {
 
 // Problems is how many problems the whole file has so far: a decoder compares it before and
 // after a part to tell whether that part was valid.
-func (f *Fields) Problems() int { return len(f.d.errs) }
+func (f *Fields) Problems() int { return f.d.problems }
 
 // Check says what is wrong with a value a reader read, "" when it is valid: TargetNameProblem,
 // or a type's own rule. A reader runs its checks on a value that is not empty, in order, and

@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 )
 
 // Target files: lists of targets in Prometheus's file_sd format, which a type that reads its
@@ -56,11 +57,12 @@ func TargetFilePatternProblem(pattern string) string {
 }
 
 // ReadTargetFile reads the target file at path: ParseTargetFile of its content. A file that
-// cannot be read returns the read error.
-func ReadTargetFile(path string, targetProblem func(string) string) ([]TargetGroup, error) {
-	data, err := os.ReadFile(path)
+// cannot be read returns the read error: one that is not a regular file (a named pipe, a
+// socket, a device) or is larger than maxSize bytes is refused before it is parsed (fileread).
+func ReadTargetFile(path string, maxSize int64, targetProblem func(string) string) ([]TargetGroup, error) {
+	data, err := fileread.Read(path, maxSize)
 	if err != nil {
-		return nil, err
+		return nil, withFlag(err, FlagTargetFileMaxSize)
 	}
 	return ParseTargetFile(path, data, targetProblem)
 }
@@ -72,9 +74,8 @@ func ReadTargetFile(path string, targetProblem func(string) string) ([]TargetGro
 func ParseTargetFile(name string, data []byte, targetProblem func(string) string) ([]TargetGroup, error) {
 	d := &decoder{file: name}
 	groups := d.targetFile(data, targetProblem)
-	if len(d.errs) > 0 {
-		sortErrors(d.errs)
-		return nil, d.errs
+	if err := d.result(); err != nil {
+		return nil, err
 	}
 	return groups, nil
 }
@@ -193,10 +194,12 @@ func (d *decoder) validJSON(data []byte) bool {
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
 		line, col := position(data, se.Offset)
-		d.errs = append(d.errs, FieldError{File: d.file, Line: line, Column: col, Msg: "invalid JSON: " + se.Error()})
+		d.full()
+		d.record(FieldError{File: d.file, Line: line, Column: col, Msg: "invalid JSON: " + se.Error()})
 		return false
 	}
-	d.errs = append(d.errs, FieldError{File: d.file, Msg: "invalid JSON: " + err.Error()})
+	d.full()
+	d.record(FieldError{File: d.file, Msg: "invalid JSON: " + err.Error()})
 	return false
 }
 

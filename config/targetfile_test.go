@@ -101,13 +101,13 @@ func TestParseTargetFileErrors(t *testing.T) {
 
 func TestReadTargetFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "hosts.yml")
-	if _, err := config.ReadTargetFile(path, nil); !os.IsNotExist(err) {
+	if _, err := config.ReadTargetFile(path, 1<<20, nil); !os.IsNotExist(err) {
 		t.Errorf("missing file: %v, want a not-exist error", err)
 	}
 	if err := os.WriteFile(path, []byte("- targets: ['a:22']\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := config.ReadTargetFile(path, nil)
+	got, err := config.ReadTargetFile(path, 1<<20, nil)
 	if err != nil || len(got) != 1 || got[0].Targets[0] != "a:22" {
 		t.Errorf("got %v, %v", got, err)
 	}
@@ -149,8 +149,17 @@ func FuzzParseTargetFile(f *testing.F) {
 			if groups != nil {
 				t.Fatalf("groups beside an error: %v", groups)
 			}
-			if _, ok := err.(config.Errors); !ok {
+			es, ok := err.(config.Errors)
+			if !ok {
 				t.Fatalf("error of type %T, want config.Errors: %v", err, err)
+			}
+			if len(es) > config.MaxProblems+1 {
+				t.Fatalf("%d problems reported, want at most %d and the count of the rest", len(es), config.MaxProblems)
+			}
+			for _, e := range es {
+				if len(e.Msg) > config.MaxMessageLen {
+					t.Fatalf("a message of %d bytes, want at most %d", len(e.Msg), config.MaxMessageLen)
+				}
 			}
 			return
 		}

@@ -50,6 +50,9 @@ type checkerSet struct {
 	// retired are the previous checkers the new set does not use (their provider was removed
 	// or changed). Close them once the runner has switched to the new set.
 	retired []io.Closer
+	// built are the checkers built for the set (not kept from the previous one): closed
+	// again when the set is not installed.
+	built []io.Closer
 	// What the reload changed, for its log line.
 	added, changed, kept, removed int
 	// cfg is the providers file the set was loaded from, before its host files were read.
@@ -128,8 +131,12 @@ func buildCheckers(cfg *config.Config, old map[string]entry, logger *slog.Logger
 	}
 	if len(errs) > 0 {
 		closeAll(built, logger)
+		if len(errs) > config.MaxProblems {
+			errs = append(errs[:config.MaxProblems:config.MaxProblems], fmt.Errorf("and %d more providers whose checker cannot be built", len(errs)-config.MaxProblems))
+		}
 		return nil, errors.Join(errs...)
 	}
+	set.built = built
 	for name, prev := range old {
 		cur, ok := set.entries[name]
 		if ok && cur.checker == prev.checker {

@@ -9,6 +9,7 @@ package exporter
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,8 +70,19 @@ type Exporter struct {
 	// shard is the replica's ownership when sharded (EnableSharding); nil: it owns every target.
 	shard *sharding
 
-	// mu serializes reloads (SIGHUP and POST /-/reload may race), the host files' refreshes
-	// and the final close.
+	// limits bound the reads of the providers file and the host files (WithFileLimits).
+	limits config.Limits
+	// reloadSlot serializes reloads (SIGHUP and POST /-/reload may race) and the host files'
+	// refreshes: a one-slot channel, held while they read files, so that a refresh before a
+	// round skips instead of waiting for a reload.
+	reloadSlot chan struct{}
+	// roundStarted is when the last round started (Unix nanoseconds), for readiness.
+	roundStarted atomic.Int64
+	// stopping is set when the process begins to shut down: /-/ready answers 503 from then.
+	stopping atomic.Bool
+
+	// mu guards what runs (entries, fileCfg, configState, closed); it is never held across a
+	// read of a file or a network call.
 	mu      sync.Mutex
 	entries map[string]entry
 	// fileCfg is the providers file as last loaded well, before its host files are read: what
@@ -85,7 +97,7 @@ type Exporter struct {
 // metric on a registry of its own (not the global one, so that nothing a library registers
 // globally leaks into /metrics). interval 0 turns the checks off; timeout is the deadline of a
 // round. Nothing is contacted: the checks start with Runner().Run.
-func New(configFile string, interval, timeout time.Duration, logger *slog.Logger) (*Exporter, error) {
+func New(configFile string, interval, timeout time.Duration, logger *slog.Logger, opts ...Option) (*Exporter, error) {
 	e := &Exporter{
 		logger:       logger,
 		configFile:   configFile,
@@ -93,7 +105,8 @@ func New(configFile string, interval, timeout time.Duration, logger *slog.Logger
 		timeout:      timeout,
 		registry:     prometheus.NewRegistry(),
 		landingSlots: make(chan struct{}, landingMaxInFlight),
-		inventory:    newInventory(logger),
+		limits:       config.DefaultLimits,
+		reloadSlot:   make(chan struct{}, 1),
 		reloadSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: checks.MetricNamespace,
 			Name:      "config_last_reload_successful",
@@ -115,6 +128,10 @@ func New(configFile string, interval, timeout time.Duration, logger *slog.Logger
 			Help:      "The deadline of one round of checks in effect (--provider-check-timeout, or the value derived from the interval); 0 when checks are off.",
 		}),
 	}
+	for _, o := range opts {
+		o(e)
+	}
+	e.inventory = newInventory(logger, e.limits.TargetFileMaxSize)
 	e.checkInterval.Set(interval.Seconds())
 	e.checkTimeout.Set(timeout.Seconds())
 	set, err := e.load()
@@ -147,6 +164,15 @@ func New(configFile string, interval, timeout time.Duration, logger *slog.Logger
 	return e, nil
 }
 
+// Option sets up an Exporter in New.
+type Option func(*Exporter)
+
+// WithFileLimits bounds the reads of the providers file and of the host files
+// (--config.max-size, --config.host-file-max-size); config.DefaultLimits otherwise.
+func WithFileLimits(l config.Limits) Option {
+	return func(e *Exporter) { e.limits = l }
+}
+
 // ChecksOn reports whether rounds of checks run (--provider-check-interval is not 0).
 func (e *Exporter) ChecksOn() bool { return e.interval > 0 }
 
@@ -167,10 +193,13 @@ func (e *Exporter) ProviderCount() int {
 
 // Close closes every checker. The runner must have returned: no check may be running. Later
 // reloads are refused.
+// A reload still reading files then closes what it built instead of installing it. Close
+// does not wait for it.
 func (e *Exporter) Close() {
+	e.stopping.Store(true)
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.closed {
+		e.mu.Unlock()
 		return
 	}
 	e.closed = true
@@ -178,6 +207,11 @@ func (e *Exporter) Close() {
 	for _, en := range e.entries {
 		set.checkers = append(set.checkers, en.checker)
 	}
-	closeAll(set.allClosers(), e.logger)
 	e.entries = nil
+	e.mu.Unlock()
+	closeAll(set.allClosers(), e.logger)
 }
+
+// Stopping marks the exporter as shutting down: /-/ready answers 503 from now on, so that
+// load balancers stop sending requests while the process drains.
+func (e *Exporter) Stopping() { e.stopping.Store(true) }

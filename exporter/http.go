@@ -3,6 +3,7 @@ package exporter
 import (
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -39,30 +40,47 @@ func (e *Exporter) serveHealthy(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "Healthy")
 }
 
-// serveReady answers 200 once the first round of checks has finished (at once when checks are
-// off), so that a rollout does not send scrapes to an exporter with no verdicts yet.
+// serveReady answers 200 while the exporter can do rounds of checks (see notReady), so that
+// a rollout does not send scrapes to an exporter with no verdicts yet, nor a load balancer to
+// one whose rounds stopped.
 func (e *Exporter) serveReady(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	if e.ready() {
-		fmt.Fprintln(w, "Ready")
+	if why := e.notReady(time.Now()); why != "" {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "Not ready: "+why)
 		return
 	}
-	w.WriteHeader(http.StatusServiceUnavailable)
-	fmt.Fprintln(w, "Not ready: the first round of checks has not finished")
+	fmt.Fprintln(w, "Ready")
 }
 
-// ready reports whether the first round of checks has finished, or checks are off.
-func (e *Exporter) ready() bool {
+// notReady says why the exporter cannot do a round now, "" when it can: it is shutting down;
+// the first round has not finished; or no round has started for longer than
+// stalledAfter (a round, or the reads before it, cannot complete). With checks off it is
+// ready at once, until it shuts down.
+func (e *Exporter) notReady(now time.Time) string {
+	if e.stopping.Load() {
+		return "the exporter is shutting down"
+	}
 	if !e.ChecksOn() {
-		return true
+		return ""
 	}
 	select {
 	case <-e.runner.FirstRound():
-		return true
 	default:
-		return false
+		return "the first round of checks has not finished"
 	}
+	started := time.Unix(0, e.roundStarted.Load())
+	if late := now.Sub(started); late > e.stalledAfter() {
+		return fmt.Sprintf("no round of checks has started for %s (the last started at %s; one starts every %s)",
+			late.Round(time.Second), started.UTC().Format(time.RFC3339), e.interval)
+	}
+	return ""
 }
+
+// stalledAfter is how long after a round's start the next one must have started: an interval
+// for the round itself, another for a round that overran it (rounds never overlap; the next
+// starts at the following tick), and the round's deadline.
+func (e *Exporter) stalledAfter() time.Duration { return 2*e.interval + e.timeout }
 
 // serveReload re-reads the providers file; a failure answers 500 with the reason. Without
 // --web.enable-lifecycle it answers 403, as Prometheus does.

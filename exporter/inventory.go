@@ -16,6 +16,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 )
 
 // inventory reads the target files of the providers that name some (config.Inventory: a kvm
@@ -30,6 +31,9 @@ type inventory struct {
 	// mu guards files: expand writes them, the collector and the status page read them.
 	mu    sync.Mutex
 	files map[fileKey]*targetFile
+
+	// maxSize bounds each file's read (--config.host-file-max-size).
+	maxSize int64
 }
 
 // fileKey is one target file of one provider (two providers may name the same file).
@@ -37,7 +41,8 @@ type fileKey struct{ provider, path string }
 
 // targetFile is what is known of one target file.
 type targetFile struct {
-	// state is the file's version the last read saw (zero: never read, or unreadable).
+	// state is the file's version the last read saw (zero: never read, or its last read failed
+	// for a reason to try again: see versioned).
 	state checks.FileState
 	// groups are the last groups read well; good says there were some reads that went well.
 	groups []config.TargetGroup
@@ -79,8 +84,8 @@ func (p fileProblem) lines() []string {
 	return []string{fmt.Sprintf("provider %s: hostFiles: %v", p.Provider, p.Err)}
 }
 
-func newInventory(logger *slog.Logger) *inventory {
-	return &inventory{logger: logger, files: map[fileKey]*targetFile{}}
+func newInventory(logger *slog.Logger, maxSize int64) *inventory {
+	return &inventory{logger: logger, files: map[fileKey]*targetFile{}, maxSize: maxSize}
 }
 
 // hasInventory reports whether a provider of cfg names target files.
@@ -94,52 +99,62 @@ func hasInventory(cfg *config.Config) bool {
 }
 
 // expand returns cfg with the targets of every provider's target files in its blocks
-// (config.Inventory.WithTargets), reading the files that changed since they were last read,
-// and those whose last read failed; and the warnings of the providers whose files changed (a
-// host a file repeats). cfg itself is not modified.
+// (config.Inventory.WithTargets), reading the files that changed since they were last read
+// (a file whose last read failed for a reason its version explains, invalid, too large or not
+// a regular file, is not read again until it changes); and the warnings of the providers whose
+// files changed (a host a file repeats). cfg itself is not modified. The files are globbed and
+// read without in.mu, so that the status page and the metrics never wait on a read; callers
+// serialize expand (the exporter's reload slot).
 func (in *inventory) expand(cfg *config.Config) (*config.Config, []string) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
 	out := &config.Config{Providers: slices.Clone(cfg.Providers)}
+	type match struct {
+		key           fileKey
+		targetProblem func(string) string
+	}
+	var matches []match
+	byProvider := make([][]fileKey, len(out.Providers))
 	seen := map[fileKey]bool{}
-	var warns []string
 	for i, p := range out.Providers {
 		inv, ok := p.Block.(config.Inventory)
-		if !ok || len(inv.TargetFilePatterns()) == 0 {
+		if !ok {
 			continue
 		}
-		var files []config.TargetFile
-		changed := false
 		for _, pattern := range inv.TargetFilePatterns() {
 			// The pattern was validated when the providers file loaded: Glob fails on nothing else.
-			matches, _ := filepath.Glob(pattern)
-			for _, path := range matches {
+			paths, _ := filepath.Glob(pattern)
+			for _, path := range paths {
 				key := fileKey{p.Name, path}
 				if seen[key] {
 					continue // two patterns match it
 				}
 				seen[key] = true
-				f := in.files[key]
-				if f == nil {
-					f = &targetFile{}
-					in.files[key] = f
-					changed = true
-				}
-				if in.read(p.Name, path, f, inv.TargetProblem) {
-					changed = true
-				}
-				if f.good {
-					files = append(files, config.TargetFile{Path: path, Groups: f.groups})
-				}
+				matches = append(matches, match{key, inv.TargetProblem})
+				byProvider[i] = append(byProvider[i], key)
 			}
 		}
-		block, warnings := inv.WithTargets(files)
-		out.Providers[i].Block = block
-		if changed {
-			for _, w := range warnings {
-				warns = append(warns, fmt.Sprintf("provider %s: hostFiles: %s", p.Name, w))
-			}
+	}
+
+	in.mu.Lock()
+	known := make(map[fileKey]targetFile, len(matches))
+	for _, m := range matches {
+		if f := in.files[m.key]; f != nil {
+			known[m.key] = *f
 		}
+	}
+	in.mu.Unlock()
+
+	changed := map[fileKey]bool{}
+	for _, m := range matches {
+		f, had := known[m.key]
+		if in.read(m.key, &f, m.targetProblem) || !had {
+			changed[m.key] = true
+		}
+		known[m.key] = f
+	}
+
+	in.mu.Lock()
+	for key, f := range known {
+		in.files[key] = &f
 	}
 	for key := range in.files {
 		if !seen[key] {
@@ -147,36 +162,87 @@ func (in *inventory) expand(cfg *config.Config) (*config.Config, []string) {
 			in.logger.Info("host file no longer matched; its targets leave", "provider", key.provider, "file", key.path)
 		}
 	}
+	in.mu.Unlock()
+
+	var warns []string
+	for i, p := range out.Providers {
+		inv, ok := p.Block.(config.Inventory)
+		if !ok || len(inv.TargetFilePatterns()) == 0 {
+			continue
+		}
+		var files []config.TargetFile
+		providerChanged := false
+		for _, key := range byProvider[i] {
+			f := known[key]
+			providerChanged = providerChanged || changed[key]
+			if f.good {
+				files = append(files, config.TargetFile{Path: key.path, Groups: f.groups})
+			}
+		}
+		block, warnings := inv.WithTargets(files)
+		out.Providers[i].Block = block
+		if providerChanged {
+			for _, w := range capLines(warnings, config.MaxProblems) {
+				warns = append(warns, fmt.Sprintf("provider %s: hostFiles: %s", p.Name, w))
+			}
+		}
+	}
 	return out, warns
 }
 
-// read reads f at path again when it changed or its last read failed, and reports whether its
-// groups changed. A read that fails keeps the last good groups. in.mu is held.
-func (in *inventory) read(provider, path string, f *targetFile, targetProblem func(string) string) bool {
-	st, err := checks.StatFile(path)
-	if err == nil && f.err == nil && f.good && st == f.state {
+// read reads f at path again when it changed since its last read, and reports whether its
+// groups changed. A read that fails keeps the last good groups; its version is remembered when
+// it explains the failure (the file's content or kind), so that an invalid file is parsed once
+// per version, not at every round. Called without in.mu: f is the caller's copy.
+func (in *inventory) read(key fileKey, f *targetFile, targetProblem func(string) string) bool {
+	st, err := checks.StatFile(key.path)
+	if err == nil && st == f.state {
 		return false
 	}
 	var groups []config.TargetGroup
 	if err == nil {
-		groups, err = config.ReadTargetFile(path, targetProblem)
+		groups, err = config.ReadTargetFile(key.path, in.maxSize, targetProblem)
 	}
 	if err != nil {
 		if f.err == nil || f.err.Error() != err.Error() {
 			f.errSince = time.Now()
 			in.logger.Error("host file does not read well, keeping its last good targets",
-				"provider", provider, "file", path, "targets_kept", f.targets(), "err", err)
+				"provider", key.provider, "file", key.path, "targets_kept", f.targets(), "err", err)
 		}
 		f.err, f.state = err, checks.FileState{}
+		if versioned(err) {
+			f.state = st
+		}
 		return false
 	}
 	if f.err != nil {
-		in.logger.Info("host file reads well again", "provider", provider, "file", path)
+		in.logger.Info("host file reads well again", "provider", key.provider, "file", key.path)
 	}
 	f.err, f.state = nil, st
 	changed := !f.good || !reflect.DeepEqual(f.groups, groups)
 	f.groups, f.good = groups, true
 	return changed
+}
+
+// versioned reports whether a read's failure follows from the file's version (its content,
+// size or kind), so that reading the same version again would fail the same way: a file that
+// does not validate, is too large or is not a regular file. Other failures (permissions, a
+// read abandoned at its deadline) are tried again at the next refresh.
+func versioned(err error) bool {
+	var (
+		es config.Errors
+		nr *fileread.NotRegularError
+		tl *fileread.TooLargeError
+	)
+	return errors.As(err, &es) || errors.As(err, &nr) || errors.As(err, &tl)
+}
+
+// capLines keeps at most n lines, the last saying how many more there were.
+func capLines(lines []string, n int) []string {
+	if len(lines) <= n {
+		return lines
+	}
+	return append(slices.Clip(lines[:n]), fmt.Sprintf("and %d more", len(lines)-n))
 }
 
 // problems lists the files that do not read well, by provider and path.
@@ -245,27 +311,33 @@ func (in *inventory) Collect(ch chan<- prometheus.Metric) {
 // keeps its links to the hosts it still has (Retarget), added hosts are checked in this round,
 // removed ones leave the snapshot at once. A change of labels alone (a maintenance label)
 // changes no checker. No reload of the providers file: the running one is expanded again.
+//
+// It runs only when no reload is running (a reload reads the host files itself), and reads and
+// builds without e.mu, so that /probe and the status page never wait on a host file.
 func (e *Exporter) refreshInventory() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed || e.fileCfg == nil || !hasInventory(e.fileCfg) {
+	if !e.tryReloadSlot() {
 		return
 	}
-	exp, warnings := e.inventory.expand(e.fileCfg)
+	defer e.releaseReloadSlot()
+	fileCfg, entries, closed := e.running()
+	if closed || fileCfg == nil || !hasInventory(fileCfg) {
+		return
+	}
+	exp, warnings := e.inventory.expand(fileCfg)
 	for _, w := range warnings {
 		e.logger.Warn("host file warning", "warning", w)
 	}
-	if runs(exp, e.entries) {
+	if runs(exp, entries) {
 		return
 	}
-	set, err := buildCheckers(exp, e.entries, e.logger)
+	set, err := buildCheckers(exp, entries, e.logger)
 	if err != nil {
 		e.logger.Error("host files changed but the checkers could not be built; keeping the running hosts", "err", err)
 		return
 	}
-	e.runner.SetProviders(set.providers())
-	e.entries = set.entries
-	closeAll(set.retired, e.logger)
+	if err := e.install(set, false); err != nil {
+		return
+	}
 	e.logger.Info("host files changed", "changed", set.changed, "kept", set.kept, "targets", hostCounts(exp, set.entries))
 }
 
@@ -298,8 +370,8 @@ func hostCounts(cfg *config.Config, entries map[string]entry) string {
 // CheckHostFiles reads the host files of cfg's providers (hostFiles) as a start would: every
 // problem of a file that does not read well (file:line:col), a warning for a pattern that
 // matches no file and for a host a file repeats, and cfg with the files' hosts.
-func CheckHostFiles(cfg *config.Config) (problems, warnings []string, expanded *config.Config) {
-	in := newInventory(slog.New(slog.DiscardHandler))
+func CheckHostFiles(cfg *config.Config, maxSize int64) (problems, warnings []string, expanded *config.Config) {
+	in := newInventory(slog.New(slog.DiscardHandler), maxSize)
 	expanded, warnings = in.expand(cfg)
 	for _, p := range in.problems() {
 		problems = append(problems, p.lines()...)

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"errors"
+	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
@@ -16,10 +17,19 @@ var errShuttingDown = errors.New("the exporter is shutting down")
 // checkers: providers whose configuration did not change keep their checker (and with it their
 // connections and, in the runner, their state); the checkers of removed or changed providers
 // are closed once the runner has switched to the new set, so that the next round uses it.
+//
+// Reloads (and the host files' refreshes) take turns in the reload slot, which is held while
+// the files are read; e.mu is taken only to read and to switch the running set, so that no
+// request and no round waits on a file.
 func (e *Exporter) Reload() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
+	e.reloadSlot <- struct{}{}
+	defer e.releaseReloadSlot()
+	return e.reload()
+}
+
+// reload is Reload in the reload slot.
+func (e *Exporter) reload() error {
+	if _, _, closed := e.running(); closed {
 		return errShuttingDown
 	}
 	set, err := e.load()
@@ -28,11 +38,11 @@ func (e *Exporter) Reload() error {
 		e.logger.Error("reload failed, keeping the running providers", "file", e.configFile, "err", err)
 		return err
 	}
-	e.runner.SetProviders(set.providers())
-	e.entries, e.fileCfg = set.entries, set.cfg
 	// A round already running may still be inside a retired checker's Check; the runner
 	// discards that result, and Close must tolerate the call in flight.
-	closeAll(set.retired, e.logger)
+	if err := e.install(set, true); err != nil {
+		return err
+	}
 	e.reloadSuccess.Set(1)
 	e.reloadTimestamp.SetToCurrentTime()
 	e.logger.Info("providers file reloaded", "file", e.configFile, "providers", len(set.checkers),
@@ -40,18 +50,62 @@ func (e *Exporter) Reload() error {
 	return nil
 }
 
+// tryReloadSlot takes the reload slot when it is free; releaseReloadSlot gives it back.
+func (e *Exporter) tryReloadSlot() bool {
+	select {
+	case e.reloadSlot <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (e *Exporter) releaseReloadSlot() { <-e.reloadSlot }
+
+// running returns what runs now: the providers file as last loaded well, the entries, and
+// whether the exporter has closed its checkers.
+func (e *Exporter) running() (*config.Config, map[string]entry, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fileCfg, e.entries, e.closed
+}
+
+// install switches the runner to set (and, withCfg, remembers its providers file), then closes
+// the checkers set retired. After Close it closes set's new checkers instead and refuses.
+// The caller holds the reload slot.
+func (e *Exporter) install(set *checkerSet, withCfg bool) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		closeAll(set.built, e.logger)
+		return errShuttingDown
+	}
+	e.runner.SetProviders(set.providers())
+	e.entries = set.entries
+	if withCfg {
+		e.fileCfg = set.cfg
+	}
+	e.mu.Unlock()
+	closeAll(set.retired, e.logger)
+	return nil
+}
+
 // load reads the providers file and its providers' host files, and builds the checkers
-// against the running ones. e.mu is held.
+// against the running ones. The caller holds the reload slot (or is New).
 func (e *Exporter) load() (*checkerSet, error) {
 	// The version read is remembered whether it loads or not, so that an auto-reload tries a
 	// bad file again only once it changed.
-	e.configState, _ = checks.StatFile(e.configFile)
-	cfg, err := config.LoadFor(e.configFile, e.timeout)
+	state, _ := checks.StatFile(e.configFile)
+	e.mu.Lock()
+	e.configState = state
+	entries := e.entries
+	e.mu.Unlock()
+	cfg, err := config.LoadWith(e.configFile, e.timeout, e.limits.MaxSize)
 	if err != nil {
 		return nil, err
 	}
 	expanded, hostWarnings := e.inventory.expand(cfg)
-	set, err := buildCheckers(expanded, e.entries, e.logger)
+	set, err := buildCheckers(expanded, entries, e.logger)
 	if err != nil {
 		return nil, err
 	}
@@ -67,14 +121,20 @@ func (e *Exporter) load() (*checkerSet, error) {
 	return set, nil
 }
 
-// beforeRound runs before each round of checks (the runner's BeforeRound): with
-// --config.auto-reload, a reload of the providers file when it changed since its last load;
-// then the host files that changed.
+// beforeRound runs before each round of checks (the runner's BeforeRound): it marks the
+// round's start (readiness), then, with --config.auto-reload, reloads the providers file when
+// it changed since its last load, then reads the host files that changed. A reload already
+// running (SIGHUP, POST /-/reload) is not waited for: it reads the files itself.
 func (e *Exporter) beforeRound() {
+	e.roundStarted.Store(time.Now().UnixNano())
+	if !e.tryReloadSlot() {
+		return
+	}
 	if e.AutoReload && e.configChanged() {
 		e.logger.Info("providers file changed, reloading (--config.auto-reload)", "file", e.configFile)
-		_ = e.Reload() // a failure is logged and exported by reload
+		_ = e.reload() // a failure is logged and exported by reload
 	}
+	e.releaseReloadSlot()
 	e.refreshInventory()
 }
 
@@ -82,8 +142,8 @@ func (e *Exporter) beforeRound() {
 // A file that could not be stat'ed then and cannot now (deleted) has not changed: it is tried
 // again once it is back.
 func (e *Exporter) configChanged() bool {
+	now, _ := checks.StatFile(e.configFile)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	now, _ := checks.StatFile(e.configFile)
 	return !e.closed && now != e.configState
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/filestate"
 )
 
@@ -51,11 +52,16 @@ func (p *Pool) signer() (ssh.Signer, error) {
 		return nil, fmt.Errorf("read passphrase file: %w", err)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.keyRead && keyVer == c.keyVer && passVer == c.passVer {
+		defer c.mu.Unlock()
 		return c.signer, c.signerErr
 	}
+	c.mu.Unlock()
+	// Read without the lock, so that no dial waits on another's read; two dials may both
+	// read a changed key, the last one's result stays.
 	s, err := loadSigner(p.opts.PrivateKeyFile, p.opts.PassphraseFile)
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.keyVer, c.passVer, c.keyRead = keyVer, passVer, true
 	c.signer, c.signerErr = s, err
 	c.keyLoads++
@@ -83,14 +89,23 @@ func (p *Pool) hostKeyCallback() (ssh.HostKeyCallback, error) {
 		return nil, fmt.Errorf("read known_hosts: %w", err)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.khRead && ver == c.khVer {
+		defer c.mu.Unlock()
 		return c.cb, c.cbErr
 	}
-	cb, err := knownhosts.New(p.opts.KnownHostsFile)
+	c.mu.Unlock()
+	// knownhosts opens the file by its path: refuse a file that is not regular (a named pipe
+	// would block the open) or too large first; parse without the lock.
+	err = fileread.Check(p.opts.KnownHostsFile, fileread.KnownHostsLimit)
+	var cb ssh.HostKeyCallback
+	if err == nil {
+		cb, err = knownhosts.New(p.opts.KnownHostsFile)
+	}
 	if err != nil {
 		err = fmt.Errorf("read known_hosts: %w", err)
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.khVer, c.khRead, c.cb, c.cbErr = ver, true, cb, err
 	c.algos = nil
 	c.khLoads++

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,8 @@ import (
 	"github.com/digitalocean/go-libvirt/socket/dialers"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 )
 
 // Stage is the step of a dial that failed. Its value is the `result` label of the dials metric.
@@ -123,7 +124,7 @@ func loadSigner(keyFile, passphraseFile string) (ssh.Signer, error) {
 	if keyFile == "" {
 		return nil, errors.New("no private key file configured")
 	}
-	pem, err := os.ReadFile(keyFile)
+	pem, err := fileread.Read(keyFile, fileread.CredentialLimit)
 	if err != nil {
 		return nil, fmt.Errorf("read private key: %w", err)
 	}
@@ -138,7 +139,7 @@ func loadSigner(keyFile, passphraseFile string) (ssh.Signer, error) {
 		}
 		return s, nil
 	}
-	pass, err := os.ReadFile(passphraseFile)
+	pass, err := fileread.Read(passphraseFile, fileread.CredentialLimit)
 	if err != nil {
 		return nil, fmt.Errorf("read passphrase file: %w", err)
 	}

@@ -25,7 +25,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -46,6 +45,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 )
 
 // Type is the providers file's name of the type: `type: gcp`.
@@ -397,7 +397,7 @@ func (c *Checker) load() (http.RoundTripper, checks.FileState, error) {
 // broken key is reported when it is loaded, with a short message, rather than at every token
 // exchange with the parser's dump.
 func readServiceAccountKey(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	b, err := fileread.Read(path, fileread.CredentialLimit)
 	if err != nil {
 		return nil, fmt.Errorf("read key file: %w", err)
 	}

@@ -39,7 +39,6 @@ import (
 	"maps"
 	"net"
 	"net/url"
-	"os"
 	"reflect"
 	"slices"
 	"strconv"
@@ -56,6 +55,7 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 )
 
 var (
@@ -810,7 +810,7 @@ func (c *Checker) loadCreds() creds {
 		next.err = err
 	} else if c.cfg.CAFile != "" {
 		next.caAt, _ = checks.StatFile(c.cfg.CAFile)
-		b, err := os.ReadFile(c.cfg.CAFile)
+		b, err := fileread.Read(c.cfg.CAFile, fileread.CredentialLimit)
 		switch {
 		case err != nil:
 			next.err = fmt.Errorf("caFile: %w", err)
@@ -837,7 +837,7 @@ func (c *Checker) loadCreds() creds {
 
 // readSecret reads a one-line credentials file; the error names the file, never its content.
 func readSecret(path, field string) (raw, value string, err error) {
-	b, err := os.ReadFile(path)
+	b, err := fileread.Read(path, fileread.CredentialLimit)
 	if err != nil {
 		return "", "", fmt.Errorf("%s: %w", field, err)
 	}
