@@ -81,9 +81,9 @@ func jobsIn(t *testing.T, what, text string) []string {
 // them (nameOverride, fullnameOverride, a ServiceMonitor jobLabel, two releases in one namespace)
 // and checks that every job matcher of the PrometheusRule, the AlertmanagerConfig and the
 // dashboards names the job the Prometheus Operator gives the ServiceMonitor's series (read
-// from the rendered Service, as the operator does). Then promtool evaluates each release's
-// rendered rules over series of both releases' jobs: the release's alert fires for its own
-// series, and for no other release's.
+// from the rendered Service, as the operator does), and that the dashboards' job variable
+// opens on that job. Then promtool evaluates each release's rendered rules over series of both
+// releases' jobs: the release's alert fires for its own series, and for no other release's.
 func TestRulesFollowTheRelease(t *testing.T) {
 	h := newHelm(t)
 	promtool := promstack.Promtool(t)
@@ -153,13 +153,22 @@ func TestRulesFollowTheRelease(t *testing.T) {
 			t.Fatalf("%s: no ConfigMap holds provider-health.json (%v)", c.name, objs.kinds())
 		}
 		var variable string
+		var current any
 		for _, v := range dash["templating"].(map[string]any)["list"].([]any) {
 			if v := v.(map[string]any); v["name"] == "job" {
 				variable = v["query"].(map[string]any)["query"].(string)
+				current = v["current"]
 			}
 		}
 		if want := fmt.Sprintf(`job="%s"`, job); !strings.Contains(variable, want) {
 			t.Errorf("%s: the dashboard's job variable is %q, want it to select %s", c.name, variable, want)
+		}
+		// The variable opens on the release's job (its default), not on All.
+		cur, _ := current.(map[string]any)
+		for _, k := range []string{"value", "text"} {
+			if got, want := fmt.Sprint(cur[k]), fmt.Sprint([]any{job}); got != want {
+				t.Errorf("%s: the dashboard's job variable opens on %s %s, want %s (the release's job)", c.name, k, got, want)
+			}
 		}
 	}
 	uid := func(name string) any {

@@ -174,6 +174,9 @@
     dashboardRefresh: '1m',
     dashboardTimezone: 'utc',
     dashboardPeriod: '6h',
+    // The job variable's value when the dashboard opens: null selects All (every job
+    // jobSelector matches); a job's name selects that job (the Helm chart sets its release's).
+    dashboardJobDefault: null,
     // Target labels (the exporter's target_info: a provider's and its targets' labels) the
     // dashboard filters the per-target panels by, one variable each, e.g. ['site', 'rack'].
     // "All" keeps every target, those without the label (or without labels) included; a value

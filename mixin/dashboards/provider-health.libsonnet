@@ -49,7 +49,7 @@ function(c)
     g.datasourceVariable(),
     g.queryVariable('cluster', 'Cluster', 'label_values(proxy_operator_provider_info{%s}, %s)' % [c.jobSelector, c.clusterLabel], hide=if multi then 0 else 2),
     // All means every job the job selector matches, not every job Prometheus has.
-    g.queryVariable('job', 'Job', 'label_values(proxy_operator_provider_info{%s}, job)' % std.join(', ', cluster + [c.jobSelector]), allValue=null),
+    g.queryVariable('job', 'Job', 'label_values(proxy_operator_provider_info{%s}, job)' % std.join(', ', cluster + [c.jobSelector]), allValue=null, current=c.dashboardJobDefault),
     g.queryVariable('provider', 'Provider', 'label_values(proxy_operator_provider_info{%s}, provider)' % exp),
     g.queryVariable('target', 'Target', 'label_values(proxy_operator_provider_target_up{%s}, target)' % fp),
   ] + [

@@ -41,14 +41,18 @@
 
   // A variable whose values a label_values() query lists; hide: 0 shown, 2 hidden. allValue
   // is the regex "All" stands for; null: the values listed, so All stays within the query.
-  queryVariable(name, label, query, multi=true, includeAll=true, hide=0, allValue='.+'):: {
+  // current: the value selected when the dashboard opens; null: All (or nothing without All).
+  queryVariable(name, label, query, multi=true, includeAll=true, hide=0, allValue='.+', current=null):: {
     name: name,
     label: label,
     type: 'query',
     datasource: datasource,
     query: { query: query, refId: name },
     definition: query,
-    current: if includeAll then { selected: true, text: 'All', value: '$__all' } else { selected: false, text: '', value: '' },
+    current:
+      if current != null then { selected: true, text: if multi then [current] else current, value: if multi then [current] else current }
+      else if includeAll then { selected: true, text: 'All', value: '$__all' }
+      else { selected: false, text: '', value: '' },
     hide: hide,
     multi: multi,
     includeAll: includeAll,
