@@ -132,7 +132,8 @@ func TestTemplateMatchesKustomize(t *testing.T) {
 	}
 	kc := field(kd, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
 	cc := field(cd, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
-	for _, f := range []string{"name", "args", "ports", "readinessProbe", "livenessProbe", "resources", "securityContext"} {
+	// The image too: both default to the project's published image at the exporter's version.
+	for _, f := range []string{"name", "image", "args", "ports", "readinessProbe", "livenessProbe", "resources", "securityContext"} {
 		same("container "+f, cc[f], kc[f])
 	}
 	// Every mount and Secret volume of deploy/ is the chart's too (the chart adds vsphere); the

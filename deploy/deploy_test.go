@@ -359,13 +359,14 @@ func TestRenderedManifests(t *testing.T) {
 		t.Errorf("viewer rules %+v, want get, list, watch on providerhealth.io providerhealths", viewer.Rules)
 	}
 
-	// The image: what `make docker` tags, at the version of VERSION.
+	// The image: the project's published image (the Helm chart's default too), at the version
+	// of VERSION, so that the manifests as shipped pull an image that exists.
 	version, err := os.ReadFile(filepath.Join(repoRoot(t), "VERSION"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "provider-health-exporter:v" + strings.TrimSpace(string(version)); c.Image != want {
-		t.Errorf("image %q, want %q (VERSION)", c.Image, want)
+	if want := "ghcr.io/provider-health-exporter/provider-health-exporter:v" + strings.TrimSpace(string(version)); c.Image != want {
+		t.Errorf("image %q, want %q (the published image, at VERSION)", c.Image, want)
 	}
 
 	checkProvidersFile(t, r, pod, c, arg("--config.file"))
