@@ -51,6 +51,9 @@ var scheme = func() *runtime.Scheme {
 // answer delays the writer, never blocks it.
 const requestTimeout = 15 * time.Second
 
+// FieldManager is the one field manager of every write, and the Events' source component.
+const FieldManager = "provider-health-exporter"
+
 // Page sizes of lists: a full object holds up to 256 targets (tens of kilobytes), its metadata
 // a few hundred bytes.
 const (
@@ -86,18 +89,6 @@ func newRESTObjects(cfg *rest.Config, httpClient *http.Client) (*restObjects, er
 			func() *v1alpha1.ProviderHealthList { return &v1alpha1.ProviderHealthList{} }),
 		meta: mc.Resource(v1alpha1.SchemeGroupVersion.WithResource(v1alpha1.Resource)),
 	}, nil
-}
-
-// eachPage lists in pages of size with client-go's pager (which falls back to one full list
-// when a continue token has expired), calling each for every item.
-func eachPage(ctx context.Context, size int64, selector string, page pager.ListPageFunc, each func(runtime.Object) error) error {
-	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		defer cancel()
-		return page(ctx, opts)
-	})
-	p.PageSize = size
-	return p.EachListItem(ctx, metav1.ListOptions{LabelSelector: selector}, each)
 }
 
 func (r *restObjects) List(ctx context.Context, selector string) ([]v1alpha1.ProviderHealth, error) {
@@ -148,4 +139,16 @@ func (r *restObjects) Delete(ctx context.Context, name string, uid types.UID, rv
 		pre.ResourceVersion = &rv
 	}
 	return r.c.Delete(ctx, name, metav1.DeleteOptions{Preconditions: pre})
+}
+
+// eachPage lists in pages of size with client-go's pager (which falls back to one full list
+// when a continue token has expired), calling each for every item.
+func eachPage(ctx context.Context, size int64, selector string, page pager.ListPageFunc, each func(runtime.Object) error) error {
+	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+		return page(ctx, opts)
+	})
+	p.PageSize = size
+	return p.EachListItem(ctx, metav1.ListOptions{LabelSelector: selector}, each)
 }

@@ -7,7 +7,6 @@ import (
 
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 )
@@ -28,19 +27,6 @@ const (
 
 // TargetAnnotation is the annotation of each Event the writer records: the target it is about.
 const TargetAnnotation = "providerhealth.io/target"
-
-// Causes of dropped Events (label cause of events_dropped_total).
-const (
-	dropTargetBudget = "target_budget"
-	dropProviderCap  = "provider_cap"
-)
-
-// eventSpamKey is the key of client-go's spam filter: the object, the Event type and the target.
-func eventSpamKey(e *corev1.Event) string {
-	o := e.InvolvedObject
-	return strings.Join([]string{e.Source.Component, e.Source.Host, o.Kind, o.Namespace, o.Name, string(o.UID), o.APIVersion,
-		e.Type, e.Annotations[TargetAnnotation]}, "")
-}
 
 // eventBudgets are the per-target Event budgets of one term.
 type eventBudgets map[string]*rate.Limiter
@@ -85,12 +71,6 @@ type countingSink struct {
 	allow func() bool
 }
 
-// errEventNotLeader is what the sink answers when this replica lost the lease. It is an API
-// status error so that client-go's recorder drops the Event instead of retrying it.
-var errEventNotLeader = apierrors.NewServiceUnavailable("not recording the Event: " + errNotLeader.Error())
-
-func (s *countingSink) allowed() bool { return s.allow == nil || s.allow() }
-
 func (s *countingSink) Create(e *corev1.Event) (*corev1.Event, error) {
 	if !s.allowed() {
 		return nil, errEventNotLeader
@@ -117,3 +97,12 @@ func (s *countingSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error
 	s.m.count(writeEvent, err)
 	return out, err
 }
+
+// eventSpamKey is the key of client-go's spam filter: the object, the Event type and the target.
+func eventSpamKey(e *corev1.Event) string {
+	o := e.InvolvedObject
+	return strings.Join([]string{e.Source.Component, e.Source.Host, o.Kind, o.Namespace, o.Name, string(o.UID), o.APIVersion,
+		e.Type, e.Annotations[TargetAnnotation]}, "")
+}
+
+func (s *countingSink) allowed() bool { return s.allow == nil || s.allow() }

@@ -2,21 +2,17 @@ package crdwriter
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
-// Leader election, and the fencing of writes by time.
+// The fencing of writes by time (the campaigns for the Lease are in campaign.go).
 //
 // client-go's elector says a replica leads until it has read a Lease held by someone else, or
 // until its renewals have failed for the renew deadline. A replica frozen past the lease (a
@@ -30,8 +26,6 @@ import (
 // renewed it (a new successful renewal), or the term ends. Every write request but the Lease's
 // also passes the fence at the transport, right before it is sent.
 
-var errNotLeader = errors.New("not writing: this replica does not hold the lease, or its last renewal is older than the renew deadline")
-
 // leaseView is one term's view of the Lease.
 type leaseView struct {
 	// isLeader says whether the holder the elector last observed is this replica.
@@ -40,6 +34,47 @@ type leaseView struct {
 	renewed       func() time.Time
 	renewDeadline time.Duration
 }
+
+// allowWrites is mayWrite as the collector of garbage and the Event recorder want it: nil
+// without leader election.
+func (s *session) allowWrites() func() bool {
+	if s.lease == nil {
+		return nil
+	}
+	return s.mayWrite
+}
+
+// mayWrite reports whether this term may write now; when another replica holds the Lease it
+// ends the term and says no. It is asked right before every request that writes (and again by
+// the transport's fence).
+func (s *session) mayWrite() bool {
+	if s.lease == nil {
+		return true
+	}
+	if !s.lease.isLeader() {
+		s.endTerm()
+		return false
+	}
+	if !s.lease.fresh() {
+		if s.overdue.CompareAndSwap(false, true) {
+			s.w.logger.Warn("the last renewal of the lease is older than the renew deadline: writing nothing until it is renewed",
+				"lease", s.w.opts.LeaseNamespace+"/"+s.w.opts.LeaseName, "renew_deadline", s.w.opts.RenewDeadline)
+		}
+		return false
+	}
+	if s.overdue.CompareAndSwap(true, false) {
+		s.w.logger.Info("the lease is renewed again: writing", "lease", s.w.opts.LeaseNamespace+"/"+s.w.opts.LeaseName)
+	}
+	return true
+}
+
+// fresh reports whether the last renewal is younger than the renew deadline.
+func (l *leaseView) fresh() bool { return l.remaining() > 0 }
+
+// fenceAt is when the term's writes must have ended: the last renewal plus the renew deadline.
+// A successor cannot take over before the lease duration has passed since it saw that renewal,
+// so the margin between the two is the lease duration less the renew deadline (5s by default).
+func (l *leaseView) fenceAt() time.Time { return time.Now().Add(l.remaining()) }
 
 // remaining is how long the term may still write after the last renewal: the renew deadline
 // less the time since the renewal was sent, by the monotonic clock or the wall clock, whichever
@@ -54,14 +89,6 @@ func (l *leaseView) remaining() time.Duration {
 	elapsed := max(now.Sub(r), now.Round(0).Sub(r.Round(0)))
 	return l.renewDeadline - elapsed
 }
-
-// fresh reports whether the last renewal is younger than the renew deadline.
-func (l *leaseView) fresh() bool { return l.remaining() > 0 }
-
-// fenceAt is when the term's writes must have ended: the last renewal plus the renew deadline.
-// A successor cannot take over before the lease duration has passed since it saw that renewal,
-// so the margin between the two is the lease duration less the renew deadline (5s by default).
-func (l *leaseView) fenceAt() time.Time { return time.Now().Add(l.remaining()) }
 
 // renewalLock is the Lease lock, remembering when it was last acquired or renewed by this
 // replica.
@@ -122,21 +149,6 @@ func (f *fence) exemptLease(host, namespace, name string) {
 	f.lease = f.leases + "/" + url.PathEscape(name)
 }
 
-// exempt reports whether r is a request of leader election: a create of a Lease in the Lease's
-// namespace (client-go names the Lease in the body) or a write of this writer's Lease.
-func (f *fence) exempt(r *http.Request) bool {
-	switch {
-	case f.lease == "":
-		return false
-	case r.Method == http.MethodPost:
-		return r.URL.Path == f.leases
-	default:
-		return r.URL.Path == f.lease
-	}
-}
-
-var errFenced = errors.New("crdwriter: write refused before sending: " + errNotLeader.Error())
-
 func (f *fence) set(gate func() bool) {
 	if gate == nil {
 		f.gate.Store(nil)
@@ -186,6 +198,19 @@ func (t *fencedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.rt.RoundTrip(r)
 }
 
+// exempt reports whether r is a request of leader election: a create of a Lease in the Lease's
+// namespace (client-go names the Lease in the body) or a write of this writer's Lease.
+func (f *fence) exempt(r *http.Request) bool {
+	switch {
+	case f.lease == "":
+		return false
+	case r.Method == http.MethodPost:
+		return r.URL.Path == f.leases
+	default:
+		return r.URL.Path == f.lease
+	}
+}
+
 // cancelOnClose releases a bounded request's context once its response has been read.
 type cancelOnClose struct {
 	io.ReadCloser
@@ -196,80 +221,4 @@ func (c *cancelOnClose) Close() error {
 	err := c.ReadCloser.Close()
 	c.cancel()
 	return err
-}
-
-// campaigns runs leader elections until ctx is done: a replica that loses the Lease campaigns
-// again, it never stays passive.
-func (w *Writer) campaigns(ctx context.Context) error {
-	inner, err := resourcelock.New(resourcelock.LeasesResourceLock, w.opts.LeaseNamespace, w.opts.LeaseName,
-		w.core, w.coord, resourcelock.ResourceLockConfig{Identity: w.opts.Identity})
-	if err != nil {
-		return fmt.Errorf("crdwriter: lease lock: %w", err)
-	}
-	lock := &renewalLock{Interface: inner}
-	// Outside a term nothing but the Lease is written.
-	w.fence.set(func() bool { return false })
-	defer w.fence.set(nil)
-	for ctx.Err() == nil {
-		if err := w.campaign(ctx, lock); err != nil {
-			return err
-		}
-		if ctx.Err() == nil {
-			w.logger.Warn("lost the lease, stopped writing ProviderHealth objects; campaigning again",
-				"lease", w.opts.LeaseNamespace+"/"+w.opts.LeaseName, "identity", w.opts.Identity)
-		}
-	}
-	return nil
-}
-
-// campaign runs one leader election: waits for the lease, writes while holding it, and returns
-// once it is lost (or ctx is done) and every write of this term has stopped.
-func (w *Writer) campaign(ctx context.Context, lock *renewalLock) error {
-	var (
-		mu       sync.Mutex
-		over     bool
-		active   bool
-		finished = make(chan struct{})
-		le       *leaderelection.LeaderElector
-		err      error
-	)
-	le, err = leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   w.opts.LeaseDuration,
-		RenewDeadline:   w.opts.RenewDeadline,
-		RetryPeriod:     w.opts.RetryPeriod,
-		ReleaseOnCancel: true,
-		Name:            w.opts.LeaseName,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(lctx context.Context) {
-				mu.Lock()
-				if over {
-					mu.Unlock()
-					return
-				}
-				active = true
-				mu.Unlock()
-				defer close(finished)
-				w.logger.Info("acquired the lease, writing ProviderHealth objects", "identity", w.opts.Identity)
-				w.metrics.leader.Set(1)
-				defer w.metrics.leader.Set(0)
-				w.lead(lctx, &leaseView{isLeader: le.IsLeader, renewed: lock.lastRenewal, renewDeadline: w.opts.RenewDeadline})
-			},
-			OnStoppedLeading: func() {},
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("crdwriter: leader election: %w", err)
-	}
-	le.Run(ctx)
-	// The term's context is cancelled once Run returns; wait until its writes have stopped so
-	// that two terms never overlap.
-	mu.Lock()
-	over = true
-	wasActive := active
-	mu.Unlock()
-	if wasActive {
-		<-finished
-	}
-	return nil
 }

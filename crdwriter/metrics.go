@@ -127,3 +127,9 @@ func (m *metrics) count(kind string, err error) {
 		m.writes.WithLabelValues(kind, resultError).Inc()
 	}
 }
+
+// Causes of dropped Events (label cause of events_dropped_total).
+const (
+	dropTargetBudget = "target_budget"
+	dropProviderCap  = "provider_cap"
+)

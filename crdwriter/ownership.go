@@ -17,14 +17,24 @@ import (
 
 // Which objects are this instance's, garbage collection, and name clashes.
 
-var (
-	errCRDMissing = errors.New("the ProviderHealth CRD is not installed")
-	errNotOurs    = errors.New("the object belongs to someone else")
-)
-
 // ReasonNameClash is the reason of the Event recorded on an object that holds the name of one of
 // this instance's providers but belongs to someone else.
 const ReasonNameClash = "NameClash"
+
+// The labels and the annotation that say which objects are this exporter's.
+const (
+	// ManagedByLabel marks the objects this exporter owns; objects without it are never touched.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	// ManagedByValue is ManagedByLabel's value on our objects.
+	ManagedByValue = "provider-health-exporter"
+	// InstanceLabel holds the instance (the exporter deployment) an object belongs to.
+	InstanceLabel = "providerhealth.io/instance"
+	// DeploymentAnnotation holds the identity of the deployment that owns an object: the
+	// namespace and name of its Lease ("namespace/name"). Two deployments with the same
+	// instance in different namespaces have different identities, so they never take each
+	// other's objects for their own.
+	DeploymentAnnotation = "providerhealth.io/deployment"
+)
 
 // managedSelector selects the objects of every instance of the exporter.
 var managedSelector = ManagedByLabel + "=" + ManagedByValue
@@ -35,109 +45,6 @@ func (w *Writer) objectMeta(name string) metav1.ObjectMeta {
 		Name:        name,
 		Labels:      map[string]string{ManagedByLabel: ManagedByValue, InstanceLabel: w.opts.Instance},
 		Annotations: map[string]string{DeploymentAnnotation: w.deployment},
-	}
-}
-
-// owns reports whether obj belongs to this deployment: our managed-by label, our instance and
-// our deployment identity. An object that lacks the instance label or the deployment
-// annotation belongs to no deployment that can be told apart, so no writer takes it for its
-// own (docs/crd.md says how to hand it over).
-func (w *Writer) owns(obj *v1alpha1.ProviderHealth) bool { return w.ownsMeta(&obj.ObjectMeta) }
-
-func (w *Writer) ownsMeta(m *metav1.ObjectMeta) bool {
-	return m.Labels[ManagedByLabel] == ManagedByValue && m.Labels[InstanceLabel] == w.opts.Instance &&
-		m.Annotations[DeploymentAnnotation] == w.deployment
-}
-
-// ownerOf describes who an object not of this deployment belongs to, for logs and Events.
-func ownerOf(obj *v1alpha1.ProviderHealth) string {
-	inst, hasInst := obj.Labels[InstanceLabel]
-	dep, hasDep := obj.Annotations[DeploymentAnnotation]
-	switch {
-	case obj.Labels[ManagedByLabel] != ManagedByValue:
-		return fmt.Sprintf("not managed by provider-health-exporter (%s=%q)", ManagedByLabel, obj.Labels[ManagedByLabel])
-	case !hasInst:
-		return fmt.Sprintf("no exporter deployment that can be told apart (no %s label)", InstanceLabel)
-	case !hasDep:
-		return fmt.Sprintf("exporter instance %q, of no deployment that can be told apart (no %s annotation)", inst, DeploymentAnnotation)
-	default:
-		return fmt.Sprintf("exporter instance %q of the deployment with the Lease %s", inst, dep)
-	}
-}
-
-// collectGarbage lists the exporter's objects, deletes this instance's objects whose provider
-// keep rejects, and returns this instance's other objects and the other instances' objects.
-// allow (nil: always) is asked before each delete; when it says no, it stops with errNotLeader.
-// Without full it lists only the objects' metadata, and the objects it returns have no status.
-func (w *Writer) collectGarbage(ctx context.Context, keep func(string) bool, allow func() bool, full bool) (mine, others []v1alpha1.ProviderHealth, err error) {
-	var items []v1alpha1.ProviderHealth
-	if full {
-		items, err = w.objects.List(ctx, managedSelector)
-	} else {
-		var metas []metav1.ObjectMeta
-		metas, err = w.objects.ListMeta(ctx, managedSelector)
-		for _, m := range metas {
-			items = append(items, v1alpha1.ProviderHealth{ObjectMeta: m})
-		}
-	}
-	if err != nil {
-		if apierrors.IsNotFound(err) {
-			w.crdMissing()
-			return nil, nil, errCRDMissing
-		}
-		return nil, nil, fmt.Errorf("listing ProviderHealth objects: %w", err)
-	}
-	w.crdPresent()
-	var errs []error
-	for i := range items {
-		obj := &items[i]
-		switch {
-		case !w.owns(obj): // the selector does not tell instances apart; never trust a filter with a delete
-			if obj.Labels[ManagedByLabel] == ManagedByValue {
-				others = append(others, *obj)
-			}
-			continue
-		case keep(obj.Name):
-			mine = append(mine, *obj)
-			continue
-		}
-		if allow != nil && !allow() {
-			return nil, nil, errNotLeader
-		}
-		err := w.objects.Delete(ctx, obj.Name, obj.UID, obj.ResourceVersion)
-		switch {
-		case err == nil:
-			w.metrics.count(writeDelete, nil)
-			w.logger.Info("deleted ProviderHealth of a provider no longer configured", "provider", obj.Name)
-		case apierrors.IsNotFound(err):
-		case apierrors.IsConflict(err): // replaced by someone since the list: not the object we meant
-			w.metrics.count(writeDelete, err)
-		case perObject(err):
-			// That object's own problem (an admission policy refusing its delete): it stays,
-			// and is tried again at the next collection; the other writes go on.
-			w.metrics.count(writeDelete, err)
-			w.logger.Warn("deleting the ProviderHealth of a provider no longer configured failed; it is tried again at the next garbage collection",
-				"provider", obj.Name, "err", err)
-		default:
-			w.metrics.count(writeDelete, err)
-			errs = append(errs, fmt.Errorf("deleting ProviderHealth %s: %w", obj.Name, err))
-		}
-	}
-	return mine, others, errors.Join(errs...)
-}
-
-func (w *Writer) crdMissing() {
-	if !w.crdMissingLogged {
-		w.crdMissingLogged = true
-		w.logger.Error("the ProviderHealth CRD is not installed: apply it with `kubectl apply -f deploy/crd/`; metrics are still served and the writer keeps retrying",
-			"crd", v1alpha1.Resource+"."+v1alpha1.GroupName)
-	}
-}
-
-func (w *Writer) crdPresent() {
-	if w.crdMissingLogged {
-		w.crdMissingLogged = false
-		w.logger.Info("the ProviderHealth CRD is installed now")
 	}
 }
 
@@ -204,20 +111,91 @@ func (s *session) collectGarbage(ctx context.Context, full bool) error {
 	return nil
 }
 
-// adoptionAdvice returns the commands that give an object of ours (the managed-by label) without
-// a deployment's identity (no deployment annotation, or no instance label: an older build's, or
-// made by hand) this deployment's identity; empty for any other object.
-func (s *session) adoptionAdvice(obj *v1alpha1.ProviderHealth) string {
-	if obj.Labels[ManagedByLabel] != ManagedByValue {
-		return ""
-	}
-	if _, ok := obj.Annotations[DeploymentAnnotation]; ok {
-		if _, ok := obj.Labels[InstanceLabel]; ok {
-			return "" // another deployment's
+// collectGarbage lists the exporter's objects, deletes this instance's objects whose provider
+// keep rejects, and returns this instance's other objects and the other instances' objects.
+// allow (nil: always) is asked before each delete; when it says no, it stops with errNotLeader.
+// Without full it lists only the objects' metadata, and the objects it returns have no status.
+func (w *Writer) collectGarbage(ctx context.Context, keep func(string) bool, allow func() bool, full bool) (mine, others []v1alpha1.ProviderHealth, err error) {
+	var items []v1alpha1.ProviderHealth
+	if full {
+		items, err = w.objects.List(ctx, managedSelector)
+	} else {
+		var metas []metav1.ObjectMeta
+		metas, err = w.objects.ListMeta(ctx, managedSelector)
+		for _, m := range metas {
+			items = append(items, v1alpha1.ProviderHealth{ObjectMeta: m})
 		}
 	}
-	return fmt.Sprintf("kubectl label ph %s %s=%s --overwrite && kubectl annotate ph %s %s=%s --overwrite",
-		obj.Name, InstanceLabel, s.w.opts.Instance, obj.Name, DeploymentAnnotation, s.w.deployment)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			w.crdMissing()
+			return nil, nil, errCRDMissing
+		}
+		return nil, nil, fmt.Errorf("listing ProviderHealth objects: %w", err)
+	}
+	w.crdPresent()
+	var errs []error
+	for i := range items {
+		obj := &items[i]
+		switch {
+		case !w.owns(obj): // the selector does not tell instances apart; never trust a filter with a delete
+			if obj.Labels[ManagedByLabel] == ManagedByValue {
+				others = append(others, *obj)
+			}
+			continue
+		case keep(obj.Name):
+			mine = append(mine, *obj)
+			continue
+		}
+		if allow != nil && !allow() {
+			return nil, nil, errNotLeader
+		}
+		err := w.objects.Delete(ctx, obj.Name, obj.UID, obj.ResourceVersion)
+		switch {
+		case err == nil:
+			w.metrics.count(writeDelete, nil)
+			w.logger.Info("deleted ProviderHealth of a provider no longer configured", "provider", obj.Name)
+		case apierrors.IsNotFound(err):
+		case apierrors.IsConflict(err): // replaced by someone since the list: not the object we meant
+			w.metrics.count(writeDelete, err)
+		case perObject(err):
+			// That object's own problem (an admission policy refusing its delete): it stays,
+			// and is tried again at the next collection; the other writes go on.
+			w.metrics.count(writeDelete, err)
+			w.logger.Warn("deleting the ProviderHealth of a provider no longer configured failed; it is tried again at the next garbage collection",
+				"provider", obj.Name, "err", err)
+		default:
+			w.metrics.count(writeDelete, err)
+			errs = append(errs, fmt.Errorf("deleting ProviderHealth %s: %w", obj.Name, err))
+		}
+	}
+	return mine, others, errors.Join(errs...)
+}
+
+// owns reports whether obj belongs to this deployment: our managed-by label, our instance and
+// our deployment identity. An object that lacks the instance label or the deployment
+// annotation belongs to no deployment that can be told apart, so no writer takes it for its
+// own (docs/crd.md says how to hand it over).
+func (w *Writer) owns(obj *v1alpha1.ProviderHealth) bool { return w.ownsMeta(&obj.ObjectMeta) }
+
+func (w *Writer) ownsMeta(m *metav1.ObjectMeta) bool {
+	return m.Labels[ManagedByLabel] == ManagedByValue && m.Labels[InstanceLabel] == w.opts.Instance &&
+		m.Annotations[DeploymentAnnotation] == w.deployment
+}
+
+func (w *Writer) crdMissing() {
+	if !w.crdMissingLogged {
+		w.crdMissingLogged = true
+		w.logger.Error("the ProviderHealth CRD is not installed: apply it with `kubectl apply -f deploy/crd/`; metrics are still served and the writer keeps retrying",
+			"crd", v1alpha1.Resource+"."+v1alpha1.GroupName)
+	}
+}
+
+func (w *Writer) crdPresent() {
+	if w.crdMissingLogged {
+		w.crdMissingLogged = false
+		w.logger.Info("the ProviderHealth CRD is installed now")
+	}
 }
 
 // clash records that the object of a configured provider's name belongs to someone else: it is
@@ -251,4 +229,45 @@ func (s *session) clash(obj *v1alpha1.ProviderHealth) {
 			"exporter instance %q (Lease %s) also has a provider named %s and leaves this object alone: it belongs to %s; rename one of the providers",
 			s.w.opts.Instance, s.w.deployment, obj.Name, owner), maxEventMessage))
 	}
+}
+
+// adoptionAdvice returns the commands that give an object of ours (the managed-by label) without
+// a deployment's identity (no deployment annotation, or no instance label: an older build's, or
+// made by hand) this deployment's identity; empty for any other object.
+func (s *session) adoptionAdvice(obj *v1alpha1.ProviderHealth) string {
+	if obj.Labels[ManagedByLabel] != ManagedByValue {
+		return ""
+	}
+	if _, ok := obj.Annotations[DeploymentAnnotation]; ok {
+		if _, ok := obj.Labels[InstanceLabel]; ok {
+			return "" // another deployment's
+		}
+	}
+	return fmt.Sprintf("kubectl label ph %s %s=%s --overwrite && kubectl annotate ph %s %s=%s --overwrite",
+		obj.Name, InstanceLabel, s.w.opts.Instance, obj.Name, DeploymentAnnotation, s.w.deployment)
+}
+
+// ownerOf describes who an object not of this deployment belongs to, for logs and Events.
+func ownerOf(obj *v1alpha1.ProviderHealth) string {
+	inst, hasInst := obj.Labels[InstanceLabel]
+	dep, hasDep := obj.Annotations[DeploymentAnnotation]
+	switch {
+	case obj.Labels[ManagedByLabel] != ManagedByValue:
+		return fmt.Sprintf("not managed by provider-health-exporter (%s=%q)", ManagedByLabel, obj.Labels[ManagedByLabel])
+	case !hasInst:
+		return fmt.Sprintf("no exporter deployment that can be told apart (no %s label)", InstanceLabel)
+	case !hasDep:
+		return fmt.Sprintf("exporter instance %q, of no deployment that can be told apart (no %s annotation)", inst, DeploymentAnnotation)
+	default:
+		return fmt.Sprintf("exporter instance %q of the deployment with the Lease %s", inst, dep)
+	}
+}
+
+// configured returns the providers of the snapshot: the configured ones.
+func configured(snap *checks.Snapshot) map[string]bool {
+	set := make(map[string]bool, len(snap.Providers))
+	for _, p := range snap.Providers {
+		set[p.Name] = true
+	}
+	return set
 }

@@ -2,7 +2,6 @@ package crdwriter
 
 import (
 	"encoding/json"
-	"errors"
 	"slices"
 	"time"
 
@@ -16,9 +15,6 @@ import (
 // rejects (422), a CRD without the status subresource, and a CRD whose schema prunes fields the
 // writer sets (an older CRD). Each is one provider's problem, or a problem of the CRD, reported
 // once; none of them holds back the other providers' writes.
-
-// errRejected: the API server refused to create the provider's object (reported by reject).
-var errRejected = errors.New("the API server rejected the object")
 
 // rejection is a provider whose object the API server refused (422 Invalid).
 type rejection struct {

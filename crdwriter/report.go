@@ -53,12 +53,6 @@ type report struct {
 	r  Report
 }
 
-func (p *report) set(r Report) {
-	p.mu.Lock()
-	p.r = r
-	p.mu.Unlock()
-}
-
 // Report returns what the writer is doing now; safe to call from any goroutine.
 func (w *Writer) Report() Report {
 	w.report.mu.Lock()
@@ -85,4 +79,10 @@ func (s *session) publish(synced uint64) {
 		return cmp.Or(cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.Problem, b.Problem))
 	})
 	s.w.report.set(r)
+}
+
+func (p *report) set(r Report) {
+	p.mu.Lock()
+	p.r = r
+	p.mu.Unlock()
 }

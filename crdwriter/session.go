@@ -9,7 +9,6 @@ import (
 
 	"k8s.io/client-go/tools/record"
 
-	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
 )
 
@@ -56,7 +55,7 @@ type session struct {
 	// interval: when it may be written.
 	reasonHeld map[string]time.Time
 	// wrote holds the providers whose object this term has written; otherWriters the other
-	// writer IDs seen on them since (sync.go: otherWriter).
+	// writer IDs seen on them since (write.go: otherWriter).
 	wrote        map[string]bool
 	otherWriters map[string]bool
 	// budgets are the targets' Event budgets (events.go).
@@ -121,15 +120,6 @@ func (w *Writer) lead(ctx context.Context, lease *leaseView) {
 	}
 	wg.Go(func() { s.watch(ctx) })
 	s.syncLoop(ctx)
-}
-
-// configured returns the providers of the snapshot: the configured ones.
-func configured(snap *checks.Snapshot) map[string]bool {
-	set := make(map[string]bool, len(snap.Providers))
-	for _, p := range snap.Providers {
-		set[p.Name] = true
-	}
-	return set
 }
 
 // seed lists the objects, deletes this instance's garbage and remembers the rest (their
@@ -236,39 +226,6 @@ func (s *session) observe() time.Time {
 	default:
 	}
 	return next
-}
-
-// mayWrite reports whether this term may write now; when another replica holds the Lease it
-// ends the term and says no. It is asked right before every request that writes (and again by
-// the transport's fence).
-func (s *session) mayWrite() bool {
-	if s.lease == nil {
-		return true
-	}
-	if !s.lease.isLeader() {
-		s.endTerm()
-		return false
-	}
-	if !s.lease.fresh() {
-		if s.overdue.CompareAndSwap(false, true) {
-			s.w.logger.Warn("the last renewal of the lease is older than the renew deadline: writing nothing until it is renewed",
-				"lease", s.w.opts.LeaseNamespace+"/"+s.w.opts.LeaseName, "renew_deadline", s.w.opts.RenewDeadline)
-		}
-		return false
-	}
-	if s.overdue.CompareAndSwap(true, false) {
-		s.w.logger.Info("the lease is renewed again: writing", "lease", s.w.opts.LeaseNamespace+"/"+s.w.opts.LeaseName)
-	}
-	return true
-}
-
-// allowWrites is mayWrite as the collector of garbage and the Event recorder want it: nil
-// without leader election.
-func (s *session) allowWrites() func() bool {
-	if s.lease == nil {
-		return nil
-	}
-	return s.mayWrite
 }
 
 // followLease ends the term once the elector has observed another holder of the Lease, not only

@@ -127,20 +127,6 @@ func (m *providerMem) adopt(st *v1alpha1.ProviderHealthStatus) map[string]bool {
 	return shown
 }
 
-// notYetListed returns the targets of the provider the snapshot does not list yet because
-// they have no verdict since the exporter started (or since they were added: ProviderState's
-// Unchecked): their verdicts read back from the live object stay until their first verdict.
-func notYetListed(ps *checks.ProviderState) map[string]bool {
-	if len(ps.Unchecked) == 0 {
-		return nil
-	}
-	keep := make(map[string]bool, len(ps.Unchecked))
-	for _, u := range ps.Unchecked {
-		keep[u.Target] = true
-	}
-	return keep
-}
-
 // observe folds a provider's state from the snapshot of round into its memory and returns the
 // target transitions to report. A provider not checked yet (no targets) leaves known targets
 // alone, so that a restart does not wipe the verdicts and transition times read back from the
@@ -246,6 +232,20 @@ func (m *providerMem) observe(ps *checks.ProviderState, round uint64, now time.T
 	}
 	m.setCondition(m.readyCondition(now, staleAfter), now)
 	return events
+}
+
+// notYetListed returns the targets of the provider the snapshot does not list yet because
+// they have no verdict since the exporter started (or since they were added: ProviderState's
+// Unchecked): their verdicts read back from the live object stay until their first verdict.
+func notYetListed(ps *checks.ProviderState) map[string]bool {
+	if len(ps.Unchecked) == 0 {
+		return nil
+	}
+	keep := make(map[string]bool, len(ps.Unchecked))
+	for _, u := range ps.Unchecked {
+		keep[u.Target] = true
+	}
+	return keep
 }
 
 func downEvent(target, reason, message string) targetEvent {

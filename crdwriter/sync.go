@@ -3,10 +3,10 @@ package crdwriter
 import (
 	"context"
 	"errors"
+	"math"
+	mathrand "math/rand/v2"
 	"slices"
 	"time"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 )
@@ -171,32 +171,6 @@ func (s *session) syncOnce(ctx context.Context, gc bool) error {
 	return nil
 }
 
-// errStillConflicting: an object kept changing under the writer while it wrote it.
-var errStillConflicting = errors.New("still conflicting after 5 attempts")
-
-// perObject reports whether err is about one object (the API server answered about it: refused
-// by an admission policy, too large, failed on the server, or a conflict that persists), so that
-// only that object backs off; any other error (the API server is unreachable, overloaded or
-// refuses the writer's credentials, the CRD is missing, the lease is overdue) stops the sync.
-func perObject(err error) bool {
-	if errors.Is(err, errCRDMissing) || errors.Is(err, errNotLeader) {
-		return false
-	}
-	if errors.Is(err, errStillConflicting) {
-		return true
-	}
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return false
-	}
-	switch {
-	case apierrors.IsTooManyRequests(err), apierrors.IsServiceUnavailable(err), apierrors.IsTimeout(err),
-		apierrors.IsServerTimeout(err), apierrors.IsUnauthorized(err):
-		return false // about the API server or the writer's credentials, not this object
-	}
-	return true
-}
-
 // objectFailure is a provider whose object the API server keeps refusing to write for a reason
 // of that object (perObject): retried with a backoff of its own.
 type objectFailure struct {
@@ -235,4 +209,11 @@ func (s *session) objectWritten(name string) {
 		s.w.metrics.failing.Set(float64(len(s.failing)))
 		s.w.logger.Info("writing this provider's ProviderHealth object works again", "provider", name)
 	}
+}
+
+// backoff is the wait before retry attempt n (from 0): exponential from 1s, capped, jittered.
+func (w *Writer) backoff(n int) time.Duration {
+	d := time.Duration(float64(time.Second) * math.Pow(2, float64(min(n, 16))))
+	d = min(d, w.opts.MaxRetryBackoff)
+	return d - time.Duration(mathrand.Int64N(int64(d)/5+1))
 }

@@ -15,11 +15,15 @@
 // instance and its deployment; an object of a provider's name that belongs to anyone else is a
 // name clash, reported and left alone.
 //
-// Where to find what: writer.go (options, construction, Run, DeleteAll), lease.go (leader
-// election and the fencing of writes by time), session.go (one term of writing: seeding and
-// folding snapshots into memory), sync.go (writing objects and Events), ownership.go (which
-// objects are ours, garbage collection, name clashes), status.go (the status a provider's
-// object should have), client.go (the REST client), events.go, metrics.go.
+// Where to find what, from the top down (a file uses only what it or the files after it
+// declare; the root's TestReadingOrder checks it): writer.go (options, construction, Run,
+// DeleteAll), campaign.go (leader election), session.go (one term of writing: seeding and
+// folding snapshots into memory), sync.go (the sync loop and its backoff), write.go (one
+// provider's write), rejections.go and compare.go (what the API server refused or changed),
+// ownership.go (which objects are ours, garbage collection, name clashes), status.go (the
+// status a provider's object should have), report.go (what the status page shows), events.go,
+// metrics.go, lease.go (the fencing of writes by time, whether a term may write now), client.go
+// (the REST client), errors.go.
 package crdwriter
 
 import (
@@ -29,8 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	mathrand "math/rand/v2"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -48,23 +50,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-)
-
-// The writer's identity in the API server.
-const (
-	// FieldManager is the one field manager of every write, and the Events' source component.
-	FieldManager = "provider-health-exporter"
-	// ManagedByLabel marks the objects this exporter owns; objects without it are never touched.
-	ManagedByLabel = "app.kubernetes.io/managed-by"
-	// ManagedByValue is ManagedByLabel's value on our objects.
-	ManagedByValue = "provider-health-exporter"
-	// InstanceLabel holds the instance (the exporter deployment) an object belongs to.
-	InstanceLabel = "providerhealth.io/instance"
-	// DeploymentAnnotation holds the identity of the deployment that owns an object: the
-	// namespace and name of its Lease ("namespace/name"). Two deployments with the same
-	// instance in different namespaces have different identities, so they never take each
-	// other's objects for their own.
-	DeploymentAnnotation = "providerhealth.io/deployment"
 )
 
 // Defaults of Options.
@@ -283,25 +268,6 @@ func defaultIdentity() string {
 	return host + "_" + hex.EncodeToString(b[:])
 }
 
-// Run writes until ctx is done, then returns nil. The configured providers are those of the
-// newest snapshot: a reload publishes a snapshot without a removed provider, and its object is
-// deleted. With leader election it writes only while it holds the Lease; when it loses the Lease
-// it stops writing at once and campaigns again.
-func (w *Writer) Run(ctx context.Context) error {
-	if w.opts.Source == nil {
-		return errors.New("crdwriter: Options.Source is required to run")
-	}
-	// client-go logs through klog; send what it says about this writer to our logger.
-	ctx = klog.NewContext(ctx, logr.FromSlogHandler(w.logger.Handler()))
-	if !w.opts.LeaderElect {
-		w.metrics.leader.Set(1)
-		defer w.metrics.leader.Set(0)
-		w.lead(ctx, nil)
-		return nil
-	}
-	return w.campaigns(ctx)
-}
-
 // RunChecksOff is Run with checks turned off: there is nothing to mirror, and every object of
 // this instance is garbage. It deletes them, with leader election only while holding the Lease
 // and behind the same fence as every write, and keeps collecting garbage once per heartbeat
@@ -341,6 +307,25 @@ func (w *Writer) runChecksOff(ctx context.Context, collected func()) error {
 	return w.Run(ctx)
 }
 
+// Run writes until ctx is done, then returns nil. The configured providers are those of the
+// newest snapshot: a reload publishes a snapshot without a removed provider, and its object is
+// deleted. With leader election it writes only while it holds the Lease; when it loses the Lease
+// it stops writing at once and campaigns again.
+func (w *Writer) Run(ctx context.Context) error {
+	if w.opts.Source == nil {
+		return errors.New("crdwriter: Options.Source is required to run")
+	}
+	// client-go logs through klog; send what it says about this writer to our logger.
+	ctx = klog.NewContext(ctx, logr.FromSlogHandler(w.logger.Handler()))
+	if !w.opts.LeaderElect {
+		w.metrics.leader.Set(1)
+		defer w.metrics.leader.Set(0)
+		w.lead(ctx, nil)
+		return nil
+	}
+	return w.campaigns(ctx)
+}
+
 // checksOff is the state of a writer run with checks off.
 type checksOff struct {
 	// collected (nil: nothing) is called after each complete pass of garbage collection.
@@ -358,11 +343,4 @@ func (noProviders) Subscribe(ctx context.Context) <-chan struct{} {
 	ch := make(chan struct{})
 	context.AfterFunc(ctx, func() { close(ch) })
 	return ch
-}
-
-// backoff is the wait before retry attempt n (from 0): exponential from 1s, capped, jittered.
-func (w *Writer) backoff(n int) time.Duration {
-	d := time.Duration(float64(time.Second) * math.Pow(2, float64(min(n, 16))))
-	d = min(d, w.opts.MaxRetryBackoff)
-	return d - time.Duration(mathrand.Int64N(int64(d)/5+1))
 }
