@@ -67,9 +67,9 @@ func (k *Config) Equal(o config.Block) bool {
 	return is && *k == *ok
 }
 
-// Files is the kubeconfig, when one is set.
+// Files is the kubeconfig, when one is set: a secret (it may hold tokens and client keys).
 func (k *Config) Files() []config.File {
-	return []config.File{{Field: "kubeconfig", Path: k.Kubeconfig}}
+	return []config.File{{Field: "kubeconfig", Path: k.Kubeconfig, Secret: true}}
 }
 
 // Warnings: none; a kubeconfig's own insecure-skip-tls-verify is the kubeconfig's business.

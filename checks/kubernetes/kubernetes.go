@@ -17,9 +17,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 
 	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +35,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 )
 
 // Type is the providers file's name of the type: `type: kubernetes`.
@@ -74,9 +78,11 @@ type Checker struct {
 	// closing cuts the checks in progress when the checker is closed.
 	closing checks.Closing
 
-	// mu guards state, which a check replaces when the kubeconfig changed.
+	// mu guards state, which a check replaces when the kubeconfig changed; it is never held
+	// while the files are read (reads shares the one read of concurrent callers).
 	mu    sync.Mutex
 	state *clientState
+	reads singleflight.Group
 }
 
 // clientState is what the checker built from one read of its configuration.
@@ -87,8 +93,25 @@ type clientState struct {
 	client  *rest.RESTClient
 	http    *http.Client
 	secrets []string // never shown in messages
-	// at is the kubeconfig's state when it was read (zero in-cluster).
-	at checks.FileState
+	// files are the kubeconfig and the files it names (token, certificates, key), each with
+	// its state when it was read (none in-cluster).
+	files []fileAt
+}
+
+// fileAt is a file and its state when it was read.
+type fileAt struct {
+	path string
+	at   checks.FileState
+}
+
+// changed reports whether a file the state was built from changed since it was read.
+func (st *clientState) changed() bool {
+	for _, f := range st.files {
+		if f.at.Changed(f.path) {
+			return true
+		}
+	}
+	return false
 }
 
 var (
@@ -137,9 +160,12 @@ func New(p config.Provider, logger *slog.Logger) (checks.Checker, error) {
 // a later one whose kubeconfig names another target is a ConfigError until a reload renames it.
 func (c *Checker) load() *clientState {
 	st := &clientState{}
-	// Taken before reading, so that a change during the read still counts as one.
-	st.at, _ = checks.StatFile(c.block.Kubeconfig)
-	restConfig, target, err := loadConfig(c.block)
+	restConfig, target, err := loadConfig(c.block, func(path string) ([]byte, error) {
+		// Taken before reading, so that a change during the read still counts as one.
+		at, _ := checks.StatFile(path)
+		st.files = append(st.files, fileAt{path, at})
+		return fileread.Read(path, fileread.CredentialLimit)
+	})
 	switch {
 	case c.target == "":
 		c.target = cmp.Or(target, c.name)
@@ -162,28 +188,39 @@ func (c *Checker) load() *clientState {
 	return st
 }
 
-// current returns the client state, reading the kubeconfig again first when it changed since
-// it was read.
+// current returns the client state, reading the kubeconfig (and the files it names) again
+// first when one changed since it was read. The files are read outside the mutex, once for
+// concurrent callers; the mutex is taken only to swap the state.
 func (c *Checker) current() *clientState {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.block.Kubeconfig == "" || !c.state.at.Changed(c.block.Kubeconfig) {
-		return c.state
+	st := c.state
+	c.mu.Unlock()
+	if c.block.Kubeconfig == "" || !st.changed() {
+		return st
 	}
-	old := c.state
-	c.state = c.load()
-	if c.state.err == nil {
-		c.logger.Info("kubeconfig changed; read again", "kubeconfig", c.block.Kubeconfig)
-	}
-	if old.http != nil {
-		utilnet.CloseIdleConnectionsFor(old.http.Transport)
-	}
-	return c.state
+	v, _, _ := c.reads.Do("", func() (any, error) {
+		next := c.load()
+		c.mu.Lock()
+		old := c.state
+		c.state = next
+		c.mu.Unlock()
+		if next.err == nil {
+			c.logger.Info("kubeconfig changed; read again", "kubeconfig", c.block.Kubeconfig)
+		}
+		if old.http != nil {
+			utilnet.CloseIdleConnectionsFor(old.http.Transport)
+		}
+		return next, nil
+	})
+	return v.(*clientState)
 }
 
 // loadConfig turns the provider's block into a client configuration and names the target: the
-// kubeconfig context in use, or the API server's host when there is none (in-cluster).
-func loadConfig(kc Config) (*rest.Config, string, error) {
+// kubeconfig context in use, or the API server's host when there is none (in-cluster). The
+// kubeconfig and the files its context names (tokenFile, certificate-authority, client-certificate,
+// client-key) are read through read, which reads regular files only, size-capped, with a
+// deadline; their contents are handed to client-go inline, so that client-go opens none of them.
+func loadConfig(kc Config, read func(string) ([]byte, error)) (*rest.Config, string, error) {
 	if kc.Kubeconfig == "" {
 		cfg, err := rest.InClusterConfig()
 		if err != nil {
@@ -191,16 +228,23 @@ func loadConfig(kc Config) (*rest.Config, string, error) {
 		}
 		return cfg, hostOf(cfg.Host), nil
 	}
-	rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: kc.Kubeconfig}
-	raw, err := rules.Load()
+	data, err := read(kc.Kubeconfig)
 	if err != nil {
 		return nil, kc.Context, fmt.Errorf("read kubeconfig: %w", err)
+	}
+	raw, err := clientcmd.Load(data)
+	if err != nil {
+		return nil, kc.Context, fmt.Errorf("read kubeconfig %s: %w", kc.Kubeconfig, err)
 	}
 	contextName := kc.Context
 	if contextName == "" {
 		contextName = raw.CurrentContext
 	}
-	cfg, err := clientcmd.NewNonInteractiveClientConfig(*raw, contextName, &clientcmd.ConfigOverrides{}, rules).ClientConfig()
+	if err := inlineFiles(raw, contextName, kc.Kubeconfig, read); err != nil {
+		return nil, contextName, fmt.Errorf("kubeconfig %s: %w", kc.Kubeconfig, err)
+	}
+	// No config access: the exporter never writes into the kubeconfig.
+	cfg, err := clientcmd.NewNonInteractiveClientConfig(*raw, contextName, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 	if err != nil {
 		return nil, contextName, fmt.Errorf("kubeconfig %s: %w", kc.Kubeconfig, err)
 	}
@@ -211,6 +255,74 @@ func loadConfig(kc Config) (*rest.Config, string, error) {
 		return cfg, hostOf(cfg.Host), nil
 	}
 	return cfg, contextName, nil
+}
+
+// inlineFiles reads the files the context's cluster and user name (relative paths are taken
+// from the kubeconfig's directory, as client-go takes them) through read, and puts their
+// contents in their *-data fields (the token in token): client-go would open them itself,
+// unbounded, and re-read a token file every minute. A changed file is seen by the checker's
+// state (clientState.changed), which reads everything again. A token file and a client key are
+// secrets: every message of the process is redacted of them.
+func inlineFiles(raw *clientcmdapi.Config, contextName, kubeconfig string, read func(string) ([]byte, error)) error {
+	ctx := raw.Contexts[contextName]
+	if ctx == nil {
+		return nil
+	}
+	base := filepath.Dir(kubeconfig)
+	load := func(field, path string, data *[]byte) error {
+		if path == "" {
+			return nil
+		}
+		if len(*data) != 0 {
+			return fmt.Errorf("%s-data and %s are both set: set one", field, field)
+		}
+		b, err := read(absFrom(base, path))
+		if err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+		*data = b
+		return nil
+	}
+	if cl := raw.Clusters[ctx.Cluster]; cl != nil {
+		if err := load("certificate-authority", cl.CertificateAuthority, &cl.CertificateAuthorityData); err != nil {
+			return err
+		}
+		cl.CertificateAuthority = ""
+	}
+	u := raw.AuthInfos[ctx.AuthInfo]
+	if u == nil {
+		return nil
+	}
+	if err := load("client-certificate", u.ClientCertificate, &u.ClientCertificateData); err != nil {
+		return err
+	}
+	u.ClientCertificate = ""
+	if u.ClientKey != "" {
+		checks.WatchSecretFiles(absFrom(base, u.ClientKey))
+	}
+	if err := load("client-key", u.ClientKey, &u.ClientKeyData); err != nil {
+		return err
+	}
+	u.ClientKey = ""
+	if u.TokenFile != "" && u.Token == "" {
+		checks.WatchSecretFiles(absFrom(base, u.TokenFile))
+		var b []byte
+		if err := load("tokenFile", u.TokenFile, &b); err != nil {
+			return err
+		}
+		// As client-go's token file source reads it.
+		u.Token = strings.TrimSpace(string(b))
+	}
+	u.TokenFile = ""
+	return nil
+}
+
+// absFrom is path, taken from base when it is relative.
+func absFrom(base, path string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(base, path)
 }
 
 // plainHTTPWithCredentials refuses a context whose server is plain HTTP to a host that is not
@@ -285,8 +397,9 @@ func (c *Checker) Targets() []string { return []string{c.target} }
 // changed since it was read (a check would read it again; a reload starts afresh).
 func (c *Checker) Stale() bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.state.err != nil || c.block.Kubeconfig != "" && c.state.at.Changed(c.block.Kubeconfig)
+	st := c.state
+	c.mu.Unlock()
+	return st.err != nil || c.block.Kubeconfig != "" && st.changed()
 }
 
 // Close cuts the checks in progress (their request's connection closes with them) and closes

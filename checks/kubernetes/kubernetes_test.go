@@ -364,3 +364,113 @@ type otherBlock struct{}
 func (*otherBlock) Equal(config.Block) bool  { return false }
 func (*otherBlock) Files() []config.File     { return nil }
 func (*otherBlock) Warnings(string) []string { return nil }
+
+// TestSpecialKubeconfigFiles: a kubeconfig, or a token file or CA file it names, that is a
+// named pipe or /dev/zero is refused at once (ConfigError naming the file and what it is),
+// never waited on or read without end; a kubeconfig over the size limit is refused by size.
+func TestSpecialKubeconfigFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(dir, "zero")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("#"), 2<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	naming := func(name string, user *clientcmdapi.AuthInfo, cluster *clientcmdapi.Cluster) string {
+		path := filepath.Join(dir, name)
+		if err := clientcmd.WriteToFile(clientcmdapi.Config{
+			Clusters:       map[string]*clientcmdapi.Cluster{"c": cluster},
+			AuthInfos:      map[string]*clientcmdapi.AuthInfo{"u": user},
+			Contexts:       map[string]*clientcmdapi.Context{"ctx": {Cluster: "c", AuthInfo: "u"}},
+			CurrentContext: "ctx",
+		}, path); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	server := &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
+	for _, tc := range []struct {
+		name, kubeconfig, want string
+	}{
+		{"kubeconfig fifo", fifo, fifo + " is a named pipe (FIFO), not a regular file"},
+		{"kubeconfig /dev/zero", zero, zero + " is a character device, not a regular file"},
+		{"kubeconfig too large", big, big + " is 2MiB, larger than the limit of 1MiB"},
+		{"token file fifo", naming("token-fifo", &clientcmdapi.AuthInfo{TokenFile: fifo}, server), "tokenFile: " + fifo + " is a named pipe (FIFO)"},
+		{"token file /dev/zero", naming("token-zero", &clientcmdapi.AuthInfo{TokenFile: "zero"}, server), "tokenFile: " + zero + " is a character device"},
+		{"CA fifo", naming("ca-fifo", &clientcmdapi.AuthInfo{Token: "abcdefgh"}, &clientcmdapi.Cluster{Server: "https://127.0.0.1:1", CertificateAuthority: fifo}),
+			"certificate-authority: " + fifo + " is a named pipe (FIFO)"},
+		{"client key /dev/zero", naming("key-zero", &clientcmdapi.AuthInfo{ClientCertificateData: []byte("x"), ClientKey: zero}, server),
+			"client-key: " + zero + " is a character device"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			done := make(chan checks.TargetResult, 1)
+			go func() {
+				c := newChecker(t, provider("p", tc.kubeconfig, ""), nil)
+				done <- c.Check(context.Background())[0]
+			}()
+			var r checks.TargetResult
+			select {
+			case r = <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("building and checking did not return: a read blocked")
+			}
+			if r.Reason != ReasonConfigError || !strings.Contains(r.Message, tc.want) {
+				t.Errorf("%s %q; want ConfigError saying %q", r.Reason, r.Message, tc.want)
+			}
+		})
+	}
+}
+
+// TestTokenFileReadInlineAndRotated: a kubeconfig's tokenFile (relative to the kubeconfig) is
+// read by the checker, sent as the bearer token, redacted from every message, and read again
+// at the next check once it changed.
+func TestTokenFileReadInlineAndRotated(t *testing.T) {
+	var got atomic.Value
+	got.Store("")
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Header.Get("Authorization"))
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{},"items":[]}`)
+	}))
+	t.Cleanup(srv.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("first-token-value\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "`+srv.URL+`", certificate-authority: ca.crt}}]
+users: [{name: u, user: {tokenFile: token}}]
+contexts: [{name: ctx, context: {cluster: c, user: u}}]
+current-context: ctx
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newChecker(t, provider("p", kubeconfig, ""), nil)
+	if r := checkOnce(t, c, context.Background()); r.Reason != checks.ReasonReady || got.Load() != "Bearer first-token-value" {
+		t.Fatalf("%s %q, Authorization %q; want Ready with the token file's token", r.Reason, r.Message, got.Load())
+	}
+	checks.RefreshSecrets()
+	if s := checks.Sanitize("said first-token-value"); strings.Contains(s, "first-token-value") {
+		t.Errorf("the token file's token is not redacted: %q", s)
+	}
+	// A new version of the file (another size, so its state differs at any clock resolution).
+	if err := os.WriteFile(token, []byte("second-token-value-rotated\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := checkOnce(t, c, context.Background()); r.Reason != checks.ReasonReady || got.Load() != "Bearer second-token-value-rotated" {
+		t.Errorf("after the rotation: %s %q, Authorization %q; want the new token", r.Reason, r.Message, got.Load())
+	}
+}
