@@ -190,22 +190,29 @@ func TestProbeTimeout(t *testing.T) {
 }
 
 // TestProbeQueueIsNotAnOutage is the reproduction: 12 probes at once of healthy
-// targets whose check takes 600ms, under Prometheus's 1s scrape timeout (a 750ms deadline).
-// With one limit of 10 for the whole exporter, 2 of them waited 600ms for a place and answered
-// 200 probe_success 0, reason Timeout. Each provider now has its own places, so every one
-// answers probe_success 1; and two probes of the same target at once (two Prometheus
-// replicas) both answer too.
+// targets whose checks are slow. With one limit of 10 for the whole exporter, 2 of them waited
+// for a place and answered 200 probe_success 0, reason Timeout. Each provider now has its own
+// places: the checks of all 12 providers are held running at once (which a shared limit of 10
+// would never allow), then released, and every probe answers probe_success 1; two probes of the
+// same target at once (two Prometheus replicas) both answer too. Nothing here depends on how
+// fast the machine is: the checks end when the test releases them.
 func TestProbeQueueIsNotAnOutage(t *testing.T) {
 	f := fakechecks.New()
 	f.Use(t)
 	var ps []fakechecks.Provider
 	for i := range 12 {
 		name := fmt.Sprintf("gce-%02d", i)
-		ps = append(ps, fakechecks.Provider{Name: name, Project: name + "-project", Targets: "slow-" + name})
+		ps = append(ps, fakechecks.Provider{Name: name, Project: name + "-project", Targets: "t-" + name})
 	}
 	_, srv := probeTestExporter(t, f, 0, ps...)
-	client := &http.Client{Timeout: time.Second} // what Prometheus gives the scrape
+	client := &http.Client{Timeout: 2 * time.Minute}
 	for _, perTarget := range []int{1, 2} {
+		before := map[string]int{}
+		var releases []func()
+		for _, p := range ps {
+			before[p.Name] = f.Checked(p.Name)
+			releases = append(releases, f.Gate(p.Project))
+		}
 		type answer struct {
 			q    string
 			code int
@@ -216,10 +223,21 @@ func TestProbeQueueIsNotAnOutage(t *testing.T) {
 			for range perTarget {
 				go func() {
 					q := "/probe?provider=" + p.Name + "&target=" + p.Targets
-					code, body := fetchNoFatal(client, srv.URL+q, scrapeTimeoutHeader, "1")
+					code, body := fetchNoFatal(client, srv.URL+q)
 					answers <- answer{q, code, body}
 				}()
 			}
+		}
+		testutil.Eventually(t, time.Minute, "the checks of all 12 providers to run at once", func() bool {
+			for _, p := range ps {
+				if f.Checked(p.Name) == before[p.Name] {
+					return false
+				}
+			}
+			return true
+		})
+		for _, release := range releases {
+			release()
 		}
 		for range len(ps) * perTarget {
 			a := <-answers
