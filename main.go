@@ -525,7 +525,7 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 	}
 
 	server := &http.Server{
-		Handler:           withRoutePrefix(e.Handler(), opts.paths.route),
+		Handler:           exporter.Guard(withRoutePrefix(e.Routes(), opts.paths.route)),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelError),
 	}

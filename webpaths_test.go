@@ -84,6 +84,22 @@ func TestExternalURL(t *testing.T) {
 			t.Errorf("GET %s: %d to %q, want a redirect to /tools/phe/", p, resp.StatusCode, resp.Header.Get("Location"))
 		}
 	}
+	// Every answer carries the security headers: the prefix's own redirects and 404s too, and a
+	// cross-origin POST outside the prefix is refused like one inside it.
+	for _, p := range []string{"/", "/tools/phe", "/metrics", "/tools/phe/nonexistent", "/tools/phe/"} {
+		resp, err := noRedirect.Get(x.base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if h := resp.Header; h.Get("X-Content-Type-Options") != "nosniff" || h.Get("X-Frame-Options") != "DENY" ||
+			!strings.Contains(h.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
+			t.Errorf("GET %s (%d) lacks the security headers: %v", p, resp.StatusCode, h)
+		}
+	}
+	if code, body := testutil.Request(t, x.client, http.MethodPost, x.base+"/elsewhere", "Sec-Fetch-Site", "cross-site"); code != http.StatusForbidden || !strings.Contains(body, "cross-origin") {
+		t.Errorf("a cross-site POST outside the prefix: %d %q, want 403", code, body)
+	}
 
 	y := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=10s",
 		"--web.external-url=https://proxy.example/tools/phe", "--web.route-prefix=/")

@@ -8,10 +8,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler routes the exporter's HTTP endpoints, behind the security headers and the refusal of
-// cross-origin requests that change state (guard, webguard.go). exporter-toolkit wraps it with
-// TLS and basic auth when --web.config.file asks for them.
-func (e *Exporter) Handler() http.Handler {
+// Handler routes the exporter's HTTP endpoints at the root, behind Guard. exporter-toolkit wraps
+// it with TLS and basic auth when --web.config.file asks for them.
+func (e *Exporter) Handler() http.Handler { return Guard(e.Routes()) }
+
+// Routes routes the exporter's HTTP endpoints without Guard: for a server that puts them under a
+// path of its own (--web.route-prefix) and wraps the whole, its own redirects and 404s
+// included, in Guard.
+func (e *Exporter) Routes() http.Handler {
 	mux := http.NewServeMux()
 	// The registry's families and the snapshot's; promhttp negotiates, encodes and compresses.
 	mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(e.registry,
@@ -31,7 +35,7 @@ func (e *Exporter) Handler() http.Handler {
 	mux.HandleFunc("GET /-/ready", e.serveReady)
 	// Other methods get 405 from the mux: a reload changes state, so GET must not trigger it.
 	mux.HandleFunc("POST /-/reload", e.serveReload)
-	return guard(mux)
+	return mux
 }
 
 // serveHealthy answers as long as the process serves HTTP.

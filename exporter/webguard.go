@@ -13,7 +13,8 @@ import (
 // move with every edit of it. No page may frame it (clickjacking).
 const contentSecurityPolicy = "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
-// guard wraps the exporter's endpoints:
+// Guard wraps the exporter's endpoints, outermost, so that every answer passes it (a route
+// prefix's redirects and 404s too):
 //   - every answer carries X-Content-Type-Options: nosniff (a browser never reads a check's
 //     message in a plain-text answer as HTML or script), X-Frame-Options: DENY and the
 //     Content-Security-Policy above;
@@ -22,7 +23,7 @@ const contentSecurityPolicy = "default-src 'none'; style-src 'unsafe-inline'; im
 //     Sec-Fetch-Site other than same-origin or none, or without it an Origin whose host is not
 //     the request's Host (net/http's CrossOriginProtection). Clients that send neither header
 //     (curl, Prometheus, a kubelet) are not browsers, and pass.
-func guard(next http.Handler) http.Handler {
+func Guard(next http.Handler) http.Handler {
 	cop := http.NewCrossOriginProtection()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
