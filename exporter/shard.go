@@ -29,9 +29,12 @@ type sharding struct {
 	// when it keeps them.
 	leaving map[string]time.Time
 
-	handovers *prometheus.CounterVec
-	owned     *prometheus.Desc
-	current   func() *checks.Snapshot
+	handovers  *prometheus.CounterVec
+	owned      *prometheus.Desc
+	configured *prometheus.Desc
+	current    func() *checks.Snapshot
+	// targets returns the configured targets of each provider, owned or not.
+	targets func() map[string]int
 }
 
 // EnableSharding makes the replica check and report only the targets it owns among members
@@ -51,7 +54,11 @@ func (e *Exporter) EnableSharding(self string, members []string) {
 		owned: prometheus.NewDesc(prometheus.BuildFQName(checks.MetricNamespace, "shard", "owned_targets"),
 			"Targets of the provider this replica checks and reports now: those it owns, and those it hands over until their new owner has reported them. For a provider owned whole, above 0 on the one replica that speaks for it.",
 			[]string{"provider"}, nil),
+		configured: prometheus.NewDesc(prometheus.BuildFQName(checks.MetricNamespace, "shard", "configured_targets"),
+			"Targets of the provider in this replica's configuration, owned or not: the fleet the replicas' owned targets must cover.",
+			[]string{"provider"}, nil),
 		current: e.runner.Current,
+		targets: e.configuredTargets,
 	}
 	s.handovers.WithLabelValues("in")
 	s.handovers.WithLabelValues("out")
@@ -107,6 +114,17 @@ func (s *sharding) setMembers(members, keys []string) {
 	s.members = members
 }
 
+// configuredTargets returns the number of targets of each configured provider.
+func (e *Exporter) configuredTargets() map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := make(map[string]int, len(e.entries))
+	for name, en := range e.entries {
+		n[name] = len(en.checker.Targets())
+	}
+	return n
+}
+
 // owns is the runner's checks.Ownership.
 func (s *sharding) owns(key string) bool {
 	s.mu.Lock()
@@ -118,11 +136,18 @@ func (s *sharding) owns(key string) bool {
 	return ok && s.now().Before(until)
 }
 
-// Describe and Collect serve proxy_operator_shard_owned_targets from the current snapshot.
-func (s *sharding) Describe(ch chan<- *prometheus.Desc) { ch <- s.owned }
+// Describe and Collect serve proxy_operator_shard_owned_targets from the current snapshot, and
+// proxy_operator_shard_configured_targets from the configuration.
+func (s *sharding) Describe(ch chan<- *prometheus.Desc) {
+	ch <- s.owned
+	ch <- s.configured
+}
 
 func (s *sharding) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range s.current().Providers {
 		ch <- prometheus.MustNewConstMetric(s.owned, prometheus.GaugeValue, float64(len(p.Targets)+len(p.Unchecked)), p.Name)
+	}
+	for name, n := range s.targets() {
+		ch <- prometheus.MustNewConstMetric(s.configured, prometheus.GaugeValue, float64(n), name)
 	}
 }

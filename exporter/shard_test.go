@@ -86,23 +86,33 @@ func TestShardedReplicaReportsWhatItOwns(t *testing.T) {
 # TYPE proxy_operator_shard_owned_targets gauge
 proxy_operator_shard_owned_targets{provider="cluster"} %d
 proxy_operator_shard_owned_targets{provider="lab"} %d
-`, ownedHelp(t, e), clusterTargets, len(wantHosts))
+`, helpOf(t, e, "proxy_operator_shard_owned_targets"), clusterTargets, len(wantHosts))
 	if err := testutil.GatherAndCompare(e.registry, strings.NewReader(want), "proxy_operator_shard_owned_targets"); err != nil {
+		t.Error(err)
+	}
+	// Every replica says how many targets each provider has, owned or not: the mixin's
+	// ProviderHealthShardTargetsUnreported compares it with the targets the replicas report.
+	configured := fmt.Sprintf(`# HELP proxy_operator_shard_configured_targets %s
+# TYPE proxy_operator_shard_configured_targets gauge
+proxy_operator_shard_configured_targets{provider="cluster"} 1
+proxy_operator_shard_configured_targets{provider="lab"} 8
+`, helpOf(t, e, "proxy_operator_shard_configured_targets"))
+	if err := testutil.GatherAndCompare(e.registry, strings.NewReader(configured), "proxy_operator_shard_configured_targets"); err != nil {
 		t.Error(err)
 	}
 }
 
-func ownedHelp(t *testing.T, e *Exporter) string {
+func helpOf(t *testing.T, e *Exporter, name string) string {
 	mfs, err := e.registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == "proxy_operator_shard_owned_targets" {
+		if mf.GetName() == name {
 			return mf.GetHelp()
 		}
 	}
-	t.Fatal("no proxy_operator_shard_owned_targets")
+	t.Fatalf("no %s", name)
 	return ""
 }
 

@@ -63,6 +63,18 @@
     // scraped, a warning (severities.exporterReplicaDown) when one of several is not.
     exporterDownFor: '5m',
 
+    // Sharding (--shard.enabled): its alerts read the proxy_operator_shard_* metrics, which
+    // exist only where sharding is on, so they never fire without it.
+    // ProviderHealthShardMembershipDisagrees: one replica saw more members than another
+    // replica during the whole of shardMembersWindow, for shardMembersDisagreeFor.
+    shardMembersWindow: '5m',
+    shardMembersDisagreeFor: '5m',
+    // ProviderHealthShardTargetsUnreported: targets of a provider that the configuration lists
+    // and no replica reports. Keep it above two check intervals plus a scrape interval: a
+    // replica that is killed leaves its targets unreported until its Lease expires and the new
+    // owners' next round.
+    shardTargetsUnreportedFor: '5m',
+
     // The ProviderHealth writer (--crd.enabled): its alerts read the proxy_operator_crd_writer_*
     // metrics, which exist only where the writer is on, so they never fire without it.
     // ProviderHealthCRDWriteErrors: more than crdWriteErrorsRatio of the writer's writes to the
@@ -156,6 +168,8 @@
       hostFileInvalid: 'warning',
       exporterDown: 'critical',
       exporterReplicaDown: 'warning',
+      shardMembershipDisagrees: 'warning',
+      shardTargetsUnreported: 'warning',
       crdWriteErrors: 'warning',
       crdWriterLagging: 'warning',
       crdWriterNoLeader: 'warning',

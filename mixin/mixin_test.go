@@ -90,7 +90,7 @@ func TestPromtool(t *testing.T) {
 		return string(out)
 	}
 	out := run("check", "rules", "prometheus_alerts.yaml", "prometheus_rules.yaml")
-	if !strings.Contains(out, "SUCCESS: 21 rules found") || !strings.Contains(out, "SUCCESS: 26 rules found") {
+	if !strings.Contains(out, "SUCCESS: 23 rules found") || !strings.Contains(out, "SUCCESS: 26 rules found") {
 		t.Errorf("promtool check rules: %s", out)
 	}
 	tests, _ := filepath.Glob("tests/*.yaml")
@@ -155,6 +155,7 @@ var wantAlerts = []string{
 	"ProviderHealthCRDWriteErrors", "ProviderHealthCRDWriterLagging", "ProviderHealthCRDWriterNoLeader",
 	"ProviderHealthCRDNameClash", "ProviderHealthCRDDuplicateWriters",
 	"ProviderHealthErrorBudgetFastBurn", "ProviderHealthErrorBudgetSlowBurn",
+	"ProviderHealthShardMembershipDisagrees", "ProviderHealthShardTargetsUnreported",
 }
 
 // TestMixtoolLint applies mixtool's lint rules to the alerts, and this project's own: one
@@ -305,8 +306,8 @@ func TestPrometheusRule(t *testing.T) {
 			}
 		}
 	}
-	if len(pr.Spec.Groups) != 6 || rules != 47 {
-		t.Errorf("%d groups with %d rules, want the 6 groups of 21 alerting rules (20 alerts, ExporterDown twice) and 26 recording rules", len(pr.Spec.Groups), rules)
+	if len(pr.Spec.Groups) != 6 || rules != 49 {
+		t.Errorf("%d groups with %d rules, want the 6 groups of 23 alerting rules (22 alerts, ExporterDown twice) and 26 recording rules", len(pr.Spec.Groups), rules)
 	}
 	if !overridden {
 		t.Error("the config argument did not set ProviderHealthTargetDown's for: to 20s")

@@ -291,6 +291,58 @@ local promql = import '../lib/promql.libsonnet';
             + '; the other replicas still report ({{ . | first | value }} scraped), so the verdicts are current.'
             + '{{ else }}; no replica is scraped now.{{ end }}',
           ),
+          // Sharding (--shard.enabled). Its metrics exist only where sharding is on, so an
+          // unsharded deployment never fires these.
+          //
+          // Replicas disagree on the members when one replica saw more members than another
+          // during the whole window: the heaviest of the replicas' lowest counts is above the
+          // lightest of their highest. A plain max - min > 0 is not robust to a rollout: it
+          // changes the members step by step, replicas see each step a retry period apart and
+          // Prometheus scrapes them at different moments, so two replicas can differ by one
+          // step at every evaluation of a long rollout. Over the window each of them has seen
+          // both counts and nothing fires; a replica stuck on its own count (it cannot list
+          // the Leases, or its clock judges them otherwise) stays apart and fires. Only the
+          // replicas reporting now take part (`and` the current series): a replica that left
+          // keeps its old samples in the window. A replica that has just started reports 1
+          // until it first reaches the API server; the for: covers that.
+          alert(
+            'ProviderHealthShardMembershipDisagrees',
+            'shardMembershipDisagrees',
+            'max %(by)s (min_over_time(%(m)s[%(w)s]) and %(m)s)\n>\nmin %(by)s (max_over_time(%(m)s[%(w)s]) and %(m)s)' % {
+              by: by([]),
+              m: sel('proxy_operator_shard_members'),
+              w: c.shardMembersWindow,
+            },
+            c.shardMembersDisagreeFor,
+            'The replicas of a sharded exporter disagree on the shard members.',
+            'The replicas of the sharded exporter have seen different numbers of shard members for more than '
+            + c.shardMembersWindow + ' (members seen now: '
+            + '{{ range $i, $r := query ' + exporterQuery('proxy_operator_shard_members', '') + ' | sortByLabel "instance" }}{{ if $i }}, {{ end }}{{ $r.Labels.instance }}: {{ $r.Value }}{{ end }}'
+            + '): they split the targets differently, so some are checked twice and some may be checked by none (ProviderHealthShardTargetsUnreported).',
+          ),
+          // Targets of a provider that its configuration lists (on any replica) and no replica
+          // reports: the number of distinct targets with a target_checks_total series (a
+          // target has one from the moment a replica lists it, verdict or not) on any replica
+          // is below the configured count. Distinct targets, not a sum of owned_targets: an
+          // old owner keeps reporting a target for two intervals after it moved (make before
+          // break), and that duplicate must not hide a gap elsewhere. A provider none of whose
+          // targets any replica reports counts 0 (the `or`).
+          alert(
+            'ProviderHealthShardTargetsUnreported',
+            'shardTargetsUnreported',
+            'max %(byP)s (%(configured)s)\n-\n(\n  count %(byP)s (max %(byPT)s (%(listed)s))\n  or\n  max %(byP)s (%(configured)s) * 0\n)\n> 0' % {
+              byP: by(['provider']),
+              byPT: by(['provider', 'target']),
+              configured: sel('proxy_operator_shard_configured_targets'),
+              listed: sel('proxy_operator_provider_target_checks_total'),
+            },
+            c.shardTargetsUnreportedFor,
+            'Configured targets of a sharded exporter are reported by no replica.',
+            '{{ $value }} of the configured targets of provider {{ $labels.provider }} have been reported by no replica of the sharded exporter for more than '
+            + c.shardTargetsUnreportedFor + ': no replica checks them, so no alert can fire for them. Replicas: '
+            + '{{ range $i, $r := query (printf `' + 'proxy_operator_shard_owned_targets{' + matchers(['provider']) + '}` ' + args(['provider'])
+            + ') | sortByLabel "instance" }}{{ if $i }}, {{ end }}{{ $r.Labels.instance }} reports {{ $r.Value }}{{ end }}.',
+          ),
           // The ProviderHealth writer. Its metrics exist only where --crd.enabled is on; with
           // leader election only the leader writes, so the writing replica is the one whose
           // proxy_operator_crd_writer_leader is 1.

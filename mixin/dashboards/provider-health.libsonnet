@@ -1,5 +1,5 @@
 // The Provider health dashboard: current verdicts, their history, ready/total per provider,
-// check timing, KVM storage pools and the exporter's own health.
+// check timing, KVM storage pools, the exporter's own health and its shards.
 local availability = import '../lib/availability.libsonnet';
 local g = import '../lib/dashboard.libsonnet';
 local promql = import '../lib/promql.libsonnet';
@@ -234,4 +234,22 @@ function(c)
       ],
       min=0,
     ) + { w: 8 },
+    g.row('Sharding'),
+    g.timeseries(
+      'Shard members',
+      'Members of the shard each replica sees (--shard.enabled; no data without sharding). Replicas that see different numbers for long split the targets differently: ProviderHealthShardMembershipDisagrees.',
+      [g.target('proxy_operator_shard_members{%s}' % exp, '{{instance}}')],
+      unit='short',
+      min=0,
+    ) + { w: 12 },
+    g.timeseries(
+      'Owned targets',
+      'Targets each replica checks and reports (its own and those it hands over), and the configured targets the replicas must cover between them: ProviderHealthShardTargetsUnreported fires when some are reported by none.',
+      [
+        g.target('sum %s (proxy_operator_shard_owned_targets{%s})' % [by(['instance']), fp], '{{instance}}'),
+        g.target('sum %s (max %s (proxy_operator_shard_configured_targets{%s}))' % [by([]), by(['provider']), fp], 'configured'),
+      ],
+      unit='short',
+      min=0,
+    ) + { w: 12 },
   ]))
