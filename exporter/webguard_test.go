@@ -1,6 +1,9 @@
 package exporter
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -33,6 +36,39 @@ func TestSecurityHeaders(t *testing.T) {
 		}
 		if p == "/" && !strings.HasPrefix(h.Get("Content-Type"), "text/html") {
 			t.Errorf("GET /: Content-Type %q, want the HTML page", h.Get("Content-Type"))
+		}
+	}
+}
+
+// TestPolicyAllowsThePageStyleOnly: the policy allows no inline style but the status page's
+// own <style> block, as the page renders it (its sha256), and the page has no other inline
+// style, script or style attribute the policy would block.
+func TestPolicyAllowsThePageStyleOnly(t *testing.T) {
+	f := fakechecks.New()
+	f.Use(t)
+	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1,down-a2"})
+	srv := httptest.NewServer(runExporter(t, path, time.Minute, 15*time.Second).Handler())
+	t.Cleanup(srv.Close)
+	resp, err := srv.Client().Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	page := string(b)
+	_, rest, _ := strings.Cut(page, "<style>")
+	block, _, ok := strings.Cut(rest, "</style>")
+	if !ok || strings.Count(page, "<style") != 1 {
+		t.Fatalf("want the page to have exactly one <style> block:\n%.2000s", page)
+	}
+	sum := sha256.Sum256([]byte(block))
+	csp := resp.Header.Get("Content-Security-Policy")
+	if want := "style-src 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "';"; !strings.Contains(csp, want) || strings.Contains(csp, "unsafe-inline") {
+		t.Errorf("policy %q; want %q and no 'unsafe-inline'", csp, want)
+	}
+	for _, bad := range []string{"<script", " style=", " onclick=", " onload="} {
+		if strings.Contains(page, bad) {
+			t.Errorf("the page holds %q, which the policy blocks", bad)
 		}
 	}
 }
