@@ -4,17 +4,16 @@ import (
 	"encoding/base64"
 	"io"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"unicode"
-	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/redact"
 )
 
 // MaxMessageLen bounds the message a check reports for a target, in bytes: Sanitize cuts a
@@ -24,7 +23,7 @@ import (
 const MaxMessageLen = 512
 
 // Redacted replaces a secret in a message.
-const Redacted = "[redacted]"
+const Redacted = redact.Redacted
 
 // Limits of the secret set: what a secret file may hold to be read, and how short a value may
 // be and still be redacted (a shorter one is no real credential, and replacing it would garble
@@ -42,14 +41,10 @@ const (
 // valid UTF-8, and cuts it at MaxMessageLen bytes. The runner sanitizes every verdict's message,
 // and every provider type sanitizes its messages before it logs them or answers a probe.
 func Sanitize(s string) string {
-	s = Redact(s)
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
+	if r := secrets.replacer.Load(); r != nil {
+		s = r.Replace(s)
 	}
-	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool {
-		return unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
-	}), " ")
-	return Clip(s, MaxMessageLen)
+	return redact.Text(s, MaxMessageLen)
 }
 
 // sanitized returns a copy of a checker's results with every message sanitized (a copy: the
@@ -72,43 +67,8 @@ func Redact(s string) string {
 	if r := secrets.replacer.Load(); r != nil {
 		s = r.Replace(s)
 	}
-	// The expressions below run only on a text that holds a word they look for: most messages
-	// hold none.
-	lower := strings.ToLower(s)
-	if !slices.ContainsFunc(credentialWords, func(w string) bool { return strings.Contains(lower, w) }) {
-		return s
-	}
-	s = privateKeyBlock.ReplaceAllString(s, "[redacted private key]")
-	s = authHeader.ReplaceAllStringFunc(s, func(m string) string {
-		scheme, token, _ := strings.Cut(m, " ")
-		token = strings.TrimLeft(token, " \t")
-		if strings.IndexFunc(token, func(r rune) bool { return !unicode.IsLetter(r) }) < 0 {
-			// A word ("Bearer token rejected"), not a token.
-			return m
-		}
-		return scheme + " " + Redacted
-	})
-	s = credentialField.ReplaceAllString(s, "${1}${2}"+Redacted)
-	s = urlPassword.ReplaceAllString(s, "${1}"+Redacted+"@")
-	return s
+	return redact.Shapes(s)
 }
-
-// credentialWords are the words, lower-cased, one of which a text holds when one of the
-// expressions below can match it.
-var credentialWords = []string{"private key", "bearer", "basic", "token", "secret", "key", "passw", "://"}
-
-var (
-	// privateKeyBlock is a PEM private key (PKCS#1, PKCS#8, EC, OpenSSH), also one cut short.
-	privateKeyBlock = regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?s:.*?)(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)`)
-	// authHeader is an Authorization header's scheme and credentials.
-	authHeader = regexp.MustCompile(`(?i)\b(?:bearer|basic)[ \t]+[A-Za-z0-9._~+/-]+=*`)
-	// credentialField is a credential-named field and its value: key=value as in a query or a
-	// form, "key": "value" as in JSON, key: "value" as in YAML with a quoted value.
-	credentialField = regexp.MustCompile(`(?i)\b((?:access|refresh|id|auth|bearer|session)[_-]?token|client[_-]?secret|private[_-]?key(?:[_-]?id)?|api[_-]?key|passw(?:or)?d|secret|token)` +
-		`(=|"?[ \t]*:[ \t]*")([^\s"'&,;}]+)`)
-	// urlPassword is the password of a URL's user part: scheme://user:password@host.
-	urlPassword = regexp.MustCompile(`(://[^/\s:@]*:)[^/\s@]+@`)
-)
 
 // Secret files: the files the providers name whose content is a credential (a password, a key,
 // a kubeconfig), read when they change, so that no message shows what they hold, whichever
@@ -249,7 +209,7 @@ func secretValues(b []byte) []string {
 
 // keyLines adds each line of the private key blocks of text.
 func keyLines(text string, add func(string)) {
-	for _, block := range privateKeyBlock.FindAllString(text, -1) {
+	for _, block := range redact.PrivateKeyBlock.FindAllString(text, -1) {
 		for line := range strings.Lines(block) {
 			if line = strings.TrimSpace(line); !strings.HasPrefix(line, "-----") && len(line) >= 16 {
 				add(line)

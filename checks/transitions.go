@@ -3,7 +3,8 @@ package checks
 import (
 	"log/slog"
 	"time"
-	"unicode/utf8"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/redact"
 )
 
 // targetMemory is what the runner remembers of a target between rounds, from the moment it
@@ -196,13 +197,4 @@ func appendHistory(h []Transition, t Transition) []Transition {
 
 // Clip cuts a message to at most n bytes at a UTF-8 boundary, marking the cut with "...": for
 // the transition history here, and the ProviderHealth object's messages and Events.
-func Clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("...")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
+func Clip(s string, n int) string { return redact.Clip(s, n) }

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/redact"
 )
 
 // serve is the link's one goroutine: it answers the host's global requests (OpenSSH sends
@@ -43,7 +45,7 @@ func (p *Pool) serve(l *link, reqs <-chan *ssh.Request, chans <-chan ssh.NewChan
 	p.mu.Unlock()
 	p.local.links.Add(-1)
 	p.stats.links.Add(-1)
-	p.logger.Debug("ssh link closed", "hostpool", p.opts.Name, "addr", l.addr, "link", l.id, "err", err)
+	p.logger.Debug("ssh link closed", "hostpool", p.opts.Name, "addr", l.addr, "link", l.id, "err", redact.Err(err))
 }
 
 // keepaliveLoop checks every link of the pool every KeepaliveInterval, and a link at once when
@@ -88,7 +90,7 @@ func (p *Pool) keepalive(l *link) {
 		// Blocks without a bound; the timer above closing the link ends it.
 		_, _, err := l.conn.SendRequest(keepaliveRequest, true, nil)
 		if unanswered.Stop() && err != nil {
-			p.logger.Info("ssh keepalive failed: closing the link", "hostpool", p.opts.Name, "addr", l.addr, "err", err)
+			p.logger.Info("ssh keepalive failed: closing the link", "hostpool", p.opts.Name, "addr", l.addr, "err", redact.Err(err))
 			l.conn.Close()
 		}
 	})

@@ -39,6 +39,8 @@ import (
 	"github.com/digitalocean/go-libvirt"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/ssh"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/redact"
 )
 
 // Defaults of Options.
@@ -320,7 +322,7 @@ func New(opts Options) *Pool {
 		if err := opts.Registerer.Register(theCollector); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
-				logger.Warn("cannot register the host pool metrics", "err", err)
+				logger.Warn("cannot register the host pool metrics", "err", redact.Err(err))
 			}
 		}
 	}
@@ -330,7 +332,7 @@ func New(opts Options) *Pool {
 	}
 	if opts.Signer == nil {
 		if _, err := p.signer(); err != nil {
-			logger.Warn("ssh private key unusable: every dial fails until it is fixed", "hostpool", opts.Name, "err", err)
+			logger.Warn("ssh private key unusable: every dial fails until it is fixed", "hostpool", opts.Name, "err", redact.Err(err))
 		}
 	}
 	return p
@@ -494,7 +496,7 @@ func (p *Pool) connect(ctx context.Context, h *host, tr Tracer, rank bool) (*Con
 			l, err := p.dialLink(dctx, h.addr, tr)
 			if err != nil {
 				p.dialFailed(h, err, rank)
-				p.logger.Debug("dial failed", "hostpool", p.opts.Name, "addr", h.addr, "err", err)
+				p.logger.Debug("dial failed", "hostpool", p.opts.Name, "addr", h.addr, "err", redact.Err(err))
 				return nil, err
 			}
 			if !p.adopt(l) {
@@ -514,14 +516,14 @@ func (p *Pool) connect(ctx context.Context, h *host, tr Tracer, rank bool) (*Con
 			// The link died under the libvirt channel (the keepalive had not noticed yet): libvirt is
 			// not to blame. A new link says which stage fails now, if any.
 			p.logger.Debug("ssh link found dead when opening the libvirt channel: redialling", "hostpool", p.opts.Name,
-				"addr", h.addr, "link", h.link.id, "err", err)
+				"addr", h.addr, "link", h.link.id, "err", redact.Err(err))
 			h.link.conn.Close()
 			h.link = nil
 			continue
 		}
 		// The SSH link stays when it is alive: the next attempt needs no new handshake.
 		p.dialFailed(h, err, rank)
-		p.logger.Debug("libvirt connect failed", "hostpool", p.opts.Name, "addr", h.addr, "err", err)
+		p.logger.Debug("libvirt connect failed", "hostpool", p.opts.Name, "addr", h.addr, "err", redact.Err(err))
 		return nil, err
 	}
 	p.countDial(nil)
@@ -685,7 +687,7 @@ func (p *Pool) closeHost(h *host) {
 			defer close(disconnected)
 			// Disconnect waits for libvirtd's reply without a bound; closing the link ends it.
 			if err := c.lv.Disconnect(); err != nil {
-				p.logger.Debug("libvirt disconnect", "hostpool", p.opts.Name, "addr", h.addr, "err", err)
+				p.logger.Debug("libvirt disconnect", "hostpool", p.opts.Name, "addr", h.addr, "err", redact.Err(err))
 			}
 		}()
 		select {

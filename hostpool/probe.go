@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	"github.com/digitalocean/go-libvirt"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/redact"
 )
 
 // Probe runs fn with the host's connection and waits for it only until ctx ends. Then it
@@ -99,7 +101,7 @@ func (p *Pool) ProbeWith(ctx context.Context, addr string, opts ProbeOptions, fn
 		p.stats.abandoned.Add(-1)
 		h.abandoned.Store(false)
 		h.releaseProbe()
-		p.logger.Debug("abandoned probe returned", "hostpool", p.opts.Name, "addr", addr, "err", err)
+		p.logger.Debug("abandoned probe returned", "hostpool", p.opts.Name, "addr", addr, "err", redact.Err(err))
 	}()
 
 	finish := func(err error) error {
