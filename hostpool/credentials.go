@@ -8,9 +8,7 @@ import (
 	"sync"
 
 	"golang.org/x/crypto/ssh"
-	"golang.org/x/crypto/ssh/knownhosts"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/filestate"
 )
 
@@ -94,13 +92,8 @@ func (p *Pool) hostKeyCallback() (ssh.HostKeyCallback, error) {
 		return c.cb, c.cbErr
 	}
 	c.mu.Unlock()
-	// knownhosts opens the file by its path: refuse a file that is not regular (a named pipe
-	// would block the open) or too large first; parse without the lock.
-	err = fileread.Check(p.opts.KnownHostsFile, fileread.KnownHostsLimit)
-	var cb ssh.HostKeyCallback
-	if err == nil {
-		cb, err = knownhosts.New(p.opts.KnownHostsFile)
-	}
+	// Read bounded (a regular file, a size limit, a deadline) and parsed without the lock.
+	cb, err := knownHostsCallback(p.opts.KnownHostsFile)
 	if err != nil {
 		err = fmt.Errorf("read known_hosts: %w", err)
 	}

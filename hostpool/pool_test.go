@@ -187,6 +187,37 @@ func TestDialStages(t *testing.T) {
 			t.Errorf("got %v, want host key mismatch", err)
 		}
 	})
+	t.Run("known_hosts a FIFO, /dev/zero or unparsable", func(t *testing.T) {
+		khDir := t.TempDir()
+		fifo := filepath.Join(khDir, "fifo")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		zero := filepath.Join(khDir, "zero")
+		if err := os.Symlink("/dev/zero", zero); err != nil {
+			t.Fatal(err)
+		}
+		bad := filepath.Join(khDir, "bad")
+		if err := os.WriteFile(bad, []byte("127.0.0.1 ssh-ed25519 not-base64!\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for path, want := range map[string]string{
+			fifo: fifo + " is a named pipe (FIFO), not a regular file",
+			zero: zero + " is a character device, not a regular file",
+			bad:  "knownhosts: " + bad + ": no valid entries",
+		} {
+			o := base
+			o.KnownHostsFile = path
+			before := srv.accepted.Load()
+			_, err := acquireErr(t, o, srv.Addr, 5*time.Second)
+			if err == nil || !strings.Contains(err.Error(), "read known_hosts: "+want) || strings.Contains(err.Error(), "/proc/self/fd") {
+				t.Errorf("known_hosts %s: %v; want it refused, saying %q", filepath.Base(path), err, want)
+			}
+			if n := srv.accepted.Load() - before; n != 0 {
+				t.Errorf("known_hosts %s: a dial opened %d TCP connections", filepath.Base(path), n)
+			}
+		}
+	})
 	t.Run("known_hosts with the second key type only", func(t *testing.T) {
 		// The server offers ed25519 and ECDSA; x/crypto prefers ECDSA. With only the ECDSA line
 		// and only the ed25519 line, both must verify.
