@@ -2,17 +2,15 @@ package checks
 
 import (
 	"encoding/base64"
-	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/redact"
 )
 
@@ -142,22 +140,10 @@ func RefreshSecrets() {
 	secrets.replacer.Store(newSecretReplacer(values))
 }
 
-// readSecretFile reads a regular file of at most maxSecretFileSize bytes. It opens without
-// blocking, so a FIFO or a device is refused rather than waited on.
+// readSecretFile reads a regular file of at most maxSecretFileSize bytes, within fileread's
+// deadline: a FIFO, a device or a file on a stalled mount is refused rather than waited on.
 func readSecretFile(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, &os.PathError{Op: "read", Path: path, Err: syscall.EINVAL}
-	}
-	return io.ReadAll(io.LimitReader(f, maxSecretFileSize))
+	return fileread.Read(path, maxSecretFileSize)
 }
 
 // newSecretReplacer replaces every value, the longest first (so a value that holds another is
