@@ -78,16 +78,25 @@ func Read(path string, limit int64) ([]byte, error) {
 	return ReadTimeout(path, limit, DefaultTimeout)
 }
 
-// pending holds the paths whose abandoned read has not returned yet: at most one blocked read
-// (one goroutine, one descriptor) per file, however often it is tried again.
-var pending sync.Map
+// abandoned counts, per path, the reads abandoned at their deadline that have not returned
+// yet: while one is blocked the file is not read again, so a stuck file costs one goroutine and
+// one descriptor however often it is tried. Reads that finish in time (concurrent ones
+// included) never mark the file. mu guards abandoned and is never held across I/O.
+var (
+	mu        sync.Mutex
+	abandoned = map[string]int{}
+)
 
 // ReadTimeout returns the content of the regular file at path (symlinks followed). A file that
 // is not a regular file is a *NotRegularError; one larger than limit bytes a *TooLargeError; a
 // read that has not returned after timeout is abandoned (its goroutine finishes on its own) and
-// returns a *TimeoutError. Other errors are the *fs.PathError of stat, open or read.
+// returns a *TimeoutError, as does every read of the file until that one returns. Other errors
+// are the *fs.PathError of stat, open or read.
 func ReadTimeout(path string, limit int64, timeout time.Duration) ([]byte, error) {
-	if _, busy := pending.LoadOrStore(path, struct{}{}); busy {
+	mu.Lock()
+	stuck := abandoned[path] > 0
+	mu.Unlock()
+	if stuck {
 		return nil, &TimeoutError{Path: path, Timeout: timeout, Pending: true}
 	}
 	type result struct {
@@ -95,9 +104,17 @@ func ReadTimeout(path string, limit int64, timeout time.Duration) ([]byte, error
 		err error
 	}
 	done := make(chan result, 1)
+	var finished, gaveUp bool // guarded by mu
 	go func() {
-		defer pending.Delete(path)
 		b, err := readFile(path, limit)
+		mu.Lock()
+		finished = true
+		if gaveUp {
+			if abandoned[path]--; abandoned[path] <= 0 {
+				delete(abandoned, path)
+			}
+		}
+		mu.Unlock()
 		done <- result{b, err}
 	}()
 	t := time.NewTimer(timeout)
@@ -106,13 +123,17 @@ func ReadTimeout(path string, limit int64, timeout time.Duration) ([]byte, error
 	case r := <-done:
 		return r.b, r.err
 	case <-t.C:
-		select {
-		case r := <-done:
-			return r.b, r.err
-		default:
-			return nil, &TimeoutError{Path: path, Timeout: timeout}
-		}
 	}
+	mu.Lock()
+	if !finished {
+		gaveUp = true
+		abandoned[path]++
+		mu.Unlock()
+		return nil, &TimeoutError{Path: path, Timeout: timeout}
+	}
+	mu.Unlock()
+	r := <-done
+	return r.b, r.err
 }
 
 // readFile is read; a test blocks it to see the deadline work.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -112,7 +113,10 @@ func TestReadDeadline(t *testing.T) {
 	}
 	close(release)
 	for {
-		if _, busy := pending.Load("/slow/file.yml"); !busy {
+		mu.Lock()
+		n := abandoned["/slow/file.yml"]
+		mu.Unlock()
+		if n == 0 {
 			break
 		}
 		time.Sleep(time.Millisecond)
@@ -122,6 +126,38 @@ func TestReadDeadline(t *testing.T) {
 	}
 	if b, err := ReadTimeout("/slow/file.yml", 10, time.Minute); err != nil || string(b) != "late" {
 		t.Errorf("read after the blocked one returned = %q, %v; want it read again", b, err)
+	}
+}
+
+// TestReadsInTimeNeverRefused: reads of one file that finish in time, back to back or at the
+// same moment (two providers naming one known_hosts file), are never refused as pending: only
+// an abandoned read marks a file.
+func TestReadsInTimeNeverRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(path, []byte("content"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2000 {
+		if b, err := Read(path, 100); err != nil || string(b) != "content" {
+			t.Fatalf("read %d back to back = %q, %v; want the content", i, b, err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for range 64 {
+		wg.Go(func() {
+			for range 50 {
+				if _, err := Read(path, 100); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("concurrent read: %v; want the content", err)
 	}
 }
 
