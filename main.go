@@ -33,7 +33,6 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
@@ -345,7 +344,7 @@ func startSharding(o shardOptions, instance string, e *exporter.Exporter, logger
 	if !o.enabled {
 		return func() {}, nil
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	cfg, err := ownClientConfig(o.kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("--shard.kubeconfig=%q: %w", o.kubeconfig, err)
 	}
@@ -389,7 +388,7 @@ func startCRDWriter(ctx context.Context, o crdOptions, e *exporter.Exporter, int
 		close(done)
 		return done, nil
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	cfg, err := ownClientConfig(o.kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("--crd.kubeconfig=%q: %w", o.kubeconfig, err)
 	}

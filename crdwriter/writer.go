@@ -50,6 +50,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 )
 
 // Defaults of Options.
@@ -250,8 +251,10 @@ func (o *Options) defaults() error {
 	return nil
 }
 
+// podNamespace is the namespace of the pod this runs in (its service account's), else
+// "default". The file is read as every file is (a regular file, bounded, with a deadline).
 func podNamespace() string {
-	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	b, err := fileread.Read("/var/run/secrets/kubernetes.io/serviceaccount/namespace", fileread.CredentialLimit)
 	if ns := strings.TrimSpace(string(b)); err == nil && ns != "" {
 		return ns
 	}

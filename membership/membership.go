@@ -14,9 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -29,6 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 )
 
 // Labels of a member's Lease: InstanceLabel carries the instance (--crd.instance), so that
@@ -269,13 +269,7 @@ func (m *Membership) list(ctx context.Context) ([]string, error) {
 // PodNamespace is the namespace of the pod this runs in (its service account's), else
 // "default".
 func PodNamespace() string {
-	f, err := os.Open("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-	if err != nil {
-		return metav1.NamespaceDefault
-	}
-	defer f.Close()
-	// A namespace name is at most 63 bytes.
-	b, err := io.ReadAll(io.LimitReader(f, 64))
+	b, err := fileread.Read("/var/run/secrets/kubernetes.io/serviceaccount/namespace", fileread.CredentialLimit)
 	if ns := strings.TrimSpace(string(b)); err == nil && ns != "" {
 		return ns
 	}
