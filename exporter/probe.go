@@ -389,7 +389,10 @@ func (h *probeHandler) run(ctx context.Context, f *probeFlight, c checks.Checker
 		h.mu.Unlock()
 	}()
 
-	var queued time.Duration
+	var (
+		queued time.Duration
+		waited bool
+	)
 	select {
 	case pl.ch <- struct{}{}:
 	default:
@@ -398,7 +401,7 @@ func (h *probeHandler) run(ctx context.Context, f *probeFlight, c checks.Checker
 		end := trace.Begin("wait for a place among the provider's probes in flight")
 		select {
 		case pl.ch <- struct{}{}:
-			queued = time.Since(start)
+			queued, waited = time.Since(start), true
 			end("ok")
 		case <-ctx.Done():
 			err := &errProbeWait{fmt.Sprintf("%d probes of provider %q were still running at the deadline (at most %d at once)",
@@ -409,10 +412,10 @@ func (h *probeHandler) run(ctx context.Context, f *probeFlight, c checks.Checker
 	}
 	defer func() { <-pl.ch }()
 	h.mu.Lock()
-	f.checkStart = time.Now()
+	f.checkStart, f.queued = time.Now(), waited
 	h.mu.Unlock()
 	res, err := p.ProbeTarget(ctx, target, trace)
-	if err == nil && queued > 0 && ctx.Err() != nil && res.Reason != checks.ReasonReady {
+	if err == nil && waited && ctx.Err() != nil && res.Reason != checks.ReasonReady {
 		return res, &errProbeWait{fmt.Sprintf("the check ran out the probe's deadline after waiting %s for a place among the probes of provider %q in flight (at most %d at once): the verdict would not be the target's",
 			queued.Round(time.Millisecond), c.Name(), cap(pl.ch))}
 	}

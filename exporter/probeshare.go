@@ -47,6 +47,8 @@ type probeFlight struct {
 	// checkStart is when the check itself began, after the wait for a place; zero while
 	// waiting.
 	checkStart time.Time
+	// queued: every place was taken when the flight came, and it waited for one.
+	queued bool
 }
 
 // probeAnswer is what one probe answers: the shared check's result and trace, and how this
@@ -108,12 +110,13 @@ func (h *probeHandler) probe(ctx context.Context, c checks.Checker, p checks.Tar
 // check when it still waits for a place and nobody else waits for it. The probe answers
 //   - the check's answer, when it came meanwhile;
 //   - a 503 error when the check had not started (every place was taken until the deadline),
-//     or started after this probe did (the time queued is not the target's to lose);
+//     or waited for a place and started after this probe did (the time queued is not the
+//     target's to lose);
 //   - else a Timeout verdict: the check has run this probe's whole deadline without an answer,
 //     which is the target's.
 func (h *probeHandler) abandon(key probeKey, f *probeFlight, start time.Time, how string) probeAnswer {
 	h.mu.Lock()
-	checkStart := f.checkStart
+	checkStart, queued := f.checkStart, f.queued
 	if f.callers--; f.callers == 0 && checkStart.IsZero() {
 		f.cancel()
 		if h.flights[key] == f {
@@ -132,7 +135,7 @@ func (h *probeHandler) abandon(key probeKey, f *probeFlight, start time.Time, ho
 	case checkStart.IsZero():
 		a.err = &errProbeWait{fmt.Sprintf("%d probes of provider %q were still running at the deadline (at most %d at once)",
 			limit, key.c.Name(), limit)}
-	case checkStart.After(start):
+	case queued && checkStart.After(start):
 		a.err = &errProbeWait{fmt.Sprintf("the check ran out the probe's deadline after waiting %s for a place among the probes of provider %q in flight (at most %d at once): the verdict would not be the target's",
 			checkStart.Sub(start).Round(time.Millisecond), key.c.Name(), limit)}
 	default:

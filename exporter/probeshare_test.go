@@ -151,3 +151,21 @@ func TestProbeHugeScrapeTimeoutIsNoFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestProbeCheckOutlastingItsDeadlineIsATimeout: a probe whose own check (it started it, no
+// other probe held a place) runs past the probe's deadline answers the target's verdict,
+// Timeout, never a 503 that blames a wait for a place: the few microseconds between the probe's
+// arrival and its check's start are no queue.
+func TestProbeCheckOutlastingItsDeadlineIsATimeout(t *testing.T) {
+	f := fakechecks.New()
+	f.Use(t)
+	_, srv := probeTestExporter(t, f, 0, fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
+	release := f.Gate("alpha-project")
+	defer release()
+	for i := range 5 {
+		code, body := testutil.Fetch(t, srv.Client(), srv.URL+fmt.Sprintf("/probe?provider=alpha&target=a1&timeout=%dms", 100+i))
+		if s := testutil.ProbeSamples(t, body); code != http.StatusOK || s["probe_success"] != 0 || s[`probe_reason{reason="Timeout"}`] != 1 {
+			t.Errorf("probe %d of a check held past its deadline: %d %q, want 200 probe_success 0, reason Timeout", i, code, body)
+		}
+	}
+}
