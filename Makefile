@@ -222,7 +222,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./config
 
 ## generate: the list of the build's provider types (providers/) where other files spell it out
-## (internal/cmd/gentypes: the CRD's enum marker, the docs' marked places), then the ProviderHealth
+## (internal/cmd/gentypes: the CRD's enum marker, the docs' marked places, and each type's
+## credentials Secret from its checks/<type>/credentials.yaml into the Helm chart's
+## files/types.yaml, values.yaml and values.schema.json, deploy/deployment.yaml and
+## docs/deploy.md), then the ProviderHealth
 ## CRD (deploy/crd/, copied into the Helm chart's files/crds/, which its templates/crd.yaml
 ## renders, so helm upgrade updates it) and the API types' deepcopy code, from the kubebuilder
 ## markers in crdwriter/v1alpha1, and the chart's README.md from its values.yaml's comments
