@@ -19,7 +19,7 @@ BINARY   := provider_health_exporter
 PKGS     := ./...
 
 .PHONY: all build generate test test-unit test-mixin test-deps test-env kube-binaries vcsim-binary prom-binaries mixin bench fuzz fuzz-short lint vet fmt-check staticcheck fmt clean demo soak
-.PHONY: docker docker-binary deploy-rules helm-binary crossbuild tarballs image
+.PHONY: docker docker-binary deploy-rules helm-binary crossbuild tarballs image image-test
 
 ## all (the default goal): lint, the unit tests and the build; it installs nothing and needs no root.
 all: lint test-unit build
@@ -83,6 +83,14 @@ image: crossbuild
 	.build/tools/build-image -binaries .build -out .build/image -sbom .build/sbom \
 		-platforms "$(shell echo $(PLATFORMS) | tr ' ' ,)" -version "$(shell cat VERSION)" \
 		-revision "$(IMAGE_REVISION)" -source "$(SOURCE_URL)" -source-date-epoch "$(SOURCE_DATE_EPOCH)"
+
+## image-test: TestImage for every platform of PLATFORMS (-image.all-platforms): make image
+## tarballs for the six platforms, each image's layout, binary, SBOM and tarball checked, the
+## host's image run and pushed to a registry on loopback. make test builds and checks the host's
+## platform alone (six platforms took about six minutes of a CI run); run this before a release
+## and after changing the image's build (docs/testing.md).
+image-test:
+	$(GO) test -count=1 -timeout 45m -run '^TestImage$$' -v . -image.all-platforms
 
 ## test: every test with the race detector; parts of the test environment that are missing
 ## skip, or fail under REQUIRE_INTEGRATION=1.
@@ -214,7 +222,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./config
 
 ## generate: the list of the build's provider types (providers/) where other files spell it out
-## (internal/cmd/gentypes: the CRD's enum marker, the docs' marked places), then the ProviderHealth
+## (internal/cmd/gentypes: the CRD's enum marker, the docs' marked places, and each type's
+## credentials Secret from its checks/<type>/credentials.yaml into the Helm chart's
+## files/types.yaml, values.yaml and values.schema.json, deploy/deployment.yaml and
+## docs/deploy.md), then the ProviderHealth
 ## CRD (deploy/crd/, copied into the Helm chart's files/crds/, which its templates/crd.yaml
 ## renders, so helm upgrade updates it) and the API types' deepcopy code, from the kubebuilder
 ## markers in crdwriter/v1alpha1, and the chart's README.md from its values.yaml's comments

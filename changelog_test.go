@@ -1,79 +1,225 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
 
-// TestChangelogReleaseSection: CHANGELOG.md keeps "## Unreleased" on top for the changes since
-// the last release, and the first release section below it is VERSION's, in the heading form
-// of the Prometheus projects that `promu check changelog` reads ("## 0.1.0 / 2026-12-03"), so
-// that the tarballs and the image tagged VERSION ship the notes of that version.
-func TestChangelogReleaseSection(t *testing.T) {
-	raw, err := os.ReadFile("CHANGELOG.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	version, err := os.ReadFile("VERSION")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var headings []string
-	for _, l := range strings.Split(string(raw), "\n") {
-		if strings.HasPrefix(l, "## ") {
-			headings = append(headings, l)
-		}
-	}
-	if len(headings) < 2 || headings[0] != "## Unreleased" {
-		t.Fatalf("CHANGELOG.md's sections are %q, want \"## Unreleased\" first, then the releases", headings)
-	}
-	release := regexp.MustCompile(`^## (\d+\.\d+\.\d+(?:-\S+)?) / (\d{4}-\d{2}-\d{2})$`)
-	for i, h := range headings[1:] {
-		m := release.FindStringSubmatch(h)
-		if m == nil {
-			t.Errorf("CHANGELOG.md section %q: want \"## <version> / <YYYY-MM-DD>\"", h)
-			continue
-		}
-		if _, err := time.Parse(time.DateOnly, m[2]); err != nil {
-			t.Errorf("CHANGELOG.md section %q: %v", h, err)
-		}
-		if want := strings.TrimSpace(string(version)); i == 0 && m[1] != want {
-			t.Errorf("the latest release in CHANGELOG.md is %s, VERSION says %s: add its section when bumping VERSION", m[1], want)
-		}
-	}
+// changelogRepo is the repository the CHANGELOG's version links point into.
+const changelogRepo = "https://github.com/provider-health-exporter/provider-health-exporter"
+
+// changelogKinds are Keep a Changelog's kinds of change, in its order.
+var changelogKinds = []string{"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
+
+var (
+	changelogRelease = regexp.MustCompile(`^## \[(\d+)\.(\d+)\.(\d+)\] - (\d{4}-\d{2}-\d{2})$`)
+	changelogLinkRef = regexp.MustCompile(`^\[([^\]]+)\]: (\S+)$`)
+)
+
+// changelogVersion is one version's section of the CHANGELOG.
+type changelogVersion struct {
+	name   string // "Unreleased" or "1.2.3"
+	line   int
+	date   time.Time
+	semver [3]int
+	body   string // the section's text, its heading left out
 }
 
-// TestChangelogChartVersion: the chart's version (Chart.yaml) follows the changes: the section
-// it ships in (Unreleased until the release, then the release's) says "Helm chart <version>", so
-// that a change of the chart that raises its version has its entry, and an entry names the
-// version a user upgrades to.
-func TestChangelogChartVersion(t *testing.T) {
+// parseChangelog checks text's form, Keep a Changelog 1.1.0 (keepachangelog.com), and returns
+// its versions, newest first, and its link references; each problem is one error naming its
+// line: "# Changelog" first; "## [Unreleased]", then "## [X.Y.Z] - YYYY-MM-DD" headings, versions
+// and dates descending; under a version only the kinds of change as "### " headings, each once
+// and in Keep a Changelog's order, and every entry under one of them; at the bottom, a link
+// reference for every version (Unreleased: compare/v<latest>...HEAD; a release: compare from the
+// release before it, the first release: releases/tag), and none for anything else.
+func parseChangelog(text string) (versions []changelogVersion, problems []string) {
+	bad := func(line int, format string, args ...any) {
+		problems = append(problems, fmt.Sprintf("CHANGELOG.md:%d: %s", line, fmt.Sprintf(format, args...)))
+	}
+	lines := strings.Split(text, "\n")
+	if lines[0] != "# Changelog" {
+		bad(1, "the first line is %q, want \"# Changelog\"", lines[0])
+	}
+	refs := map[string]string{}
+	refLine := map[string]int{}
+	var kinds []string // the kinds seen in the current version
+	for i, l := range lines {
+		n := i + 1
+		if m := changelogLinkRef.FindStringSubmatch(l); m != nil {
+			refs[m[1]], refLine[m[1]] = m[2], n
+			continue
+		}
+		if len(refs) > 0 && strings.TrimSpace(l) != "" {
+			bad(n, "text after the link references: they end the file")
+		}
+		switch {
+		case strings.HasPrefix(l, "## "):
+			v := changelogVersion{line: n}
+			if l == "## [Unreleased]" {
+				v.name = "Unreleased"
+				if len(versions) > 0 {
+					bad(n, "[Unreleased] comes after a release: it is the first version")
+				}
+			} else if m := changelogRelease.FindStringSubmatch(l); m == nil {
+				bad(n, "the heading %q, want \"## [Unreleased]\" or \"## [X.Y.Z] - YYYY-MM-DD\"", l)
+				continue
+			} else {
+				v.name = m[1] + "." + m[2] + "." + m[3]
+				for j := range 3 {
+					v.semver[j], _ = strconv.Atoi(m[j+1])
+				}
+				d, err := time.Parse(time.DateOnly, m[4])
+				if err != nil {
+					bad(n, "the date %q of %s: %v", m[4], v.name, err)
+				}
+				v.date = d
+				if len(versions) == 0 {
+					bad(n, "the first version is %s: want \"## [Unreleased]\" above it", v.name)
+				} else if p := versions[len(versions)-1]; p.name != "Unreleased" {
+					if slices.Compare(v.semver[:], p.semver[:]) >= 0 {
+						bad(n, "version %s comes after %s: versions descend", v.name, p.name)
+					}
+					if v.date.After(p.date) {
+						bad(n, "%s is dated %s, after %s's %s: dates descend", v.name, m[4], p.name, p.date.Format(time.DateOnly))
+					}
+				}
+			}
+			versions = append(versions, v)
+			kinds = nil
+		case strings.HasPrefix(l, "### "):
+			kind := strings.TrimPrefix(l, "### ")
+			k := slices.Index(changelogKinds, kind)
+			switch {
+			case len(versions) == 0:
+				bad(n, "%q before the first version", l)
+			case k < 0:
+				bad(n, "the heading %q, want one of the kinds of change: ### %s", l, strings.Join(changelogKinds, ", ### "))
+			case slices.Contains(kinds, kind):
+				bad(n, "a second %q in %s", l, versions[len(versions)-1].name)
+			case len(kinds) > 0 && slices.Index(changelogKinds, kinds[len(kinds)-1]) > k:
+				bad(n, "%q after \"### %s\": the kinds go in the order %s", l, kinds[len(kinds)-1], strings.Join(changelogKinds, ", "))
+			}
+			kinds = append(kinds, kind)
+		case strings.HasPrefix(l, "#"):
+			if i > 0 {
+				bad(n, "the heading %q: only \"## \" versions and \"### \" kinds of change", l)
+			}
+		case strings.HasPrefix(l, "- "):
+			if len(kinds) == 0 {
+				bad(n, "an entry outside a kind of change: put it under ### Added, Changed, Fixed, ...")
+			}
+		}
+		if len(versions) > 0 && !strings.HasPrefix(l, "## ") {
+			versions[len(versions)-1].body += l + "\n"
+		}
+	}
+	if len(versions) == 0 || versions[0].name != "Unreleased" {
+		bad(1, "no \"## [Unreleased]\" section")
+	}
+	for i, v := range versions {
+		var want string
+		switch {
+		case v.name == "Unreleased" && i+1 < len(versions):
+			want = changelogRepo + "/compare/v" + versions[i+1].name + "...HEAD"
+		case v.name == "Unreleased":
+			want = changelogRepo + "/commits/HEAD"
+		case i+1 < len(versions):
+			want = changelogRepo + "/compare/v" + versions[i+1].name + "...v" + v.name
+		default:
+			want = changelogRepo + "/releases/tag/v" + v.name
+		}
+		switch got, ok := refs[v.name]; {
+		case !ok:
+			bad(v.line, "no link reference for [%s] at the bottom: want \"[%s]: %s\"", v.name, v.name, want)
+		case got != want:
+			bad(refLine[v.name], "[%s] links to %s, want %s", v.name, got, want)
+		}
+		delete(refs, v.name)
+	}
+	for name := range refs {
+		bad(refLine[name], "a link reference for [%s], which is no version's heading", name)
+	}
+	return versions, problems
+}
+
+// TestChangelog: CHANGELOG.md is in Keep a Changelog's form (parseChangelog), its latest release
+// is VERSION's, so that the tarballs and the image tagged VERSION ship the notes of that
+// version, and the chart's version (Chart.yaml) is named in the section it ships in (Unreleased
+// until the release, then the release's) as "Helm chart <version>", so that a change of the
+// chart that raises its version has its entry, and an entry names the version a user upgrades to.
+func TestChangelog(t *testing.T) {
 	raw, err := os.ReadFile("CHANGELOG.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	chart, err := os.ReadFile("charts/provider-health-exporter/Chart.yaml")
-	if err != nil {
-		t.Fatal(err)
+	versions, problems := parseChangelog(string(raw))
+	for _, p := range problems {
+		t.Error(p)
 	}
+	version := strings.TrimSpace(string(must(os.ReadFile("VERSION"))))
+	if len(versions) < 2 || versions[1].name != version {
+		t.Errorf("VERSION is %s, CHANGELOG.md's latest release is not: add its \"## [%s] - YYYY-MM-DD\" when bumping VERSION", version, version)
+	}
+	chart := must(os.ReadFile("charts/provider-health-exporter/Chart.yaml"))
 	m := regexp.MustCompile(`(?m)^version: (\S+)$`).FindSubmatch(chart)
 	if m == nil {
 		t.Fatal("Chart.yaml has no version")
 	}
-	version := string(m[1])
-	// The sections up to and including the first release.
-	sections := regexp.MustCompile(`(?m)^## `).Split(string(raw), -1)
-	if len(sections) < 3 {
-		t.Fatalf("CHANGELOG.md has %d sections, want Unreleased and a release", len(sections)-1)
-	}
-	for _, s := range sections[1:3] {
-		if strings.Contains(s, "Helm chart "+version) {
+	for _, v := range versions[:min(2, len(versions))] {
+		if strings.Contains(v.body, "Helm chart "+string(m[1])+":") {
 			return
 		}
 	}
-	t.Errorf("neither CHANGELOG.md's Unreleased section nor its latest release names \"Helm chart %s\", Chart.yaml's version: "+
-		"raise the chart's version with its changes and say so in their entry", version)
+	t.Errorf("neither CHANGELOG.md's Unreleased section nor its latest release names \"Helm chart %s:\", Chart.yaml's version: "+
+		"raise the chart's version with its changes and say so in their entry", m[1])
+}
+
+// TestChangelogForm: parseChangelog finds each problem of form, naming its line.
+func TestChangelogForm(t *testing.T) {
+	const good = "# Changelog\n\nIntro.\n\n## [Unreleased]\n\n### Added\n\n- a\n  more\n\n### Fixed\n\n- b\n\n" +
+		"## [0.2.0] - 2026-12-05\n\n### Changed\n\n- c\n\n## [0.1.0] - 2026-12-03\n\nFirst.\n\n### Added\n\n- d\n\n" +
+		"[Unreleased]: " + changelogRepo + "/compare/v0.2.0...HEAD\n" +
+		"[0.2.0]: " + changelogRepo + "/compare/v0.1.0...v0.2.0\n" +
+		"[0.1.0]: " + changelogRepo + "/releases/tag/v0.1.0\n"
+	versions, problems := parseChangelog(good)
+	if len(problems) > 0 {
+		t.Fatalf("a good CHANGELOG: %q", problems)
+	}
+	if names := []string{versions[0].name, versions[1].name, versions[2].name}; !slices.Equal(names, []string{"Unreleased", "0.2.0", "0.1.0"}) {
+		t.Errorf("versions %v", names)
+	}
+	for _, tc := range []struct{ name, old, new, want string }{
+		{"title", "# Changelog", "# Changes", `CHANGELOG.md:1: the first line is "# Changes"`},
+		{"unreleased missing", "## [Unreleased]\n\n### Added\n\n- a\n  more\n\n### Fixed\n\n- b\n\n", "", "the first version is 0.2.0"},
+		{"old heading form", "## [0.2.0] - 2026-12-05", "## 0.2.0 / 2026-12-05", `CHANGELOG.md:16: the heading "## 0.2.0 / 2026-12-05"`},
+		{"date not ISO", "2026-12-05", "2026-12-5", `CHANGELOG.md:16: the heading "## [0.2.0] - 2026-12-5"`},
+		{"date impossible", "2026-12-05", "2026-13-05", "CHANGELOG.md:16: the date \"2026-13-05\" of 0.2.0"},
+		{"versions ascend", "## [0.1.0] - 2026-12-03", "## [0.3.0] - 2026-12-03", "CHANGELOG.md:22: version 0.3.0 comes after 0.2.0: versions descend"},
+		{"dates ascend", "## [0.1.0] - 2026-12-03", "## [0.1.0] - 2026-12-06", "CHANGELOG.md:22: 0.1.0 is dated 2026-12-06, after 0.2.0's 2026-12-05"},
+		{"unknown kind", "### Changed", "### Improved", `CHANGELOG.md:18: the heading "### Improved", want one of the kinds`},
+		{"kind twice", "### Fixed", "### Added", `CHANGELOG.md:12: a second "### Added" in Unreleased`},
+		{"kinds out of order", "### Added\n\n- a", "### Security\n\n- a", `CHANGELOG.md:12: "### Fixed" after "### Security"`},
+		{"entry outside a kind", "First.\n\n### Added\n\n- d", "- d", "CHANGELOG.md:24: an entry outside a kind of change"},
+		{"link missing", "[0.2.0]: " + changelogRepo + "/compare/v0.1.0...v0.2.0\n", "", "CHANGELOG.md:16: no link reference for [0.2.0] at the bottom"},
+		{"link wrong", "compare/v0.2.0...HEAD", "compare/v0.1.0...HEAD", "[Unreleased] links to " + changelogRepo + "/compare/v0.1.0...HEAD, want " + changelogRepo + "/compare/v0.2.0...HEAD"},
+		{"link to no version", "[0.1.0]: ", "[0.0.9]: " + changelogRepo + "\n[0.1.0]: ", "a link reference for [0.0.9], which is no version's heading"},
+		{"text after links", "/releases/tag/v0.1.0\n", "/releases/tag/v0.1.0\nmore\n", "text after the link references"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			text := strings.Replace(good, tc.old, tc.new, 1)
+			if text == good {
+				t.Fatalf("the case changes nothing")
+			}
+			_, problems := parseChangelog(text)
+			if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, tc.want) }) {
+				t.Errorf("problems %q, want one containing %q", problems, tc.want)
+			}
+		})
+	}
 }

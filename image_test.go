@@ -12,6 +12,7 @@ import (
 	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"sort"
@@ -188,10 +190,57 @@ func extractLayer(t *testing.T, d ociDescriptor, root string) (diffID string, na
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), names
 }
 
-// TestImage: `make image tarballs` builds, without a container engine, the OCI image layout of
-// every platform and the release tarballs. The test reads the layout as the OCI image spec
-// defines it: one index tagged v<VERSION> with the six Linux platforms blackbox_exporter ships
-// (amd64, arm64, arm/v7, ppc64le, s390x, 386), each config's rootfs.type "layers", every blob of the
+// imageAllPlatforms makes TestImage build and walk every platform of the Makefile's PLATFORMS
+// (`make image-test`, about six times the work); without it (`make test`) the host's alone.
+var imageAllPlatforms = flag.Bool("image.all-platforms", false,
+	"TestImage: build and check the image and tarballs of every platform of the Makefile's PLATFORMS, not the host's alone (make image-test)")
+
+// blackboxPlatforms are the Linux platforms blackbox_exporter's images ship, all of which Go builds.
+var blackboxPlatforms = []string{"linux/386", "linux/amd64", "linux/arm/v7", "linux/arm64", "linux/ppc64le", "linux/s390x"}
+
+// makefilePlatforms is the default of the Makefile's PLATFORMS, sorted.
+func makefilePlatforms(t *testing.T) []string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^PLATFORMS \?= (.+)$`).FindSubmatch(must(os.ReadFile("Makefile")))
+	if m == nil {
+		t.Fatal("the Makefile has no line PLATFORMS ?= ...")
+	}
+	platforms := strings.Fields(string(m[1]))
+	sort.Strings(platforms)
+	return platforms
+}
+
+// TestImagePlatforms: the platforms `make image`, `make crossbuild` and `make tarballs` build by
+// default (the Makefile's PLATFORMS) are the six blackbox_exporter ships, and .promu.yml's
+// crossbuild lists the same, so `promu crossbuild` builds no others. It builds nothing:
+// TestImage builds the host's platform under `make test`, all of them under `make image-test`.
+func TestImagePlatforms(t *testing.T) {
+	platforms := makefilePlatforms(t)
+	if !slices.Equal(platforms, blackboxPlatforms) {
+		t.Errorf("the Makefile's PLATFORMS are %v, want %v", platforms, blackboxPlatforms)
+	}
+	var promu struct{ Crossbuild struct{ Platforms []string } }
+	if err := yaml.Unmarshal(must(os.ReadFile(".promu.yml")), &promu); err != nil {
+		t.Fatal(err)
+	}
+	// promu names linux/arm/v7 linux/armv7.
+	var promuPlatforms []string
+	for _, p := range platforms {
+		goos, rest, _ := strings.Cut(p, "/")
+		promuPlatforms = append(promuPlatforms, goos+"/"+strings.ReplaceAll(rest, "/", ""))
+	}
+	sort.Strings(promuPlatforms)
+	if sort.Strings(promu.Crossbuild.Platforms); !slices.Equal(promu.Crossbuild.Platforms, promuPlatforms) {
+		t.Errorf(".promu.yml's crossbuild platforms are %v, the Makefile's %v: promu crossbuild would build others", promu.Crossbuild.Platforms, platforms)
+	}
+}
+
+// TestImage: `make image tarballs` builds, without a container engine, the OCI image layout and
+// the release tarballs: for the host's platform under `make test`, for every platform of the
+// Makefile's PLATFORMS (the six Linux platforms blackbox_exporter ships: amd64, arm64, arm/v7,
+// ppc64le, s390x, 386; TestImagePlatforms) with -image.all-platforms (`make image-test`). The
+// test reads the layout as the OCI image spec defines it: one index tagged v<VERSION> with
+// exactly the platforms built, each config's rootfs.type "layers", every blob of the
 // size and digest its descriptor says; each image runs the binary of its architecture as 65534
 // with the OCI labels of this version, commit and repository, on a base of CA certificates,
 // time zones and a passwd, nothing else. The amd64 image's root filesystem, extracted, runs the
@@ -225,11 +274,24 @@ func TestImage(t *testing.T) {
 	}
 	rev := strings.TrimSpace(string(revision))
 
+	wantPlatforms := makefilePlatforms(t)
+	if !*imageAllPlatforms {
+		host := "linux/" + runtime.GOARCH
+		if runtime.GOARCH == "arm" {
+			host += "/v7"
+		}
+		if !slices.Contains(wantPlatforms, host) {
+			testenv.Unavailable(t, "the host's platform %s is not one of the Makefile's PLATFORMS %v: run with -image.all-platforms (make image-test)", host, wantPlatforms)
+		}
+		wantPlatforms = []string{host}
+	}
+
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, makePath, "image", "tarballs").CombinedOutput()
+	platformsArg := "PLATFORMS=" + strings.Join(wantPlatforms, " ")
+	out, err := exec.CommandContext(ctx, makePath, "image", "tarballs", platformsArg).CombinedOutput()
 	if err != nil {
-		t.Fatalf("make image tarballs: %v\n%s", err, out)
+		t.Fatalf("make image tarballs %s: %v\n%s", platformsArg, err, out)
 	}
 
 	var layoutFile struct{ ImageLayoutVersion string }
@@ -359,23 +421,8 @@ func TestImage(t *testing.T) {
 		}
 	}
 	sort.Strings(platforms)
-	// The Linux platforms blackbox_exporter's images ship, all of which Go builds.
-	if want := []string{"linux/386", "linux/amd64", "linux/arm/v7", "linux/arm64", "linux/ppc64le", "linux/s390x"}; !slices.Equal(platforms, want) {
-		t.Errorf("the index holds %v, want %v", platforms, want)
-	}
-	var promu struct{ Crossbuild struct{ Platforms []string } }
-	if err := yaml.Unmarshal(must(os.ReadFile(".promu.yml")), &promu); err != nil {
-		t.Fatal(err)
-	}
-	// promu names linux/arm/v7 linux/armv7.
-	var promuPlatforms []string
-	for _, p := range platforms {
-		goos, rest, _ := strings.Cut(p, "/")
-		promuPlatforms = append(promuPlatforms, goos+"/"+strings.ReplaceAll(rest, "/", ""))
-	}
-	sort.Strings(promuPlatforms)
-	if sort.Strings(promu.Crossbuild.Platforms); !slices.Equal(promu.Crossbuild.Platforms, promuPlatforms) {
-		t.Errorf(".promu.yml's crossbuild platforms are %v, the image's %v: promu crossbuild would build others", promu.Crossbuild.Platforms, platforms)
+	if !slices.Equal(platforms, wantPlatforms) {
+		t.Errorf("the index holds %v, want %v", platforms, wantPlatforms)
 	}
 
 	t.Run("push", func(t *testing.T) {

@@ -136,8 +136,9 @@ func TestTemplateMatchesKustomize(t *testing.T) {
 	for _, f := range []string{"name", "image", "args", "ports", "readinessProbe", "livenessProbe", "resources", "securityContext"} {
 		same("container "+f, cc[f], kc[f])
 	}
-	// Every mount and Secret volume of deploy/ is the chart's too (the chart adds vsphere); the
-	// config volume is a ConfigMap in both, named differently (kustomize adds a hash).
+	// Every mount and Secret volume of deploy/ is the chart's too (and every type's Secret is
+	// both's: types_test.go); the config volume is a ConfigMap in both, named differently
+	// (kustomize adds a hash).
 	cMounts := map[string]any{}
 	for _, m := range cc["volumeMounts"].([]any) {
 		cMounts[m.(map[string]any)["name"].(string)] = m

@@ -131,38 +131,48 @@ authenticate: the probe becomes a tcpSocket probe of the same port. Call with (l
 {{- end }}
 
 {{/*
-The Secret of one kind of credentials (ssh, gcp, vsphere, kubeconfigs): its existingSecret, else
-<fullname>-<kind>. Call with (list $ "ssh").
+The provider types' credentials Secrets, from files/types.yaml (written by make generate from
+each type's checks/<type>/credentials.yaml), as a YAML list: each with its secret (the Secret's
+name suffix, the volume's name and the key of credentials in the values), mountPath, and keys
+(file, value) or files (value). A type marked none has no Secret.
+*/}}
+{{- define "provider-health-exporter.credentialsTypes" -}}
+{{- $withSecrets := list }}
+{{- range (.Files.Get "files/types.yaml" | fromYaml).credentials }}
+{{- if not .none }}
+{{- $withSecrets = append $withSecrets . }}
+{{- end }}
+{{- end }}
+{{- toYaml $withSecrets }}
+{{- end }}
+
+{{/*
+The Secret of one type's credentials (its secret: ssh, gcp, ...): its existingSecret, else
+<fullname>-<secret>. Call with (list $ "ssh").
 */}}
 {{- define "provider-health-exporter.credentialsSecret" -}}
 {{- $root := index . 0 }}
 {{- $kind := index . 1 }}
-{{- $c := index $root.Values.credentials $kind }}
+{{- $c := index $root.Values.credentials $kind | default dict }}
 {{- default (printf "%s-%s" (include "provider-health-exporter.fullname" $root) $kind) $c.existingSecret }}
 {{- end }}
 
 {{/*
-The contents the chart puts in the Secret of one kind of credentials, as a dict of file name to
-content (empty when the values give none). Call with (list $ "ssh"). Fails when both contents
-and existingSecret are set.
+The contents the chart puts in the Secret of one type's credentials, as a dict of file name to
+content (empty when the values give none): each of its keys' file from its value, or the map
+of its files' value. Call with (list $ <an entry of credentialsTypes>). Fails when both
+contents and existingSecret are set.
 */}}
 {{- define "provider-health-exporter.credentialsData" -}}
 {{- $root := index . 0 }}
-{{- $kind := index . 1 }}
-{{- $c := index $root.Values.credentials $kind }}
+{{- $t := index . 1 }}
+{{- $c := index $root.Values.credentials $t.secret | default dict }}
 {{- $data := dict }}
-{{- if eq $kind "ssh" }}
-{{- $_ := set $data "id_ed25519" $c.privateKey }}
-{{- $_ := set $data "known_hosts" $c.knownHosts }}
-{{- $_ := set $data "passphrase" $c.passphrase }}
-{{- else if eq $kind "gcp" }}
-{{- $_ := set $data "key.json" $c.key }}
-{{- else if eq $kind "vsphere" }}
-{{- $_ := set $data "username" $c.username }}
-{{- $_ := set $data "password" $c.password }}
-{{- $_ := set $data "ca.pem" $c.ca }}
-{{- else if eq $kind "kubeconfigs" }}
-{{- $data = deepCopy $c.files }}
+{{- if $t.files }}
+{{- $data = index $c $t.files.value | default dict | deepCopy }}
+{{- end }}
+{{- range $k := $t.keys }}
+{{- $_ := set $data $k.file (index $c $k.value) }}
 {{- end }}
 {{- $set := dict }}
 {{- range $k, $v := $data }}
@@ -171,7 +181,7 @@ and existingSecret are set.
 {{- end }}
 {{- end }}
 {{- if and $set $c.existingSecret }}
-{{- fail (printf "credentials.%s: set either existingSecret or the contents of the Secret the chart creates, not both" $kind) }}
+{{- fail (printf "credentials.%s: set either existingSecret or the contents of the Secret the chart creates, not both" $t.secret) }}
 {{- end }}
 {{- toYaml $set }}
 {{- end }}

@@ -1,6 +1,8 @@
 // Command chartdoc writes the Helm chart's README.md (charts/provider-health-exporter/README.md,
-// what `helm show readme` and artifacthub show) from Chart.yaml and from values.yaml's comments:
-// the comment above a key documents it, and every value is listed with its default. `make
+// what `helm show readme` and artifacthub show) from Chart.yaml, from values.yaml's comments
+// (the comment above a key documents it, and every value is listed with its default) and from
+// files/types.yaml (the provider types' credentials Secrets, written by internal/cmd/gentypes,
+// which `make generate` runs first). `make
 // generate` runs it; with -check it changes nothing and fails when the README is not up to
 // date (a test runs it so).
 //
@@ -59,7 +61,11 @@ func run(root string, write bool) (stale bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	out, err := render(chart, values)
+	types, err := readFile(filepath.Join(dir, "files", "types.yaml"))
+	if err != nil {
+		return false, err
+	}
+	out, err := render(chart, values, types)
 	if err != nil {
 		return false, err
 	}
@@ -124,10 +130,39 @@ type Block struct {
 	Text string
 }
 
-func render(chartYAML, valuesYAML []byte) ([]byte, error) {
+// Types is the chart's files/types.yaml (written by internal/cmd/gentypes): each provider type's
+// credentials Secret.
+type Types struct {
+	Credentials []struct {
+		Type        string `yaml:"type"`
+		None        bool   `yaml:"none"`
+		Secret      string `yaml:"secret"`
+		MountPath   string `yaml:"mountPath"`
+		Description string `yaml:"description"`
+		Keys        []struct {
+			File  string `yaml:"file"`
+			Value string `yaml:"value"`
+			Field string `yaml:"field"`
+		} `yaml:"keys"`
+		Files *struct {
+			Value   string `yaml:"value"`
+			Field   string `yaml:"field"`
+			Example string `yaml:"example"`
+		} `yaml:"files"`
+	} `yaml:"credentials"`
+}
+
+func render(chartYAML, valuesYAML, typesYAML []byte) ([]byte, error) {
 	var chart Chart
 	if err := yaml.Unmarshal(chartYAML, &chart); err != nil {
 		return nil, fmt.Errorf("chart metadata (Chart.yaml): %w", err)
+	}
+	var types Types
+	if err := yaml.Unmarshal(typesYAML, &types); err != nil {
+		return nil, fmt.Errorf("files/types.yaml: %w", err)
+	}
+	if len(types.Credentials) == 0 {
+		return nil, fmt.Errorf("files/types.yaml lists no provider type's credentials: run `make generate`")
 	}
 	sections, err := parseValues(valuesYAML)
 	if err != nil {
@@ -140,7 +175,7 @@ func render(chartYAML, valuesYAML []byte) ([]byte, error) {
 		return nil, err
 	}
 	var b bytes.Buffer
-	err = tmpl.Execute(&b, map[string]any{"Chart": chart, "Sections": sections})
+	err = tmpl.Execute(&b, map[string]any{"Chart": chart, "Sections": sections, "Types": types.Credentials})
 	return b.Bytes(), err
 }
 

@@ -1,9 +1,11 @@
 // Command gentypes writes what files other than Go code must say about the build's provider
 // types (the registry, filled by the imports of package providers): the ProviderHealth CRD's
 // enum of status.type (the kubebuilder marker in crdwriter/v1alpha1/types.go, which
-// controller-gen then turns into the CRD), the docs' lists of the types, and the docs' sections
-// that each type writes in its own package. `make generate` runs it; with -check it changes
-// nothing and fails, naming the files, when one is not up to date (a test runs it so).
+// controller-gen then turns into the CRD), the docs' lists of the types, the docs' sections
+// that each type writes in its own package, and the Helm chart's and deploy/'s pieces of each
+// type's credentials Secret, from its package's credentials.yaml (credentials.go). `make
+// generate` runs it; with -check it changes nothing and fails, naming the files, when one is
+// not up to date (a test runs it so).
 //
 // A list is the text between <!-- provider types --> and <!-- end provider types -->: the
 // types, each in backticks, separated by commas.
@@ -18,6 +20,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"go/parser"
@@ -123,10 +126,23 @@ func generate(root string, types []string, write bool) (stale []string, err erro
 		repl := bytes.ReplaceAll(body, []byte("$"), []byte("$$"))
 		add(d, marked(sectionMarker, append(append([]byte("${1}"), repl...), "${2}"...), "the provider types' sections"))
 	}
+	creds, err := loadCredentials(root, dirs, types)
+	if err != nil {
+		return nil, err
+	}
+	typesYAML, err := chartTypes(creds)
+	if err != nil {
+		return nil, err
+	}
+	add(chartTypesFile, func([]byte) ([]byte, error) { return typesYAML, nil })
+	add(chartValuesFile, chartValues(creds))
+	add(chartSchemaFile, chartSchema(creds, types))
+	add(deploymentFile, deployment(creds))
+	add(deployDoc, deployTable(creds))
 	for _, name := range files {
 		path := filepath.Join(root, name)
 		old, err := os.ReadFile(path)
-		if err != nil {
+		if err != nil && !(name == chartTypesFile && errors.Is(err, os.ErrNotExist)) {
 			return nil, err
 		}
 		updated := old
@@ -140,6 +156,9 @@ func generate(root string, types []string, write bool) (stale []string, err erro
 		}
 		stale = append(stale, name)
 		if write {
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return nil, err
+			}
 			if err := os.WriteFile(path, updated, 0o644); err != nil {
 				return nil, err
 			}
