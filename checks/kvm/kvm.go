@@ -87,8 +87,11 @@ type Checker struct {
 
 	// releaseDone is closed when the goroutine of the last release (closing the links of
 	// hosts this replica does not own) has ended; nil before the first. Close waits for it.
+	// probed holds the hosts (addresses) a /probe checked since the last release, whose links
+	// that release keeps. Guarded by releaseMu.
 	releaseMu   sync.Mutex
 	releaseDone chan struct{}
+	probed      map[string]bool
 }
 
 // sharedPool is a provider's connection pool, shared by the checkers a reload builds for the
@@ -301,7 +304,9 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 // that moved to another replica sees one SSH session, the new owner's, not two: a link is
 // closed only when nothing uses it (hostpool.ForgetIdle); one in use, by a /probe of the host or
 // an abandoned call, is left for the next round to try again. A /probe of a host this replica
-// does not own dials it as usual; its link lives until the end of the next round.
+// does not own dials it as usual, and its link is kept while /probe keeps using it: it is
+// closed at the end of a round when no /probe of the host came since the end of the round
+// before.
 func (c *Checker) CheckTargets(ctx context.Context, targets []string) []checks.TargetResult {
 	want := make(map[string]bool, len(targets))
 	for _, t := range targets {
@@ -337,6 +342,8 @@ func (c *Checker) release(owned map[string]bool) {
 			return // the last one still runs; the next round tries again
 		}
 	}
+	probed := c.probed
+	c.probed = nil
 	done := make(chan struct{})
 	c.releaseDone = done
 	go func() {
@@ -345,12 +352,25 @@ func (c *Checker) release(owned map[string]bool) {
 			if c.closed.Load() {
 				return
 			}
+			if probed[a] {
+				continue
+			}
 			if c.pool.ForgetIdle(a) {
 				c.forgetFacts(a)
 				c.logger.Debug("closed the link of a host another replica owns", "addr", a)
 			}
 		}
 	}()
+}
+
+// markProbed records that a /probe used addr's link, which the next release keeps.
+func (c *Checker) markProbed(addr string) {
+	c.releaseMu.Lock()
+	defer c.releaseMu.Unlock()
+	if c.probed == nil {
+		c.probed = map[string]bool{}
+	}
+	c.probed[addr] = true
 }
 
 // waitRelease waits for the goroutine of the last release, if one runs. Close calls it once
@@ -488,6 +508,7 @@ func (c *Checker) ProbeTarget(ctx context.Context, target string, trace *checks.
 	if i < 0 {
 		return checks.TargetResult{}, checks.ErrUnknownTarget
 	}
+	c.markProbed(c.addrs[i])
 	opts := hostpool.ProbeOptions{OnDemand: true}
 	if trace != nil {
 		opts.Trace = trace

@@ -38,8 +38,9 @@ func TestCheckTargets(t *testing.T) {
 
 // A sharded replica keeps SSH links only to the hosts it owns: after CheckTargets the links of
 // the checker's other hosts are closed (their new owner has its own), the owned hosts keep
-// theirs, a /probe of a host not owned dials it and its link lasts until the end of the next
-// round, and a link in use (an abandoned probe's call still out) is never cut under its call.
+// theirs, a /probe of a host not owned dials it and its link lasts while /probe uses it (closed
+// at the end of a round with no /probe of the host since the round before), and a link in use
+// (an abandoned probe's call still out) is never cut under its call.
 func TestCheckTargetsReleasesOtherLinks(t *testing.T) {
 	f := kvmhost.Start(t, 3)
 	c := newChecker(t, provider("kvm-shard", f, f.Hosts))
@@ -93,7 +94,19 @@ func TestCheckTargetsReleasesOtherLinks(t *testing.T) {
 	}
 	open(other, "after a /probe of it")
 	subset()
-	closed(other, "at the end of the round after its /probe")
+	time.Sleep(200 * time.Millisecond) // a close would have reached the host by now
+	open(other, "at the end of the round after its /probe")
+	if r := probe(other, roundTimeout); r.Reason != checks.ReasonReady {
+		t.Fatalf("second probe of a host not owned: %s (%q), want Ready", r.Reason, r.Message)
+	}
+	subset()
+	time.Sleep(200 * time.Millisecond)
+	open(other, "at the end of a round after another /probe of it")
+	subset()
+	closed(other, "at the end of a round with no /probe of it since the round before")
+	if n := other.SSHConnectionsSeen(); n != 2 {
+		t.Errorf("%s: %d SSH connections reached it, want 2 (the rounds', then the /probes' one link)", other.Name, n)
+	}
 
 	// busy's libvirtd stalls under a probe, which is abandoned at its deadline while its call
 	// is still out: the round after it leaves that link alone.
@@ -113,8 +126,9 @@ func TestCheckTargetsReleasesOtherLinks(t *testing.T) {
 	if !c.pool.Probing(c.addrs[2]) {
 		t.Fatal("the abandoned probe's call is not out")
 	}
-	subset()
-	time.Sleep(200 * time.Millisecond) // a close would have reached the host by now
+	subset() // keeps the link: probed since the round before
+	subset() // not probed since, but the call is out
+	time.Sleep(200 * time.Millisecond)
 	open(busy, "while an abandoned call is out on its link")
 	busy.ResumeLibvirtd()
 	resumed = true
