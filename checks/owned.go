@@ -12,6 +12,9 @@ import (
 // CheckTargets is Check restricted to targets (a subset of Targets()), one result per target.
 // A PerTarget checker without it is checked whole and the results of the targets this replica
 // does not own are dropped.
+//
+// A sharded replica calls it every round, with no target when it owns none of the provider's:
+// whatever the checker holds for a target outside targets (a connection) it may release.
 type SubsetChecker interface {
 	CheckTargets(ctx context.Context, targets []string) []TargetResult
 }
@@ -48,7 +51,9 @@ func (r *Runner) SetOwnership(owns Ownership) {
 // owned returns the targets of s that owns accepts (all of them when owns is nil), and whether
 // the checker is to be called at all: a provider owned whole is called only by its owner
 // (whatever targets it lists yet: vsphere discovers its hosts in its check), a PerTarget one
-// whenever it has a target this replica owns, or none at all.
+// whenever it has a target this replica owns, or none at all; a SubsetChecker every round, with
+// no target when it owns none, so that it lets go of what it holds for the targets it no longer
+// owns (kvm's pooled links).
 func owned(owns Ownership, s *slot, targets []string) (mine []string, call bool) {
 	if owns == nil {
 		return targets, true
@@ -60,7 +65,8 @@ func owned(owns Ownership, s *slot, targets []string) (mine []string, call bool)
 		return nil, false
 	}
 	mine = slices.DeleteFunc(slices.Clone(targets), func(t string) bool { return !owns(shard.Key(s.name, t, true)) })
-	return mine, len(mine) > 0 || len(targets) == 0
+	_, subset := s.c.(SubsetChecker)
+	return mine, len(mine) > 0 || len(targets) == 0 || subset
 }
 
 // checkOwned runs s's check of mine, the targets it owns of all (the checker's Targets()).

@@ -187,3 +187,22 @@ func TestShardsUnionEqualsUnsharded(t *testing.T) {
 		}
 	}
 }
+
+// A SubsetChecker that owns none of its targets is still called, with none, every round: it
+// lets go of what it holds for the targets it no longer owns (kvm's pooled links). Nothing is
+// reported.
+func TestRunnerOwnsNothingOfSubsetChecker(t *testing.T) {
+	kvm := &subsetChecker{fakeChecker: newFake("lab", typeKVM, "hv1", "hv2")}
+	r, _ := newTestRunner(t, time.Second, kvm)
+	r.SetOwnership(ownKeys())
+	r.round(context.Background())
+	if v, u := targetsOf(r.Current(), "lab"); len(v)+len(u) != 0 {
+		t.Errorf("verdicts %v, unchecked %v; want none", v, u)
+	}
+	kvm.mu.Lock()
+	asked := slices.Clone(kvm.asked)
+	kvm.mu.Unlock()
+	if len(asked) != 1 || len(asked[0]) != 0 {
+		t.Errorf("CheckTargets asked for %v, want one call with no target", asked)
+	}
+}

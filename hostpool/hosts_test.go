@@ -419,3 +419,59 @@ func TestSingleKeyTypeKnownHosts(t *testing.T) {
 		}
 	})
 }
+
+// TestForgetIdle: ForgetIdle closes a host's link only when nobody uses it: not while a caller
+// holds the connection or a probe of the host runs, and it reports whether it did. A probe
+// after it dials a new link.
+func TestForgetIdle(t *testing.T) {
+	f := kvmhost.Start(t, 1)
+	h := f.Hosts[0]
+	p := fleetPool(t, f, "t-forget-idle")
+	if p.ForgetIdle(h.Addr) {
+		t.Error("ForgetIdle of a host the pool never dialled reported true")
+	}
+	if err := probe(p, h.Addr, 5*time.Second, hostCheck(h.Pool)); err != nil {
+		t.Fatal(err)
+	}
+	_, release, err := p.Acquire(context.Background(), h.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ForgetIdle(h.Addr) {
+		t.Error("ForgetIdle closed a connection a caller holds")
+	}
+	release()
+
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	probed := make(chan error, 1)
+	go func() { probed <- probe(p, h.Addr, 10*time.Second, blocking(entered, unblock)) }()
+	<-entered
+	if p.ForgetIdle(h.Addr) {
+		t.Error("ForgetIdle closed the link of a running probe")
+	}
+	close(unblock)
+	if err := <-probed; err != nil {
+		t.Errorf("the probe beside ForgetIdle: %v, want it to finish on its link", err)
+	}
+	if n := h.TCPConnections(); n != 1 {
+		t.Errorf("%d TCP connections while the link was in use, want 1", n)
+	}
+
+	if !p.ForgetIdle(h.Addr) {
+		t.Fatal("ForgetIdle of an idle link reported false")
+	}
+	testutil.Eventually(t, 10*time.Second, "the host to see its connection closed", func() bool { return h.TCPConnections() == 0 })
+	if st := p.Stats(); st.Links != 0 {
+		t.Errorf("links %d after ForgetIdle, want 0", st.Links)
+	}
+	if err := probe(p, h.Addr, 5*time.Second, hostCheck(h.Pool)); err != nil {
+		t.Fatalf("a probe after ForgetIdle: %v, want it to dial again", err)
+	}
+	if st := p.Stats(); st.Dials["ok"] != 2 {
+		t.Errorf("%d dials, want 2 (the second after ForgetIdle)", st.Dials["ok"])
+	}
+	p.Close()
+	if p.ForgetIdle(h.Addr) {
+		t.Error("ForgetIdle after Close reported true")
+	}
+}

@@ -600,6 +600,65 @@ func (p *Pool) Forget(addr string) {
 	}
 }
 
+// ForgetIdle is Forget of a host nobody is using: it closes addr's connection and drops the host
+// only when no probe of it runs (abandoned or not, on demand or not), no dial of it is in flight
+// and no caller holds its connection, and reports whether it did (false when the pool has no
+// such host or it is busy: nothing changes). A probe that starts afterwards dials a new link. A
+// sharded replica releases with it the links of the hosts it no longer owns, without cutting a
+// check of them under way.
+func (p *Pool) ForgetIdle(addr string) bool {
+	addr = p.normalize(addr)
+	p.mu.Lock()
+	h, ok := p.hosts[addr]
+	p.mu.Unlock()
+	if !ok {
+		return false
+	}
+	// The probe first (no probe can start while it is held), then the slot (no dial is in
+	// flight), neither waited for.
+	h.mu.Lock()
+	select {
+	case h.probe <- struct{}{}:
+		h.mu.Unlock()
+	default:
+		h.mu.Unlock()
+		return false
+	}
+	select {
+	case h.slot <- struct{}{}:
+	default:
+		h.releaseProbe()
+		return false
+	}
+	giveBack := func() bool {
+		<-h.slot
+		h.releaseProbe()
+		return false
+	}
+	if c := h.conn; c != nil && c.refs.Load() > 0 {
+		return giveBack()
+	}
+	p.mu.Lock()
+	if p.closed || p.hosts[addr] != h {
+		// Close is waiting for this slot, or Forget dropped the host meanwhile.
+		p.mu.Unlock()
+		return giveBack()
+	}
+	delete(p.hosts, addr)
+	p.creds.forget(addr)
+	p.setUnresponsive(h, false)
+	p.bg.Add(1)
+	defer p.bg.Done()
+	p.mu.Unlock()
+	if h.conn != nil || h.link != nil {
+		p.closeHost(h)
+	}
+	// The slot stays taken, as Forget leaves it; the probe is given back so that a probe
+	// waiting for it goes on (through a new entry, with a new link).
+	h.releaseProbe()
+	return true
+}
+
 // adopt registers a new link and starts its goroutine (serve), and the pool's keepalive loop
 // with the first link; false when the pool closed meanwhile.
 func (p *Pool) adopt(l *link) bool {

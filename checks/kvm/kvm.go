@@ -84,6 +84,14 @@ type Checker struct {
 	// facts holds what each host's current libvirt connection told its first check.
 	factsMu sync.Mutex
 	facts   map[string]linkFacts
+
+	// releaseDone is closed when the goroutine of the last release (closing the links of
+	// hosts this replica does not own) has ended; nil before the first. Close waits for it.
+	// probed holds the hosts (addresses) a /probe checked since the last release, whose links
+	// that release keeps. Guarded by releaseMu.
+	releaseMu   sync.Mutex
+	releaseDone chan struct{}
+	probed      map[string]bool
 }
 
 // sharedPool is a provider's connection pool, shared by the checkers a reload builds for the
@@ -250,12 +258,15 @@ func (c *Checker) Close() error {
 	delete(sp.users, c)
 	if len(sp.users) == 0 {
 		sp.mu.Unlock()
-		return sp.pool.Close()
+		err := sp.pool.Close()
+		c.waitRelease()
+		return err
 	}
 	sp.mu.Unlock()
 	for _, a := range c.addrs {
 		sp.forgetUnused(a)
 	}
+	c.waitRelease()
 	return nil
 }
 
@@ -288,12 +299,89 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 
 // CheckTargets is Check of the named hosts only (the hosts a sharded replica owns): one verdict
 // per host of targets that the checker has, in the checker's order.
+//
+// Then it releases, in the background, the pooled links of its other hosts, so that a host
+// that moved to another replica sees one SSH session, the new owner's, not two: a link is
+// closed only when nothing uses it (hostpool.ForgetIdle); one in use, by a /probe of the host or
+// an abandoned call, is left for the next round to try again. A /probe of a host this replica
+// does not own dials it as usual, and its link is kept while /probe keeps using it: it is
+// closed at the end of a round when no /probe of the host came since the end of the round
+// before.
 func (c *Checker) CheckTargets(ctx context.Context, targets []string) []checks.TargetResult {
 	want := make(map[string]bool, len(targets))
 	for _, t := range targets {
 		want[t] = true
 	}
-	return c.check(ctx, want)
+	rs := c.check(ctx, want)
+	c.release(want)
+	return rs
+}
+
+// release closes, on a goroutine of its own, the idle pooled links of the checker's hosts that
+// are not in owned; at most one such goroutine runs at a time (Close waits for it). A polite
+// libvirt disconnect can take hostpool's DisconnectTimeout, hence not on the round's time.
+func (c *Checker) release(owned map[string]bool) {
+	var addrs []string
+	for i, t := range c.targets {
+		if !owned[t] {
+			addrs = append(addrs, c.addrs[i])
+		}
+	}
+	if len(addrs) == 0 {
+		return
+	}
+	c.releaseMu.Lock()
+	defer c.releaseMu.Unlock()
+	if c.closed.Load() {
+		return
+	}
+	if c.releaseDone != nil {
+		select {
+		case <-c.releaseDone:
+		default:
+			return // the last one still runs; the next round tries again
+		}
+	}
+	probed := c.probed
+	c.probed = nil
+	done := make(chan struct{})
+	c.releaseDone = done
+	go func() {
+		defer close(done)
+		for _, a := range addrs {
+			if c.closed.Load() {
+				return
+			}
+			if probed[a] {
+				continue
+			}
+			if c.pool.ForgetIdle(a) {
+				c.forgetFacts(a)
+				c.logger.Debug("closed the link of a host another replica owns", "addr", a)
+			}
+		}
+	}()
+}
+
+// markProbed records that a /probe used addr's link, which the next release keeps.
+func (c *Checker) markProbed(addr string) {
+	c.releaseMu.Lock()
+	defer c.releaseMu.Unlock()
+	if c.probed == nil {
+		c.probed = map[string]bool{}
+	}
+	c.probed[addr] = true
+}
+
+// waitRelease waits for the goroutine of the last release, if one runs. Close calls it once
+// closed is set, after which no release starts.
+func (c *Checker) waitRelease() {
+	c.releaseMu.Lock()
+	done := c.releaseDone
+	c.releaseMu.Unlock()
+	if done != nil {
+		<-done
+	}
 }
 
 // check checks the hosts whose names are in only (every host when only is nil).
@@ -420,6 +508,7 @@ func (c *Checker) ProbeTarget(ctx context.Context, target string, trace *checks.
 	if i < 0 {
 		return checks.TargetResult{}, checks.ErrUnknownTarget
 	}
+	c.markProbed(c.addrs[i])
 	opts := hostpool.ProbeOptions{OnDemand: true}
 	if trace != nil {
 		opts.Trace = trace
