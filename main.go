@@ -337,6 +337,18 @@ func shardIdentity(o shardOptions) string {
 	return strings.ToLower(host)
 }
 
+// shardLinger is how long a sharded replica that leaves goes on serving after it deleted its
+// Lease: the others see it gone at their next read of the members (a retry period, two for a
+// read in flight) and check its targets in a round they start at once (Runner.RunSoon), for
+// which a few seconds are left; at most half of shutdownTimeout, which bounds the whole exit.
+// 0 when sharding is off.
+func shardLinger(o shardOptions) time.Duration {
+	if !o.enabled {
+		return 0
+	}
+	return min(2*o.retryPeriod+3*time.Second, shutdownTimeout/2)
+}
+
 // startSharding makes e check only the targets this replica owns and starts following the
 // shard's members (--shard.enabled). The returned function releases the replica's Lease and
 // returns once it has: call it first at shutdown, so that the others take over at once.
@@ -569,15 +581,29 @@ loop:
 		}
 	}
 
-	// Leave the shard first (release the Lease), so that the other replicas take over this
-	// one's targets at their next read of the members rather than at the Lease's expiry.
-	releaseShard()
-	// Stop the checks first and let the runner return, so that no round starts a check on a
-	// closed checker. (A check abandoned at a deadline may still be on its way back; a
-	// checker's Close must tolerate that.) The whole exit takes at most shutdownTimeout.
-	e.Stopping()
+	// The whole exit takes at most shutdownTimeout.
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
+	// Leave the shard first (release the Lease), so that the other replicas take over this
+	// one's targets at their next read of the members rather than at the Lease's expiry, and
+	// go on serving them while the others check them (make before break; a second signal
+	// cuts it short).
+	releaseShard()
+	if linger := shardLinger(opts.shard); serving && linger > 0 {
+		logger.Info("left the shard; serving this replica's targets while the others take them over", "for", linger)
+		select {
+		case <-time.After(linger):
+		case <-signals:
+		case err := <-serveErr:
+			serving = false
+			logger.Error("http server failed", "err", err)
+			code = 1
+		}
+	}
+	// Stop the checks first and let the runner return, so that no round starts a check on a
+	// closed checker. (A check abandoned at a deadline may still be on its way back; a
+	// checker's Close must tolerate that.)
+	e.Stopping()
 	stopRunner()
 	stopped := make(chan struct{})
 	go func() {

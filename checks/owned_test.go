@@ -206,3 +206,43 @@ func TestRunnerOwnsNothingOfSubsetChecker(t *testing.T) {
 		t.Errorf("CheckTargets asked for %v, want one call with no target", asked)
 	}
 }
+
+// TestRunSoon: RunSoon runs a round outside the schedule (here an hour away), as soon as the
+// running one ends; calls while one is pending make one round.
+func TestRunSoon(t *testing.T) {
+	f := newFake("prod", typeGCP, "my-project")
+	r, _ := newTestRunner(t, time.Second, f)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	<-r.FirstRound()
+	waitCalls := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for f.callCount() < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d rounds, want %d", f.callCount(), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitCalls(1)
+	r.RunSoon()
+	waitCalls(2)
+	// Three calls while nothing runs: the first starts a round, the pending one at most one more.
+	r.RunSoon()
+	r.RunSoon()
+	r.RunSoon()
+	waitCalls(3)
+	time.Sleep(200 * time.Millisecond)
+	if n := f.callCount(); n > 4 {
+		t.Errorf("%d rounds after three RunSoon calls at once, want at most 4 in all", n)
+	}
+}

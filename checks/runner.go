@@ -64,6 +64,9 @@ type Runner struct {
 
 	firstRound     chan struct{}
 	firstRoundOnce sync.Once
+
+	// soon asks Run for a round as soon as the current one ends (RunSoon).
+	soon chan struct{}
 }
 
 // slot is one configured checker.
@@ -109,6 +112,7 @@ func NewRunner(opts Options, checkers []Checker) *Runner {
 		memory:     make(map[string]*providerMemory),
 		subs:       make(map[chan struct{}]struct{}),
 		firstRound: make(chan struct{}),
+		soon:       make(chan struct{}, 1),
 		before:     opts.BeforeRound,
 	}
 	r.SetCheckers(checkers)
@@ -123,10 +127,10 @@ func graceAfter(timeout time.Duration) time.Duration {
 	return min(max(timeout/4, 50*time.Millisecond), 500*time.Millisecond)
 }
 
-// Run runs the first round at once, then one every Interval, until ctx is done; rounds never
-// overlap (a round that outlives the interval delays the next tick, it is not run twice).
-// Returns when ctx is done. A round cut short by ctx is discarded, not published. Run may be
-// called only once.
+// Run runs the first round at once, then one every Interval, and one more as soon as possible
+// after each RunSoon, until ctx is done; rounds never overlap (a round that outlives the
+// interval delays the next tick, it is not run twice). Returns when ctx is done. A round cut
+// short by ctx is discarded, not published. Run may be called only once.
 func (r *Runner) Run(ctx context.Context) {
 	if r.interval <= 0 || r.timeout <= 0 || r.timeout > r.interval {
 		panic(fmt.Sprintf("checks: invalid runner options: interval %s, timeout %s (want 0 < timeout <= interval)", r.interval, r.timeout))
@@ -142,7 +146,18 @@ func (r *Runner) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+		case <-r.soon:
 		}
+	}
+}
+
+// RunSoon asks for a round now, or as soon as the running one ends, outside the schedule; the
+// ticks go on as before. Calls while one is pending make one round. A sharded replica calls it
+// when it gains targets, so that it reports them at once rather than an interval later.
+func (r *Runner) RunSoon() {
+	select {
+	case r.soon <- struct{}{}:
+	default:
 	}
 }
 

@@ -35,6 +35,8 @@ type sharding struct {
 	current    func() *checks.Snapshot
 	// targets returns the configured targets of each provider, owned or not.
 	targets func() map[string]int
+	// runSoon asks the runner for a round at once (Runner.RunSoon).
+	runSoon func()
 }
 
 // EnableSharding makes the replica check and report only the targets it owns among members
@@ -59,6 +61,7 @@ func (e *Exporter) EnableSharding(self string, members []string) {
 			[]string{"provider"}, nil),
 		current: e.runner.Current,
 		targets: e.configuredTargets,
+		runSoon: e.runner.RunSoon,
 	}
 	s.handovers.WithLabelValues("in")
 	s.handovers.WithLabelValues("out")
@@ -68,7 +71,9 @@ func (e *Exporter) EnableSharding(self string, members []string) {
 }
 
 // SetMembers is called with the members whenever they change: the targets whose owner moves
-// away from this replica are kept for handoverIntervals, and the moves are counted.
+// away from this replica are kept for handoverIntervals, and the moves are counted. When
+// targets come to this replica a round runs at once (Runner.RunSoon), so that a replica that
+// left (SIGTERM) or joined hands its targets over within a round, not an interval and a round.
 func (e *Exporter) SetMembers(members []string) {
 	e.mu.Lock()
 	var keys []string
@@ -88,10 +93,13 @@ func (e *Exporter) SetMembers(members []string) {
 		}
 	}
 	e.mu.Unlock()
-	e.shard.setMembers(members, keys)
+	if e.shard.setMembers(members, keys) {
+		e.shard.runSoon()
+	}
 }
 
-func (s *sharding) setMembers(members, keys []string) {
+// setMembers records the new members, and reports whether keys came to this replica.
+func (s *sharding) setMembers(members, keys []string) (gained bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -109,9 +117,11 @@ func (s *sharding) setMembers(members, keys []string) {
 		case !before && after:
 			delete(s.leaving, k)
 			s.handovers.WithLabelValues("in").Inc()
+			gained = true
 		}
 	}
 	s.members = members
+	return gained
 }
 
 // configuredTargets returns the number of targets of each configured provider.

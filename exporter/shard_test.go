@@ -127,6 +127,8 @@ func TestShardHandover(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	e.EnableSharding("phe-0", []string{"phe-0"})
 	e.shard.now = func() time.Time { return now }
+	soon := 0
+	e.shard.runSoon = func() { soon++ }
 
 	var keys []string
 	for i := 1; i <= 8; i++ {
@@ -156,6 +158,9 @@ func TestShardHandover(t *testing.T) {
 	if got := testutil.ToFloat64(e.shard.handovers.WithLabelValues("out")); int(got) != len(leaving) {
 		t.Errorf("handovers out %v, want %d", got, len(leaving))
 	}
+	if soon != 0 {
+		t.Errorf("a round was asked for %d times when targets only left; want none", soon)
+	}
 	now = now.Add(2*time.Minute + time.Second)
 	for _, k := range keys {
 		if got, want := e.shard.owns(k), shard.Owner(two, k) == "phe-0"; got != want {
@@ -166,6 +171,9 @@ func TestShardHandover(t *testing.T) {
 	e.SetMembers([]string{"phe-0"})
 	if got := testutil.ToFloat64(e.shard.handovers.WithLabelValues("in")); int(got) != len(leaving) {
 		t.Errorf("handovers in %v after phe-1 left, want %d", got, len(leaving))
+	}
+	if soon != 1 {
+		t.Errorf("a round was asked for %d times when phe-1's targets came here; want once, at once", soon)
 	}
 	for _, k := range keys {
 		if !e.shard.owns(k) {
