@@ -377,6 +377,9 @@ func startSharding(o shardOptions, instance string, e *exporter.Exporter, logger
 	if err != nil {
 		return nil, err
 	}
+	if err := m.Join(context.Background()); err != nil {
+		logger.Warn("cannot join the shard yet: alone, checking every target, until the API server answers", "err", err)
+	}
 	e.Registry().MustRegister(m.Collectors()...)
 	e.EnableSharding(identity, m.Members())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -507,8 +510,8 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 		logger.Info("checks off (--provider-check-interval=0): serving provider_info only", "providers", e.ProviderCount())
 	}
 
-	// Sharding is set up before the first round, so that it checks only what this replica
-	// owns (alone until the members are read: everything).
+	// Sharding is set up, the members read once, before the first round, so that it checks
+	// only what this replica owns (everything when the API server cannot be reached).
 	releaseShard, err := startSharding(opts.shard, opts.crd.instance, e, logger)
 	if err != nil {
 		logger.Error("cannot start sharding", "err", err)

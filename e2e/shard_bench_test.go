@@ -27,8 +27,9 @@ const (
 // BenchmarkShardedFleet runs the exporter binary against a fleet of stand-in KVM hosts
 // (internal/testenv/kvmstandin, served by its command in a process of its own: not KVM hosts;
 // default 5,000, PHE_BENCH_SHARD_HOSTS sets it), first as one unsharded replica, then as three
-// replicas sharing it (--shard.enabled, their Leases on a real kube-apiserver). Once every host
-// is reported up (by the one replica; across the three, each host by exactly one), each
+// replicas sharing it (--shard.enabled, their Leases on a real kube-apiserver), restarted one
+// by one as a rollout does (the first of them started alone and linked every host). Once every
+// host is reported up (by the one replica; across the three, each host by exactly one), each
 // process's CPU is read from /proc over shardBenchRounds check intervals, then its resident set.
 //
 // Reported: the one replica's CPU in cores (one-cpu-cores) and resident and peak memory
@@ -76,16 +77,29 @@ func BenchmarkShardedFleet(b *testing.B) {
 		b.ReportMetric(onePeak[0], "one-peak-rss-MiB")
 
 		var shards []*shardBenchReplica
-		for i := range 3 {
+		startShard := func(i int) *shardBenchReplica {
 			name := fmt.Sprintf("shard-%d", i)
-			shards = append(shards, startShardBenchReplica(b, bin, name, append(common, "--shard.enabled",
-				"--shard.identity="+name, "--shard.kubeconfig="+env.Kubeconfig, "--shard.lease-namespace=default")...))
+			return startShardBenchReplica(b, bin, name, append(common, "--shard.enabled",
+				"--shard.identity="+name, "--shard.kubeconfig="+env.Kubeconfig, "--shard.lease-namespace=default")...)
+		}
+		for i := range 3 {
+			shards = append(shards, startShard(i))
 		}
 		waitShardCoverage(b, shards, n)
+		// The first replica was alone when it started and linked every host; a rollout
+		// restarts each replica in turn, and each then joins the others and links its share
+		// only: the steady state measured below.
+		for i := range shards {
+			shards[i].stop()
+			shards[i] = startShard(i)
+			waitShardCoverage(b, shards, n)
+		}
 		cpu, rss, peak := measureShardReplicas(b, shards)
 		owned := 0
 		for _, s := range shards {
 			owned = max(owned, s.up())
+		}
+		for _, s := range shards {
 			s.stop()
 		}
 		var cpuMax, cpuSum, rssMax, rssSum, peakMax float64

@@ -143,6 +143,29 @@ func (m *Membership) Members() []string {
 	return slices.Clone(m.members)
 }
 
+// Join renews this replica's Lease and reads the members once, within the renew deadline, before
+// Run: a replica that starts then begins with the members the API server lists. Without it a
+// replica would be alone (and own every target) until its first step: a new pod of a rollout
+// would check the whole fleet in its first round, opening an SSH session to every host. OnChange
+// is not called: the caller reads Members. On an error the replica stays alone, as a lone
+// replica that cannot reach the API server is.
+func (m *Membership) Join(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, m.o.RenewDeadline)
+	defer cancel()
+	if err := m.renew(rctx); err != nil {
+		return err
+	}
+	members, err := m.list(rctx)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.members = members
+	m.mu.Unlock()
+	m.membersGauge.Set(float64(len(members)))
+	return nil
+}
+
 // Run renews this replica's Lease and reads the members every RetryPeriod until ctx is done,
 // then releases the Lease (deletes it), so that the others take over at their next read rather
 // than at its expiry.

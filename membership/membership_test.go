@@ -72,6 +72,14 @@ func joinNames(s []string) string {
 
 // A replica that never reached the API server sees itself alone: it owns everything.
 func TestLoneReplicaWithoutAPIServer(t *testing.T) {
+	m, err := membership.New(membership.Options{Config: &rest.Config{Host: "http://127.0.0.1:1"}, Namespace: "default", Identity: "phe-0", Instance: "main",
+		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Join(context.Background()); err == nil || !slices.Equal(m.Members(), []string{"phe-0"}) {
+		t.Errorf("Join without an API server: %v, members %v; want an error and [phe-0]", err, m.Members())
+	}
 	mb := start(t, &rest.Config{Host: "http://127.0.0.1:1"}, "main", "phe-0")
 	testutil.Eventually(t, 30*time.Second, "a failed step", func() bool { return mb.m.FailedSteps() >= 2 })
 	if got := mb.m.Members(); !slices.Equal(got, []string{"phe-0"}) {
@@ -131,6 +139,26 @@ func TestMembersFromLeases(t *testing.T) {
 		t.Errorf("phe-b's Lease after its stop: err %v, want NotFound (released)", err)
 	}
 	waitMembers(t, a.m, "phe-a")
+	// A replica that joins sees the members before its first round (Join), not itself alone.
+	joiner, err := membership.New(membership.Options{
+		Config: env.AdminConfig, Namespace: "default", Identity: "phe-b", Instance: "main",
+		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := joiner.Members(); !slices.Equal(got, []string{"phe-b"}) {
+		t.Errorf("before Join: %v, want [phe-b]", got)
+	}
+	if err := joiner.Join(context.Background()); err != nil {
+		t.Fatalf("Join: %v", err)
+	}
+	if got := joiner.Members(); !slices.Equal(got, []string{"phe-a", "phe-b"}) {
+		t.Errorf("after Join: %v, want [phe-a phe-b]", got)
+	}
+	if _, err := leases.Get(context.Background(), "phe-b", metav1.GetOptions{}); err != nil {
+		t.Errorf("phe-b's Lease after Join: %v, want it created", err)
+	}
 	b2 := start(t, env.AdminConfig, "main", "phe-b")
 	waitMembers(t, a.m, "phe-a", "phe-b")
 	waitMembers(t, b2.m, "phe-a", "phe-b")
