@@ -34,7 +34,8 @@ const (
 //
 // Reported: the one replica's CPU in cores (one-cpu-cores) and resident and peak memory
 // (one-rss-MiB, one-peak-rss-MiB); of the three, the busiest's CPU and the largest's memory
-// (shard-cpu-cores-max, shard-rss-MiB-max, shard-peak-rss-MiB-max), their sums
+// (shard-cpu-cores-max, shard-rss-MiB-max, shard-peak-rss-MiB-max), the smallest's memory
+// (shard-rss-MiB-min: the last restarted, which never carried more than its share), their sums
 // (shard-cpu-cores-sum, shard-rss-MiB-sum), and the most targets one of them owns
 // (shard-owned-max). The figures are in docs/benchmarks.md.
 func BenchmarkShardedFleet(b *testing.B) {
@@ -103,11 +104,13 @@ func BenchmarkShardedFleet(b *testing.B) {
 			s.stop()
 		}
 		var cpuMax, cpuSum, rssMax, rssSum, peakMax float64
+		rssMin := rss[0]
 		for i := range shards {
 			cpuMax, cpuSum = max(cpuMax, cpu[i]), cpuSum+cpu[i]
-			rssMax, rssSum = max(rssMax, rss[i]), rssSum+rss[i]
+			rssMax, rssMin, rssSum = max(rssMax, rss[i]), min(rssMin, rss[i]), rssSum+rss[i]
 			peakMax = max(peakMax, peak[i])
 		}
+		b.ReportMetric(rssMin, "shard-rss-MiB-min")
 		b.ReportMetric(cpuMax, "shard-cpu-cores-max")
 		b.ReportMetric(cpuSum, "shard-cpu-cores-sum")
 		b.ReportMetric(rssMax, "shard-rss-MiB-max")
