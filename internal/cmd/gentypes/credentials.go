@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 )
 
 // A type's credentials are a file credentials.yaml in its package's directory: the Secret that
@@ -86,7 +87,7 @@ func loadCredentials(root string, dirs, types []string) ([]credentials, error) {
 	byMount := map[string]string{}
 	for _, dir := range dirs {
 		file := filepath.ToSlash(filepath.Join(dir, credentialsFile))
-		raw, err := readBounded(filepath.Join(root, file))
+		raw, err := fileread.Read(filepath.Join(root, file), maxCredentialsFile)
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				return nil, fmt.Errorf("%s has no %s: the Secret of the type it registers, for the Helm chart and deploy/ (docs/providers.md)", dir, credentialsFile)
@@ -126,25 +127,6 @@ func loadCredentials(root string, dirs, types []string) ([]credentials, error) {
 		out = append(out, c)
 	}
 	return out, nil
-}
-
-// readBounded reads a regular file of at most maxCredentialsFile bytes.
-func readBounded(name string) ([]byte, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil {
-		return nil, err
-	} else if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", name)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxCredentialsFile+1))
-	if err == nil && len(b) > maxCredentialsFile {
-		err = fmt.Errorf("%s: larger than %d bytes", name, maxCredentialsFile)
-	}
-	return b, err
 }
 
 // validate checks the fields of c, the problem naming the field.
