@@ -373,11 +373,10 @@ func TestProbeScrapeConfig(t *testing.T) {
 	})
 }
 
-// standInProviders writes the providers of a probe test: one kvm provider "fleet" of the
-// stand-in's hosts with the given TCP connect and SSH handshake bounds, and the extra YAML
-// (other providers).
-func standInProviders(f *kvmstandin.Fleet, tcpBound, sshBound time.Duration, extra string) string {
-	kvm := f.KVMConfig()
+// standInProviders writes the providers of a test on stand-in hosts: one kvm provider "fleet"
+// of the hosts of kvm (a kvmstandin fleet's KVMConfig) with the given TCP connect and SSH
+// handshake bounds, and the extra YAML (other providers).
+func standInProviders(kvm testenv.KVMBlock, tcpBound, sshBound time.Duration, extra string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `providers:
   - name: fleet
@@ -408,7 +407,7 @@ func TestProbeHealthyHostsBesideHangingOnes(t *testing.T) {
 	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 3, Dropping: 25})
 	// The connect bound (5s) outlasts the probes' deadline: each hanging probe holds its
 	// place until its deadline.
-	_, srv := startProbeExporter(t, standInProviders(f, 5*time.Second, kvm.DefaultSSHTimeout, ""), time.Minute, 15*time.Second)
+	_, srv := startProbeExporter(t, standInProviders(f.KVMConfig(), 5*time.Second, kvm.DefaultSSHTimeout, ""), time.Minute, 15*time.Second)
 	prometheusLike := &http.Client{Timeout: 2 * time.Second}
 	type answer struct {
 		host *kvmstandin.Host
@@ -469,7 +468,7 @@ func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
 	env := kube.Start(tb)
 	sim := vcsim.Start(tb, vcsim.Options{})
 	// Every dead host fails within its stage's bound, well inside the probe's deadline.
-	providers := standInProviders(f, 500*time.Millisecond, 500*time.Millisecond, fmt.Sprintf(`  - name: gce
+	providers := standInProviders(f.KVMConfig(), 500*time.Millisecond, 500*time.Millisecond, fmt.Sprintf(`  - name: gce
     type: gcp
     gcp:
       project: %s

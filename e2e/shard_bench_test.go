@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
@@ -48,23 +49,8 @@ func BenchmarkShardedFleet(b *testing.B) {
 		}
 	}
 	fleet := kvmstandin.StartProcess(b, kvmstandin.Counts{Healthy: n}, 0, 0)
-	k := fleet.KVMConfig()
-	var hosts strings.Builder
-	for _, h := range k.Hosts {
-		fmt.Fprintf(&hosts, "        - {address: %q, name: %s}\n", h.Address, h.Name)
-	}
 	providers := filepath.Join(b.TempDir(), "providers.yml")
-	testutil.ReplaceFile(b, providers, fmt.Sprintf(`providers:
-  - name: fleet
-    type: kvm
-    kvm:
-      user: %s
-      privateKeyFile: %s
-      knownHostsFile: %s
-      socket: %s
-      storagePool: %s
-      hosts:
-%s`, k.User, k.PrivateKeyFile, k.KnownHostsFile, k.Socket, k.StoragePool, hosts.String()))
+	testutil.ReplaceFile(b, providers, standInProviders(fleet.KVMConfig(), kvm.DefaultTCPTimeout, kvm.DefaultSSHTimeout, ""))
 	env := kube.Start(b)
 	common := []string{"--config.file=" + providers, "--provider-check-interval=" + shardBenchInterval.String()}
 
