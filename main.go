@@ -295,16 +295,11 @@ func checkCRD(o crdOptions) error {
 }
 
 // checkShard validates the --shard.* flags.
-func checkShard(o shardOptions, crdEnabled bool) error {
+func checkShard(o shardOptions) error {
 	if !o.enabled {
 		return nil
 	}
 	var errs []error
-	if crdEnabled {
-		// The writer mirrors its own replica's snapshot: sharded, that is only the targets
-		// this replica owns (docs/architecture.md#sharding says how the objects will stay whole).
-		errs = append(errs, errors.New("--shard.enabled: not available with --crd.enabled yet (a replica's ProviderHealth objects would show only the targets it owns)"))
-	}
 	if o.identity != "" {
 		if len(validation.IsDNS1123Subdomain(o.identity)) > 0 {
 			errs = append(errs, fmt.Errorf("--shard.identity=%q: must name a Lease: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters", o.identity))
@@ -350,15 +345,16 @@ func shardLinger(o shardOptions) time.Duration {
 }
 
 // startSharding makes e check only the targets this replica owns and starts following the
-// shard's members (--shard.enabled). The returned function releases the replica's Lease and
-// returns once it has: call it first at shutdown, so that the others take over at once.
-func startSharding(o shardOptions, instance string, e *exporter.Exporter, logger *slog.Logger) (release func(), err error) {
+// shard's members (--shard.enabled). release releases the replica's Lease and returns once it
+// has: call it first at shutdown, so that the others take over at once; remove deletes the
+// Lease: call it last, once the others have read its part.
+func startSharding(o shardOptions, instance string, e *exporter.Exporter, logger *slog.Logger) (release func(), remove func(context.Context), err error) {
 	if !o.enabled {
-		return func() {}, nil
+		return func() {}, func(context.Context) {}, nil
 	}
 	cfg, err := ownClientConfig(o.kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("--shard.kubeconfig=%q: %w", o.kubeconfig, err)
+		return nil, nil, fmt.Errorf("--shard.kubeconfig=%q: %w", o.kubeconfig, err)
 	}
 	cfg.UserAgent = programName
 	identity := shardIdentity(o)
@@ -373,15 +369,18 @@ func startSharding(o shardOptions, instance string, e *exporter.Exporter, logger
 		RetryPeriod:   o.retryPeriod,
 		Logger:        logger,
 		OnChange:      e.SetMembers,
+		Part:          e.ShardPart,
+		OnParts:       e.SetParts,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := m.Join(context.Background()); err != nil {
 		logger.Warn("cannot join the shard yet: alone, checking every target, until the API server answers", "err", err)
 	}
 	e.Registry().MustRegister(m.Collectors()...)
 	e.EnableSharding(identity, m.Members())
+	e.SetParts(m.Parts())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -392,7 +391,7 @@ func startSharding(o shardOptions, instance string, e *exporter.Exporter, logger
 	return func() {
 		cancel()
 		<-done
-	}, nil
+	}, m.Delete, nil
 }
 
 // startCRDWriter starts mirroring the runner's snapshots into ProviderHealth objects, or, with
@@ -411,7 +410,7 @@ func startCRDWriter(ctx context.Context, o crdOptions, e *exporter.Exporter, int
 	logger = logger.With("component", "crdwriter", "instance", o.instance)
 	w, err := crdwriter.New(crdwriter.Options{
 		Config:            cfg,
-		Source:            e.Runner(),
+		Source:            e.Fleet(),
 		Logger:            logger,
 		Instance:          o.instance,
 		Interval:          interval,
@@ -460,7 +459,7 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 	// The flags are checked before the providers file is read: a wrong flag is reported as
 	// such, not hidden behind a file problem.
 	timeout, err := checkTiming(opts.interval, opts.timeout)
-	err = errors.Join(err, checkCRD(opts.crd), checkProbeMinInterval(opts.probeMinInterval), checkShard(opts.shard, opts.crd.enabled), checkLimits(opts.limits))
+	err = errors.Join(err, checkCRD(opts.crd), checkProbeMinInterval(opts.probeMinInterval), checkShard(opts.shard), checkLimits(opts.limits))
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			logger.Error("invalid flag", "err", line)
@@ -512,7 +511,7 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 
 	// Sharding is set up, the members read once, before the first round, so that it checks
 	// only what this replica owns (everything when the API server cannot be reached).
-	releaseShard, err := startSharding(opts.shard, opts.crd.instance, e, logger)
+	releaseShard, removeShard, err := startSharding(opts.shard, opts.crd.instance, e, logger)
 	if err != nil {
 		logger.Error("cannot start sharding", "err", err)
 		e.Close()
@@ -621,6 +620,8 @@ loop:
 		logger.Error("the checks did not stop in time; exiting without them", "timeout", shutdownTimeout)
 		code = 1
 	}
+	// The others read this replica's part (its last verdicts, their counts) while it lingered.
+	removeShard(shutdownCtx)
 	if serving {
 		if err := server.Shutdown(shutdownCtx); err != nil {
 			logger.Error("http server shutdown", "err", err)
@@ -664,7 +665,7 @@ func configCheck(opts *options, stdout, stderr io.Writer) int {
 	if err := checkProbeMinInterval(opts.probeMinInterval); err != nil {
 		problems = append(problems, err.Error())
 	}
-	if err := checkShard(opts.shard, opts.crd.enabled); err != nil {
+	if err := checkShard(opts.shard); err != nil {
 		problems = append(problems, strings.Split(err.Error(), "\n")...)
 	}
 	limitsErr := checkLimits(opts.limits)

@@ -440,23 +440,21 @@ func TestCheckShard(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		o    shardOptions
-		crd  bool
 		want string // "" = valid
 	}{
-		{"off", shardOptions{}, true, ""},
-		{"defaults", ok, false, ""},
-		{"identity", with(func(o *shardOptions) { o.identity = "phe-0.example" }), false, ""},
-		{"identity not a name", with(func(o *shardOptions) { o.identity = "PHE_0" }), false, `--shard.identity="PHE_0": must name a Lease: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters`},
-		{"retry period as long as the lease", with(func(o *shardOptions) { o.retryPeriod = 15 * time.Second }), false, "--shard.retry-period=15s: must be above 0 and below --shard.lease-duration (15s)"},
-		{"renew deadline past the lease", with(func(o *shardOptions) { o.renewDeadline = 20 * time.Second }), false, "--shard.renew-deadline=20s: must be above 0 and at most --shard.lease-duration (15s)"},
+		{"off", shardOptions{}, ""},
+		{"defaults", ok, ""},
+		{"identity", with(func(o *shardOptions) { o.identity = "phe-0.example" }), ""},
+		{"identity not a name", with(func(o *shardOptions) { o.identity = "PHE_0" }), `--shard.identity="PHE_0": must name a Lease: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters`},
+		{"retry period as long as the lease", with(func(o *shardOptions) { o.retryPeriod = 15 * time.Second }), "--shard.retry-period=15s: must be above 0 and below --shard.lease-duration (15s)"},
+		{"renew deadline past the lease", with(func(o *shardOptions) { o.renewDeadline = 20 * time.Second }), "--shard.renew-deadline=20s: must be above 0 and at most --shard.lease-duration (15s)"},
 		{"lease too short", with(func(o *shardOptions) {
 			o.leaseDuration, o.retryPeriod, o.renewDeadline = 500*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
-		}), false, "--shard.lease-duration=500ms: must be at least 1s"},
-		{"with the writer", ok, true, "--shard.enabled: not available with --crd.enabled yet (a replica's ProviderHealth objects would show only the targets it owns)"},
+		}), "--shard.lease-duration=500ms: must be at least 1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := ""
-			if err := checkShard(tc.o, tc.crd); err != nil {
+			if err := checkShard(tc.o); err != nil {
 				got = err.Error()
 			}
 			if got != tc.want {

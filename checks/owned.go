@@ -3,6 +3,7 @@ package checks
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks/shard"
 )
@@ -23,6 +24,22 @@ type SubsetChecker interface {
 // checks and reports the targets it owns only. The exporter builds it from the members of the
 // shard (--shard.enabled); nil owns everything, as without sharding.
 type Ownership func(key string) bool
+
+// Carried is a target's verdict and consecutive counts as the replica that checked it before
+// published them: a sharded replica that takes a target over goes on from them, so that a
+// handover neither restarts failureThreshold/successThreshold nor moves Since. The new owner
+// still publishes the target only after its own first check.
+type Carried struct {
+	Up                   bool
+	Reason               Reason
+	Message              string
+	Since, CheckedAt     time.Time
+	ConsecutiveFailures  int
+	ConsecutiveSuccesses int
+}
+
+// Carrier returns the Carried state of provider's target, if another replica published one.
+type Carrier func(provider, target string) (Carried, bool)
 
 // PerTarget reports whether typ's targets are owned one by one (Type.PerTarget) rather than
 // the provider whole.
@@ -46,6 +63,14 @@ func (r *Runner) SetOwnership(owns Ownership) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.owns = owns
+}
+
+// SetCarrier makes the runner ask carry for the state of each target a round lists for the
+// first time (one it starts owning), and go on from it (Carried).
+func (r *Runner) SetCarrier(carry Carrier) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.carry = carry
 }
 
 // owned returns the targets of s that owns accepts (all of them when owns is nil), and whether

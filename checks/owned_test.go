@@ -246,3 +246,65 @@ func TestRunSoon(t *testing.T) {
 		t.Errorf("%d rounds after three RunSoon calls at once, want at most 4 in all", n)
 	}
 }
+
+// A target taken over from another replica goes on from the verdict and counts it published
+// (Carried): not published before this replica's own first check, then its thresholds count
+// on from the carried counts and Since stays the carried one.
+func TestRunnerCarriesATakenOverTargetsCounts(t *testing.T) {
+	kvm := &subsetChecker{fakeChecker: newFake("lab", typeKVM, "hv1", "hv2")}
+	r, _ := newTestRunner(t, time.Second, kvm)
+	r.SetProviders([]Provider{{Checker: kvm, Thresholds: Thresholds{Failure: 3, Success: 2}}})
+	since := time.Now().Add(-time.Hour).Truncate(time.Second)
+	carried := map[string]Carried{
+		// Up, with two failures already counted: a third failure turns it down.
+		"hv1": {Up: true, Reason: ReasonReady, Since: since, CheckedAt: since.Add(time.Minute), ConsecutiveFailures: 2},
+		// Down, one success counted: one more success turns it up.
+		"hv2": {Up: false, Reason: reasonTCPUnreachable, Message: "connection refused", Since: since, CheckedAt: since.Add(time.Minute), ConsecutiveSuccesses: 1},
+	}
+	r.SetCarrier(func(provider, target string) (Carried, bool) {
+		c, ok := carried[target]
+		return c, ok && provider == "lab"
+	})
+	r.SetOwnership(ownKeys())
+	r.round(context.Background())
+	// Both come to this replica: the carried state is not published before a check here.
+	kvm.set("hv1", reasonTCPUnreachable, "connection refused")
+	r.SetOwnership(ownKeys("lab/hv1", "lab/hv2"))
+	// A round that does not start their checks (the concurrency slots ran out).
+	kvm.results = func() []TargetResult {
+		return []TargetResult{{Target: "hv1", Reason: ReasonTimeout, NotStarted: true}, {Target: "hv2", Reason: ReasonTimeout, NotStarted: true}}
+	}
+	r.round(context.Background())
+	kvm.results = nil
+	if v, u := targetsOf(r.Current(), "lab"); len(v) != 0 || !slices.Equal(u, []string{"hv1", "hv2"}) {
+		t.Fatalf("before a check here: verdicts %v, unchecked %v; want none and [hv1 hv2]", v, u)
+	}
+	r.round(context.Background())
+	p := r.Current().Provider("lab")
+	if len(p.Targets) != 2 {
+		t.Fatalf("after the first check here: %+v, want two verdicts", p)
+	}
+	hv1, hv2 := p.Targets[0], p.Targets[1]
+	if hv1.Up || hv1.ConsecutiveFailures != 3 {
+		t.Errorf("hv1: up %v, %d failures; want down at the third failure in a row (two carried)", hv1.Up, hv1.ConsecutiveFailures)
+	}
+	if !hv2.Up || hv2.ConsecutiveSuccesses != 2 {
+		t.Errorf("hv2: up %v, %d successes; want up at the second success in a row (one carried)", hv2.Up, hv2.ConsecutiveSuccesses)
+	}
+	kvm.set("hv1", reasonTCPUnreachable, "still refused")
+	r.round(context.Background())
+	if got := r.Current().Provider("lab").Targets[0]; got.Up || got.Since.Equal(since) {
+		t.Errorf("hv1 after another failure: up %v since %v; want down since the check here that turned it down", got.Up, got.Since)
+	}
+	// A target that stays as it was keeps the carried Since.
+	kvm2 := &subsetChecker{fakeChecker: newFake("lab", typeKVM, "hv3")}
+	r2, _ := newTestRunner(t, time.Second, kvm2)
+	r2.SetCarrier(func(_, target string) (Carried, bool) {
+		return Carried{Up: true, Reason: ReasonReady, Since: since, CheckedAt: since}, true
+	})
+	r2.SetOwnership(ownKeys("lab/hv3"))
+	r2.round(context.Background())
+	if got := r2.Current().Provider("lab").Targets; len(got) != 1 || !got[0].Up || !got[0].Since.Equal(since) {
+		t.Errorf("a carried up target checked up: %+v; want up since the carried time", got)
+	}
+}

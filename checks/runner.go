@@ -56,6 +56,8 @@ type Runner struct {
 	abandonedTotal uint64
 	// owns is the ownership of a sharded replica (SetOwnership); nil owns every target.
 	owns Ownership
+	// carry gives the state of a target taken over from another replica (SetCarrier).
+	carry Carrier
 
 	current atomic.Pointer[Snapshot]
 
@@ -225,7 +227,7 @@ func (r *Runner) SetProviders(ps []Provider) {
 	}
 	now := time.Now()
 	for _, s := range slots {
-		r.memoryOf(s).list(s.targets, now)
+		r.memoryOf(s).list(s.name, s.targets, now, nil)
 	}
 	r.slots = slots
 	r.publishLocked()
@@ -404,7 +406,7 @@ collect:
 		}
 		pm := r.memoryOf(s)
 		pm.prune(targets[i])
-		pm.list(targets[i], start)
+		pm.list(s.name, targets[i], start, r.carry)
 		bugs := make(map[string]bool)
 		verdicts := r.verdicts(s, targets[i], outcomes[i], start, deadline, pm.targets, pm.bugs, bugs)
 		pm.bugs = bugs
@@ -588,7 +590,7 @@ func (r *Runner) publishLocked() {
 			for _, t := range s.targets {
 				switch m := pm.targets[t]; {
 				case m == nil:
-				case m.verdict:
+				case m.verdict && !m.carried:
 					if ps.Targets == nil {
 						ps.Targets = make([]TargetState, 0, len(s.targets))
 					}

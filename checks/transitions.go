@@ -30,6 +30,9 @@ type targetMemory struct {
 	// start the target: it has no verdict until its next check, which is published at once,
 	// as out of maintenance.
 	maintenanceEnded bool
+	// carried is set while the verdict and counts are another replica's (Carried): they drive
+	// this replica's thresholds from its first check on, but are not published before it.
+	carried bool
 }
 
 // unchecked is the target as ProviderState.Unchecked lists it; m has no verdict.
@@ -51,13 +54,37 @@ func (m *targetMemory) unchecked(target string) UncheckedTarget {
 	return u
 }
 
-// list makes the runner remember the targets it did not list yet, as listed at now.
-func (pm *providerMemory) list(targets []string, now time.Time) {
+// list makes the runner remember the targets it did not list yet, as listed at now. A target
+// never checked here takes the state carry gives it (nil: none).
+func (pm *providerMemory) list(provider string, targets []string, now time.Time, carry Carrier) {
 	for _, t := range targets {
-		if pm.targets[t] == nil {
-			pm.targets[t] = &targetMemory{listed: now}
+		m := pm.targets[t]
+		if m == nil {
+			m = &targetMemory{listed: now}
+			pm.targets[t] = m
+		}
+		if carry == nil || m.verdict || m.maintenanceEnded || m.state.Checks > 0 {
+			continue
+		}
+		if c, ok := carry(provider, t); ok {
+			m.carry(t, c)
 		}
 	}
+}
+
+// carry gives m, just listed, the verdict and counts c another replica published.
+func (m *targetMemory) carry(target string, c Carried) {
+	m.verdict, m.carried = true, true
+	m.verdictMessage = c.Message
+	m.state = TargetState{
+		TargetResult:         TargetResult{Target: target, Up: c.Up, Reason: c.Reason, Message: c.Message, CheckedAt: c.CheckedAt},
+		Since:                c.Since,
+		CheckReason:          c.Reason,
+		CheckMessage:         c.Message,
+		ConsecutiveFailures:  c.ConsecutiveFailures,
+		ConsecutiveSuccesses: c.ConsecutiveSuccesses,
+	}
+	m.notStarted = "taken over from another replica, not checked here yet"
 }
 
 // apply records one round's check results for a provider, turns them into the verdicts to

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -18,9 +19,12 @@ import (
 	"github.com/prometheus/common/model"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/provider-health-exporter/provider-health-exporter/internal/demo"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
@@ -115,12 +119,41 @@ func readShardView(r *replica) (shardView, error) {
 	return v, nil
 }
 
+// phVerdict is a target's entry in its provider's ProviderHealth object.
+type phVerdict struct {
+	up     bool
+	reason string
+}
+
+// readPH reads every ProviderHealth object's targets, as provider/target.
+func readPH(ctx context.Context, dyn dynamic.Interface) (map[string]phVerdict, error) {
+	list, err := dyn.Resource(phResource).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]phVerdict{}
+	for _, obj := range list.Items {
+		targets, _, _ := unstructured.NestedSlice(obj.Object, "status", "targets")
+		for _, x := range targets {
+			m, _ := x.(map[string]any)
+			name, _ := m["name"].(string)
+			up, _ := m["up"].(bool)
+			reason, _ := m["reason"].(string)
+			out[obj.GetName()+"/"+name] = phVerdict{up: up, reason: reason}
+		}
+	}
+	return out, nil
+}
+
 // shardWatch reads every live replica's /metrics every shardPoll and records each poll at which
 // a configured target was reported by no replica, unless an excuse (a replica that left, with
 // its documented bound) covers it.
 type shardWatch struct {
 	logf func(format string, args ...any)
 	want []string // provider/target of every configured target
+	// ph reads the ProviderHealth objects' targets: every configured target must be listed
+	// in its provider's object at every poll, whichever replica owns it.
+	ph func(context.Context) (map[string]phVerdict, error)
 
 	mu      sync.Mutex
 	live    []*replica
@@ -184,6 +217,7 @@ func (w *shardWatch) run(ctx context.Context) {
 				reported[k] = append(reported[k], r.name)
 			}
 		}
+		objects, phErr := w.ph(ctx)
 		now := time.Now()
 		w.mu.Lock()
 		if gen != w.gen || ctx.Err() != nil {
@@ -193,6 +227,14 @@ func (w *shardWatch) run(ctx context.Context) {
 		w.polls++
 		for _, e := range errs {
 			w.gaps = append(w.gaps, fmt.Sprintf("%s: a live replica did not answer: %s", now.Format("15:04:05.000"), e))
+		}
+		if phErr != nil {
+			w.gaps = append(w.gaps, fmt.Sprintf("%s: cannot read the ProviderHealth objects: %v", now.Format("15:04:05.000"), phErr))
+		}
+		for _, k := range w.want {
+			if _, ok := objects[k]; !ok && phErr == nil {
+				w.gaps = append(w.gaps, fmt.Sprintf("%s: %s missing from its ProviderHealth object", now.Format("15:04:05.000"), k))
+			}
 		}
 		for _, k := range w.want {
 			if len(reported[k]) > 0 {
@@ -252,7 +294,38 @@ func TestEndToEndShards(t *testing.T) {
 		return []string{"--config.file=" + env.ProvidersFile, "--provider-check-interval=" + shardInterval.String(),
 			"--shard.enabled", "--shard.identity=" + name, "--shard.kubeconfig=" + env.Kube.Kubeconfig,
 			"--shard.lease-namespace=default", "--shard.lease-duration=" + shardLease.String(),
-			"--shard.renew-deadline=" + shardRenewDeadline.String(), "--shard.retry-period=" + shardRetry.String()}
+			"--shard.renew-deadline=" + shardRenewDeadline.String(), "--shard.retry-period=" + shardRetry.String(),
+			"--crd.enabled", "--crd.leader-elect", "--crd.kubeconfig=" + env.Kube.Kubeconfig, "--crd.lease-namespace=default"}
+	}
+	dyn, err := dynamic.NewForConfig(env.Kube.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph := func() map[string]phVerdict {
+		t.Helper()
+		out, err := readPH(t.Context(), dyn)
+		if err != nil {
+			t.Fatalf("reading the ProviderHealth objects: %v", err)
+		}
+		return out
+	}
+	// phAgrees returns how the ProviderHealth objects differ from the replicas' /metrics on
+	// the targets the replicas report.
+	phAgrees := func(vs map[*replica]shardView) []string {
+		objects := ph()
+		var problems []string
+		for _, v := range vs {
+			for k, up := range v.up {
+				got, ok := objects[k]
+				switch {
+				case !ok:
+					problems = append(problems, k+" missing from its ProviderHealth object")
+				case got.up != (up == 1) || got.reason != v.reason[k]:
+					problems = append(problems, fmt.Sprintf("%s: ProviderHealth says up=%v %s, /metrics up=%v %s", k, got.up, got.reason, up, v.reason[k]))
+				}
+			}
+		}
+		return problems
 	}
 	start := func(name string) *replica { return startReplica(t, name, bin, args(name)...) }
 	var live []*replica
@@ -309,8 +382,14 @@ func TestEndToEndShards(t *testing.T) {
 	})
 	sort.Strings(want)
 	t.Logf("%d targets: %s", len(want), strings.Join(want, " "))
+	// The ProviderHealth objects, written by one replica, list every target with the verdict
+	// of the replica that owns it.
+	testutil.Eventually(t, 60*time.Second, "the ProviderHealth objects to list every target as the replicas report it", func() bool {
+		return len(phAgrees(views())) == 0 && len(ph()) == len(want)
+	})
 
-	w := &shardWatch{logf: t.Logf, want: want, gapSince: map[string]time.Time{}, longest: map[string]time.Duration{}}
+	w := &shardWatch{logf: t.Logf, want: want, ph: func(ctx context.Context) (map[string]phVerdict, error) { return readPH(ctx, dyn) },
+		gapSince: map[string]time.Time{}, longest: map[string]time.Duration{}}
 	w.setLive(live)
 	ctx, cancel := context.WithCancel(context.Background())
 	watched := make(chan struct{})
@@ -348,8 +427,18 @@ func TestEndToEndShards(t *testing.T) {
 					problems = append(problems, fmt.Sprintf("%s has %d SSH sessions, want 1", h.Name, n))
 				}
 			}
+			problems = append(problems, phAgrees(vs)...)
+			writers := 0
+			for _, r := range live {
+				if r.leader(t) {
+					writers++
+				}
+			}
+			if writers != 1 {
+				problems = append(problems, fmt.Sprintf("%d replicas write the ProviderHealth objects, want 1", writers))
+			}
 			if len(problems) == 0 {
-				t.Logf("steady %s, %s after the change: %d members, every target reported once, one SSH session per host",
+				t.Logf("steady %s, %s after the change: %d members, every target reported once, one SSH session per host, the ProviderHealth objects agree",
 					what, time.Since(since).Round(100*time.Millisecond), len(live))
 				return
 			}
@@ -460,16 +549,18 @@ func TestEndToEndShards(t *testing.T) {
 		deadline := time.Now().Add(2*shardInterval + shardRoundDeadline + 10*time.Second)
 		for {
 			got = verdicts()
-			if len(got) == 1 {
+			v := ph()[hostKey]
+			inPH := fmt.Sprintf("up=%d reason=%s", map[bool]int{false: 0, true: 1}[v.up], v.reason)
+			if len(got) == 1 && inPH == want {
 				for _, s := range got {
 					if s == want {
-						t.Logf("%s: %v", what, got)
+						t.Logf("%s: %v, and so says its ProviderHealth object", what, got)
 						return
 					}
 				}
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: the replicas report %s as %v, want %q from exactly one replica", what, h.Name, got, want)
+				t.Fatalf("%s: the replicas report %s as %v, its ProviderHealth object as %+v; want %q from exactly one replica and in the object", what, h.Name, got, ph()[hostKey], want)
 			}
 			time.Sleep(shardPoll)
 		}
@@ -552,4 +643,101 @@ func TestEndToEndShards(t *testing.T) {
 		}
 		t.Error("gap: " + g)
 	}
+}
+
+// TestEndToEndShardHandoverCarriesCounts: a KVM host (real sshd and libvirtd) whose provider
+// has failureThreshold 3 starts failing; while its owner has counted two failures (the target
+// still reads up, failures pending), the owner leaves with SIGTERM. The other replica goes on
+// from the two failures its part published: its first check of the host is the third failure,
+// and it reports the host down at once, with the three failures, before the leaving owner
+// stops serving, and so does its ProviderHealth object. Starting the count again would have
+// left the host unreported for two more checks, and its outage with it.
+func TestEndToEndShardHandoverCarriesCounts(t *testing.T) {
+	env := kube.Start(t)
+	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	fleet := kvmhost.Start(t, 1)
+	h := fleet.Hosts[0]
+	// The one kvm provider of kvmProviders, with failureThreshold 3.
+	providers := kvmProviders(t, fleet, map[string][]int{"lab": {0}})
+	file, err := os.ReadFile(providers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withThreshold := strings.Replace(string(file), "    type: kvm\n", "    type: kvm\n    failureThreshold: 3\n", 1)
+	if withThreshold == string(file) {
+		t.Fatalf("no kvm provider to set failureThreshold on in:\n%s", file)
+	}
+	testutil.ReplaceFile(t, providers, withThreshold)
+	bin := binary(t)
+	var replicas []*replica
+	for _, name := range []string{"carry-a", "carry-b"} {
+		replicas = append(replicas, startReplica(t, name, bin, "--config.file="+providers, "--provider-check-interval="+shardInterval.String(),
+			"--shard.enabled", "--shard.identity="+name, "--shard.kubeconfig="+env.Kubeconfig,
+			"--shard.lease-namespace=default", "--shard.lease-duration="+shardLease.String(),
+			"--shard.renew-deadline="+shardRenewDeadline.String(), "--shard.retry-period="+shardRetry.String(),
+			"--crd.enabled", "--crd.leader-elect", "--crd.kubeconfig="+env.Kubeconfig, "--crd.lease-namespace=default"))
+	}
+	series := func(r *replica, name string) (float64, bool) {
+		return testutil.Metric(t, r.metrics(t), name+`{provider="lab",target="`+h.Name+`"}`)
+	}
+	var owner, other *replica
+	testutil.Eventually(t, 90*time.Second, "one replica to report the host up", func() bool {
+		owner, other = nil, nil
+		for i, r := range replicas {
+			if up, ok := series(r, "proxy_operator_provider_target_up"); ok && up == 1 {
+				owner, other = r, replicas[1-i]
+			}
+		}
+		_, both := series(other, "proxy_operator_provider_target_up")
+		return owner != nil && !both
+	})
+	t.Logf("%s owns %s", owner.name, h.Name)
+
+	h.StopSSHD()
+	h.KillSSHConnections()
+	testutil.Eventually(t, 3*shardInterval+shardRoundDeadline, owner.name+" to count two failures, the host still up", func() bool {
+		f, _ := series(owner, "proxy_operator_provider_target_consecutive_failures")
+		up, _ := series(owner, "proxy_operator_provider_target_up")
+		return f == 2 && up == 1
+	})
+	// Its part, published at its next renewal, carries the two failures.
+	time.Sleep(2 * shardRetry)
+	stop := time.Now()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		owner.d.Stop(syscall.SIGTERM, 30*time.Second)
+	}()
+	t.Cleanup(func() { <-stopped })
+	// The host is reported at every poll: by the leaving owner while it serves, then by the
+	// other replica, whose first check of it gives a verdict at once.
+	for {
+		_, byOther := series(other, "proxy_operator_provider_target_up")
+		if byOther {
+			break
+		}
+		if _, byOwner := series(owner, "proxy_operator_provider_target_up"); !byOwner {
+			t.Fatalf("%s reported by neither replica %s after the SIGTERM of its owner %s: the new owner has no verdict yet",
+				h.Name, time.Since(stop).Round(100*time.Millisecond), owner.name)
+		}
+		if time.Since(stop) > time.Minute {
+			t.Fatalf("%s still not reported by %s a minute after the SIGTERM of %s", h.Name, other.name, owner.name)
+		}
+		time.Sleep(shardPoll / 2)
+	}
+	up, _ := series(other, "proxy_operator_provider_target_up")
+	failures, _ := series(other, "proxy_operator_provider_target_consecutive_failures")
+	t.Logf("%s reports %s %s after the SIGTERM: up=%v, %v consecutive failures", other.name, h.Name, time.Since(stop).Round(100*time.Millisecond), up, failures)
+	if up != 0 || failures != 3 {
+		t.Errorf("%s's first verdict on %s: up=%v with %v consecutive failures; want down at the third failure in a row, two of them counted by %s",
+			other.name, h.Name, up, failures, owner.name)
+	}
+	dyn, err := dynamic.NewForConfig(env.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the ProviderHealth object to show the host down", func() bool {
+		objects, err := readPH(t.Context(), dyn)
+		return err == nil && objects["lab/"+h.Name] == phVerdict{up: false, reason: "TCPUnreachable"}
+	})
 }

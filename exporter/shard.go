@@ -1,6 +1,8 @@
 package exporter
 
 import (
+	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -8,13 +10,18 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/shard"
+	"github.com/provider-health-exporter/provider-health-exporter/membership"
 )
 
-// handoverIntervals is how many intervals a replica keeps checking and reporting a target it
-// stopped owning: the new owner reports it only after its first verdict (one round at most an
-// interval away), so the old one keeps it meanwhile. Duplicates during a handover are allowed;
-// gaps are not.
+// handoverIntervals is how many intervals at most a replica keeps checking and reporting a
+// target it stopped owning: the new owner reports it only after its first verdict (one round
+// at most an interval away), so the old one keeps it until it reads the new owner's verdict in
+// its part (SetParts), or this long. Duplicates during a handover are allowed; gaps are not.
 const handoverIntervals = 2
+
+// staleIntervals is how old, in intervals, a verdict another replica published may be for a
+// new owner to go on from its counts (carry).
+const staleIntervals = 3
 
 // sharding is a sharded replica's ownership (--shard.enabled): the members it sees, itself,
 // and the targets it hands over. It is the runner's checks.Ownership.
@@ -37,6 +44,29 @@ type sharding struct {
 	targets func() map[string]int
 	// runSoon asks the runner for a round at once (Runner.RunSoon).
 	runSoon func()
+	logger  *slog.Logger
+
+	// parts are the other replicas' parts, by identity, as the last read of the Leases found
+	// them (SetParts); guarded by mu.
+	parts map[string]*memberPart
+	// published caches this replica's part of the last snapshot it encoded.
+	pubMu       sync.Mutex
+	pubSnap     *checks.Snapshot
+	pubPart     string
+	pubLeft     int // verdicts left out of pubPart (logged when it turns above 0)
+	partBytes   prometheus.Gauge
+	unpublished prometheus.Gauge
+	// fleetSubs are the subscribers of the fleet's snapshots (Fleet), told when parts change.
+	subsMu    sync.Mutex
+	fleetSubs map[chan struct{}]struct{}
+}
+
+// memberPart is another replica's part: its value as read, whether the replica is a member,
+// and the value decoded (nil when it could not be).
+type memberPart struct {
+	raw  string
+	live bool
+	p    *part
 }
 
 // EnableSharding makes the replica check and report only the targets it owns among members
@@ -62,12 +92,117 @@ func (e *Exporter) EnableSharding(self string, members []string) {
 		current: e.runner.Current,
 		targets: e.configuredTargets,
 		runSoon: e.runner.RunSoon,
+		logger:  e.logger,
+		parts:   map[string]*memberPart{},
+		partBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: checks.MetricNamespace, Subsystem: "shard", Name: "part_bytes",
+			Help: "Size of the part this replica last published in its shard Lease (its verdicts, compressed): at most " + strconv.Itoa(membership.MaxPart) + ".",
+		}),
+		unpublished: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: checks.MetricNamespace, Subsystem: "shard", Name: "unpublished_targets",
+			Help: "Verdicts this replica reports but had to leave out of its part (its shard Lease's annotation is full): the ProviderHealth objects show them as not reported.",
+		}),
+		fleetSubs: map[chan struct{}]struct{}{},
 	}
 	s.handovers.WithLabelValues("in")
 	s.handovers.WithLabelValues("out")
 	e.shard = s
-	e.registry.MustRegister(s.handovers, s)
+	e.registry.MustRegister(s.handovers, s, s.partBytes, s.unpublished)
 	e.runner.SetOwnership(s.owns)
+	e.runner.SetCarrier(s.carry)
+}
+
+// ShardPart is this replica's part, to publish in its shard Lease (membership.Options.Part):
+// the verdicts of its current snapshot, encoded once per snapshot; "" before EnableSharding.
+func (e *Exporter) ShardPart() string {
+	s := e.shard
+	if s == nil {
+		// Not sharded yet (the first renewal, before EnableSharding): no verdict yet either.
+		return ""
+	}
+	snap := s.current()
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	if snap == s.pubSnap {
+		return s.pubPart
+	}
+	part, left := encodePart(snap)
+	if left > 0 && s.pubLeft == 0 {
+		s.logger.Warn("the shard Lease cannot hold every verdict this replica reports: some are left out of its part, and the ProviderHealth objects show them as not reported; run more replicas",
+			"left_out", left, "max_bytes", membership.MaxPart)
+	}
+	s.pubSnap, s.pubPart, s.pubLeft = snap, part, left
+	s.partBytes.Set(float64(len(part)))
+	s.unpublished.Set(float64(left))
+	return part
+}
+
+// SetParts is called with the other replicas' parts after each read of the Leases
+// (membership.Options.OnParts). A target this replica hands over stops being reported here as
+// soon as its new owner's part has it; the fleet's subscribers are told.
+func (e *Exporter) SetParts(parts []membership.Part) {
+	s := e.shard
+	s.mu.Lock()
+	old := s.parts
+	s.mu.Unlock()
+	next := make(map[string]*memberPart, len(parts))
+	for _, mp := range parts {
+		if o := old[mp.Identity]; o != nil && o.raw == mp.Value {
+			next[mp.Identity] = &memberPart{raw: o.raw, live: mp.Live, p: o.p}
+			continue
+		}
+		p, err := decodePart(mp.Value)
+		if err != nil {
+			s.logger.Warn("cannot read a shard member's part; its verdicts are not folded into the ProviderHealth objects", "member", mp.Identity, "err", err)
+		}
+		next[mp.Identity] = &memberPart{raw: mp.Value, live: mp.Live, p: p}
+	}
+	s.mu.Lock()
+	s.parts = next
+	for k := range s.leaving {
+		owner := shard.Owner(s.members, k)
+		if mp := next[owner]; owner != s.self && mp != nil && mp.live && mp.p != nil && mp.p.keys[k] {
+			delete(s.leaving, k)
+		}
+	}
+	s.mu.Unlock()
+	s.notifyFleet()
+}
+
+// carry is the runner's checks.Carrier: the newest verdict another replica published on the
+// target, if it is not older than staleIntervals intervals.
+func (s *sharding) carry(provider, target string) (checks.Carried, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var best *partTarget
+	for _, mp := range s.parts {
+		if mp.p == nil {
+			continue
+		}
+		v := mp.p.providers[provider]
+		if v == nil {
+			continue
+		}
+		if t := v.targets[target]; t != nil && (best == nil || t.CheckedAt > best.CheckedAt) {
+			best = t
+		}
+	}
+	if best == nil || s.now().Sub(time.UnixMilli(best.CheckedAt)) > staleIntervals*s.interval {
+		return checks.Carried{}, false
+	}
+	return best.carried(), true
+}
+
+// notifyFleet tells the fleet's subscribers that it may have changed.
+func (s *sharding) notifyFleet() {
+	s.subsMu.Lock()
+	defer s.subsMu.Unlock()
+	for ch := range s.fleetSubs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // SetMembers is called with the members whenever they change: the targets whose owner moves

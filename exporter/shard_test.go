@@ -1,7 +1,6 @@
 package exporter
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -63,12 +62,7 @@ func TestShardedReplicaReportsWhatItOwns(t *testing.T) {
 	}
 	t.Cleanup(e.Close)
 	e.EnableSharding("phe-0", members)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); e.runner.Run(ctx) }()
-	<-e.runner.FirstRound()
-	cancel()
-	<-done
+	runOneRound(t, e)
 
 	snap := e.runner.Current()
 	var gotHosts []string

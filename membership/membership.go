@@ -8,6 +8,12 @@
 // When the API server cannot be reached, the last members seen are kept, so a replica goes on
 // checking what it owned; a replica that never reached it sees itself alone and owns
 // everything. main wires it in; ownership itself is checks/shard's.
+//
+// A member's Lease also carries its part (PartAnnotation): an opaque value the exporter gives
+// (Options.Part), its owned verdicts, which the others read with the members (Parts). A
+// replica that stops clears its Lease's holder (others see it gone at once) and keeps its
+// part until it deletes the Lease at its exit; Leases that stay expired longer than GCAfter
+// (left by killed pods) are deleted by the members.
 package membership
 
 import (
@@ -37,7 +43,12 @@ const (
 	InstanceLabel = "providerhealth.io/instance"
 	ShardLabel    = "providerhealth.io/shard"
 	shardValue    = "member"
+	// PartAnnotation holds a member's part (Options.Part).
+	PartAnnotation = "providerhealth.io/part"
 )
+
+// MaxPart bounds a part: the API server takes at most 256 KiB of annotations per object.
+const MaxPart = 192 << 10
 
 // Defaults of the Lease timing: client-go leader election's.
 const (
@@ -49,6 +60,11 @@ const (
 // maxMembers bounds the Leases one list reads (a page); more members than this is a
 // misconfiguration, and the first maxMembers by name are used.
 const maxMembers = 500
+
+// GCAfter is how long after its last renewal an expired or released Lease of the instance is
+// deleted by a member that lists it (one killed with SIGKILL, or whose exit could not delete
+// it); until then its part stays readable, for the targets' handover.
+const GCAfter = 5 * time.Minute
 
 // Options configure a Membership.
 type Options struct {
@@ -65,6 +81,21 @@ type Options struct {
 	// OnChange, when set, is called (from Run's goroutine) with the new members whenever they
 	// change.
 	OnChange func(members []string)
+	// Part, when set, gives the value published in this replica's Lease (PartAnnotation) at
+	// each renewal; at most MaxPart bytes ("" or a longer one: none).
+	Part func() string
+	// OnParts, when set, is called (from Run's goroutine) after each read of the members with
+	// the other Leases' parts, as Parts returns them.
+	OnParts func(parts []Part)
+}
+
+// Part is another replica's published value, as the last read of the Leases found it.
+type Part struct {
+	// Identity names the replica; Live says whether it is a member (its Lease is live).
+	Identity string
+	Live     bool
+	// Value is its PartAnnotation ("" when none).
+	Value string
 }
 
 // Membership is this replica's view of its shard's members.
@@ -75,6 +106,7 @@ type Membership struct {
 
 	mu      sync.Mutex
 	members []string
+	parts   []Part
 	failing bool // the last renewal or list failed (logged once per outage)
 	// failedSteps counts the steps that could not renew or list, in a row.
 	failedSteps int
@@ -155,20 +187,29 @@ func (m *Membership) Join(ctx context.Context) error {
 	if err := m.renew(rctx); err != nil {
 		return err
 	}
-	members, err := m.list(rctx)
+	members, parts, err := m.list(rctx)
 	if err != nil {
 		return err
 	}
 	m.mu.Lock()
-	m.members = members
+	m.members, m.parts = members, parts
 	m.mu.Unlock()
 	m.membersGauge.Set(float64(len(members)))
 	return nil
 }
 
+// Parts returns the parts of the other Leases of the instance (live members, and Leases
+// expired or released less than GCAfter ago), as the last read found them.
+func (m *Membership) Parts() []Part {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.parts)
+}
+
 // Run renews this replica's Lease and reads the members every RetryPeriod until ctx is done,
-// then releases the Lease (deletes it), so that the others take over at their next read rather
-// than at its expiry.
+// then releases the Lease (clears its holder: it is no member any more, its part stays), so
+// that the others take over at their next read rather than at its expiry. Delete removes the
+// Lease afterwards.
 func (m *Membership) Run(ctx context.Context) {
 	t := time.NewTicker(m.o.RetryPeriod)
 	defer t.Stop()
@@ -192,8 +233,9 @@ func (m *Membership) step(ctx context.Context) {
 	defer cancel()
 	err := m.renew(rctx)
 	var members []string
+	var parts []Part
 	if err == nil {
-		members, err = m.list(rctx)
+		members, parts, err = m.list(rctx)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -217,9 +259,12 @@ func (m *Membership) step(ctx context.Context) {
 	m.failing, m.failedSteps = false, 0
 	changed := !slices.Equal(members, m.members)
 	old := m.members
-	m.members = members
+	m.members, m.parts = members, parts
 	m.mu.Unlock()
 	m.membersGauge.Set(float64(len(members)))
+	if m.o.OnParts != nil {
+		m.o.OnParts(slices.Clone(parts))
+	}
 	if changed {
 		m.changes.Inc()
 		m.logger.Info("shard members changed", "members", members, "before", old)
@@ -238,9 +283,10 @@ func (m *Membership) renew(ctx context.Context) error {
 	if apierrors.IsNotFound(err) {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{
-				Name:      m.o.Identity,
-				Namespace: m.o.Namespace,
-				Labels:    map[string]string{InstanceLabel: m.o.Instance, ShardLabel: shardValue},
+				Name:        m.o.Identity,
+				Namespace:   m.o.Namespace,
+				Labels:      map[string]string{InstanceLabel: m.o.Instance, ShardLabel: shardValue},
+				Annotations: m.partAnnotations(nil),
 			},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity:       &m.o.Identity,
@@ -265,28 +311,76 @@ func (m *Membership) renew(ctx context.Context) error {
 		l.Spec.HolderIdentity, l.Spec.AcquireTime = &m.o.Identity, &now
 	}
 	l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &dur, &now
+	l.Annotations = m.partAnnotations(l.Annotations)
 	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("renewing lease %s/%s: %w", m.o.Namespace, m.o.Identity, err)
 	}
 	return nil
 }
 
-// list reads the live members, sorted, this replica among them.
-func (m *Membership) list(ctx context.Context) ([]string, error) {
+// partAnnotations returns annotations with this replica's part (Options.Part) set, or removed
+// when there is none or it is larger than MaxPart.
+func (m *Membership) partAnnotations(annotations map[string]string) map[string]string {
+	var part string
+	if m.o.Part != nil {
+		part = m.o.Part()
+	}
+	if part == "" || len(part) > MaxPart {
+		delete(annotations, PartAnnotation)
+		return annotations
+	}
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[PartAnnotation] = part
+	return annotations
+}
+
+// list reads the live members, sorted, this replica among them, and the others' parts. It
+// deletes the Leases of the instance left expired or released for longer than GCAfter.
+func (m *Membership) list(ctx context.Context) ([]string, []Part, error) {
 	sel := labels.SelectorFromSet(labels.Set{InstanceLabel: m.o.Instance, ShardLabel: shardValue}).String()
-	ls, err := m.client.Leases(m.o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel, Limit: maxMembers})
+	leases := m.client.Leases(m.o.Namespace)
+	ls, err := leases.List(ctx, metav1.ListOptions{LabelSelector: sel, Limit: maxMembers})
 	if err != nil {
-		return nil, fmt.Errorf("listing the leases of instance %s in %s: %w", m.o.Instance, m.o.Namespace, err)
+		return nil, nil, fmt.Errorf("listing the leases of instance %s in %s: %w", m.o.Instance, m.o.Namespace, err)
 	}
 	now := time.Now()
 	members := []string{m.o.Identity}
-	for _, l := range ls.Items {
-		if l.Name != m.o.Identity && Live(&l, now) {
+	var parts []Part
+	for i := range ls.Items {
+		l := &ls.Items[i]
+		if l.Name == m.o.Identity {
+			continue
+		}
+		live := Live(l, now)
+		if !live && m.garbage(l, now) {
+			err := leases.Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion}})
+			if err == nil || apierrors.IsNotFound(err) {
+				m.logger.Info("deleted a shard lease left expired", "lease", m.o.Namespace+"/"+l.Name)
+				continue
+			}
+			if !apierrors.IsConflict(err) {
+				m.logger.Debug("cannot delete a shard lease left expired", "lease", m.o.Namespace+"/"+l.Name, "err", err)
+			}
+		}
+		if live {
 			members = append(members, l.Name)
 		}
+		parts = append(parts, Part{Identity: l.Name, Live: live, Value: l.Annotations[PartAnnotation]})
 	}
 	slices.Sort(members)
-	return members, nil
+	return members, parts, nil
+}
+
+// garbage reports whether l, not live, was last renewed (or released; without a renewal:
+// created) more than GCAfter before now.
+func (m *Membership) garbage(l *coordinationv1.Lease, now time.Time) bool {
+	last := l.CreationTimestamp.Time
+	if r := l.Spec.RenewTime; r != nil {
+		last = r.Time
+	}
+	return now.Sub(last) > GCAfter
 }
 
 // PodNamespace is the namespace of the pod this runs in (its service account's), else
@@ -308,9 +402,31 @@ func Live(l *coordinationv1.Lease, now time.Time) bool {
 	return s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second).After(now)
 }
 
-// release deletes this replica's Lease (only the one it holds: preconditioned on its UID).
+// release clears the holder of this replica's Lease: the others no longer count it a member
+// at their next read, and its part stays readable for the handover until Delete.
 func (m *Membership) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), m.o.RenewDeadline)
+	defer cancel()
+	leases := m.client.Leases(m.o.Namespace)
+	l, err := leases.Get(ctx, m.o.Identity, metav1.GetOptions{})
+	if err == nil {
+		now := metav1.NewMicroTime(time.Now())
+		l.Spec.HolderIdentity, l.Spec.RenewTime = nil, &now
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		m.logger.Warn("cannot release the shard lease; the others take over when it expires", "lease", m.o.Namespace+"/"+m.o.Identity, "err", err)
+		return
+	}
+	m.logger.Info("shard lease released", "lease", m.o.Namespace+"/"+m.o.Identity)
+}
+
+// Delete deletes this replica's Lease (only the one it created: preconditioned on its UID),
+// once Run has returned: at the end of the replica's exit, when the others have read its part;
+// within ctx and the renew deadline.
+// A Lease it cannot delete is deleted by the others after GCAfter.
+func (m *Membership) Delete(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, m.o.RenewDeadline)
 	defer cancel()
 	leases := m.client.Leases(m.o.Namespace)
 	l, err := leases.Get(ctx, m.o.Identity, metav1.GetOptions{})
@@ -318,8 +434,6 @@ func (m *Membership) release() {
 		err = leases.Delete(ctx, m.o.Identity, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &l.UID}})
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
-		m.logger.Warn("cannot release the shard lease; the others take over when it expires", "lease", m.o.Namespace+"/"+m.o.Identity, "err", err)
-		return
+		m.logger.Warn("cannot delete the shard lease; the others delete it later", "lease", m.o.Namespace+"/"+m.o.Identity, "err", err, "after", GCAfter)
 	}
-	m.logger.Info("shard lease released", "lease", m.o.Namespace+"/"+m.o.Identity)
 }

@@ -35,6 +35,7 @@ func start(t *testing.T, cfg *rest.Config, instance, identity string) *member {
 	m, err := membership.New(membership.Options{
 		Config: cfg, Namespace: "default", Identity: identity, Instance: instance,
 		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod,
+		Part: func() string { return "part of " + identity },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -132,13 +133,53 @@ func TestMembersFromLeases(t *testing.T) {
 		t.Errorf("phe-a's Lease is not held and live: %+v", l.Spec)
 	}
 
-	// b stops: its Lease is gone once Run returned, and a sees it leave.
+	// Each member reads the others' parts with the members.
+	testutil.Eventually(t, 10*time.Second, "phe-a to read phe-b's part", func() bool {
+		return slices.Contains(a.m.Parts(), membership.Part{Identity: "phe-b", Live: true, Value: "part of phe-b"})
+	})
+
+	// b stops: once Run returned its Lease has no holder (a sees it leave) and keeps its part
+	// for the handover; Delete deletes it.
 	b.stop()
 	<-b.done
-	if _, err := leases.Get(context.Background(), "phe-b", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("phe-b's Lease after its stop: err %v, want NotFound (released)", err)
+	l, err = leases.Get(context.Background(), "phe-b", metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity != nil || l.Annotations[membership.PartAnnotation] != "part of phe-b" {
+		t.Errorf("phe-b's Lease after its stop: %v, err %v; want no holder and its part kept", l, err)
 	}
 	waitMembers(t, a.m, "phe-a")
+	testutil.Eventually(t, 10*time.Second, "phe-a to keep reading phe-b's part, not live", func() bool {
+		return slices.Contains(a.m.Parts(), membership.Part{Identity: "phe-b", Live: false, Value: "part of phe-b"})
+	})
+	b.m.Delete(context.Background())
+	if _, err := leases.Get(context.Background(), "phe-b", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("phe-b's Lease after Delete: err %v, want NotFound", err)
+	}
+
+	// A Lease left expired for longer than GCAfter (a killed pod's) is deleted by a member; one
+	// expired more recently is kept, its part readable.
+	for name, age := range map[string]time.Duration{"phe-long-dead": membership.GCAfter + time.Minute, "phe-just-dead": time.Minute} {
+		renewed := metav1.NewMicroTime(time.Now().Add(-age))
+		if _, err := leases.Create(context.Background(), &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{membership.InstanceLabel: "main", membership.ShardLabel: "member"},
+				Annotations: map[string]string{membership.PartAnnotation: "part of " + name}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &dur, RenewTime: &renewed},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, "the Lease expired longer than GCAfter to be deleted", func() bool {
+		_, err := leases.Get(context.Background(), "phe-long-dead", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	if _, err := leases.Get(context.Background(), "phe-just-dead", metav1.GetOptions{}); err != nil {
+		t.Errorf("a Lease expired a minute ago: %v, want it kept", err)
+	}
+	if !slices.Contains(a.m.Parts(), membership.Part{Identity: "phe-just-dead", Value: "part of phe-just-dead"}) {
+		t.Errorf("parts %v: want phe-just-dead's, not live", a.m.Parts())
+	}
+	if err := leases.Delete(context.Background(), "phe-just-dead", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	// A replica that joins sees the members before its first round (Join), not itself alone.
 	joiner, err := membership.New(membership.Options{
 		Config: env.AdminConfig, Namespace: "default", Identity: "phe-b", Instance: "main",

@@ -1,0 +1,182 @@
+package exporter
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/shard"
+)
+
+// Fleet is the source of the ProviderHealth writer (crdwriter.Source): the runner's snapshots
+// without sharding; sharded, snapshots of the whole fleet, this replica's verdicts folded with
+// the parts the other members publish in their Leases.
+type Fleet interface {
+	Current() *checks.Snapshot
+	Subscribe(ctx context.Context) <-chan struct{}
+}
+
+// Fleet returns the writer's source. Call it after EnableSharding, if at all.
+func (e *Exporter) Fleet() Fleet {
+	if e.shard == nil {
+		return e.runner
+	}
+	return &fleetView{e: e}
+}
+
+type fleetView struct{ e *Exporter }
+
+// Subscribe tells after each snapshot of the runner and each read of the others' parts.
+func (f *fleetView) Subscribe(ctx context.Context) <-chan struct{} {
+	s := f.e.shard
+	ch := make(chan struct{}, 1)
+	s.subsMu.Lock()
+	s.fleetSubs[ch] = struct{}{}
+	s.subsMu.Unlock()
+	runner := f.e.runner.Subscribe(ctx)
+	go func() {
+		for range runner {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+		s.subsMu.Lock()
+		defer s.subsMu.Unlock()
+		delete(s.fleetSubs, ch)
+		close(ch)
+	}()
+	return ch
+}
+
+// Current folds this replica's snapshot with the others' parts: each target from the part of
+// its owner (shard.Owner over the members this replica sees), or, while its owner has not
+// reported it yet (a handover; a member killed, whose Lease expired), from whichever replica's
+// verdict is the newest, that of a replica gone included (its verdicts age and turn stale as
+// any); a target nobody reports is listed without a verdict. Round and the providers'
+// configuration are this replica's.
+func (f *fleetView) Current() *checks.Snapshot {
+	local := f.e.runner.Current()
+	configured := f.e.configuredTargetNames()
+	s := f.e.shard
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := *local
+	out.Providers = make([]checks.ProviderState, len(local.Providers))
+	for i := range local.Providers {
+		out.Providers[i] = s.foldProvider(&local.Providers[i], configured[local.Providers[i].Name])
+	}
+	return &out
+}
+
+// foldProvider is local's provider with the fleet's verdicts. s.mu must be held.
+func (s *sharding) foldProvider(local *checks.ProviderState, targets []string) checks.ProviderState {
+	out := *local
+	out.Targets, out.Unchecked = nil, nil
+	mine := make(map[string]*checks.TargetState, len(local.Targets))
+	for i := range local.Targets {
+		mine[local.Targets[i].Target] = &local.Targets[i]
+	}
+	if !checks.PerTarget(local.Type) {
+		owner := shard.Owner(s.members, shard.Key(local.Name, "", false))
+		if owner == s.self {
+			return *local
+		}
+		// The owner's part, else (a handover) the newest: the one checked last.
+		best, bestAt := (*partProviderView)(nil), int64(-1)
+		if mp := s.parts[owner]; mp != nil && mp.live && mp.p != nil {
+			if v := mp.p.providers[local.Name]; v != nil && v.typ == local.Type && len(v.order) > 0 {
+				best, bestAt = v, 1<<62
+			}
+		}
+		for _, mp := range s.parts {
+			if mp.p == nil {
+				continue
+			}
+			if v := mp.p.providers[local.Name]; v != nil && v.typ == local.Type && len(v.order) > 0 && newest(v) > bestAt {
+				best, bestAt = v, newest(v)
+			}
+		}
+		if len(local.Targets) > 0 && newestLocal(local) >= bestAt {
+			return *local
+		}
+		if best == nil {
+			// Nobody reports it yet: its owner has not checked it since it came to it.
+			for _, t := range targets {
+				out.Unchecked = append(out.Unchecked, checks.UncheckedTarget{
+					Target: t, Message: fmt.Sprintf("not reported yet by the replica that owns it (%s)", owner),
+				})
+			}
+			return out
+		}
+		for _, t := range best.order {
+			out.Targets = append(out.Targets, best.targets[t].state())
+		}
+		return out
+	}
+	unchecked := make(map[string]checks.UncheckedTarget, len(local.Unchecked))
+	for _, u := range local.Unchecked {
+		unchecked[u.Target] = u
+	}
+	for _, t := range targets {
+		owner := shard.Owner(s.members, shard.Key(local.Name, t, true))
+		var chosen *checks.TargetState
+		if owner == s.self {
+			chosen = mine[t]
+		} else if mp := s.parts[owner]; mp != nil && mp.live {
+			if v := mp.p.verdict(local.Name, local.Type, t); v != nil {
+				st := v.state()
+				chosen = &st
+			}
+		}
+		if chosen == nil {
+			chosen = mine[t]
+			for _, mp := range s.parts {
+				if v := mp.p.verdict(local.Name, local.Type, t); v != nil && (chosen == nil || v.CheckedAt > chosen.CheckedAt.UnixMilli()) {
+					st := v.state()
+					chosen = &st
+				}
+			}
+		}
+		switch u, ok := unchecked[t]; {
+		case chosen != nil:
+			out.Targets = append(out.Targets, *chosen)
+		case ok && owner == s.self:
+			out.Unchecked = append(out.Unchecked, u)
+		default:
+			out.Unchecked = append(out.Unchecked, checks.UncheckedTarget{
+				Target: t, Message: fmt.Sprintf("not reported yet by the replica that owns it (%s)", owner),
+			})
+		}
+	}
+	return out
+}
+
+// newest is the newest check time among v's verdicts, in Unix milliseconds.
+func newest(v *partProviderView) int64 {
+	n := int64(-1)
+	for _, t := range v.targets {
+		n = max(n, t.CheckedAt)
+	}
+	return n
+}
+
+// newestLocal is the newest check time among p's verdicts, in Unix milliseconds.
+func newestLocal(p *checks.ProviderState) int64 {
+	n := int64(-1)
+	for i := range p.Targets {
+		n = max(n, p.Targets[i].CheckedAt.UnixMilli())
+	}
+	return n
+}
+
+// configuredTargetNames returns the configured targets of each provider, owned or not.
+func (e *Exporter) configuredTargetNames() map[string][]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string][]string, len(e.entries))
+	for name, en := range e.entries {
+		out[name] = en.checker.Targets()
+	}
+	return out
+}

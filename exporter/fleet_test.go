@@ -1,0 +1,260 @@
+package exporter
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/checks"
+	"github.com/provider-health-exporter/provider-health-exporter/checks/shard"
+	"github.com/provider-health-exporter/provider-health-exporter/membership"
+)
+
+// runOneRound runs e's runner until its first round is published.
+func runOneRound(t *testing.T, e *Exporter) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.runner.Run(ctx) }()
+	<-e.runner.FirstRound()
+	cancel()
+	<-done
+}
+
+// verdictsOf lists a snapshot's verdicts as "provider/target up reason", sorted, and its
+// targets without a verdict.
+func verdictsOf(s *checks.Snapshot) (verdicts, unchecked []string) {
+	for _, p := range s.Providers {
+		for _, t := range p.Targets {
+			verdicts = append(verdicts, fmt.Sprintf("%s/%s %v %s", p.Name, t.Target, t.Up, t.Reason))
+		}
+		for _, u := range p.Unchecked {
+			unchecked = append(unchecked, p.Name+"/"+u.Target)
+		}
+	}
+	slices.Sort(verdicts)
+	return verdicts, unchecked
+}
+
+// The fleet each replica folds from its own snapshot and the others' parts is the unsharded
+// exporter's: every target of every provider, with the same verdicts, on every replica.
+func TestFleetOfTheShardsIsTheUnshardedVerdicts(t *testing.T) {
+	path := shardedProviders(t)
+	logger := slog.New(slog.DiscardHandler)
+	whole, err := New(path, time.Minute, 5*time.Second, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(whole.Close)
+	runOneRound(t, whole)
+	want, _ := verdictsOf(whole.runner.Current())
+	if len(want) != 9 {
+		t.Fatalf("unsharded verdicts %v, want the eight hosts and the cluster", want)
+	}
+
+	members := []string{"phe-0", "phe-1", "phe-2"}
+	replicas := map[string]*Exporter{}
+	for _, m := range members {
+		e, err := New(path, time.Minute, 5*time.Second, logger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Close)
+		e.EnableSharding(m, members)
+		runOneRound(t, e)
+		replicas[m] = e
+	}
+	for self, e := range replicas {
+		own, _ := verdictsOf(e.runner.Current())
+		if len(own) == 0 || len(own) == len(want) {
+			t.Fatalf("%s reports %v itself: the test needs a split", self, own)
+		}
+		var parts []membership.Part
+		for other, o := range replicas {
+			if other != self {
+				parts = append(parts, membership.Part{Identity: other, Live: true, Value: o.ShardPart()})
+			}
+		}
+		e.SetParts(parts)
+		got, unchecked := verdictsOf(e.Fleet().Current())
+		if !slices.Equal(got, want) || len(unchecked) != 0 {
+			t.Errorf("%s's fleet:\n%s\nunchecked %v; want the unsharded verdicts:\n%s", self, strings.Join(got, "\n"), unchecked, strings.Join(want, "\n"))
+		}
+	}
+
+	// Without the others' parts a replica's fleet lists their targets without a verdict, never
+	// as down or gone.
+	e := replicas["phe-0"]
+	e.SetParts(nil)
+	got, unchecked := verdictsOf(e.Fleet().Current())
+	if len(got)+len(unchecked) != len(want) || len(unchecked) == 0 {
+		t.Errorf("phe-0 alone: verdicts %v, unchecked %v; want its own verdicts and the others' targets unchecked", got, unchecked)
+	}
+	for _, p := range e.Fleet().Current().Providers {
+		for _, u := range p.Unchecked {
+			if !strings.Contains(u.Message, "not reported yet by the replica that owns it") {
+				t.Errorf("%s/%s unchecked with %q, want it to say its owner has not reported it", p.Name, u.Target, u.Message)
+			}
+		}
+	}
+}
+
+// A handover ends as soon as the new owner's part has the target: the old owner stops
+// reporting it then, not two intervals later; targets the new owner has not reported yet
+// stay.
+func TestHandoverEndsWhenTheNewOwnerReports(t *testing.T) {
+	e, err := New(shardedProviders(t), time.Minute, 5*time.Second, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	e.EnableSharding("phe-0", []string{"phe-0"})
+	e.shard.runSoon = func() {}
+	two := []string{"phe-0", "phe-1"}
+	e.SetMembers(two)
+	var moved []string
+	for i := 1; i <= 8; i++ {
+		if h := fmt.Sprintf("hv%d", i); shard.Owner(two, "lab/"+h) == "phe-1" {
+			moved = append(moved, h)
+		}
+	}
+	if len(moved) < 2 {
+		t.Fatalf("moved %v: the test needs two hosts moving", moved)
+	}
+	// phe-1 has reported the first moved host only.
+	now := time.Now()
+	snap := &checks.Snapshot{Providers: []checks.ProviderState{{Name: "lab", Type: "kvm", Targets: []checks.TargetState{{
+		TargetResult: checks.TargetResult{Target: moved[0], Up: true, Reason: checks.ReasonReady, CheckedAt: now}, Since: now,
+	}}}}}
+	p, _ := encodePart(snap)
+	e.SetParts([]membership.Part{{Identity: "phe-1", Live: true, Value: p}})
+	if e.shard.owns("lab/" + moved[0]) {
+		t.Errorf("phe-0 still reports %s after phe-1's part has it", moved[0])
+	}
+	for _, h := range moved[1:] {
+		if !e.shard.owns("lab/" + h) {
+			t.Errorf("phe-0 stopped reporting %s, which phe-1 has not reported yet", h)
+		}
+	}
+	// A part of a replica that is no member (its Lease released) ends nothing.
+	snap.Providers[0].Targets[0].Target = moved[1]
+	p, _ = encodePart(snap)
+	e.SetParts([]membership.Part{{Identity: "phe-1", Live: false, Value: p}})
+	if !e.shard.owns("lab/" + moved[1]) {
+		t.Errorf("phe-0 stopped reporting %s on the part of a replica whose Lease is not live", moved[1])
+	}
+}
+
+// A new owner goes on from the newest verdict another replica published on the target, not
+// from one older than staleIntervals intervals.
+func TestCarryTakesTheNewestRecentVerdict(t *testing.T) {
+	e, err := New(shardedProviders(t), time.Minute, 5*time.Second, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	e.EnableSharding("phe-0", []string{"phe-0"})
+	now := time.Now()
+	part := func(checked time.Time, up bool, failures int) string {
+		reason := checks.ReasonReady
+		if !up {
+			reason = "SSHUnreachable"
+		}
+		p, _ := encodePart(&checks.Snapshot{Providers: []checks.ProviderState{{Name: "lab", Type: "kvm", Targets: []checks.TargetState{{
+			TargetResult: checks.TargetResult{Target: "hv1", Up: up, Reason: reason, CheckedAt: checked}, Since: checked.Add(-time.Hour), ConsecutiveFailures: failures,
+		}}}}})
+		return p
+	}
+	e.SetParts([]membership.Part{
+		{Identity: "phe-1", Value: part(now.Add(-30*time.Second), true, 2)},
+		{Identity: "phe-2", Live: true, Value: part(now.Add(-90*time.Second), false, 5)},
+	})
+	c, ok := e.shard.carry("lab", "hv1")
+	if !ok || !c.Up || c.ConsecutiveFailures != 2 || !c.Since.Equal(now.Add(-30*time.Second-time.Hour).Truncate(time.Millisecond)) {
+		t.Errorf("carry: %+v, %v; want phe-1's newer verdict (up, two failures), its Since kept", c, ok)
+	}
+	if _, ok := e.shard.carry("lab", "hv2"); ok {
+		t.Error("carried a verdict nobody published")
+	}
+	e.SetParts([]membership.Part{{Identity: "phe-1", Value: part(now.Add(-4*time.Minute), true, 2)}})
+	if c, ok := e.shard.carry("lab", "hv1"); ok {
+		t.Errorf("carried %+v, checked four intervals ago; want nothing (stale)", c)
+	}
+}
+
+// A part stays within membership.MaxPart whatever the fleet: messages go first, then the
+// verdicts that do not fit, counted; what it keeps reads back as it was.
+func TestShardPartBounded(t *testing.T) {
+	now := time.Now().Truncate(time.Millisecond)
+	snap := func(n int, message string) *checks.Snapshot {
+		p := checks.ProviderState{Name: "lab", Type: "kvm"}
+		for i := range n {
+			p.Targets = append(p.Targets, checks.TargetState{
+				TargetResult: checks.TargetResult{Target: fmt.Sprintf("hv-%05d.rack-%d.example.org", i, i%40), Up: i%7 != 0, Reason: checks.ReasonReady, Message: fmt.Sprintf("%s %d", message, i), CheckedAt: now.Add(time.Duration(i) * time.Millisecond)},
+				Since:        now.Add(-time.Duration(i) * time.Second), ConsecutiveFailures: i % 3, ConsecutiveSuccesses: i % 5,
+			})
+		}
+		return &checks.Snapshot{Providers: []checks.ProviderState{p}}
+	}
+	small := snap(50, "libvirt answered: 3 domains running")
+	s, left := encodePart(small)
+	if left != 0 {
+		t.Fatalf("50 verdicts: %d left out", left)
+	}
+	p, err := decodePart(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range small.Providers[0].Targets {
+		got := p.verdict("lab", "kvm", want.Target)
+		if got == nil {
+			t.Fatalf("%s missing from the part", want.Target)
+		}
+		st := got.state()
+		if st.Up != want.Up || st.Reason != want.Reason || st.Message != want.Message || !st.CheckedAt.Equal(want.CheckedAt) || !st.Since.Equal(want.Since) ||
+			st.ConsecutiveFailures != want.ConsecutiveFailures || st.ConsecutiveSuccesses != want.ConsecutiveSuccesses {
+			t.Fatalf("%s reads back as %+v, want %+v", want.Target, st, want)
+		}
+	}
+	if p.verdict("lab", "gcp", small.Providers[0].Targets[0].Target) != nil {
+		t.Error("a verdict read back under another provider type")
+	}
+
+	big := snap(40000, strings.Repeat("a message of some length that varies from target to target ", 4))
+	s, left = encodePart(big)
+	if len(s) > membership.MaxPart {
+		t.Fatalf("a part of %d bytes, above %d", len(s), membership.MaxPart)
+	}
+	p, err = decodePart(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := len(p.providers["lab"].order)
+	if left == 0 || kept+left != 40000 || kept == 0 {
+		t.Errorf("40,000 verdicts: %d kept, %d left out; want some of each, adding up", kept, left)
+	}
+	if m := p.verdict("lab", "kvm", big.Providers[0].Targets[0].Target).Message; m != "" {
+		t.Errorf("a part too large kept its messages (%q); they go first", m)
+	}
+}
+
+// No value read from a Lease makes decodePart panic or inflate past its bound.
+func FuzzDecodePart(f *testing.F) {
+	good, _ := encodePart(&checks.Snapshot{Providers: []checks.ProviderState{{Name: "lab", Type: "kvm", Targets: []checks.TargetState{{
+		TargetResult: checks.TargetResult{Target: "hv1", Up: true, Reason: checks.ReasonReady},
+	}}}}})
+	f.Add(good)
+	f.Add("")
+	f.Add("not base64!")
+	f.Add(encodeDoc(&partDoc{Version: 2}))
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := decodePart(s)
+		if err == nil && p == nil {
+			t.Fatal("no part and no error")
+		}
+	})
+}
