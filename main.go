@@ -300,11 +300,6 @@ func checkShard(o shardOptions, crdEnabled bool) error {
 		return nil
 	}
 	var errs []error
-	if crdEnabled {
-		// The writer mirrors its own replica's snapshot: sharded, that is only the targets
-		// this replica owns (docs/architecture.md#sharding says how the objects will stay whole).
-		errs = append(errs, errors.New("--shard.enabled: not available with --crd.enabled yet (a replica's ProviderHealth objects would show only the targets it owns)"))
-	}
 	if o.identity != "" {
 		if len(validation.IsDNS1123Subdomain(o.identity)) > 0 {
 			errs = append(errs, fmt.Errorf("--shard.identity=%q: must name a Lease: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters", o.identity))

@@ -452,7 +452,7 @@ func TestCheckShard(t *testing.T) {
 		{"lease too short", with(func(o *shardOptions) {
 			o.leaseDuration, o.retryPeriod, o.renewDeadline = 500*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
 		}), false, "--shard.lease-duration=500ms: must be at least 1s"},
-		{"with the writer", ok, true, "--shard.enabled: not available with --crd.enabled yet (a replica's ProviderHealth objects would show only the targets it owns)"},
+		{"with the writer", ok, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := ""
