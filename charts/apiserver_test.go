@@ -22,8 +22,10 @@ import (
 // --validate=strict` accepts every object of the default rendering and of the one with every
 // toggle on (CRD included) and refuses a misspelt field; PodSecurity admits the Deployment's pod
 // in a namespace enforcing "restricted"; then a real helm install creates the objects and the
-// CRD, helm upgrade changes them (a value changed, a toggle turned off), and helm uninstall
-// removes them but keeps the CRD and the ProviderHealth objects.
+// CRD, the API server's authorizer lets the ServiceAccount do each verb of the shard on Leases in
+// its namespace and none elsewhere, helm upgrade changes them (a value changed, a toggle turned
+// off, sharding off: the shard's rights go), and helm uninstall removes them but keeps the CRD
+// and the ProviderHealth objects.
 func TestChartAgainstAPIServer(t *testing.T) {
 	h := newHelm(t)
 	kubectlPath, err := exec.LookPath("kubectl")
@@ -144,6 +146,7 @@ func TestChartAgainstAPIServer(t *testing.T) {
 		"secret/" + name + "-ssh": ns, "secret/" + name + "-gcp": ns, "secret/" + name + "-vsphere": ns, "secret/" + name + "-kubeconfigs": ns,
 		"poddisruptionbudget": ns, "networkpolicy": ns, "servicemonitor": ns, "prometheusrule": ns, "alertmanagerconfig": ns,
 		"role/" + name + "-leader-election": ns, "rolebinding/" + name + "-leader-election": ns,
+		"role/" + name + "-shard": ns, "rolebinding/" + name + "-shard": ns,
 		"role/" + name + "-events": "default", "rolebinding/" + name + "-events": "default",
 		"clusterrole": "", "clusterrolebinding": "", "clusterrole/" + name + "-viewer": "",
 	}
@@ -164,6 +167,29 @@ func TestChartAgainstAPIServer(t *testing.T) {
 		}
 	}
 	mustKubectl(nil, "get", "crd", "providerhealths.providerhealth.io")
+	// The shard's rights, judged by the API server's authorizer as the pods' ServiceAccount:
+	// each verb the shard uses on Leases in the release's namespace, none in another namespace
+	// nor across all of them, and no verb it does not use.
+	serviceAccount := "system:serviceaccount:" + ns + ":" + name
+	canI := func(verb string, where ...string) string {
+		t.Helper()
+		out, _ := kubectl(nil, append([]string{"auth", "can-i", verb, "leases.coordination.k8s.io", "--as", serviceAccount}, where...)...)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		return strings.TrimSpace(lines[len(lines)-1])
+	}
+	for _, verb := range []string{"get", "list", "create", "update", "patch", "delete"} {
+		if got := canI(verb, "--namespace", ns); got != "yes" {
+			t.Errorf("the ServiceAccount: can-i %s leases in %s = %q, want yes (the shard needs it)", verb, ns, got)
+		}
+		for _, where := range [][]string{{"--namespace", "default"}, {"--all-namespaces"}} {
+			if got := canI(verb, where...); got != "no" {
+				t.Errorf("the ServiceAccount: can-i %s leases %v = %q, want no (the shard's rights are its namespace's)", verb, where, got)
+			}
+		}
+	}
+	if got := canI("watch", "--namespace", ns); got != "no" {
+		t.Errorf("the ServiceAccount: can-i watch leases = %q, want no (the shard does not watch)", got)
+	}
 	jsonpath := func(ref, inNS, path string) string {
 		t.Helper()
 		return strings.TrimSpace(mustKubectl(nil, "get", ref, "--namespace", inNS, "-o", "jsonpath="+path))
@@ -176,7 +202,7 @@ func TestChartAgainstAPIServer(t *testing.T) {
 
 	// helm upgrade: a value changed and a toggle turned off reach the cluster.
 	out, err = helmKube("upgrade", rel, chartDir(t), "--namespace", ns, "-f", everyToggle(t),
-		"--set", "replicas=3", "--set", "serviceMonitor.interval=1m", "--set", "networkPolicy.enabled=false")
+		"--set", "replicas=3", "--set", "serviceMonitor.interval=1m", "--set", "networkPolicy.enabled=false", "--set", "shard.enabled=false")
 	if err != nil {
 		t.Fatalf("helm upgrade: %v\n%s", err, out)
 	}
@@ -191,6 +217,15 @@ func TestChartAgainstAPIServer(t *testing.T) {
 	}
 	if out, err := get("networkpolicy", ns); err == nil {
 		t.Errorf("after helm upgrade --set networkPolicy.enabled=false the NetworkPolicy is still there:\n%s", out)
+	}
+	if out, err := get("role/"+name+"-shard", ns); err == nil {
+		t.Errorf("after helm upgrade --set shard.enabled=false the shard's Role is still there:\n%s", out)
+	}
+	if got := canI("list", "--namespace", ns); got != "no" {
+		t.Errorf("after helm upgrade --set shard.enabled=false the ServiceAccount may still list Leases (%q)", got)
+	}
+	if args := jsonpath("deployment/"+name, ns, "{.spec.template.spec.containers[0].args}"); strings.Contains(args, "--shard.enabled") {
+		t.Errorf("after helm upgrade --set shard.enabled=false the Deployment's args still hold --shard.enabled: %s", args)
 	}
 
 	// helm uninstall: every object goes, the CRD (crds/ is never deleted by helm) and the

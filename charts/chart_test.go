@@ -293,6 +293,11 @@ func TestSchemaRefuses(t *testing.T) {
 		{"serviceMonitor.enabled=yes", []string{"serviceMonitor", "enabled", "boolean"}},
 		{"replica=2", []string{"replica", "additional"}},
 		{"image.tags=v1", []string{"tags", "additional"}},
+		{"shard.enabled=yes", []string{"shard", "enabled", "boolean"}},
+		{"shard.retryPeriod=2sec", []string{"retryPeriod", "does not match pattern"}},
+		{"shard.leaseDuration=15", []string{"leaseDuration", "string"}},
+		{"shard.renewDeadline=1d", []string{"renewDeadline", "does not match pattern"}},
+		{"shard.retryperiod=2s", []string{"retryperiod", "additional"}},
 	} {
 		for _, cmd := range [][]string{
 			{"template", release, chartDir(t)},
@@ -311,7 +316,8 @@ func TestSchemaRefuses(t *testing.T) {
 		}
 	}
 	// The values the chart ships pass (the refusals above are the schema's, not every value's).
-	if out, err := h.run("template", release, chartDir(t), "--set", "replicas=3", "--set", "serviceMonitor.enabled=true"); err != nil {
+	if out, err := h.run("template", release, chartDir(t), "--set", "replicas=3", "--set", "serviceMonitor.enabled=true",
+		"--set", "shard.leaseDuration=1m30s", "--set", "shard.retryPeriod=500ms", "--set", "shard.renewDeadline="); err != nil {
 		t.Errorf("helm template with valid values: %v\n%s", err, out)
 	}
 }

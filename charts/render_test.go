@@ -37,8 +37,9 @@ func kustomize(t *testing.T) objects {
 // monitoringKinds are the Prometheus Operator's objects, off by default, and the NetworkPolicy.
 var monitoringKinds = []string{"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig", "NetworkPolicy"}
 
-// TestTemplateDefaults: the default rendering holds the exporter's objects and none of the
-// Prometheus Operator's (whose CRDs may not be installed) nor the NetworkPolicy; every object
+// TestTemplateDefaults: the default rendering holds the exporter's objects, sharded (the flag,
+// POD_NAME, the shard's Role), and none of the Prometheus Operator's (whose CRDs may not be
+// installed) nor the NetworkPolicy; every object
 // is in the release's namespace (but the Events Role, in default) and carries the chart's labels.
 func TestTemplateDefaults(t *testing.T) {
 	h := newHelm(t)
@@ -49,7 +50,9 @@ func TestTemplateDefaults(t *testing.T) {
 		"CustomResourceDefinition/providerhealths.providerhealth.io",
 		"Deployment/provider-health-exporter", "PodDisruptionBudget/provider-health-exporter",
 		"Role/provider-health-exporter-events", "Role/provider-health-exporter-leader-election",
+		"Role/provider-health-exporter-shard",
 		"RoleBinding/provider-health-exporter-events", "RoleBinding/provider-health-exporter-leader-election",
+		"RoleBinding/provider-health-exporter-shard",
 		"Service/provider-health-exporter", "ServiceAccount/provider-health-exporter",
 	}
 	if got := objs.kinds(); !slices.Equal(got, want) {
@@ -80,6 +83,9 @@ func TestTemplateDefaults(t *testing.T) {
 		}
 	}
 	dep := objs.get(t, "Deployment", namespace, release)
+	// Sharded by default: the flag, each replica's identity from its pod's name, and the Role
+	// on the namespace's Leases bound to the ServiceAccount.
+	checkSharded(t, objs, true)
 	if img := field(dep, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)["image"]; img != "ghcr.io/provider-health-exporter/provider-health-exporter:v"+chartAppVersion(t) {
 		t.Errorf("the default image is %v, want ghcr.io/provider-health-exporter/provider-health-exporter:v<appVersion>", img)
 	}
@@ -102,10 +108,61 @@ func chartAppVersion(t *testing.T) string {
 	return ""
 }
 
+// checkSharded: with sharding on, the Deployment passes --shard.enabled and sets POD_NAME from
+// the pod's metadata.name, and the Role <release>-shard grants get, list, create, update, patch
+// and delete on Leases in the release's namespace, bound to the pods' ServiceAccount; with it off,
+// none of these.
+func checkSharded(t *testing.T, objs objects, on bool) {
+	t.Helper()
+	ctr, pod := container(t, objs)
+	args, _ := ctr["args"].([]any)
+	var podName any
+	for _, e := range asList(ctr["env"]) {
+		if e.(map[string]any)["name"] == "POD_NAME" {
+			podName = e
+		}
+	}
+	role, binding := objs.find("Role", namespace, release+"-shard"), objs.find("RoleBinding", namespace, release+"-shard")
+	if !on {
+		if slices.Contains(args, any("--shard.enabled")) || podName != nil || role != nil || binding != nil {
+			t.Errorf("sharding off: args %v, POD_NAME %v, Role %v, RoleBinding %v; want none of them", args, podName, role != nil, binding != nil)
+		}
+		return
+	}
+	if !slices.Contains(args, any("--shard.enabled")) {
+		t.Errorf("args %v lack --shard.enabled", args)
+	}
+	if want := map[string]any{"name": "POD_NAME", "valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.name"}}}; asYAML(t, podName) != asYAML(t, want) {
+		t.Errorf("POD_NAME is %s, want it from the downward API's metadata.name", asYAML(t, podName))
+	}
+	if role == nil || binding == nil {
+		t.Fatalf("sharding on, the shard's Role (%v) or RoleBinding (%v) is missing: %v", role != nil, binding != nil, objs.kinds())
+	}
+	wantRules := []map[string]any{{"apiGroups": []string{"coordination.k8s.io"}, "resources": []string{"leases"},
+		"verbs": []string{"get", "list", "create", "update", "patch", "delete"}}}
+	if got := asYAML(t, field(role, "rules")); got != asYAML(t, wantRules) {
+		t.Errorf("the shard Role's rules\n%s\nwant exactly\n%s", got, asYAML(t, wantRules))
+	}
+	wantSubjects := []map[string]any{{"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": namespace}}
+	if asYAML(t, field(binding, "subjects")) != asYAML(t, wantSubjects) || field(binding, "roleRef", "name") != role.GetName() || field(binding, "roleRef", "kind") != "Role" {
+		t.Errorf("the shard RoleBinding binds %v to %v, want the Role %s to the pods' ServiceAccount", field(binding, "roleRef"), field(binding, "subjects"), role.GetName())
+	}
+	for _, cr := range objs.all("ClusterRole") {
+		if strings.Contains(asYAML(t, field(cr, "rules")), "leases") {
+			t.Errorf("ClusterRole %s grants rights on Leases: the shard's are the namespace's only", cr.GetName())
+		}
+	}
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
 // TestTemplateMatchesKustomize: where the chart's default rendering and kustomize's rendering
 // of deploy/ overlap they agree, object by object: the Deployment's replicas, rollout, args,
-// ports, probes, resources, security contexts, ServiceAccount, mounts and Secret volumes; the
-// RBAC rules, role references and subjects; the Service's ports; the PodDisruptionBudget. With
+// env, ports, probes, resources, security contexts, ServiceAccount, mounts and Secret volumes; the
+// RBAC rules, role references and subjects (the shard's Role too); the Service's ports; the PodDisruptionBudget. With
 // the monitoring toggles on, the ServiceMonitor's endpoints, the PrometheusRule's and the
 // AlertmanagerConfig's specs and the NetworkPolicy's rules agree too.
 func TestTemplateMatchesKustomize(t *testing.T) {
@@ -133,7 +190,7 @@ func TestTemplateMatchesKustomize(t *testing.T) {
 	kc := field(kd, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
 	cc := field(cd, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
 	// The image too: both default to the project's published image at the exporter's version.
-	for _, f := range []string{"name", "image", "args", "ports", "readinessProbe", "livenessProbe", "resources", "securityContext"} {
+	for _, f := range []string{"name", "image", "args", "env", "ports", "readinessProbe", "livenessProbe", "resources", "securityContext"} {
 		same("container "+f, cc[f], kc[f])
 	}
 	// Every mount and Secret volume of deploy/ is the chart's too (and every type's Secret is
@@ -274,7 +331,8 @@ func TestTemplateEveryToggle(t *testing.T) {
 	pod := field(dep, "spec", "template", "spec").(map[string]any)
 	ctr := pod["containers"].([]any)[0].(map[string]any)
 	args := ctr["args"].([]any)
-	for _, want := range []string{"--crd.enabled", "--crd.leader-elect", "--crd.instance=site-a", "--provider-check-interval=30s"} {
+	for _, want := range []string{"--crd.enabled", "--crd.leader-elect", "--crd.instance=site-a", "--provider-check-interval=30s",
+		"--shard.enabled", "--shard.lease-duration=20s", "--shard.renew-deadline=5s", "--shard.retry-period=3s"} {
 		if !slices.Contains(args, any(want)) {
 			t.Errorf("args %v lack %s", args, want)
 		}
@@ -360,7 +418,8 @@ func TestTemplateEveryToggle(t *testing.T) {
 
 // TestTemplateChoices: the other branches of the values: an existing ConfigMap or Secret for
 // the providers file, existing credentials Secrets, one replica (no PodDisruptionBudget), the
-// writer off (no writer RBAC, no --crd flags), and the refusals of contradicting values.
+// writer off (no writer RBAC, no --crd flags), sharding off (no flag, no POD_NAME, no shard
+// Role), and the refusals of contradicting values.
 func TestTemplateChoices(t *testing.T) {
 	h := newHelm(t)
 	volumes := func(objs objects) map[string]map[string]any {
@@ -395,13 +454,28 @@ func TestTemplateChoices(t *testing.T) {
 		}
 	}
 
-	objs = objects(decodeObjects(t, h.template("--set", "replicas=1", "--set", "crd.enabled=false")))
+	// Sharding off: no flag, no POD_NAME, no shard Role; the writer's RBAC stays.
+	objs = objects(decodeObjects(t, h.template("--set", "shard.enabled=false")))
+	checkSharded(t, objs, false)
+	if objs.find("Role", namespace, release+"-leader-election") == nil {
+		t.Errorf("shard.enabled=false lost the writer's Lease Role: %v", objs.kinds())
+	}
+	// The writer off, sharding on: the shard's Role is the only Role.
+	objs = objects(decodeObjects(t, h.template("--set", "crd.enabled=false")))
+	checkSharded(t, objs, true)
+	if got := objs.kinds(); slices.ContainsFunc(got, func(s string) bool {
+		return strings.Contains(s, "Role") && s != "ClusterRole/provider-health-exporter-viewer" && !strings.HasSuffix(s, "/provider-health-exporter-shard")
+	}) {
+		t.Errorf("crd.enabled=false still renders the writer's RBAC: %v", got)
+	}
+
+	objs = objects(decodeObjects(t, h.template("--set", "replicas=1", "--set", "crd.enabled=false", "--set", "shard.enabled=false")))
 	if len(objs.all("PodDisruptionBudget")) != 0 {
 		t.Error("one replica: a PodDisruptionBudget with minAvailable 1 would block every drain, yet it is rendered")
 	}
 	args := field(objs.get(t, "Deployment", namespace, release), "spec", "template", "spec", "containers").([]any)[0].(map[string]any)["args"].([]any)
 	if asYAML(t, args) != asYAML(t, []string{"--config.file=/etc/phe/config/providers.yml", "--web.listen-address=:9847"}) {
-		t.Errorf("crd.enabled=false: args %v", args)
+		t.Errorf("crd.enabled=false, shard.enabled=false: args %v", args)
 	}
 	if got := objs.kinds(); slices.ContainsFunc(got, func(s string) bool {
 		return strings.Contains(s, "Role") && s != "ClusterRole/provider-health-exporter-viewer"

@@ -21,21 +21,27 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/membership"
 	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
 )
 
@@ -134,9 +140,10 @@ func (r rendered) one(t *testing.T, kind, name string, into any) {
 }
 
 // TestRenderedManifests checks what the issue asks of the rendered objects: every kind is
-// there, the Deployment runs two replicas with leader election under a locked-down security
-// context, its probes, ports, ServiceAccount, ConfigMap and Secrets fit the other objects and
-// the example providers file (which the exporter's own parser accepts).
+// there, the Deployment runs two sharded replicas (identity: the pod's name) with leader
+// election under a locked-down security context, its probes, ports, ServiceAccount, ConfigMap
+// and Secrets fit the other objects and the example providers file (which the exporter's own
+// parser accepts), and the shard's Role grants exactly its verbs on Leases, in its namespace.
 func TestRenderedManifests(t *testing.T) {
 	r := rendered{decodeObjects(t, render(t))}
 
@@ -169,9 +176,21 @@ func TestRenderedManifests(t *testing.T) {
 		t.Fatalf("%d containers, want 1", len(pod.Containers))
 	}
 	c := pod.Containers[0]
-	for _, flag := range []string{"--crd.enabled", "--crd.leader-elect"} {
+	for _, flag := range []string{"--crd.enabled", "--crd.leader-elect", "--shard.enabled"} {
 		if !slices.Contains(c.Args, flag) {
 			t.Errorf("the exporter's args %v lack %s", c.Args, flag)
+		}
+	}
+	// Sharded, each replica's identity (its Lease's name) is its pod's name: $POD_NAME from the
+	// downward API, and no --shard.identity that would give both replicas the same one.
+	podName := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_NAME" })
+	if podName < 0 || c.Env[podName].ValueFrom == nil || c.Env[podName].ValueFrom.FieldRef == nil ||
+		c.Env[podName].ValueFrom.FieldRef.FieldPath != "metadata.name" || c.Env[podName].Value != "" {
+		t.Errorf("the container's env %+v: want POD_NAME from the downward API's metadata.name", c.Env)
+	}
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--shard.identity") || strings.HasPrefix(a, "--shard.lease-namespace") {
+			t.Errorf("the exporter's args set %s: the identity is the pod's name, the Leases in the pod's namespace (which the shard Role covers)", a)
 		}
 	}
 	arg := func(name string) string {
@@ -348,6 +367,8 @@ func TestRenderedManifests(t *testing.T) {
 		}
 	}
 
+	checkShardRBAC(t, r, dep.Namespace, sa)
+
 	// Viewer role: read-only on providerhealths, aggregated into "view".
 	var viewer rbacv1.ClusterRole
 	r.one(t, "ClusterRole", "provider-health-exporter-viewer", &viewer)
@@ -370,6 +391,50 @@ func TestRenderedManifests(t *testing.T) {
 	}
 
 	checkProvidersFile(t, r, pod, c, arg("--config.file"))
+}
+
+// shardVerbs are the verbs the shard uses on its Leases (docs/deploy.md, RBAC).
+var shardVerbs = []string{"get", "list", "create", "update", "patch", "delete"}
+
+// checkShardRBAC: the shard's Role grants exactly shardVerbs on coordination.k8s.io leases in
+// the Deployment's namespace, on no resource name (Leases are named by pod), and a RoleBinding
+// there binds it to the exporter's ServiceAccount; no ClusterRole grants anything on Leases.
+func checkShardRBAC(t *testing.T, r rendered, namespace string, sa corev1.ServiceAccount) {
+	t.Helper()
+	var role rbacv1.Role
+	r.one(t, "Role", "provider-health-exporter-shard", &role)
+	if role.Namespace != namespace {
+		t.Errorf("the shard Role is in namespace %q, the Deployment (and its Leases) in %q", role.Namespace, namespace)
+	}
+	if len(role.Rules) != 1 {
+		t.Fatalf("the shard Role has %d rules, want 1: %+v", len(role.Rules), role.Rules)
+	}
+	rule := role.Rules[0]
+	verbs := slices.Sorted(slices.Values(rule.Verbs))
+	if want := slices.Sorted(slices.Values(shardVerbs)); !slices.Equal(verbs, want) ||
+		!slices.Equal(rule.APIGroups, []string{"coordination.k8s.io"}) || !slices.Equal(rule.Resources, []string{"leases"}) ||
+		len(rule.ResourceNames) != 0 || len(rule.NonResourceURLs) != 0 {
+		t.Errorf("the shard Role's rule %+v: want exactly the verbs %v on coordination.k8s.io leases, on every name", rule, want)
+	}
+	var rb rbacv1.RoleBinding
+	r.one(t, "RoleBinding", "provider-health-exporter-shard", &rb)
+	if rb.Namespace != namespace || rb.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name}) ||
+		len(rb.Subjects) != 1 || rb.Subjects[0].Kind != "ServiceAccount" || rb.Subjects[0].Name != sa.Name || rb.Subjects[0].Namespace != sa.Namespace {
+		t.Errorf("the shard RoleBinding %s/%s (role %+v, subjects %+v) does not bind the shard Role to %s/%s in %s",
+			rb.Namespace, rb.Name, rb.RoleRef, rb.Subjects, sa.Namespace, sa.Name, namespace)
+	}
+	for _, o := range r.all("ClusterRole") {
+		var cr rbacv1.ClusterRole
+		b, _ := o.MarshalJSON()
+		if err := yaml.Unmarshal(b, &cr); err != nil {
+			t.Fatal(err)
+		}
+		for _, rule := range cr.Rules {
+			if slices.Contains(rule.Resources, "leases") || slices.Contains(rule.Resources, "*") {
+				t.Errorf("ClusterRole %s grants %v on %v: the Leases are the exporter's namespace's only", cr.Name, rule.Verbs, rule.Resources)
+			}
+		}
+	}
 }
 
 // checkNetworkPolicy: the NetworkPolicy isolates the exporter's pods for ingress only (egress
@@ -606,6 +671,8 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 		t.Errorf("a pod that may escalate privileges was not refused by Pod Security in the namespace (err %v):\n%s", err, out)
 	}
 
+	checkShardAuthorization(t, env)
+
 	env.AddUser("oncall")
 	if out, err := kubectl(nil, "create", "clusterrolebinding", "oncall-viewer", "--clusterrole=provider-health-exporter-viewer", "--user=oncall"); err != nil {
 		t.Fatalf("bind the viewer role: %v\n%s", err, out)
@@ -656,6 +723,97 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 	}
 	if !aggregated {
 		t.Errorf("the API server's view role (aggregation rule %+v) does not select the viewer role's labels %v", view.AggregationRule, viewerLabels)
+	}
+}
+
+// checkShardAuthorization runs on the API server deploy/ was applied to. The API server's own
+// authorizer (SubjectAccessReview) allows the exporter's ServiceAccount each of shardVerbs on
+// Leases in its namespace, and none of them in another namespace or across all namespaces, nor
+// a verb the shard does not use (watch). Then the shard's own code (package membership), as
+// that ServiceAccount, does its work with these rights: two replicas join and see each other,
+// renew their Leases, and one leaves and deletes its Lease; in another namespace it cannot join.
+func checkShardAuthorization(t *testing.T, env *kube.Env) {
+	t.Helper()
+	const namespace = "provider-health-exporter" // deploy/'s, where the Deployment and the Role are
+	client, err := kubernetes.NewForConfig(env.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
+	allowed := func(verb, ns string) bool {
+		t.Helper()
+		name := "provider-health-exporter-5d8f7c9b6-x2x4q" // a pod's name, which no rule of deploy/ names
+		if verb == "list" {
+			name = ""
+		}
+		sar, err := client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: exporterServiceAccount, Groups: groups,
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Namespace: ns, Verb: verb, Group: "coordination.k8s.io", Resource: "leases", Name: name,
+				},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("SubjectAccessReview of %s leases in %q: %v", verb, ns, err)
+		}
+		return sar.Status.Allowed
+	}
+	for _, verb := range shardVerbs {
+		if !allowed(verb, namespace) {
+			t.Errorf("the ServiceAccount may not %s Leases in %s: the shard needs it", verb, namespace)
+		}
+		for _, other := range []string{"default", ""} { // "": all namespaces
+			if allowed(verb, other) {
+				t.Errorf("the ServiceAccount may %s Leases in namespace %q: the shard's rights are its own namespace's only", verb, other)
+			}
+		}
+	}
+	if allowed("watch", namespace) {
+		t.Error("the ServiceAccount may watch Leases: the shard does not")
+	}
+
+	// The shard's requests as the ServiceAccount (a token user of its name and groups).
+	env.AddUser(exporterServiceAccount, groups[:2]...)
+	saConfig := env.ConfigFor(exporterServiceAccount)
+	member := func(ns, identity string) *membership.Membership {
+		t.Helper()
+		m, err := membership.New(membership.Options{Config: saConfig, Namespace: ns, Identity: identity, Instance: crdwriter.DefaultInstance,
+			LeaseDuration: 5 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	a, b := member(namespace, "phe-a"), member(namespace, "phe-b")
+	for _, m := range []*membership.Membership{a, b} {
+		if err := m.Join(ctx); err != nil {
+			t.Fatalf("%s joins the shard as the ServiceAccount: %v", m.Identity(), err)
+		}
+	}
+	leases := client.CoordinationV1().Leases(namespace)
+	first, err := leases.Get(ctx, "phe-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the Lease of phe-a after its join: %v", err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); a.Run(runCtx) }()
+	testutil.Eventually(t, 30*time.Second, "phe-a to see both members and renew its Lease", func() bool {
+		l, err := leases.Get(ctx, "phe-a", metav1.GetOptions{})
+		return slices.Equal(a.Members(), []string{"phe-a", "phe-b"}) && err == nil && l.Spec.RenewTime.After(first.Spec.RenewTime.Time)
+	})
+	stop()
+	<-done
+	if _, err := leases.Get(ctx, "phe-a", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("phe-a left the shard, its Lease: %v; want it deleted", err)
+	}
+	if err := member("default", "phe-c").Join(ctx); !apierrors.IsForbidden(err) {
+		t.Errorf("a replica joining in namespace default as the ServiceAccount: %v, want Forbidden", err)
+	}
+	if err := leases.Delete(ctx, "phe-b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
