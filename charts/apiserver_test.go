@@ -177,7 +177,7 @@ func TestChartAgainstAPIServer(t *testing.T) {
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		return strings.TrimSpace(lines[len(lines)-1])
 	}
-	for _, verb := range []string{"get", "list", "create", "update", "patch", "delete"} {
+	for _, verb := range []string{"get", "list", "create", "update", "delete"} {
 		if got := canI(verb, "--namespace", ns); got != "yes" {
 			t.Errorf("the ServiceAccount: can-i %s leases in %s = %q, want yes (the shard needs it)", verb, ns, got)
 		}

@@ -139,7 +139,7 @@ func checkSharded(t *testing.T, objs objects, on bool) {
 		t.Fatalf("sharding on, the shard's Role (%v) or RoleBinding (%v) is missing: %v", role != nil, binding != nil, objs.kinds())
 	}
 	wantRules := []map[string]any{{"apiGroups": []string{"coordination.k8s.io"}, "resources": []string{"leases"},
-		"verbs": []string{"get", "list", "create", "update", "patch", "delete"}}}
+		"verbs": []string{"get", "list", "create", "update", "delete"}}}
 	if got := asYAML(t, field(role, "rules")); got != asYAML(t, wantRules) {
 		t.Errorf("the shard Role's rules\n%s\nwant exactly\n%s", got, asYAML(t, wantRules))
 	}
