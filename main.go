@@ -527,7 +527,10 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 	} else {
 		close(runnerDone)
 	}
-	writerDone, err := startCRDWriter(ctx, opts.crd, e, opts.interval, logger)
+	// The writer stops first at exit (its Lease released), not after the runner.
+	writerCtx, stopWriter := context.WithCancel(ctx)
+	defer stopWriter()
+	writerDone, err := startCRDWriter(writerCtx, opts.crd, e, opts.interval, logger)
 	if err != nil {
 		logger.Error("cannot start the ProviderHealth writer", "err", err)
 		releaseShard()
@@ -590,6 +593,9 @@ loop:
 	// one's targets at their next read of the members rather than at the Lease's expiry, and
 	// go on serving them while the others check them (make before break; a second signal
 	// cuts it short).
+	// The writer's Lease is released at the same time, so that another replica writes the
+	// objects from its next retry rather than after this one's linger.
+	stopWriter()
 	releaseShard()
 	if linger := shardLinger(opts.shard); serving && linger > 0 {
 		logger.Info("left the shard; serving this replica's targets while the others take them over", "for", linger)

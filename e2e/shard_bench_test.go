@@ -82,9 +82,10 @@ func BenchmarkShardedFleet(b *testing.B) {
 			waitShardCoverage(b, shards, n)
 		}
 		cpu, rss, peak := measureShardReplicas(b, shards)
-		owned := 0
+		owned, partBytes := 0, 0.0
 		for _, s := range shards {
 			owned = max(owned, s.up())
+			partBytes = max(partBytes, s.partBytes())
 		}
 		for _, s := range shards {
 			s.stop()
@@ -103,6 +104,7 @@ func BenchmarkShardedFleet(b *testing.B) {
 		b.ReportMetric(rssSum, "shard-rss-MiB-sum")
 		b.ReportMetric(peakMax, "shard-peak-rss-MiB-max")
 		b.ReportMetric(float64(owned), "shard-owned-max")
+		b.ReportMetric(partBytes, "shard-part-bytes-max")
 	}
 }
 
@@ -141,6 +143,20 @@ func (r *shardBenchReplica) up() int {
 		}
 	}
 	return n
+}
+
+// partBytes is the size of the part the replica publishes in its Lease (its verdicts).
+func (r *shardBenchReplica) partBytes() float64 {
+	r.b.Helper()
+	code, body := testutil.Request(r.b, &http.Client{Timeout: 30 * time.Second}, http.MethodGet, r.base+"/metrics")
+	if code != http.StatusOK {
+		r.b.Fatalf("%s/metrics: %d", r.base, code)
+	}
+	v, ok := testutil.Metric(r.b, body, "proxy_operator_shard_part_bytes")
+	if !ok {
+		r.b.Fatalf("%s/metrics has no proxy_operator_shard_part_bytes", r.base)
+	}
+	return v
 }
 
 func (r *shardBenchReplica) stop() {
