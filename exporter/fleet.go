@@ -79,12 +79,12 @@ func (s *sharding) foldProvider(local *checks.ProviderState, targets []string) c
 	}
 	if !checks.PerTarget(local.Type) {
 		owner := shard.Owner(s.members, shard.Key(local.Name, "", false))
-		if owner == s.self {
+		if owner == s.self && len(local.Targets) > 0 {
 			return *local
 		}
 		// The owner's part, else (a handover) the newest: the one checked last.
 		best, bestAt := (*partProviderView)(nil), int64(-1)
-		if mp := s.parts[owner]; mp != nil && mp.live && mp.p != nil {
+		if mp := s.parts[owner]; owner != s.self && mp != nil && mp.live && mp.p != nil {
 			if v := mp.p.providers[local.Name]; v != nil && v.typ == local.Type && len(v.order) > 0 {
 				best, bestAt = v, 1<<62
 			}
@@ -98,6 +98,10 @@ func (s *sharding) foldProvider(local *checks.ProviderState, targets []string) c
 			}
 		}
 		if len(local.Targets) > 0 && newestLocal(local) >= bestAt {
+			return *local
+		}
+		if best == nil && owner == s.self {
+			// This replica owns it and has not checked it yet: as its runner lists it.
 			return *local
 		}
 		if best == nil {
@@ -117,6 +121,15 @@ func (s *sharding) foldProvider(local *checks.ProviderState, targets []string) c
 	unchecked := make(map[string]checks.UncheckedTarget, len(local.Unchecked))
 	for _, u := range local.Unchecked {
 		unchecked[u.Target] = u
+	}
+	if targets == nil {
+		// A reload removed the provider since the snapshot: the targets the snapshot lists.
+		for i := range local.Targets {
+			targets = append(targets, local.Targets[i].Target)
+		}
+		for _, u := range local.Unchecked {
+			targets = append(targets, u.Target)
+		}
 	}
 	for _, t := range targets {
 		owner := shard.Owner(s.members, shard.Key(local.Name, t, true))

@@ -258,3 +258,48 @@ func FuzzDecodePart(f *testing.F) {
 		}
 	})
 }
+
+// A provider owned whole that has just come to this replica (no check of it here yet) shows
+// the verdict its old owner published, not nothing; once it comes to another replica that has
+// not reported it, its targets are listed without a verdict.
+func TestFleetOfAProviderOwnedWholeDuringAHandover(t *testing.T) {
+	e, err := New(shardedProviders(t), time.Minute, 5*time.Second, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	self, other := "phe-0", ""
+	for i := 1; other == ""; i++ {
+		if m := fmt.Sprintf("phe-%d", i); shard.Owner([]string{self, m}, "cluster") == self {
+			other = m
+		}
+	}
+	e.EnableSharding(self, []string{self, other})
+	now := time.Now()
+	p, _ := encodePart(&checks.Snapshot{Providers: []checks.ProviderState{{Name: "cluster", Type: "kubernetes", Targets: []checks.TargetState{{
+		TargetResult: checks.TargetResult{Target: "cluster", Reason: "APIUnreachable", CheckedAt: now}, Since: now,
+	}}}}})
+	e.SetParts([]membership.Part{{Identity: other, Live: true, Value: p}})
+	got, _ := verdictsOf(e.Fleet().Current())
+	if !slices.Contains(got, "cluster/cluster false APIUnreachable") {
+		t.Errorf("fleet %v: want the old owner's verdict on the provider this replica has not checked yet", got)
+	}
+
+	// Owned by a third replica, which has not reported it: listed without a verdict.
+	third := ""
+	for i := 100; third == ""; i++ {
+		if m := fmt.Sprintf("phe-%d", i); shard.Owner([]string{self, other, m}, "cluster") == m {
+			third = m
+		}
+	}
+	e.SetMembers([]string{self, other, third})
+	e.SetParts(nil)
+	for _, ps := range e.Fleet().Current().Providers {
+		if ps.Name != "cluster" {
+			continue
+		}
+		if len(ps.Targets) != 0 || len(ps.Unchecked) != 1 || !strings.Contains(ps.Unchecked[0].Message, third) {
+			t.Errorf("cluster owned by %s, unreported: %+v; want its target listed without a verdict, naming its owner", third, ps)
+		}
+	}
+}
