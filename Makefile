@@ -233,7 +233,7 @@ fuzz:
 generate:
 	$(GO) run ./internal/cmd/gentypes
 	$(GOTOOL) controller-gen object paths=./crdwriter/v1alpha1/... crd:crdVersions=v1 output:crd:dir=deploy/crd
-	cp deploy/crd/providerhealth.io_providerhealths.yaml charts/provider-health-exporter/files/crds/
+	cp deploy/crd/*.yaml charts/provider-health-exporter/files/crds/
 	$(GO) run ./internal/cmd/chartdoc
 
 ## bench: every benchmark, with allocations; no tests. Then the mixin's availability rules

@@ -32,6 +32,8 @@ import (
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
@@ -341,16 +343,34 @@ func shardLinger(o shardOptions) time.Duration {
 	if !o.enabled {
 		return 0
 	}
-	return min(2*o.retryPeriod+3*time.Second, shutdownTimeout/2)
+	return min(2*o.retryPeriod+3*time.Second, shutdownTimeout-shardStepTimeout-shutdownReserve)
 }
 
+// shutdownReserve is the part of shutdownTimeout kept for the exit's last steps (deleting the
+// shard's Lease, in-flight HTTP requests) after the linger and the writer's release.
+const shutdownReserve = 3 * time.Second
+
+// deadlineOf is ctx's deadline (now when it has none).
+func deadlineOf(ctx context.Context) time.Time {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return time.Now()
+	}
+	return d
+}
+
+// shardStepTimeout bounds each of the shard's steps at exit (releasing the Lease, deleting it and
+// the part), whatever the API server does, so that the whole exit stays within shutdownTimeout.
+const shardStepTimeout = 2 * time.Second
+
 // startSharding makes e check only the targets this replica owns and starts following the
-// shard's members (--shard.enabled). release releases the replica's Lease and returns once it
-// has: call it first at shutdown, so that the others take over at once; remove deletes the
-// Lease: call it last, once the others have read its part.
-func startSharding(o shardOptions, instance string, e *exporter.Exporter, logger *slog.Logger) (release func(), remove func(context.Context), err error) {
+// shard's members (--shard.enabled). release stops following them and releases the replica's
+// Lease (within ctx and shardStepTimeout): call it first at shutdown, so that the others take
+// over at once; remove deletes the Lease and the part: call it last, once the others have
+// read its part.
+func startSharding(o shardOptions, instance string, e *exporter.Exporter, logger *slog.Logger) (release, remove func(context.Context), err error) {
 	if !o.enabled {
-		return func() {}, func(context.Context) {}, nil
+		return func(context.Context) {}, func(context.Context) {}, nil
 	}
 	cfg, err := ownClientConfig(o.kubeconfig)
 	if err != nil {
@@ -368,18 +388,20 @@ func startSharding(o shardOptions, instance string, e *exporter.Exporter, logger
 		RenewDeadline: o.renewDeadline,
 		RetryPeriod:   o.retryPeriod,
 		Logger:        logger,
+		Owner:         podOwner(identity),
 		OnChange:      e.SetMembers,
 		Part:          e.ShardPart,
 		OnParts:       e.SetParts,
+		Working:       e.ShardWorking,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := m.Join(context.Background()); err != nil {
-		logger.Warn("cannot join the shard yet: alone, checking every target, until the API server answers", "err", err)
+		logger.Warn("cannot join the shard yet: checking nothing and not ready until the API server answers", "err", err)
 	}
 	e.Registry().MustRegister(m.Collectors()...)
-	e.EnableSharding(identity, m.Members())
+	e.EnableSharding(identity, m.Members(), m.Joined)
 	e.SetParts(m.Parts())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -388,10 +410,28 @@ func startSharding(o shardOptions, instance string, e *exporter.Exporter, logger
 		m.Run(ctx)
 	}()
 	logger.Info("sharding on: checking the targets this replica owns")
-	return func() {
-		cancel()
-		<-done
-	}, m.Delete, nil
+	bounded := func(ctx context.Context, f func(context.Context)) {
+		ctx, cancel := context.WithTimeout(ctx, shardStepTimeout)
+		defer cancel()
+		f(ctx)
+	}
+	return func(ctx context.Context) {
+			cancel()
+			<-done
+			bounded(ctx, func(ctx context.Context) { _ = m.Release(ctx) })
+		}, func(ctx context.Context) {
+			bounded(ctx, m.Delete)
+		}, nil
+}
+
+// podOwner is the owner of the shard's Lease and part in a pod: the pod named identity, when
+// $POD_UID (the downward API's metadata.uid) is set and $POD_NAME names it; nil elsewhere.
+func podOwner(identity string) *metav1.OwnerReference {
+	uid := os.Getenv("POD_UID")
+	if uid == "" || os.Getenv("POD_NAME") != identity {
+		return nil
+	}
+	return &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: identity, UID: types.UID(uid)}
 }
 
 // startCRDWriter starts mirroring the runner's snapshots into ProviderHealth objects, or, with
@@ -533,7 +573,7 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 	writerDone, err := startCRDWriter(writerCtx, opts.crd, e, opts.interval, logger)
 	if err != nil {
 		logger.Error("cannot start the ProviderHealth writer", "err", err)
-		releaseShard()
+		releaseShard(context.Background())
 		stopRunner()
 		<-runnerDone
 		e.Close()
@@ -586,7 +626,7 @@ loop:
 		}
 	}
 
-	// The whole exit takes at most shutdownTimeout.
+	// The whole exit takes at most shutdownTimeout, whatever the API server does.
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	// Leave the shard first (release the Lease), so that the other replicas take over this
@@ -596,7 +636,7 @@ loop:
 	// The writer's Lease is released at the same time, so that another replica writes the
 	// objects from its next retry rather than after this one's linger.
 	stopWriter()
-	releaseShard()
+	releaseShard(shutdownCtx)
 	if linger := shardLinger(opts.shard); serving && linger > 0 {
 		logger.Info("left the shard; serving this replica's targets while the others take them over", "for", linger)
 		select {
@@ -616,7 +656,6 @@ loop:
 	stopped := make(chan struct{})
 	go func() {
 		<-runnerDone
-		<-writerDone
 		e.Close()
 		close(stopped)
 	}()
@@ -626,10 +665,22 @@ loop:
 		logger.Error("the checks did not stop in time; exiting without them", "timeout", shutdownTimeout)
 		code = 1
 	}
+	// The writer releases its Lease within its renew deadline; an API server that does not
+	// answer is not waited for past the exit's last seconds: the Lease then expires.
+	writerWait, cancelWriterWait := context.WithTimeout(shutdownCtx, max(time.Until(deadlineOf(shutdownCtx))-shutdownReserve, 0))
+	select {
+	case <-writerDone:
+	case <-writerWait.Done():
+		logger.Warn("the ProviderHealth writer did not release its Lease in time; it expires after its lease duration")
+	}
+	cancelWriterWait()
 	// The others read this replica's part (its last verdicts, their counts) while it lingered.
 	removeShard(shutdownCtx)
 	if serving {
-		if err := server.Shutdown(shutdownCtx); err != nil {
+		// In-flight requests get what is left of the exit, and a second at least.
+		serverCtx, cancelServer := context.WithTimeout(context.Background(), max(time.Until(deadlineOf(shutdownCtx)), time.Second))
+		defer cancelServer()
+		if err := server.Shutdown(serverCtx); err != nil {
 			logger.Error("http server shutdown", "err", err)
 			code = 1
 		}

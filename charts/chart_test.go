@@ -193,12 +193,14 @@ func TestChartCopiesOfGeneratedFiles(t *testing.T) {
 		t.Errorf("Chart.yaml's appVersion is %q, VERSION says %q: keep them equal", chart.AppVersion, version)
 	}
 
-	const crd = "providerhealth.io_providerhealths.yaml"
-	if !bytes.Equal(readFile(t, filepath.Join(chartDir(t), "files", "crds", crd)), readFile(t, filepath.Join(root, "deploy", "crd", crd))) {
-		t.Errorf("charts/provider-health-exporter/files/crds/%s differs from deploy/crd/%s: run make generate", crd, crd)
+	crds := []string{"providerhealth.io_providerhealths.yaml", "providerhealth.io_providerhealthparts.yaml"}
+	for _, crd := range crds {
+		if !bytes.Equal(readFile(t, filepath.Join(chartDir(t), "files", "crds", crd)), readFile(t, filepath.Join(root, "deploy", "crd", crd))) {
+			t.Errorf("charts/provider-health-exporter/files/crds/%s differs from deploy/crd/%s: run make generate", crd, crd)
+		}
 	}
-	if ents, err := os.ReadDir(filepath.Join(chartDir(t), "files", "crds")); err != nil || len(ents) != 1 {
-		t.Errorf("the chart's files/crds/ should hold only the ProviderHealth CRD: %v %v", ents, err)
+	if ents, err := os.ReadDir(filepath.Join(chartDir(t), "files", "crds")); err != nil || len(ents) != len(crds) {
+		t.Errorf("the chart's files/crds/ should hold only the CRDs of deploy/crd/: %v %v", ents, err)
 	}
 	// No crds/ directory: Helm would install it once and never upgrade it (templates/crd.yaml).
 	if _, err := os.Stat(filepath.Join(chartDir(t), "crds")); !errors.Is(err, os.ErrNotExist) {

@@ -396,6 +396,9 @@ func TestRenderedManifests(t *testing.T) {
 // shardVerbs are the verbs the shard uses on its Leases (docs/deploy.md, RBAC).
 var shardVerbs = []string{"get", "list", "create", "update", "delete"}
 
+// shardPartVerbs are the verbs the shard uses on its ProviderHealthParts.
+var shardPartVerbs = []string{"get", "list", "watch", "create", "update", "delete"}
+
 // checkShardRBAC: the shard's Role grants exactly shardVerbs on coordination.k8s.io leases in
 // the Deployment's namespace, on no resource name (Leases are named by pod), and a RoleBinding
 // there binds it to the exporter's ServiceAccount; no ClusterRole grants anything on Leases.
@@ -406,15 +409,20 @@ func checkShardRBAC(t *testing.T, r rendered, namespace string, sa corev1.Servic
 	if role.Namespace != namespace {
 		t.Errorf("the shard Role is in namespace %q, the Deployment (and its Leases) in %q", role.Namespace, namespace)
 	}
-	if len(role.Rules) != 1 {
-		t.Fatalf("the shard Role has %d rules, want 1: %+v", len(role.Rules), role.Rules)
+	if len(role.Rules) != 2 {
+		t.Fatalf("the shard Role has %d rules, want 2 (Leases, parts): %+v", len(role.Rules), role.Rules)
 	}
-	rule := role.Rules[0]
-	verbs := slices.Sorted(slices.Values(rule.Verbs))
-	if want := slices.Sorted(slices.Values(shardVerbs)); !slices.Equal(verbs, want) ||
-		!slices.Equal(rule.APIGroups, []string{"coordination.k8s.io"}) || !slices.Equal(rule.Resources, []string{"leases"}) ||
-		len(rule.ResourceNames) != 0 || len(rule.NonResourceURLs) != 0 {
-		t.Errorf("the shard Role's rule %+v: want exactly the verbs %v on coordination.k8s.io leases, on every name", rule, want)
+	for i, want := range []struct {
+		group, resource string
+		verbs           []string
+	}{{"coordination.k8s.io", "leases", shardVerbs}, {"providerhealth.io", "providerhealthparts", shardPartVerbs}} {
+		rule := role.Rules[i]
+		verbs := slices.Sorted(slices.Values(rule.Verbs))
+		if wantVerbs := slices.Sorted(slices.Values(want.verbs)); !slices.Equal(verbs, wantVerbs) ||
+			!slices.Equal(rule.APIGroups, []string{want.group}) || !slices.Equal(rule.Resources, []string{want.resource}) ||
+			len(rule.ResourceNames) != 0 || len(rule.NonResourceURLs) != 0 {
+			t.Errorf("the shard Role's rule %+v: want exactly the verbs %v on %s %s, on every name", rule, wantVerbs, want.group, want.resource)
+		}
 	}
 	var rb rbacv1.RoleBinding
 	r.one(t, "RoleBinding", "provider-health-exporter-shard", &rb)
@@ -741,7 +749,8 @@ func checkShardAuthorization(t *testing.T, env *kube.Env) {
 	}
 	ctx := context.Background()
 	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
-	allowed := func(verb, ns string) bool {
+	var allowedOn func(verb, ns, group, resource string) bool
+	allowedOn = func(verb, ns, group, resource string) bool {
 		t.Helper()
 		name := "provider-health-exporter-5d8f7c9b6-x2x4q" // a pod's name, which no rule of deploy/ names
 		if verb == "list" {
@@ -751,15 +760,16 @@ func checkShardAuthorization(t *testing.T, env *kube.Env) {
 			Spec: authorizationv1.SubjectAccessReviewSpec{
 				User: exporterServiceAccount, Groups: groups,
 				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Namespace: ns, Verb: verb, Group: "coordination.k8s.io", Resource: "leases", Name: name,
+					Namespace: ns, Verb: verb, Group: group, Resource: resource, Name: name,
 				},
 			},
 		}, metav1.CreateOptions{})
 		if err != nil {
-			t.Fatalf("SubjectAccessReview of %s leases in %q: %v", verb, ns, err)
+			t.Fatalf("SubjectAccessReview of %s %s in %q: %v", verb, resource, ns, err)
 		}
 		return sar.Status.Allowed
 	}
+	allowed := func(verb, ns string) bool { return allowedOn(verb, ns, "coordination.k8s.io", "leases") }
 	for _, verb := range shardVerbs {
 		if !allowed(verb, namespace) {
 			t.Errorf("the ServiceAccount may not %s Leases in %s: the shard needs it", verb, namespace)
@@ -773,6 +783,19 @@ func checkShardAuthorization(t *testing.T, env *kube.Env) {
 	if allowed("watch", namespace) {
 		t.Error("the ServiceAccount may watch Leases: the shard does not")
 	}
+	for _, verb := range shardPartVerbs {
+		if !allowedOn(verb, namespace, "providerhealth.io", "providerhealthparts") {
+			t.Errorf("the ServiceAccount may not %s ProviderHealthParts in %s: the shard needs it", verb, namespace)
+		}
+		if allowedOn(verb, "default", "providerhealth.io", "providerhealthparts") {
+			t.Errorf("the ServiceAccount may %s ProviderHealthParts in namespace default: the shard's rights are its own namespace's only", verb)
+		}
+	}
+	for _, other := range []struct{ group, resource string }{{"", "configmaps"}, {"", "secrets"}, {"", "pods"}} {
+		if allowedOn("get", namespace, other.group, other.resource) {
+			t.Errorf("the ServiceAccount may get %s in %s: the shard's rights reach no other kind", other.resource, namespace)
+		}
+	}
 
 	// The shard's requests as the ServiceAccount (a token user of its name and groups).
 	env.AddUser(exporterServiceAccount, groups[:2]...)
@@ -780,7 +803,11 @@ func checkShardAuthorization(t *testing.T, env *kube.Env) {
 	member := func(ns, identity string) *membership.Membership {
 		t.Helper()
 		m, err := membership.New(membership.Options{Config: saConfig, Namespace: ns, Identity: identity, Instance: crdwriter.DefaultInstance,
-			LeaseDuration: 5 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond})
+			LeaseDuration: 5 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
+			Part: func() membership.Publication {
+				return membership.Publication{Data: []byte("verdicts of " + identity), Verdicts: 1, CheckedAt: time.Now(), Key: "k"}
+			},
+			OnParts: func([]membership.Part) {}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -804,9 +831,24 @@ func checkShardAuthorization(t *testing.T, env *kube.Env) {
 		l, err := leases.Get(ctx, "phe-a", metav1.GetOptions{})
 		return slices.Equal(a.Members(), []string{"phe-a", "phe-b"}) && err == nil && l.Spec.RenewTime.After(first.Spec.RenewTime.Time)
 	})
+	// Its part is written as the ServiceAccount, and read by the others through a watch.
+	doneB := make(chan struct{})
+	go func() { defer close(doneB); b.Run(runCtx) }()
+	testutil.Eventually(t, 30*time.Second, "phe-b to read phe-a's part", func() bool {
+		for _, p := range b.Parts() {
+			if p.Identity == "phe-a" && string(p.Data) == "verdicts of phe-a" {
+				return true
+			}
+		}
+		return false
+	})
 	stop()
 	<-done
+	<-doneB
 	// Leaving releases the Lease (update: its holder cleared), and the exit deletes it.
+	if err := a.Release(ctx); err != nil {
+		t.Errorf("phe-a releases its Lease as the ServiceAccount: %v", err)
+	}
 	if l, err := leases.Get(ctx, "phe-a", metav1.GetOptions{}); err != nil || l.Spec.HolderIdentity != nil {
 		t.Errorf("phe-a left the shard, its Lease: %v, err %v; want it released", l, err)
 	}

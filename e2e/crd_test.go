@@ -42,7 +42,7 @@ func (x *testExporter) leads() bool {
 func TestCRDWriterFencedAfterFreeze(t *testing.T) {
 	env := kube.Start(t)
 	gce := startGCE(t)
-	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	env.ApplyCRDFile(t, repoFile("deploy", "crd"))
 	const userA, userB = "replica-a", "replica-b"
 	env.AddUser(userA, "system:masters")
 	env.AddUser(userB, "system:masters")
@@ -130,7 +130,7 @@ func TestCRDWriterFencedAfterFreeze(t *testing.T) {
 // since-time, and the status page and the ProviderHealth object show the same one.
 func TestSinceAgreesOnPageAndObject(t *testing.T) {
 	env := kube.Start(t)
-	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	env.ApplyCRDFile(t, repoFile("deploy", "crd"))
 	gce := startGCE(t)
 	// The provider's one target is its project; the server's answers set its reason.
 	gce.server.SetFailure(http.StatusInternalServerError) // APIError
@@ -186,7 +186,7 @@ func TestSinceAgreesOnPageAndObject(t *testing.T) {
 func TestTwoInstancesKeepToTheirOwn(t *testing.T) {
 	env := kube.Start(t)
 	gce := startGCE(t)
-	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	env.ApplyCRDFile(t, repoFile("deploy", "crd"))
 	dyn := dynamic.NewForConfigOrDie(env.AdminConfig)
 	labels := func(name string) map[string]string {
 		u, err := dyn.Resource(phResource).Get(context.Background(), name, metav1.GetOptions{})

@@ -73,7 +73,7 @@ func TestDeploymentArgsAsServiceAccount(t *testing.T) {
 	run("apply", "-f", repoFile("deploy", "namespace.yaml"))
 	run("apply", "-k", repoFile("deploy", "rbac"))
 	run("apply", "-k", repoFile("deploy", "rbac", "shard"))
-	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	env.ApplyCRDFile(t, repoFile("deploy", "crd"))
 	env.AddUser(serviceAccount, "system:serviceaccounts", "system:serviceaccounts:"+namespace)
 	kubeconfig := env.KubeconfigFor(serviceAccount)
 	// Checked at the end, also after a failure above (before the API server stops): every

@@ -94,7 +94,7 @@ func TestEndToEndReplicas(t *testing.T) {
 	if err != nil {
 		testenv.Unavailable(t, "kubectl is not on PATH")
 	}
-	env := demo.Start(t, demo.Options{CRDFile: repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"), KVMHosts: 3})
+	env := demo.Start(t, demo.Options{CRDFile: repoFile("deploy", "crd"), KVMHosts: 3})
 	bin := binary(t)
 	args := []string{"--config.file=" + env.ProvidersFile, "--provider-check-interval=10s",
 		"--crd.enabled", "--crd.leader-elect", "--crd.kubeconfig=" + env.Kube.Kubeconfig, "--crd.lease-namespace=default"}

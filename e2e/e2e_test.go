@@ -29,7 +29,7 @@ func TestEndToEnd(t *testing.T) {
 		testenv.Unavailable(t, "kubectl is not on PATH")
 	}
 	env := kube.Start(t)
-	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	env.ApplyCRDFile(t, repoFile("deploy", "crd"))
 	gce := gcefake.Start(t)
 	gce.AddInstances(gcefake.DefaultProject, gcefake.DefaultZones[0], 3, map[string]string{"managed-by": "proxy-operator"})
 	fleet := kvmhost.Start(t, 2)
@@ -246,7 +246,7 @@ func TestChecksOffDeletesOursOnly(t *testing.T) {
 		testenv.Unavailable(t, "kubectl is not on PATH")
 	}
 	env := kube.Start(t)
-	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	env.ApplyCRDFile(t, repoFile("deploy", "crd"))
 	objects := `apiVersion: providerhealth.io/v1alpha1
 kind: ProviderHealth
 metadata:

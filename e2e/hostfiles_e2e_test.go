@@ -30,7 +30,7 @@ import (
 // next good file, which puts a host in maintenance by its label, applies at once.
 func TestHostFilesOnRealHosts(t *testing.T) {
 	env := kube.Start(t)
-	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	env.ApplyCRDFile(t, repoFile("deploy", "crd"))
 	fleet := kvmhost.Start(t, 3)
 	kvm := fleet.KVMConfig()
 	addr := func(i int) string { return kvm.Hosts[i].Address }

@@ -288,7 +288,7 @@ func names(rs []*replica) string {
 // replicas stopped with SIGTERM (their Leases deleted; the survivor takes over without waiting
 // for an expiry, and owns everything).
 func TestEndToEndShards(t *testing.T) {
-	env := demo.Start(t, demo.Options{CRDFile: repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"), KVMHosts: 6})
+	env := demo.Start(t, demo.Options{CRDFile: repoFile("deploy", "crd"), KVMHosts: 6})
 	bin := binary(t)
 	args := func(name string) []string {
 		return []string{"--config.file=" + env.ProvidersFile, "--provider-check-interval=" + shardInterval.String(),
@@ -654,7 +654,7 @@ func TestEndToEndShards(t *testing.T) {
 // left the host unreported for two more checks, and its outage with it.
 func TestEndToEndShardHandoverCarriesCounts(t *testing.T) {
 	env := kube.Start(t)
-	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	env.ApplyCRDFile(t, repoFile("deploy", "crd"))
 	fleet := kvmhost.Start(t, 1)
 	h := fleet.Hosts[0]
 	// The one kvm provider of kvmProviders, with failureThreshold 3.

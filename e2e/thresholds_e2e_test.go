@@ -124,7 +124,7 @@ func (s *scheduledChecker) snapshots() []*checks.Snapshot {
 // thresholded verdict.
 func TestThresholdsWithRealFaults(t *testing.T) {
 	env := kube.Start(t)
-	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	env.ApplyCRDFile(t, repoFile("deploy", "crd"))
 	fleet := kvmhost.Start(t, 2)
 	flaky, steady := fleet.Hosts[0], fleet.Hosts[1]
 	kc := fleet.KVMConfig()
@@ -398,7 +398,7 @@ func readyTransition(obj *unstructured.Unstructured) string {
 // which ranks the hung hosts last, checks it and it reads Ready.
 func TestNotStartedHasNoVerdict(t *testing.T) {
 	env := kube.Start(t)
-	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	env.ApplyCRDFile(t, repoFile("deploy", "crd"))
 	fleet := kvmhost.Start(t, 4)
 	hung1, hung2, hung3, healthy := fleet.Hosts[0], fleet.Hosts[1], fleet.Hosts[2], fleet.Hosts[3]
 	hung1.PauseSSHD()

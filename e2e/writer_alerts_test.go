@@ -81,7 +81,7 @@ func TestWriterAlertsOnRealStack(t *testing.T) {
 	if d := a.Annotations["description"]; !strings.Contains(d, "The ProviderHealth writer on "+addr+" has mirrored no round") {
 		t.Errorf("ProviderHealthCRDWriterLagging's description does not name the writing replica %s: %q", addr, d)
 	}
-	env.ApplyCRDFile(t, repoFile("deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	env.ApplyCRDFile(t, repoFile("deploy", "crd"))
 	testutil.Eventually(t, 2*time.Minute, "the writer to write its objects as the ServiceAccount, under the admission policy", func() bool {
 		out, err := exec.Command(kubectl, "--kubeconfig", env.Kubeconfig, "get", "ph", "alpha", "beta", "-o", "name").CombinedOutput()
 		return err == nil && strings.Contains(string(out), "/alpha\n") && strings.Contains(string(out), "/beta\n")

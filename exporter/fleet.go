@@ -3,6 +3,7 @@ package exporter
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/shard"
@@ -83,21 +84,17 @@ func (s *sharding) foldProvider(local *checks.ProviderState, targets []string) c
 			return *local
 		}
 		// The owner's part, else (a handover) the newest: the one checked last.
-		best, bestAt := (*partProviderView)(nil), int64(-1)
-		if mp := s.parts[owner]; owner != s.self && mp != nil && mp.live && mp.p != nil {
-			if v := mp.p.providers[local.Name]; v != nil && v.typ == local.Type && len(v.order) > 0 {
-				best, bestAt = v, 1<<62
-			}
+		var best *memberPart
+		bestAt := time.Time{}
+		if mp := s.parts[owner]; owner != s.self && mp != nil && mp.live && mp.p.reports(local.Name, local.Type) {
+			best, bestAt = mp, farFuture
 		}
 		for _, mp := range s.parts {
-			if mp.p == nil {
-				continue
-			}
-			if v := mp.p.providers[local.Name]; v != nil && v.typ == local.Type && len(v.order) > 0 && newest(v) > bestAt {
-				best, bestAt = v, newest(v)
+			if mp.p.reports(local.Name, local.Type) && mp.p.checkedAt.After(bestAt) {
+				best, bestAt = mp, mp.p.checkedAt
 			}
 		}
-		if len(local.Targets) > 0 && newestLocal(local) >= bestAt {
+		if len(local.Targets) > 0 && !newestLocal(local).Before(bestAt) {
 			return *local
 		}
 		if best == nil && owner == s.self {
@@ -113,8 +110,9 @@ func (s *sharding) foldProvider(local *checks.ProviderState, targets []string) c
 			}
 			return out
 		}
-		for _, t := range best.order {
-			out.Targets = append(out.Targets, best.targets[t].state())
+		v := best.p.providers[local.Name]
+		for _, t := range v.order {
+			out.Targets = append(out.Targets, v.targets[t].state(best.p.checkedAt))
 		}
 		return out
 	}
@@ -138,15 +136,15 @@ func (s *sharding) foldProvider(local *checks.ProviderState, targets []string) c
 			chosen = mine[t]
 		} else if mp := s.parts[owner]; mp != nil && mp.live {
 			if v := mp.p.verdict(local.Name, local.Type, t); v != nil {
-				st := v.state()
+				st := v.state(mp.p.checkedAt)
 				chosen = &st
 			}
 		}
 		if chosen == nil {
 			chosen = mine[t]
 			for _, mp := range s.parts {
-				if v := mp.p.verdict(local.Name, local.Type, t); v != nil && (chosen == nil || v.CheckedAt > chosen.CheckedAt.UnixMilli()) {
-					st := v.state()
+				if v := mp.p.verdict(local.Name, local.Type, t); v != nil && (chosen == nil || mp.p.checkedAt.After(chosen.CheckedAt)) {
+					st := v.state(mp.p.checkedAt)
 					chosen = &st
 				}
 			}
@@ -165,20 +163,22 @@ func (s *sharding) foldProvider(local *checks.ProviderState, targets []string) c
 	return out
 }
 
-// newest is the newest check time among v's verdicts, in Unix milliseconds.
-func newest(v *partProviderView) int64 {
-	n := int64(-1)
-	for _, t := range v.targets {
-		n = max(n, t.CheckedAt)
-	}
-	return n
+// farFuture ranks the owner's own part above any other during a handover.
+var farFuture = time.Unix(1<<40, 0)
+
+// reports says whether p has verdicts on provider, of type typ.
+func (p *part) reports(provider string, typ checks.ProviderType) bool {
+	v := p.providers[provider]
+	return v != nil && v.typ == typ && len(v.order) > 0
 }
 
-// newestLocal is the newest check time among p's verdicts, in Unix milliseconds.
-func newestLocal(p *checks.ProviderState) int64 {
-	n := int64(-1)
+// newestLocal is the newest check time among p's verdicts.
+func newestLocal(p *checks.ProviderState) time.Time {
+	var n time.Time
 	for i := range p.Targets {
-		n = max(n, p.Targets[i].CheckedAt.UnixMilli())
+		if at := p.Targets[i].CheckedAt; at.After(n) {
+			n = at
+		}
 	}
 	return n
 }

@@ -64,7 +64,7 @@ func TestFleetOfTheShardsIsTheUnshardedVerdicts(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(e.Close)
-		e.EnableSharding(m, members)
+		e.EnableSharding(m, members, nil)
 		runOneRound(t, e)
 		replicas[m] = e
 	}
@@ -76,7 +76,8 @@ func TestFleetOfTheShardsIsTheUnshardedVerdicts(t *testing.T) {
 		var parts []membership.Part
 		for other, o := range replicas {
 			if other != self {
-				parts = append(parts, membership.Part{Identity: other, Live: true, Value: o.ShardPart()})
+				pub := o.ShardPart()
+				parts = append(parts, membership.Part{Identity: other, Live: true, Data: pub.Data, CheckedAt: pub.CheckedAt})
 			}
 		}
 		e.SetParts(parts)
@@ -112,7 +113,7 @@ func TestHandoverEndsWhenTheNewOwnerReports(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	e.EnableSharding("phe-0", []string{"phe-0"})
+	e.EnableSharding("phe-0", []string{"phe-0"}, nil)
 	e.shard.runSoon = func() {}
 	two := []string{"phe-0", "phe-1"}
 	e.SetMembers(two)
@@ -130,8 +131,7 @@ func TestHandoverEndsWhenTheNewOwnerReports(t *testing.T) {
 	snap := &checks.Snapshot{Providers: []checks.ProviderState{{Name: "lab", Type: "kvm", Targets: []checks.TargetState{{
 		TargetResult: checks.TargetResult{Target: moved[0], Up: true, Reason: checks.ReasonReady, CheckedAt: now}, Since: now,
 	}}}}}
-	p, _ := encodePart(snap)
-	e.SetParts([]membership.Part{{Identity: "phe-1", Live: true, Value: p}})
+	e.SetParts([]membership.Part{{Identity: "phe-1", Live: true, Data: encodePart(snap, membership.MaxPart).data, CheckedAt: now}})
 	if e.shard.owns("lab/" + moved[0]) {
 		t.Errorf("phe-0 still reports %s after phe-1's part has it", moved[0])
 	}
@@ -142,8 +142,7 @@ func TestHandoverEndsWhenTheNewOwnerReports(t *testing.T) {
 	}
 	// A part of a replica that is no member (its Lease released) ends nothing.
 	snap.Providers[0].Targets[0].Target = moved[1]
-	p, _ = encodePart(snap)
-	e.SetParts([]membership.Part{{Identity: "phe-1", Live: false, Value: p}})
+	e.SetParts([]membership.Part{{Identity: "phe-1", Live: false, LastLive: now, Data: encodePart(snap, membership.MaxPart).data, CheckedAt: now}})
 	if !e.shard.owns("lab/" + moved[1]) {
 		t.Errorf("phe-0 stopped reporting %s on the part of a replica whose Lease is not live", moved[1])
 	}
@@ -157,21 +156,21 @@ func TestCarryTakesTheNewestRecentVerdict(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	e.EnableSharding("phe-0", []string{"phe-0"})
+	e.EnableSharding("phe-0", []string{"phe-0"}, nil)
 	now := time.Now()
-	part := func(checked time.Time, up bool, failures int) string {
+	part := func(identity string, live bool, checked time.Time, up bool, failures int) membership.Part {
 		reason := checks.ReasonReady
 		if !up {
-			reason = "SSHUnreachable"
+			reason = "SSHHandshakeFailed"
 		}
-		p, _ := encodePart(&checks.Snapshot{Providers: []checks.ProviderState{{Name: "lab", Type: "kvm", Targets: []checks.TargetState{{
+		enc := encodePart(&checks.Snapshot{Providers: []checks.ProviderState{{Name: "lab", Type: "kvm", Thresholds: checks.Thresholds{Failure: 9, Success: 9}, Targets: []checks.TargetState{{
 			TargetResult: checks.TargetResult{Target: "hv1", Up: up, Reason: reason, CheckedAt: checked}, Since: checked.Add(-time.Hour), ConsecutiveFailures: failures,
-		}}}}})
-		return p
+		}}}}}, membership.MaxPart)
+		return membership.Part{Identity: identity, Live: live, LastLive: now, Data: enc.data, CheckedAt: checked}
 	}
 	e.SetParts([]membership.Part{
-		{Identity: "phe-1", Value: part(now.Add(-30*time.Second), true, 2)},
-		{Identity: "phe-2", Live: true, Value: part(now.Add(-90*time.Second), false, 5)},
+		part("phe-1", false, now.Add(-30*time.Second), true, 2),
+		part("phe-2", true, now.Add(-90*time.Second), false, 5),
 	})
 	c, ok := e.shard.carry("lab", "hv1")
 	if !ok || !c.Up || c.ConsecutiveFailures != 2 || !c.Since.Equal(now.Add(-30*time.Second-time.Hour).Truncate(time.Millisecond)) {
@@ -180,83 +179,10 @@ func TestCarryTakesTheNewestRecentVerdict(t *testing.T) {
 	if _, ok := e.shard.carry("lab", "hv2"); ok {
 		t.Error("carried a verdict nobody published")
 	}
-	e.SetParts([]membership.Part{{Identity: "phe-1", Value: part(now.Add(-4*time.Minute), true, 2)}})
+	e.SetParts([]membership.Part{part("phe-1", false, now.Add(-4*time.Minute), true, 2)})
 	if c, ok := e.shard.carry("lab", "hv1"); ok {
 		t.Errorf("carried %+v, checked four intervals ago; want nothing (stale)", c)
 	}
-}
-
-// A part stays within membership.MaxPart whatever the fleet: messages go first, then the
-// verdicts that do not fit, counted; what it keeps reads back as it was.
-func TestShardPartBounded(t *testing.T) {
-	now := time.Now().Truncate(time.Millisecond)
-	snap := func(n int, message string) *checks.Snapshot {
-		p := checks.ProviderState{Name: "lab", Type: "kvm"}
-		for i := range n {
-			p.Targets = append(p.Targets, checks.TargetState{
-				TargetResult: checks.TargetResult{Target: fmt.Sprintf("hv-%05d.rack-%d.example.org", i, i%40), Up: i%7 != 0, Reason: checks.ReasonReady, Message: fmt.Sprintf("%s %d", message, i), CheckedAt: now.Add(time.Duration(i) * time.Millisecond)},
-				Since:        now.Add(-time.Duration(i) * time.Second), ConsecutiveFailures: i % 3, ConsecutiveSuccesses: i % 5,
-			})
-		}
-		return &checks.Snapshot{Providers: []checks.ProviderState{p}}
-	}
-	small := snap(50, "libvirt answered: 3 domains running")
-	s, left := encodePart(small)
-	if left != 0 {
-		t.Fatalf("50 verdicts: %d left out", left)
-	}
-	p, err := decodePart(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range small.Providers[0].Targets {
-		got := p.verdict("lab", "kvm", want.Target)
-		if got == nil {
-			t.Fatalf("%s missing from the part", want.Target)
-		}
-		st := got.state()
-		if st.Up != want.Up || st.Reason != want.Reason || st.Message != want.Message || !st.CheckedAt.Equal(want.CheckedAt) || !st.Since.Equal(want.Since) ||
-			st.ConsecutiveFailures != want.ConsecutiveFailures || st.ConsecutiveSuccesses != want.ConsecutiveSuccesses {
-			t.Fatalf("%s reads back as %+v, want %+v", want.Target, st, want)
-		}
-	}
-	if p.verdict("lab", "gcp", small.Providers[0].Targets[0].Target) != nil {
-		t.Error("a verdict read back under another provider type")
-	}
-
-	big := snap(40000, strings.Repeat("a message of some length that varies from target to target ", 4))
-	s, left = encodePart(big)
-	if len(s) > membership.MaxPart {
-		t.Fatalf("a part of %d bytes, above %d", len(s), membership.MaxPart)
-	}
-	p, err = decodePart(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kept := len(p.providers["lab"].order)
-	if left == 0 || kept+left != 40000 || kept == 0 {
-		t.Errorf("40,000 verdicts: %d kept, %d left out; want some of each, adding up", kept, left)
-	}
-	if m := p.verdict("lab", "kvm", big.Providers[0].Targets[0].Target).Message; m != "" {
-		t.Errorf("a part too large kept its messages (%q); they go first", m)
-	}
-}
-
-// No value read from a Lease makes decodePart panic or inflate past its bound.
-func FuzzDecodePart(f *testing.F) {
-	good, _ := encodePart(&checks.Snapshot{Providers: []checks.ProviderState{{Name: "lab", Type: "kvm", Targets: []checks.TargetState{{
-		TargetResult: checks.TargetResult{Target: "hv1", Up: true, Reason: checks.ReasonReady},
-	}}}}})
-	f.Add(good)
-	f.Add("")
-	f.Add("not base64!")
-	f.Add(encodeDoc(&partDoc{Version: 2}))
-	f.Fuzz(func(t *testing.T, s string) {
-		p, err := decodePart(s)
-		if err == nil && p == nil {
-			t.Fatal("no part and no error")
-		}
-	})
 }
 
 // A provider owned whole that has just come to this replica (no check of it here yet) shows
@@ -274,12 +200,12 @@ func TestFleetOfAProviderOwnedWholeDuringAHandover(t *testing.T) {
 			other = m
 		}
 	}
-	e.EnableSharding(self, []string{self, other})
+	e.EnableSharding(self, []string{self, other}, nil)
 	now := time.Now()
-	p, _ := encodePart(&checks.Snapshot{Providers: []checks.ProviderState{{Name: "cluster", Type: "kubernetes", Targets: []checks.TargetState{{
+	enc := encodePart(&checks.Snapshot{Providers: []checks.ProviderState{{Name: "cluster", Type: "kubernetes", Targets: []checks.TargetState{{
 		TargetResult: checks.TargetResult{Target: "cluster", Reason: "APIUnreachable", CheckedAt: now}, Since: now,
-	}}}}})
-	e.SetParts([]membership.Part{{Identity: other, Live: true, Value: p}})
+	}}}}}, membership.MaxPart)
+	e.SetParts([]membership.Part{{Identity: other, Live: true, Data: enc.data, CheckedAt: now}})
 	got, _ := verdictsOf(e.Fleet().Current())
 	if !slices.Contains(got, "cluster/cluster false APIUnreachable") {
 		t.Errorf("fleet %v: want the old owner's verdict on the provider this replica has not checked yet", got)

@@ -68,6 +68,9 @@ func (e *Exporter) notReady(now time.Time) string {
 	if !e.ChecksOn() {
 		return ""
 	}
+	if s := e.shard; s != nil && s.joined != nil && !s.joined() {
+		return "sharded, and the members of the shard could not be read yet: checking nothing until they are"
+	}
 	select {
 	case <-e.runner.FirstRound():
 	default:

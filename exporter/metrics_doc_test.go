@@ -109,7 +109,7 @@ func TestMetricsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Sharded (--shard.enabled), alone: every metric of sharding is served, and every target.
-	e.EnableSharding("self", []string{"self"})
+	e.EnableSharding("self", []string{"self"}, nil)
 	m, err := membership.New(membership.Options{Config: &rest.Config{Host: "https://127.0.0.1:1"}, Namespace: "default", Identity: "self", Instance: "main"})
 	if err != nil {
 		t.Fatal(err)

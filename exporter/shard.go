@@ -1,8 +1,9 @@
 package exporter
 
 import (
+	"crypto/sha256"
+	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -26,6 +27,8 @@ const staleIntervals = 3
 // sharding is a sharded replica's ownership (--shard.enabled): the members it sees, itself,
 // and the targets it hands over. It is the runner's checks.Ownership.
 type sharding struct {
+	// joined reports whether the replica has read the members once (nil: it has).
+	joined   func() bool
 	self     string
 	interval time.Duration
 	now      func() time.Time
@@ -52,8 +55,8 @@ type sharding struct {
 	// published caches this replica's part of the last snapshot it encoded.
 	pubMu       sync.Mutex
 	pubSnap     *checks.Snapshot
-	pubPart     string
-	pubLeft     int // verdicts left out of pubPart (logged when it turns above 0)
+	pubEnc      encodedPart
+	pubLeft     int // verdicts left out of pubEnc (logged when it turns above 0)
 	partBytes   prometheus.Gauge
 	unpublished prometheus.Gauge
 	// fleetSubs are the subscribers of the fleet's snapshots (Fleet), told when parts change.
@@ -61,19 +64,22 @@ type sharding struct {
 	fleetSubs map[chan struct{}]struct{}
 }
 
-// memberPart is another replica's part: its value as read, whether the replica is a member,
-// and the value decoded (nil when it could not be).
+// memberPart is another replica's part: a digest of its data as read, whether the replica is
+// a member, and the data decoded and checked.
 type memberPart struct {
-	raw  string
-	live bool
-	p    *part
+	digest [sha256.Size]byte
+	live   bool
+	p      *part
 }
 
 // EnableSharding makes the replica check and report only the targets it owns among members
-// (checks/shard), from the next round on; self must be among members. It registers the shard's
-// metrics. Call it once, before the runner starts; SetMembers follows the members' changes.
-func (e *Exporter) EnableSharding(self string, members []string) {
+// (checks/shard), from the next round on: none while members is empty (it has not read them
+// yet), and then it is not ready either while joined (when set) says it has not joined. It
+// registers the shard's metrics. Call it once, before the runner starts; SetMembers follows
+// the members' changes.
+func (e *Exporter) EnableSharding(self string, members []string, joined func() bool) {
 	s := &sharding{
+		joined:   joined,
 		self:     self,
 		interval: e.interval,
 		now:      time.Now,
@@ -96,72 +102,106 @@ func (e *Exporter) EnableSharding(self string, members []string) {
 		parts:   map[string]*memberPart{},
 		partBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: checks.MetricNamespace, Subsystem: "shard", Name: "part_bytes",
-			Help: "Size of the part this replica last published in its shard Lease (its verdicts, compressed): at most " + strconv.Itoa(membership.MaxPart) + ".",
+			Help: "Size of this replica's part (its verdicts, compressed), as it last encoded it for its ProviderHealthPart: at most proxy_operator_shard_part_max_bytes.",
 		}),
 		unpublished: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: checks.MetricNamespace, Subsystem: "shard", Name: "unpublished_targets",
-			Help: "Verdicts this replica reports but had to leave out of its part (its shard Lease's annotation is full): the ProviderHealth objects show them as not reported.",
+			Help: "Verdicts this replica reports but had to leave out of its part (it would exceed proxy_operator_shard_part_max_bytes): the ProviderHealth objects show them as not reported.",
 		}),
 		fleetSubs: map[chan struct{}]struct{}{},
 	}
 	s.handovers.WithLabelValues("in")
 	s.handovers.WithLabelValues("out")
 	e.shard = s
-	e.registry.MustRegister(s.handovers, s, s.partBytes, s.unpublished)
+	partMax := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: checks.MetricNamespace, Subsystem: "shard", Name: "part_max_bytes",
+		Help: "The most a replica's part may hold (its ProviderHealthPart's data, compressed); past it, messages and then verdicts are left out.",
+	}, func() float64 { return membership.MaxPart })
+	e.registry.MustRegister(s.handovers, s, s.partBytes, s.unpublished, partMax)
 	e.runner.SetOwnership(s.owns)
 	e.runner.SetCarrier(s.carry)
 }
 
-// ShardPart is this replica's part, to publish in its shard Lease (membership.Options.Part):
-// the verdicts of its current snapshot, encoded once per snapshot; "" before EnableSharding.
-func (e *Exporter) ShardPart() string {
+// ShardPart is this replica's part, to publish in its ProviderHealthPart
+// (membership.Options.Part): the verdicts of its current snapshot, encoded once per snapshot;
+// nothing before EnableSharding or the first round.
+func (e *Exporter) ShardPart() membership.Publication {
 	s := e.shard
 	if s == nil {
-		// Not sharded yet (the first renewal, before EnableSharding): no verdict yet either.
-		return ""
+		return membership.Publication{}
 	}
 	snap := s.current()
+	if snap.Round == 0 {
+		return membership.Publication{}
+	}
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
-	if snap == s.pubSnap {
-		return s.pubPart
+	if snap != s.pubSnap {
+		enc := encodePart(snap, membership.MaxPart)
+		if enc.left > 0 && s.pubLeft == 0 {
+			s.logger.Warn("this replica's part cannot hold every verdict it reports: some are left out, and the ProviderHealth objects show them as not reported; run more replicas",
+				"left_out", enc.left, "max_bytes", membership.MaxPart)
+		}
+		s.pubSnap, s.pubEnc, s.pubLeft = snap, enc, enc.left
+		s.partBytes.Set(float64(len(enc.data)))
+		s.unpublished.Set(float64(enc.left))
 	}
-	part, left := encodePart(snap)
-	if left > 0 && s.pubLeft == 0 {
-		s.logger.Warn("the shard Lease cannot hold every verdict this replica reports: some are left out of its part, and the ProviderHealth objects show them as not reported; run more replicas",
-			"left_out", left, "max_bytes", membership.MaxPart)
+	return membership.Publication{
+		Data: s.pubEnc.data, Verdicts: s.pubEnc.verdicts, Key: s.pubEnc.key,
+		CheckedAt: snap.RoundStarted.Add(snap.RoundDuration),
 	}
-	s.pubSnap, s.pubPart, s.pubLeft = snap, part, left
-	s.partBytes.Set(float64(len(part)))
-	s.unpublished.Set(float64(left))
-	return part
 }
 
-// SetParts is called with the other replicas' parts after each read of the Leases
-// (membership.Options.OnParts). A target this replica hands over stops being reported here as
-// soon as its new owner's part has it; the fleet's subscribers are told.
+// SetParts is called with the other replicas' parts whenever one of them or the members
+// changed (membership.Options.OnParts). Only the parts of live members count, and those of
+// members seen live within the carry window (staleIntervals intervals): a part of a Lease never
+// seen live, or of none, never does. Each is checked against this replica's configuration
+// (partReader). A target this replica hands over stops being reported here as soon as its new
+// owner's part has it; the fleet's subscribers are told.
 func (e *Exporter) SetParts(parts []membership.Part) {
 	s := e.shard
+	now := s.now()
+	r := e.partReader(now)
 	s.mu.Lock()
 	old := s.parts
 	s.mu.Unlock()
 	next := make(map[string]*memberPart, len(parts))
 	for _, mp := range parts {
-		if o := old[mp.Identity]; o != nil && o.raw == mp.Value {
-			next[mp.Identity] = &memberPart{raw: o.raw, live: mp.Live, p: o.p}
+		if !mp.Live && (mp.LastLive.IsZero() || now.Sub(mp.LastLive) > staleIntervals*s.interval) {
 			continue
 		}
-		p, err := decodePart(mp.Value)
+		checkedAt := mp.CheckedAt
+		if mp.RoundAt.After(checkedAt) {
+			checkedAt = mp.RoundAt
+		}
+		if checkedAt.After(now.Add(maxPartSkew)) {
+			// A clock far ahead, or a lie: not newer than anything checked here.
+			checkedAt = time.Time{}
+		}
+		digest := sha256.Sum256(mp.Data)
+		if o := old[mp.Identity]; o != nil && o.digest == digest && o.p != nil {
+			p := *o.p
+			p.checkedAt = checkedAt
+			next[mp.Identity] = &memberPart{digest: digest, live: mp.Live, p: &p}
+			continue
+		}
+		p, err := r.decodePart(mp.Data)
 		if err != nil {
 			s.logger.Warn("cannot read a shard member's part; its verdicts are not folded into the ProviderHealth objects", "member", mp.Identity, "err", err)
+			continue
 		}
-		next[mp.Identity] = &memberPart{raw: mp.Value, live: mp.Live, p: p}
+		if p.rejected > 0 {
+			s.logger.Warn("a shard member's part holds verdicts this replica does not take (unknown provider, target or reason, a count below 0, a time in the future)",
+				"member", mp.Identity, "rejected", p.rejected)
+		}
+		p.checkedAt = checkedAt
+		next[mp.Identity] = &memberPart{digest: digest, live: mp.Live, p: p}
 	}
 	s.mu.Lock()
 	s.parts = next
 	for k := range s.leaving {
 		owner := shard.Owner(s.members, k)
-		if mp := next[owner]; owner != s.self && mp != nil && mp.live && mp.p != nil && mp.p.keys[k] {
+		if mp := next[owner]; owner != s.self && mp != nil && mp.live && mp.p.keys[k] {
 			delete(s.leaving, k)
 		}
 	}
@@ -169,28 +209,53 @@ func (e *Exporter) SetParts(parts []membership.Part) {
 	s.notifyFleet()
 }
 
+// partReader is what this replica checks the others' parts against: its configured providers
+// and targets, and their reasons.
+func (e *Exporter) partReader(now time.Time) *partReader {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := &partReader{providers: make(map[string]configuredProvider, len(e.entries)), now: now}
+	for name, en := range e.entries {
+		typ := en.checker.Type()
+		cp := configuredProvider{typ: typ, reasons: map[checks.Reason]bool{}}
+		for _, reason := range checks.Reasons(typ) {
+			cp.reasons[reason] = true
+		}
+		targets := en.checker.Targets()
+		if checks.PerTarget(typ) {
+			cp.targets = make(map[string]bool, len(targets))
+			for _, t := range targets {
+				cp.targets[t] = true
+			}
+			r.maxVerdicts += len(targets)
+		} else {
+			r.maxVerdicts += maxWholeTargets
+		}
+		r.providers[name] = cp
+	}
+	return r
+}
+
 // carry is the runner's checks.Carrier: the newest verdict another replica published on the
 // target, if it is not older than staleIntervals intervals.
 func (s *sharding) carry(provider, target string) (checks.Carried, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var best *partTarget
+	var best *partLine
+	var bestAt time.Time
 	for _, mp := range s.parts {
-		if mp.p == nil {
-			continue
-		}
 		v := mp.p.providers[provider]
 		if v == nil {
 			continue
 		}
-		if t := v.targets[target]; t != nil && (best == nil || t.CheckedAt > best.CheckedAt) {
-			best = t
+		if t := v.targets[target]; t != nil && (best == nil || mp.p.checkedAt.After(bestAt)) {
+			best, bestAt = t, mp.p.checkedAt
 		}
 	}
-	if best == nil || s.now().Sub(time.UnixMilli(best.CheckedAt)) > staleIntervals*s.interval {
+	if best == nil || s.now().Sub(bestAt) > staleIntervals*s.interval {
 		return checks.Carried{}, false
 	}
-	return best.carried(), true
+	return best.carried(bestAt), true
 }
 
 // notifyFleet tells the fleet's subscribers that it may have changed.
@@ -295,4 +360,25 @@ func (s *sharding) Collect(ch chan<- prometheus.Metric) {
 	for name, n := range s.targets() {
 		ch <- prometheus.MustNewConstMetric(s.configured, prometheus.GaugeValue, float64(n), name)
 	}
+}
+
+// ShardWorking is the membership's Options.Working: an error when this replica's rounds are
+// wedged, its last round having started longer ago than two intervals plus the timeout (the
+// limit of readiness), so that it releases its Lease and its share moves to the others.
+func (e *Exporter) ShardWorking() error {
+	if !e.ChecksOn() {
+		return nil
+	}
+	ns := e.roundStarted.Load()
+	if ns == 0 {
+		// No round has started yet: the replica is starting.
+		return nil
+	}
+	now := time.Now()
+	started := time.Unix(0, ns)
+	if late := now.Sub(started); late > e.stalledAfter() {
+		return fmt.Errorf("no round of checks has started for %s (the last started at %s; one starts every %s)",
+			late.Round(time.Second), started.UTC().Format(time.RFC3339), e.interval)
+	}
+	return nil
 }

@@ -61,7 +61,7 @@ func TestShardedReplicaReportsWhatItOwns(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	e.EnableSharding("phe-0", members)
+	e.EnableSharding("phe-0", members, nil)
 	runOneRound(t, e)
 
 	snap := e.runner.Current()
@@ -119,7 +119,7 @@ func TestShardHandover(t *testing.T) {
 	}
 	t.Cleanup(e.Close)
 	now := time.Unix(1_800_000_000, 0)
-	e.EnableSharding("phe-0", []string{"phe-0"})
+	e.EnableSharding("phe-0", []string{"phe-0"}, nil)
 	e.shard.now = func() time.Time { return now }
 	soon := 0
 	e.shard.runSoon = func() { soon++ }

@@ -1,13 +1,18 @@
 package exporter
 
 import (
+	"bufio"
 	"bytes"
+	"cmp"
 	"compress/gzip"
-	"encoding/base64"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"sort"
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
@@ -15,103 +20,140 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/membership"
 )
 
-// A sharded replica's part is what it publishes in its shard Lease (membership.PartAnnotation):
-// the verdicts of the targets it reports, with their consecutive counts. The writer's leader
-// folds the members' parts into whole ProviderHealth objects (fleet.go), an old owner stops
-// reporting a target once its new owner's part has it, and a new owner goes on from the
-// counts the old one published (checks.Carried).
+// A sharded replica's part is what it publishes in its ProviderHealthPart object
+// (membership): the verdicts of the targets it reports, with their consecutive counts. The
+// writer's leader folds the members' parts into whole ProviderHealth objects (fleet.go), an old
+// owner stops reporting a target once its new owner's part has it, and a new owner goes on
+// from the counts the old one published (checks.Carried).
 //
-// Encoded as gzip-compressed JSON in base64, at most membership.MaxPart bytes: messages are
-// clipped to maxPartMessage bytes, left out when the part would be larger, and the targets
-// beyond what fits are left out last (counted in proxy_operator_shard_unpublished_targets).
+// Encoded as gzip-compressed JSON lines: a header line (partHeader: the version first, then
+// the number of verdicts), then one line per verdict (partLine). A part carries no per-target
+// time: its verdicts were checked in the round its object names (membership.Part's CheckedAt,
+// RoundAt). Counts are capped at the provider's thresholds (beyond them they change no
+// decision), so that a steady fleet's part does not change from round to round and is not
+// rewritten. Messages are clipped to maxPartMessage bytes; a part larger than
+// membership.MaxPart loses messages, longest first, then verdicts (counted in
+// proxy_operator_shard_unpublished_targets).
 const (
-	partVersion    = 1
+	partVersion    = 2
 	maxPartMessage = 256
-	// maxPartJSON bounds a part once decompressed: far above any part MaxPart can carry, so
-	// that a hostile annotation cannot make a replica inflate more.
-	maxPartJSON = 16 << 20
+	// maxPartJSON bounds the bytes a part may inflate to (a CPU bound: decoding streams, so
+	// memory stays bounded by the verdicts kept, never by this).
+	maxPartJSON = 32 << 20
+	// maxPartLine bounds one line of a part: a verdict with two names at the longest and its
+	// message.
+	maxPartLine = 4 << 10
+	// maxPartSkew is how far in the future a time a part carries may be, for clocks that
+	// disagree; a verdict beyond it is dropped.
+	maxPartSkew = time.Minute
+	// maxPartCount bounds a carried count, whatever the thresholds.
+	maxPartCount = 1 << 20
 )
 
-type partDoc struct {
-	Version   int            `json:"v"`
-	Providers []partProvider `json:"p"`
+type partHeader struct {
+	Version  int `json:"v"`
+	Verdicts int `json:"n"`
 }
 
-type partProvider struct {
-	Name    string              `json:"n"`
-	Type    checks.ProviderType `json:"y"`
-	Targets []partTarget        `json:"t"`
+// partLine is one verdict; Since in Unix milliseconds.
+type partLine struct {
+	Provider  string              `json:"p"`
+	Type      checks.ProviderType `json:"y"`
+	Target    string              `json:"t"`
+	Up        bool                `json:"u,omitempty"`
+	Reason    checks.Reason       `json:"r"`
+	Message   string              `json:"m,omitempty"`
+	Since     int64               `json:"s"`
+	Failures  int                 `json:"f,omitempty"`
+	Successes int                 `json:"k,omitempty"`
 }
 
-// partTarget is one verdict; times in Unix milliseconds.
-type partTarget struct {
-	Target    string        `json:"t"`
-	Up        bool          `json:"u,omitempty"`
-	Reason    checks.Reason `json:"r"`
-	Message   string        `json:"m,omitempty"`
-	Since     int64         `json:"s"`
-	CheckedAt int64         `json:"c"`
-	Failures  int           `json:"f,omitempty"`
-	Successes int           `json:"k,omitempty"`
+// encodedPart is this replica's part of one snapshot.
+type encodedPart struct {
+	data []byte
+	// key is a digest of the verdicts without their messages: what must go out at once.
+	key      string
+	verdicts int
+	// left counts the verdicts left out to stay within membership.MaxPart.
+	left int
 }
 
-// encodePart returns snap's verdicts as a part, and how many verdicts it had to leave out to
-// stay within membership.MaxPart.
-func encodePart(snap *checks.Snapshot) (string, int) {
-	doc := partDoc{Version: partVersion}
-	total := 0
+// encodePart returns snap's verdicts as a part of at most max bytes.
+func encodePart(snap *checks.Snapshot, max int) encodedPart {
+	var lines []partLine
 	for _, p := range snap.Providers {
-		pp := partProvider{Name: p.Name, Type: p.Type, Targets: make([]partTarget, 0, len(p.Targets))}
+		th := p.Thresholds
 		for i := range p.Targets {
 			t := &p.Targets[i]
-			pp.Targets = append(pp.Targets, partTarget{
-				Target: t.Target, Up: t.Up, Reason: t.Reason, Message: checks.Clip(t.Message, maxPartMessage),
-				Since: t.Since.UnixMilli(), CheckedAt: t.CheckedAt.UnixMilli(),
-				Failures: t.ConsecutiveFailures, Successes: t.ConsecutiveSuccesses,
+			lines = append(lines, partLine{
+				Provider: p.Name, Type: p.Type, Target: t.Target, Up: t.Up, Reason: t.Reason,
+				Message:   checks.Clip(t.Message, maxPartMessage),
+				Since:     t.Since.UnixMilli(),
+				Failures:  min(t.ConsecutiveFailures, max1(th.Failure)),
+				Successes: min(t.ConsecutiveSuccesses, max1(th.Success)),
 			})
 		}
-		total += len(pp.Targets)
-		doc.Providers = append(doc.Providers, pp)
 	}
-	s := encodeDoc(&doc)
-	if len(s) <= membership.MaxPart {
-		return s, 0
+	key := partKey(lines)
+	data := encodeLines(lines)
+	if len(data) <= max {
+		return encodedPart{data: data, key: key, verdicts: len(lines)}
 	}
-	for i := range doc.Providers {
-		for j := range doc.Providers[i].Targets {
-			doc.Providers[i].Targets[j].Message = ""
+	// Too large: messages go, longest first, as few as will do (a binary search over how
+	// many), then verdicts, last first, likewise.
+	byLength := make([]int, 0, len(lines))
+	for i := range lines {
+		if lines[i].Message != "" {
+			byLength = append(byLength, i)
 		}
 	}
-	// Without messages; then fewer targets, halving what is left out until it fits.
-	keep := total
-	for {
-		s = encodeDoc(limitTargets(&doc, keep))
-		if len(s) <= membership.MaxPart || keep == 0 {
-			return s, total - keep
+	slices.SortStableFunc(byLength, func(a, b int) int { return cmp.Compare(len(lines[b].Message), len(lines[a].Message)) })
+	withoutMessages := func(k int) []partLine {
+		out := slices.Clone(lines)
+		for _, i := range byLength[:k] {
+			out[i].Message = ""
 		}
-		keep = keep * 3 / 4
+		return out
 	}
+	if all := withoutMessages(len(byLength)); len(encodeLines(all)) > max {
+		// Even without messages it does not fit: as many verdicts as fit, without messages.
+		keep := sort.Search(len(all)+1, func(n int) bool { return len(encodeLines(all[:n])) > max }) - 1
+		keep = max0(keep)
+		return encodedPart{data: encodeLines(all[:keep]), key: partKey(all[:keep]), verdicts: keep, left: len(all) - keep}
+	}
+	k := sort.Search(len(byLength)+1, func(k int) bool { return len(encodeLines(withoutMessages(k))) <= max })
+	trimmed := withoutMessages(k)
+	return encodedPart{data: encodeLines(trimmed), key: key, verdicts: len(trimmed)}
 }
 
-// limitTargets returns doc with its first n targets only.
-func limitTargets(doc *partDoc, n int) *partDoc {
-	out := &partDoc{Version: doc.Version}
-	for _, p := range doc.Providers {
-		k := min(n, len(p.Targets))
-		n -= k
-		out.Providers = append(out.Providers, partProvider{Name: p.Name, Type: p.Type, Targets: p.Targets[:k]})
-	}
-	return out
-}
+func max0(n int) int { return max(n, 0) }
 
-func encodeDoc(doc *partDoc) string {
+func max1(n int) int { return max(n, 1) }
+
+// encodeLines is the part of lines: its header, then one line each, compressed.
+func encodeLines(lines []partLine) []byte {
 	var b bytes.Buffer
 	zw := gzip.NewWriter(&b)
-	// Encoding a struct of strings, numbers and booleans cannot fail, nor can writing to a
+	enc := json.NewEncoder(zw)
+	// Encoding structs of strings, numbers and booleans cannot fail, nor can writing to a
 	// bytes.Buffer.
-	_ = json.NewEncoder(zw).Encode(doc)
+	_ = enc.Encode(partHeader{Version: partVersion, Verdicts: len(lines)})
+	for i := range lines {
+		_ = enc.Encode(&lines[i])
+	}
 	_ = zw.Close()
-	return base64.StdEncoding.EncodeToString(b.Bytes())
+	return b.Bytes()
+}
+
+// partKey digests lines without their messages.
+func partKey(lines []partLine) string {
+	h := sha256.New()
+	enc := json.NewEncoder(h)
+	for _, l := range lines {
+		l.Message = ""
+		_ = enc.Encode(&l)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // part is a decoded part: each provider's verdicts by target, and the ownership keys it
@@ -119,72 +161,132 @@ func encodeDoc(doc *partDoc) string {
 type part struct {
 	providers map[string]*partProviderView
 	keys      map[string]bool
+	// checkedAt is when its verdicts were checked: the end of the round that wrote or last
+	// confirmed it.
+	checkedAt time.Time
+	// rejected counts the verdicts dropped by the checks of decodePart.
+	rejected int
 }
 
 type partProviderView struct {
 	typ     checks.ProviderType
 	order   []string
-	targets map[string]*partTarget
+	targets map[string]*partLine
 }
 
-// decodePart decodes a part read from a Lease; an empty value is an empty part.
-func decodePart(s string) (*part, error) {
+// partReader is what a replica knows to check a part against: its own configuration.
+type partReader struct {
+	// providers are the configured providers: their type and, for a PerTarget type, their
+	// targets (the only ones a part may report); a provider owned whole may report any targets,
+	// at most maxWholeTargets.
+	providers map[string]configuredProvider
+	// maxVerdicts bounds the verdicts kept from one part.
+	maxVerdicts int
+	now         time.Time
+}
+
+type configuredProvider struct {
+	typ     checks.ProviderType
+	targets map[string]bool
+	reasons map[checks.Reason]bool
+}
+
+// maxWholeTargets bounds the targets a part may report for a provider owned whole (a
+// vSphere provider discovers its hosts).
+const maxWholeTargets = 10_000
+
+// errPartVersion is a part of a version this replica does not read.
+var errPartVersion = errors.New("unknown part version")
+
+// decodePart reads data, a part, streaming: the version first, then each verdict, kept only
+// when it is about a configured provider and target, of a reason of the type's catalogue,
+// with counts at least 0 and capped, and a Since not in the future beyond maxPartSkew;
+// messages are sanitized like local ones. Memory is bounded by the verdicts kept (at most
+// r.maxVerdicts), whatever data inflates to.
+func (r *partReader) decodePart(data []byte) (*part, error) {
 	p := &part{providers: map[string]*partProviderView{}, keys: map[string]bool{}}
-	if s == "" {
+	if len(data) == 0 {
 		return p, nil
 	}
-	if len(s) > membership.MaxPart {
-		return nil, fmt.Errorf("%d bytes, more than %d", len(s), membership.MaxPart)
+	if len(data) > membership.MaxPart {
+		return nil, fmt.Errorf("%d bytes, more than %d", len(data), membership.MaxPart)
 	}
-	raw, err := base64.StdEncoding.DecodeString(s)
-	if err != nil {
-		return nil, fmt.Errorf("not base64: %w", err)
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	zr, err := gzip.NewReader(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("not gzip: %w", err)
 	}
-	js, err := io.ReadAll(io.LimitReader(zr, maxPartJSON+1))
+	br := bufio.NewReaderSize(io.LimitReader(zr, maxPartJSON), maxPartLine)
+	line, err := readLine(br)
 	if err != nil {
+		return nil, fmt.Errorf("no header: %w", err)
+	}
+	var h partHeader
+	if err := json.Unmarshal(line, &h); err != nil {
+		return nil, fmt.Errorf("no header: %w", err)
+	}
+	if h.Version != partVersion {
+		return nil, fmt.Errorf("%w %d, this replica reads version %d", errPartVersion, h.Version, partVersion)
+	}
+	kept := 0
+	deadline := r.now.Add(maxPartSkew).UnixMilli()
+	for {
+		line, err := readLine(br)
+		if errors.Is(err, io.EOF) {
+			return p, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var l partLine
+		if json.Unmarshal(line, &l) != nil {
+			p.rejected++
+			continue
+		}
+		cp, ok := r.providers[l.Provider]
+		perTarget := checks.PerTarget(l.Type)
+		if !ok || cp.typ != l.Type || !cp.reasons[l.Reason] || (l.Reason == checks.ReasonReady) != l.Up ||
+			perTarget && !cp.targets[l.Target] || l.Target == "" ||
+			l.Failures < 0 || l.Successes < 0 || l.Since < 0 || l.Since > deadline {
+			p.rejected++
+			continue
+		}
+		v := p.providers[l.Provider]
+		if v == nil {
+			v = &partProviderView{typ: l.Type, targets: map[string]*partLine{}}
+			p.providers[l.Provider] = v
+		}
+		if v.targets[l.Target] != nil || !perTarget && len(v.order) >= maxWholeTargets {
+			p.rejected++
+			continue
+		}
+		if kept >= r.maxVerdicts {
+			return nil, fmt.Errorf("more than %d verdicts", r.maxVerdicts)
+		}
+		kept++
+		l.Failures, l.Successes = min(l.Failures, maxPartCount), min(l.Successes, maxPartCount)
+		l.Message = checks.Sanitize(checks.Clip(l.Message, maxPartMessage))
+		v.targets[l.Target] = &l
+		v.order = append(v.order, l.Target)
+		p.keys[shard.Key(l.Provider, l.Target, perTarget)] = true
+	}
+}
+
+// readLine reads one line of at most maxPartLine bytes, without its newline; io.EOF at the end.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	switch {
+	case errors.Is(err, bufio.ErrBufferFull):
+		return nil, fmt.Errorf("a line longer than %d bytes", maxPartLine)
+	case errors.Is(err, io.EOF) && len(line) == 0:
+		return nil, io.EOF
+	case err != nil && !errors.Is(err, io.EOF):
 		return nil, fmt.Errorf("not gzip: %w", err)
 	}
-	if len(js) > maxPartJSON {
-		return nil, fmt.Errorf("more than %d bytes once decompressed", maxPartJSON)
-	}
-	var doc partDoc
-	if err := json.Unmarshal(js, &doc); err != nil {
-		return nil, fmt.Errorf("not a part: %w", err)
-	}
-	if doc.Version != partVersion {
-		return nil, fmt.Errorf("version %d, this replica reads version %d", doc.Version, partVersion)
-	}
-	for _, pp := range doc.Providers {
-		if pp.Name == "" || p.providers[pp.Name] != nil {
-			return nil, errors.New("a provider without a name, or listed twice")
-		}
-		v := &partProviderView{typ: pp.Type, targets: make(map[string]*partTarget, len(pp.Targets))}
-		perTarget := checks.PerTarget(pp.Type)
-		for i := range pp.Targets {
-			t := &pp.Targets[i]
-			if v.targets[t.Target] != nil {
-				continue
-			}
-			v.targets[t.Target] = t
-			v.order = append(v.order, t.Target)
-			if perTarget {
-				p.keys[shard.Key(pp.Name, t.Target, true)] = true
-			}
-		}
-		if !perTarget && len(v.order) > 0 {
-			p.keys[shard.Key(pp.Name, "", false)] = true
-		}
-		p.providers[pp.Name] = v
-	}
-	return p, nil
+	return bytes.TrimSuffix(line, []byte("\n")), nil
 }
 
 // verdict returns the part's verdict on provider's target (of type typ), if it has one.
-func (p *part) verdict(provider string, typ checks.ProviderType, target string) *partTarget {
+func (p *part) verdict(provider string, typ checks.ProviderType, target string) *partLine {
 	if p == nil {
 		return nil
 	}
@@ -194,24 +296,25 @@ func (p *part) verdict(provider string, typ checks.ProviderType, target string) 
 	return nil
 }
 
-// state is t as the snapshot's TargetState (what the ProviderHealth writer reads).
-func (t *partTarget) state() checks.TargetState {
+// state is l as the snapshot's TargetState (what the ProviderHealth writer reads), checked at
+// checkedAt.
+func (l *partLine) state(checkedAt time.Time) checks.TargetState {
 	return checks.TargetState{
 		TargetResult: checks.TargetResult{
-			Target: t.Target, Up: t.Up, Reason: t.Reason, Message: t.Message, CheckedAt: time.UnixMilli(t.CheckedAt),
+			Target: l.Target, Up: l.Up, Reason: l.Reason, Message: l.Message, CheckedAt: checkedAt,
 		},
-		Since:                time.UnixMilli(t.Since),
-		CheckReason:          t.Reason,
-		ConsecutiveFailures:  t.Failures,
-		ConsecutiveSuccesses: t.Successes,
+		Since:                time.UnixMilli(l.Since),
+		CheckReason:          l.Reason,
+		ConsecutiveFailures:  l.Failures,
+		ConsecutiveSuccesses: l.Successes,
 	}
 }
 
-// carried is t as the runner's checks.Carried.
-func (t *partTarget) carried() checks.Carried {
+// carried is l as the runner's checks.Carried.
+func (l *partLine) carried(checkedAt time.Time) checks.Carried {
 	return checks.Carried{
-		Up: t.Up, Reason: t.Reason, Message: t.Message,
-		Since: time.UnixMilli(t.Since), CheckedAt: time.UnixMilli(t.CheckedAt),
-		ConsecutiveFailures: t.Failures, ConsecutiveSuccesses: t.Successes,
+		Up: l.Up, Reason: l.Reason, Message: l.Message,
+		Since: time.UnixMilli(l.Since), CheckedAt: checkedAt,
+		ConsecutiveFailures: l.Failures, ConsecutiveSuccesses: l.Successes,
 	}
 }

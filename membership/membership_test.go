@@ -2,18 +2,25 @@ package membership_test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 	"github.com/provider-health-exporter/provider-health-exporter/membership"
 )
 
@@ -24,24 +31,82 @@ const (
 	retryPeriod   = 250 * time.Millisecond
 )
 
-type member struct {
-	m    *membership.Membership
-	stop context.CancelFunc
-	done chan struct{}
+// clock is a member's clock: the real one, off by an offset the test may move.
+type clock struct {
+	mu  sync.Mutex
+	off time.Duration
 }
 
-func start(t *testing.T, cfg *rest.Config, instance, identity string) *member {
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.off)
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.off += d
+}
+
+type member struct {
+	m     *membership.Membership
+	clock *clock
+	stop  context.CancelFunc
+	done  chan struct{}
+	// pub is what the member publishes; working what Working answers.
+	mu      sync.Mutex
+	pub     membership.Publication
+	working error
+}
+
+func (mb *member) setPub(p membership.Publication) {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	mb.pub = p
+}
+
+func (mb *member) setWorking(err error) {
+	mb.mu.Lock()
+	defer mb.mu.Unlock()
+	mb.working = err
+}
+
+type memberOpts struct {
+	offset                                    time.Duration
+	leaseDuration, renewDeadline, retryPeriod time.Duration
+}
+
+func start(t *testing.T, cfg *rest.Config, instance, identity string, o ...memberOpts) *member {
 	t.Helper()
+	opts := memberOpts{leaseDuration: leaseDuration, renewDeadline: renewDeadline, retryPeriod: retryPeriod}
+	if len(o) > 0 {
+		opts = o[0]
+	}
+	mb := &member{clock: &clock{off: opts.offset}, done: make(chan struct{})}
+	mb.pub = membership.Publication{Data: []byte("part of " + identity), Verdicts: 1, CheckedAt: time.Now(), Key: "k1"}
 	m, err := membership.New(membership.Options{
 		Config: cfg, Namespace: "default", Identity: identity, Instance: instance,
-		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod,
-		Part: func() string { return "part of " + identity },
+		LeaseDuration: opts.leaseDuration, RenewDeadline: opts.renewDeadline, RetryPeriod: opts.retryPeriod,
+		Now: mb.clock.now,
+		Part: func() membership.Publication {
+			mb.mu.Lock()
+			defer mb.mu.Unlock()
+			return mb.pub
+		},
+		OnParts: func([]membership.Part) {},
+		Working: func() error {
+			mb.mu.Lock()
+			defer mb.mu.Unlock()
+			return mb.working
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	mb.m = m
 	ctx, cancel := context.WithCancel(context.Background())
-	mb := &member{m: m, stop: cancel, done: make(chan struct{})}
+	mb.stop = cancel
 	go func() {
 		defer close(mb.done)
 		m.Run(ctx)
@@ -55,36 +120,41 @@ func start(t *testing.T, cfg *rest.Config, instance, identity string) *member {
 
 func waitMembers(t *testing.T, m *membership.Membership, want ...string) {
 	t.Helper()
-	testutil.Eventually(t, 30*time.Second, m.Identity()+" to see the members "+joinNames(want), func() bool {
+	itestutil.Eventually(t, 30*time.Second, fmt.Sprintf("%s to see the members %v", m.Identity(), want), func() bool {
 		return slices.Equal(m.Members(), want)
 	})
 }
 
-func joinNames(s []string) string {
-	out := ""
-	for i, n := range s {
-		if i > 0 {
-			out += ","
+func partOf(parts []membership.Part, identity string) *membership.Part {
+	for i := range parts {
+		if parts[i].Identity == identity {
+			return &parts[i]
 		}
-		out += n
 	}
-	return out
+	return nil
 }
 
-// A replica that never reached the API server sees itself alone: it owns everything.
-func TestLoneReplicaWithoutAPIServer(t *testing.T) {
+func startKube(t *testing.T) (*kube.Env, *kubernetes.Clientset) {
+	env := kube.Start(t)
+	env.ApplyCRDFile(t, filepath.Join("..", "deploy", "crd", "providerhealth.io_providerhealthparts.yaml"))
+	return env, kubernetes.NewForConfigOrDie(env.AdminConfig)
+}
+
+// A replica that never reached the API server has not joined: it sees no member, not even
+// itself, so that it owns nothing rather than everything.
+func TestReplicaWithoutAPIServerOwnsNothing(t *testing.T) {
 	m, err := membership.New(membership.Options{Config: &rest.Config{Host: "http://127.0.0.1:1"}, Namespace: "default", Identity: "phe-0", Instance: "main",
 		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Join(context.Background()); err == nil || !slices.Equal(m.Members(), []string{"phe-0"}) {
-		t.Errorf("Join without an API server: %v, members %v; want an error and [phe-0]", err, m.Members())
+	if err := m.Join(context.Background()); err == nil || len(m.Members()) != 0 || m.Joined() {
+		t.Errorf("Join without an API server: %v, members %v, joined %v; want an error, none, not joined", err, m.Members(), m.Joined())
 	}
 	mb := start(t, &rest.Config{Host: "http://127.0.0.1:1"}, "main", "phe-0")
-	testutil.Eventually(t, 30*time.Second, "a failed step", func() bool { return mb.m.FailedSteps() >= 2 })
-	if got := mb.m.Members(); !slices.Equal(got, []string{"phe-0"}) {
-		t.Errorf("members without an API server: %v, want [phe-0]", got)
+	itestutil.Eventually(t, 30*time.Second, "a failed step", func() bool { return mb.m.FailedSteps() >= 2 })
+	if got := mb.m.Members(); len(got) != 0 || mb.m.Joined() {
+		t.Errorf("members without an API server: %v (joined %v), want none", got, mb.m.Joined())
 	}
 }
 
@@ -99,12 +169,13 @@ func TestNewRejectsBadTiming(t *testing.T) {
 	}
 }
 
-// On a real API server: the members are the live Leases of the instance; a member killed
-// without releasing leaves when its Lease expires; one that stops releases its Lease; while
-// the API server is down, the members last seen are kept.
+// On a real API server: the members are the Leases of the instance seen renewed; a member
+// killed without releasing leaves a lease duration after its last renewal was seen; one that
+// releases leaves at once, its part kept; a Lease never seen live (a forgery, with a renewal
+// time in the year 3000) never counts, nor does its part; while the API server is down, the
+// members last seen are kept.
 func TestMembersFromLeases(t *testing.T) {
-	env := kube.Start(t)
-	admin := kubernetes.NewForConfigOrDie(env.AdminConfig)
+	env, admin := startKube(t)
 	leases := admin.CoordinationV1().Leases("default")
 
 	a := start(t, env.AdminConfig, "main", "phe-a")
@@ -115,71 +186,79 @@ func TestMembersFromLeases(t *testing.T) {
 	waitMembers(t, b.m, "phe-a", "phe-b")
 
 	// A member killed with SIGKILL: its Lease, renewed once, is never renewed again.
+	labels := map[string]string{membership.InstanceLabel: "main", membership.ShardLabel: "member"}
 	now := metav1.NewMicroTime(time.Now())
 	holder, dur := "phe-killed", int32(leaseDuration/time.Second)
 	if _, err := leases.Create(context.Background(), &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: "phe-killed", Labels: map[string]string{membership.InstanceLabel: "main", membership.ShardLabel: "member"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "phe-killed", Labels: labels},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &dur, RenewTime: &now},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitMembers(t, a.m, "phe-a", "phe-b", "phe-killed")
 	waitMembers(t, a.m, "phe-a", "phe-b")
-	l, err := leases.Get(context.Background(), "phe-a", metav1.GetOptions{})
+
+	// A forged Lease: no holder, renewed "in the year 3000", with a part. Never a member, and
+	// its part is not among the parts.
+	future := metav1.NewMicroTime(time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC))
+	empty := ""
+	if _, err := leases.Create(context.Background(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "phe-forged", Labels: labels},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &empty, LeaseDurationSeconds: &dur, RenewTime: &future},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	forger := start(t, env.AdminConfig, "main", "phe-forged")
+	itestutil.Eventually(t, 10*time.Second, "phe-a to read phe-b's part", func() bool {
+		p := partOf(a.m.Parts(), "phe-b")
+		return p != nil && p.Live && string(p.Data) == "part of phe-b" && p.RoundAt.Equal(b.pub.CheckedAt.Truncate(time.Millisecond))
+	})
+	forger.stop()
+	<-forger.done
+	_ = forger.m.Release(context.Background())
+	// The forger's Lease is rewritten with no holder and a renewal in the future: not live.
+	l, err := leases.Get(context.Background(), "phe-forged", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "phe-a" || !membership.Live(l, time.Now()) {
-		t.Errorf("phe-a's Lease is not held and live: %+v", l.Spec)
+	l.Spec.HolderIdentity, l.Spec.RenewTime = &empty, &future
+	if _, err := leases.Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
+	c := start(t, env.AdminConfig, "main", "phe-c")
+	waitMembers(t, c.m, "phe-a", "phe-b", "phe-c")
+	time.Sleep(2 * leaseDuration)
+	if got := c.m.Members(); !slices.Equal(got, []string{"phe-a", "phe-b", "phe-c"}) {
+		t.Errorf("members with a forged Lease: %v", got)
+	}
+	if p := partOf(c.m.Parts(), "phe-forged"); p != nil && (p.Live || !p.LastLive.IsZero()) {
+		t.Errorf("the forged Lease's part counts: %+v", p)
+	}
+	c.stop()
+	<-c.done
+	_ = c.m.Release(context.Background())
+	c.m.Delete(context.Background())
 
-	// Each member reads the others' parts with the members.
-	testutil.Eventually(t, 10*time.Second, "phe-a to read phe-b's part", func() bool {
-		return slices.Contains(a.m.Parts(), membership.Part{Identity: "phe-b", Live: true, Value: "part of phe-b"})
-	})
-
-	// b stops: once Run returned its Lease has no holder (a sees it leave) and keeps its part
-	// for the handover; Delete deletes it.
+	// b stops and releases: its Lease has no holder (a sees it leave at once) and its part
+	// stays readable for the handover; Delete deletes both.
 	b.stop()
 	<-b.done
+	if err := b.m.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	l, err = leases.Get(context.Background(), "phe-b", metav1.GetOptions{})
-	if err != nil || l.Spec.HolderIdentity != nil || l.Annotations[membership.PartAnnotation] != "part of phe-b" {
-		t.Errorf("phe-b's Lease after its stop: %v, err %v; want no holder and its part kept", l, err)
+	if err != nil || l.Spec.HolderIdentity != nil {
+		t.Errorf("phe-b's Lease after its release: %v, err %v; want no holder", l, err)
 	}
 	waitMembers(t, a.m, "phe-a")
-	testutil.Eventually(t, 10*time.Second, "phe-a to keep reading phe-b's part, not live", func() bool {
-		return slices.Contains(a.m.Parts(), membership.Part{Identity: "phe-b", Live: false, Value: "part of phe-b"})
-	})
+	if p := partOf(a.m.Parts(), "phe-b"); p == nil || p.Live || p.LastLive.IsZero() || string(p.Data) != "part of phe-b" {
+		t.Errorf("phe-b's part after its release: %+v; want it kept, not live, seen live before", p)
+	}
 	b.m.Delete(context.Background())
 	if _, err := leases.Get(context.Background(), "phe-b", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("phe-b's Lease after Delete: err %v, want NotFound", err)
 	}
 
-	// A Lease left expired for longer than GCAfter (a killed pod's) is deleted by a member; one
-	// expired more recently is kept, its part readable.
-	for name, age := range map[string]time.Duration{"phe-long-dead": membership.GCAfter + time.Minute, "phe-just-dead": time.Minute} {
-		renewed := metav1.NewMicroTime(time.Now().Add(-age))
-		if _, err := leases.Create(context.Background(), &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{membership.InstanceLabel: "main", membership.ShardLabel: "member"},
-				Annotations: map[string]string{membership.PartAnnotation: "part of " + name}},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &dur, RenewTime: &renewed},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testutil.Eventually(t, 10*time.Second, "the Lease expired longer than GCAfter to be deleted", func() bool {
-		_, err := leases.Get(context.Background(), "phe-long-dead", metav1.GetOptions{})
-		return apierrors.IsNotFound(err)
-	})
-	if _, err := leases.Get(context.Background(), "phe-just-dead", metav1.GetOptions{}); err != nil {
-		t.Errorf("a Lease expired a minute ago: %v, want it kept", err)
-	}
-	if !slices.Contains(a.m.Parts(), membership.Part{Identity: "phe-just-dead", Value: "part of phe-just-dead"}) {
-		t.Errorf("parts %v: want phe-just-dead's, not live", a.m.Parts())
-	}
-	if err := leases.Delete(context.Background(), "phe-just-dead", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	// A replica that joins sees the members before its first round (Join), not itself alone.
 	joiner, err := membership.New(membership.Options{
 		Config: env.AdminConfig, Namespace: "default", Identity: "phe-b", Instance: "main",
@@ -188,28 +267,36 @@ func TestMembersFromLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := joiner.Members(); !slices.Equal(got, []string{"phe-b"}) {
-		t.Errorf("before Join: %v, want [phe-b]", got)
-	}
 	if err := joiner.Join(context.Background()); err != nil {
 		t.Fatalf("Join: %v", err)
 	}
 	if got := joiner.Members(); !slices.Equal(got, []string{"phe-a", "phe-b"}) {
 		t.Errorf("after Join: %v, want [phe-a phe-b]", got)
 	}
-	if _, err := leases.Get(context.Background(), "phe-b", metav1.GetOptions{}); err != nil {
-		t.Errorf("phe-b's Lease after Join: %v, want it created", err)
-	}
 	b2 := start(t, env.AdminConfig, "main", "phe-b")
 	waitMembers(t, a.m, "phe-a", "phe-b")
 	waitMembers(t, b2.m, "phe-a", "phe-b")
+
+	// Leases seen unchanged for GCAfter on a member's own clock are deleted by it; live ones
+	// are not, however far its clock moves.
+	a.clock.add(membership.GCAfter + time.Minute)
+	itestutil.Eventually(t, 10*time.Second, "the Leases left unrenewed to be deleted", func() bool {
+		_, err1 := leases.Get(context.Background(), "phe-killed", metav1.GetOptions{})
+		_, err2 := leases.Get(context.Background(), "phe-forged", metav1.GetOptions{})
+		return apierrors.IsNotFound(err1) && apierrors.IsNotFound(err2)
+	})
+	for _, name := range []string{"phe-a", "phe-b"} {
+		if _, err := leases.Get(context.Background(), name, metav1.GetOptions{}); err != nil {
+			t.Errorf("%s's Lease after a member's clock jumped: %v, want it kept", name, err)
+		}
+	}
 
 	// The API server goes away for longer than a Lease lives: the members stay.
 	if err := env.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	steps := int(2*leaseDuration/retryPeriod) + 1
-	testutil.Eventually(t, time.Minute, "steps failing for two lease durations", func() bool { return a.m.FailedSteps() >= steps })
+	itestutil.Eventually(t, time.Minute, "steps failing for two lease durations", func() bool { return a.m.FailedSteps() >= steps })
 	if got := a.m.Members(); !slices.Equal(got, []string{"phe-a", "phe-b"}) {
 		t.Errorf("members after an outage longer than the lease: %v, want [phe-a phe-b] (kept)", got)
 	}
@@ -217,5 +304,225 @@ func TestMembersFromLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMembers(t, a.m, "phe-a", "phe-b")
-	testutil.Eventually(t, 30*time.Second, "the steps to succeed again", func() bool { return a.m.FailedSteps() == 0 })
+	itestutil.Eventually(t, 30*time.Second, "the steps to succeed again", func() bool { return a.m.FailedSteps() == 0 })
+}
+
+// A member's part is written when its key changes, not at every step: unchanged, or changed
+// in its messages alone, it is written again only after PartRefresh. The Lease names the part
+// each round confirmed, and carries nothing else.
+func TestPartWrittenOnlyWhenItChanges(t *testing.T) {
+	env, admin := startKube(t)
+	a := start(t, env.AdminConfig, "main", "phe-a")
+	b := start(t, env.AdminConfig, "main", "phe-b")
+	waitMembers(t, a.m, "phe-a", "phe-b")
+	writes := func() float64 {
+		for _, c := range a.m.Collectors() {
+			if d := c; testutil.CollectAndCount(d, "proxy_operator_shard_part_writes_total") == 1 {
+				return testutil.ToFloat64(d)
+			}
+		}
+		t.Fatal("no proxy_operator_shard_part_writes_total")
+		return 0
+	}
+	itestutil.Eventually(t, 10*time.Second, "a first write", func() bool { return writes() == 1 })
+	time.Sleep(20 * retryPeriod)
+	if got := writes(); got != 1 {
+		t.Errorf("%v writes of an unchanged part over 20 steps, want 1", got)
+	}
+	// New messages, same verdicts (key): not written before PartRefresh.
+	checked := time.Now()
+	a.setPub(membership.Publication{Data: []byte("part of phe-a, new messages"), Verdicts: 1, CheckedAt: checked, Key: "k1"})
+	time.Sleep(8 * retryPeriod)
+	if got := writes(); got != 1 {
+		t.Errorf("%v writes after a change of messages alone, want 1", got)
+	}
+	// b reads the round a's Lease confirms, with the part it has.
+	itestutil.Eventually(t, 10*time.Second, "phe-b to see phe-a's new round", func() bool {
+		p := partOf(b.m.Parts(), "phe-a")
+		return p != nil && string(p.Data) == "part of phe-a" && p.RoundAt.Equal(checked.Truncate(time.Millisecond))
+	})
+	a.clock.add(membership.PartRefresh)
+	itestutil.Eventually(t, 10*time.Second, "the messages written after PartRefresh", func() bool { return writes() == 2 })
+	// A new key is written at the next step.
+	a.setPub(membership.Publication{Data: []byte("part of phe-a, a flip"), Verdicts: 1, CheckedAt: time.Now(), Key: "k2"})
+	itestutil.Eventually(t, 10*time.Second, "a changed key written", func() bool { return writes() == 3 })
+	itestutil.Eventually(t, 10*time.Second, "phe-b to read the new part", func() bool {
+		p := partOf(b.m.Parts(), "phe-a")
+		return p != nil && string(p.Data) == "part of phe-a, a flip"
+	})
+	l, err := admin.CoordinationV1().Leases("default").Get(context.Background(), "phe-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range l.Annotations {
+		if k != membership.RoundAnnotation || len(v) > 41 {
+			t.Errorf("phe-a's Lease carries %s=%q; want the round annotation alone, short", k, v)
+		}
+	}
+}
+
+// A member whose rounds are wedged releases its Lease (the others stop counting it, it counts
+// itself out too) and says so in a metric; once they work again it takes its Lease back.
+func TestWedgedMemberReleasesItsLease(t *testing.T) {
+	env, _ := startKube(t)
+	a := start(t, env.AdminConfig, "main", "phe-a")
+	b := start(t, env.AdminConfig, "main", "phe-b")
+	waitMembers(t, a.m, "phe-a", "phe-b")
+	b.setWorking(fmt.Errorf("no round of checks has started for 2m31s"))
+	waitMembers(t, a.m, "phe-a")
+	waitMembers(t, b.m, "phe-a")
+	var wedged float64
+	for _, c := range b.m.Collectors() {
+		if testutil.CollectAndCount(c, "proxy_operator_shard_wedged") == 1 {
+			wedged = testutil.ToFloat64(c)
+		}
+	}
+	if wedged != 1 {
+		t.Errorf("proxy_operator_shard_wedged %v while wedged, want 1", wedged)
+	}
+	b.setWorking(nil)
+	waitMembers(t, a.m, "phe-a", "phe-b")
+	waitMembers(t, b.m, "phe-a", "phe-b")
+}
+
+// Members judge each other by the renewals they see on their own clocks, so clocks that
+// disagree by minutes change nothing: members 20 s ahead, 6 min ahead and 60 s behind see the
+// same members throughout, and no live Lease is deleted.
+func TestClockSkewChangesNothing(t *testing.T) {
+	env, admin := startKube(t)
+	offsets := map[string]time.Duration{"phe-a": 0, "phe-b": 20 * time.Second, "phe-c": 6 * time.Minute, "phe-d": -time.Minute}
+	var all []string
+	ms := map[string]*member{}
+	for name, off := range offsets {
+		ms[name] = start(t, env.AdminConfig, "main", name, memberOpts{offset: off, leaseDuration: leaseDuration, renewDeadline: renewDeadline, retryPeriod: retryPeriod})
+		all = append(all, name)
+	}
+	slices.Sort(all)
+	for _, mb := range ms {
+		waitMembers(t, mb.m, all...)
+	}
+	changes := func(mb *member) float64 {
+		for _, c := range mb.m.Collectors() {
+			if testutil.CollectAndCount(c, "proxy_operator_shard_membership_changes_total") == 1 {
+				return testutil.ToFloat64(c)
+			}
+		}
+		return -1
+	}
+	before := map[string]float64{}
+	uids := map[string]types.UID{}
+	for name, mb := range ms {
+		before[name] = changes(mb)
+		l, err := admin.CoordinationV1().Leases("default").Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uids[name] = l.UID
+	}
+	// Ten lease durations, thousands of reads between them.
+	deadline := time.Now().Add(10 * leaseDuration)
+	for time.Now().Before(deadline) {
+		for name, mb := range ms {
+			if got := mb.m.Members(); !slices.Equal(got, all) {
+				t.Fatalf("%s (clock off by %s) sees %v, want %v", name, offsets[name], got, all)
+			}
+		}
+		time.Sleep(retryPeriod / 2)
+	}
+	for name, mb := range ms {
+		if got := changes(mb); got != before[name] {
+			t.Errorf("%s (clock off by %s): %v membership changes, want none", name, offsets[name], got-before[name])
+		}
+		l, err := admin.CoordinationV1().Leases("default").Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil || l.UID != uids[name] {
+			t.Errorf("%s's Lease was deleted: %v", name, err)
+		}
+	}
+}
+
+// A slow API server (6 s of latency on every answer, within the default renew deadline of
+// 10 s) makes no member flap: with the default timing, members behind the slow link are seen
+// renewing within the lease duration throughout.
+func TestSlowAPIServerChangesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a minute of real time")
+	}
+	env, _ := startKube(t)
+	slow := rest.CopyConfig(env.AdminConfig)
+	slow.Host = "https://" + delayRelay(t, env.URL[len("https://"):], 6*time.Second)
+	def := memberOpts{leaseDuration: membership.DefaultLeaseDuration, renewDeadline: membership.DefaultRenewDeadline, retryPeriod: membership.DefaultRetryPeriod}
+	a := start(t, env.AdminConfig, "main", "phe-a", def)
+	b := start(t, slow, "main", "phe-b", def)
+	c := start(t, slow, "main", "phe-c", def)
+	all := []string{"phe-a", "phe-b", "phe-c"}
+	for _, mb := range []*member{a, b, c} {
+		itestutil.Eventually(t, 2*time.Minute, mb.m.Identity()+" to see every member", func() bool { return slices.Equal(mb.m.Members(), all) })
+	}
+	deadline := time.Now().Add(4 * membership.DefaultLeaseDuration)
+	for time.Now().Before(deadline) {
+		for _, mb := range []*member{a, b, c} {
+			if got := mb.m.Members(); !slices.Equal(got, all) {
+				t.Fatalf("%s sees %v, want %v", mb.m.Identity(), got, all)
+			}
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// delayRelay relays TCP connections to target, delivering what the server sends delay after
+// it sent it (a link with that much latency one way), once a connection is a second old (its
+// TLS handshake done).
+func delayRelay(t *testing.T, target string, delay time.Duration) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			opened := time.Now()
+			go func() { _, _ = io.Copy(s, c); s.Close() }()
+			type chunk struct {
+				at   time.Time
+				data []byte
+			}
+			q := make(chan chunk, 1024)
+			go func() {
+				defer close(q)
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := s.Read(buf)
+					if n > 0 {
+						at := time.Now()
+						if at.Sub(opened) > time.Second {
+							at = at.Add(delay)
+						}
+						q <- chunk{at, append([]byte(nil), buf[:n]...)}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+			go func() {
+				defer c.Close()
+				for ch := range q {
+					time.Sleep(time.Until(ch.at))
+					if _, err := c.Write(ch.data); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }

@@ -59,6 +59,7 @@ func TestGeneratedFilesUpToDate(t *testing.T) {
 	}
 	for _, f := range []struct{ generated, committed string }{
 		{filepath.Join(tmp, "crd", "providerhealth.io_providerhealths.yaml"), filepath.Join(root, "deploy", "crd", "providerhealth.io_providerhealths.yaml")},
+		{filepath.Join(tmp, "crd", "providerhealth.io_providerhealthparts.yaml"), filepath.Join(root, "deploy", "crd", "providerhealth.io_providerhealthparts.yaml")},
 		{filepath.Join(tmp, "obj", "zz_generated.deepcopy.go"), filepath.Join(root, "crdwriter", "v1alpha1", "zz_generated.deepcopy.go")},
 	} {
 		want, err := os.ReadFile(f.generated)
@@ -74,14 +75,18 @@ func TestGeneratedFilesUpToDate(t *testing.T) {
 				f.committed, strings.Join(controllerGen(), " "))
 		}
 	}
-	// Only the CRD file may live in deploy/crd/, so `kubectl apply -f deploy/crd/` applies
+	// Only the CRD files may live in deploy/crd/, so `kubectl apply -f deploy/crd/` applies
 	// exactly what the types describe.
-	entries, err := os.ReadDir(filepath.Join(tmp, "crd"))
+	generated, err := os.ReadDir(filepath.Join(tmp, "crd"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 1 {
-		t.Errorf("controller-gen wrote %d CRD files, want 1", len(entries))
+	committed, err := os.ReadDir(filepath.Join(root, "deploy", "crd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(generated) != 2 || len(committed) != len(generated) {
+		t.Errorf("controller-gen wrote %d CRD files, deploy/crd/ holds %d; want 2 of each", len(generated), len(committed))
 	}
 }
 
@@ -165,5 +170,31 @@ func TestCRDAgreesWithGoConstants(t *testing.T) {
 	want := []string{"READY", "REASON", "TARGETS", "AGE", "TYPE(wide)", "MESSAGE(wide)", "SINCE(wide)"}
 	if !slices.Equal(columns, want) {
 		t.Errorf("printer columns = %v, want %v", columns, want)
+	}
+}
+
+// TestPartCRDAgreesWithGoConstants checks the ProviderHealthPart CRD: its names, namespaced
+// scope, and spec.data's bound equal to MaxPartData once in base64.
+func TestPartCRDAgreesWithGoConstants(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(moduleRoot(t), "deploy", "crd", "providerhealth.io_providerhealthparts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict(raw, &crd); err != nil {
+		t.Fatalf("decode CRD: %v", err)
+	}
+	kind := reflect.TypeFor[v1alpha1.ProviderHealthPart]().Name()
+	if crd.Spec.Group != v1alpha1.GroupName || crd.Spec.Names.Plural != v1alpha1.PartResource || crd.Spec.Names.Kind != kind ||
+		crd.Spec.Scope != apiextensionsv1.NamespaceScoped {
+		t.Errorf("CRD names = %s %+v %s, want group %s, kind %s, plural %s, namespaced",
+			crd.Spec.Group, crd.Spec.Names, crd.Spec.Scope, v1alpha1.GroupName, kind, v1alpha1.PartResource)
+	}
+	if len(crd.Spec.Versions) != 1 {
+		t.Fatalf("CRD versions = %+v, want one", crd.Spec.Versions)
+	}
+	data := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["data"]
+	if want := int64((v1alpha1.MaxPartData + 2) / 3 * 4); data.MaxLength == nil || *data.MaxLength != want {
+		t.Errorf("spec.data maxLength = %v, want %d (MaxPartData in base64)", data.MaxLength, want)
 	}
 }

@@ -29,7 +29,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(SchemeGroupVersion, &ProviderHealth{}, &ProviderHealthList{})
+	s.AddKnownTypes(SchemeGroupVersion, &ProviderHealth{}, &ProviderHealthList{}, &ProviderHealthPart{}, &ProviderHealthPartList{})
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
 }

@@ -36,7 +36,7 @@ const GCEInstances = 3
 
 // Options configure Start.
 type Options struct {
-	// CRDFile is the ProviderHealth CRD manifest to install (deploy/crd/...yaml in the repository).
+	// CRDFile is the CRD manifest to install, or a directory of them (deploy/crd/ in the repository: ProviderHealth and ProviderHealthPart).
 	CRDFile string
 	// KVMHosts is how many KVM hosts to start; 0 means 3.
 	KVMHosts int

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -19,14 +20,24 @@ import (
 	"k8s.io/client-go/metadata"
 )
 
-// ApplyCRDFile applies the CustomResourceDefinitions in the YAML file at path (see ApplyCRD).
+// ApplyCRDFile applies the CustomResourceDefinitions in the YAML file at path, or in every
+// .yaml file of the directory at path (deploy/crd/: ProviderHealth and ProviderHealthPart);
+// see ApplyCRD.
 func (e *Env) ApplyCRDFile(t testing.TB, path string) []*apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("kube: read CRD manifest: %v", err)
+	files := []string{path}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		files, _ = filepath.Glob(filepath.Join(path, "*.yaml"))
 	}
-	return e.ApplyCRD(t, b)
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatalf("kube: read CRD manifest: %v", err)
+		}
+		crds = append(crds, e.ApplyCRD(t, b)...)
+	}
+	return crds
 }
 
 // ApplyCRD creates (or updates) every CustomResourceDefinition in manifest (YAML or JSON, one or

@@ -101,7 +101,7 @@ func preflight(o options) error {
 }
 
 func (o options) crdFile() string {
-	return filepath.Join(o.repo, "deploy", "crd", "providerhealth.io_providerhealths.yaml")
+	return filepath.Join(o.repo, "deploy", "crd")
 }
 
 func launch(o options, stdout, stderr io.Writer) (err error) {
