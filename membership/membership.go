@@ -161,8 +161,8 @@ type observed struct {
 	// that found it not live (one alone never collects it).
 	lastLive  time.Time
 	deadLists int
-	round    string
-	uid      string
+	round     string
+	uid       string
 }
 
 // fetched is another replica's part object as last fetched.
@@ -180,16 +180,16 @@ type Membership struct {
 	logger *slog.Logger
 	now    func() time.Time
 
-	mu       sync.Mutex
-	members  []string
-	joined   bool
-	leases   map[string]*observed
-	fetched  map[string]*fetched
-	failing  bool // the last step failed (logged once per outage)
+	mu      sync.Mutex
+	members []string
+	joined  bool
+	leases  map[string]*observed
+	fetched map[string]*fetched
+	failing bool // the last step failed (logged once per outage)
 	// failedSteps counts the steps that could not renew or list, in a row.
 	failedSteps int
-	wedged   string
-	released bool // this replica's Lease was released because its rounds are wedged
+	wedged      string
+	released    bool // this replica's Lease was released because its rounds are wedged
 
 	// lease is this replica's Lease as it last wrote it (Join's, then Run's goroutine only).
 	lease *coordinationv1.Lease
