@@ -74,6 +74,11 @@
     // replica that is killed leaves its targets unreported until its Lease expires and the new
     // owners' next round.
     shardTargetsUnreportedFor: '5m',
+    // ProviderHealthShardPartNearlyFull: a replica's part (its verdicts, compressed) above
+    // shardPartFullRatio of its bound for shardPartFullFor: past the bound, messages and then
+    // verdicts are left out of the ProviderHealth objects and of a handover's carried counts.
+    shardPartFullRatio: 0.75,
+    shardPartFullFor: '15m',
 
     // The ProviderHealth writer (--crd.enabled): its alerts read the proxy_operator_crd_writer_*
     // metrics, which exist only where the writer is on, so they never fire without it.
@@ -170,6 +175,7 @@
       exporterReplicaDown: 'warning',
       shardMembershipDisagrees: 'warning',
       shardTargetsUnreported: 'warning',
+      shardPartNearlyFull: 'warning',
       crdWriteErrors: 'warning',
       crdWriterLagging: 'warning',
       crdWriterNoLeader: 'warning',

@@ -343,6 +343,23 @@ local promql = import '../lib/promql.libsonnet';
             + '{{ range $i, $r := query (printf `' + 'proxy_operator_shard_owned_targets{' + matchers(['provider']) + '}` ' + args(['provider'])
             + ') | sortByLabel "instance" }}{{ if $i }}, {{ end }}{{ $r.Labels.instance }} reports {{ $r.Value }}{{ end }}.',
           ),
+          // A replica's part nearly at its bound (1 MiB compressed): past it, messages and then
+          // verdicts are left out of what the others read. Per replica (the one that holds too
+          // many verdicts), the largest ratio named.
+          alert(
+            'ProviderHealthShardPartNearlyFull',
+            'shardPartNearlyFull',
+            'max %(by)s (%(bytes)s / %(max)s) > %(ratio)s' % {
+              by: by([]),
+              bytes: sel('proxy_operator_shard_part_bytes'),
+              max: sel('proxy_operator_shard_part_max_bytes'),
+              ratio: std.format('%g', c.shardPartFullRatio),
+            },
+            c.shardPartFullFor,
+            "A sharded replica's part is nearly at its bound.",
+            'The largest part of a replica of the sharded exporter holds {{ $value | humanizePercentage }} of its bound (proxy_operator_shard_part_max_bytes) for more than '
+            + c.shardPartFullFor + ': past the bound its messages, then verdicts, are left out of the ProviderHealth objects and of the counts a new owner carries. Run more replicas.',
+          ),
           // The ProviderHealth writer. Its metrics exist only where --crd.enabled is on; with
           // leader election only the leader writes, so the writing replica is the one whose
           // proxy_operator_crd_writer_leader is 1.

@@ -1,0 +1,139 @@
+package e2e
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+)
+
+// freezer relays TCP connections to an address until frozen: then every connection stays open
+// and nothing moves either way, as with an API server that stops answering (hung, or behind a
+// black-holed route).
+type freezer struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	frozen bool
+}
+
+func newFreezer(t *testing.T, target string) *freezer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &freezer{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go f.pipe(s, c)
+			go f.pipe(c, s)
+		}
+	}()
+	return f
+}
+
+// pipe copies from src to dst, a chunk at a time, holding every chunk once frozen.
+func (f *freezer) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		for f.isFrozen() {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (f *freezer) freeze() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.frozen = true
+}
+
+func (f *freezer) isFrozen() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.frozen
+}
+
+// TestSIGTERMWithAFrozenAPIServer: a sharded replica that also writes the ProviderHealth objects
+// exits within 10 s of SIGTERM, with status 0, when the API server stops answering just before:
+// its shard's release and delete and the writer's release are each bounded by the exit's own
+// deadline, not by their renew deadlines.
+func TestSIGTERMWithAFrozenAPIServer(t *testing.T) {
+	env := kube.Start(t)
+	env.ApplyCRDFile(t, repoFile("deploy", "crd"))
+	relay := newFreezer(t, strings.TrimPrefix(env.URL, "https://"))
+	raw, err := os.ReadFile(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	testutil.ReplaceFile(t, kubeconfig, strings.ReplaceAll(string(raw), env.URL, "https://"+relay.ln.Addr().String()))
+	providers := filepath.Join(t.TempDir(), "providers.yml")
+	testutil.ReplaceFile(t, providers, `providers:
+- name: lab
+  type: kvm
+  kvm:
+    user: phe
+    privateKeyFile: /nonexistent/key
+    insecureSkipHostKeyVerification: true
+    storagePool: default
+    hosts: [{address: "127.0.0.1:1", name: hv1}]
+`)
+	x := startProcess(t, "--config.file="+providers, "--provider-check-interval=10s",
+		"--shard.enabled", "--shard.identity=phe-0", "--shard.kubeconfig="+kubeconfig, "--shard.lease-namespace=default",
+		"--crd.enabled", "--crd.kubeconfig="+kubeconfig, "--crd.leader-elect", "--crd.lease-namespace=default")
+	admin := kubernetes.NewForConfigOrDie(env.AdminConfig)
+	testutil.Eventually(t, time.Minute, "the replica's Lease and the writer's", func() bool {
+		ls, err := admin.CoordinationV1().Leases("default").List(t.Context(), metav1.ListOptions{})
+		return err == nil && len(ls.Items) == 2
+	})
+	testutil.Eventually(t, time.Minute, "the replica to be ready", func() bool {
+		code, _ := x.get("/-/ready")
+		return code == 200
+	})
+	relay.freeze()
+	start := time.Now()
+	x.signal(syscall.SIGTERM)
+	exited := make(chan struct{})
+	go func() { x.proc.Wait(); close(exited) }()
+	select {
+	case <-exited:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the exporter did not exit within 15s of SIGTERM; logs:\n%s", x.logs.String())
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the exporter exited %s after SIGTERM, want at most 10s; logs:\n%s", took.Round(time.Millisecond), x.logs.String())
+	}
+	if code := x.proc.Cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("exit code %d, want 0; logs:\n%s", code, x.logs.String())
+	}
+}
