@@ -229,3 +229,38 @@ func TestFleetOfAProviderOwnedWholeDuringAHandover(t *testing.T) {
 		}
 	}
 }
+
+// Only live members' parts count, and those of members seen live within three intervals: a
+// part of a Lease never seen live (forged: no holder, a renewal in the year 3000) changes no
+// verdict, carries no count and ends no handover; nor does one with times far in the future.
+func TestForgedPartsCountForNothing(t *testing.T) {
+	e, err := New(shardedProviders(t), time.Minute, 5*time.Second, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	e.EnableSharding("phe-0", []string{"phe-0"}, nil)
+	now := time.Now()
+	enc := encodePart(&checks.Snapshot{Providers: []checks.ProviderState{{Name: "lab", Type: "kvm", Thresholds: checks.Thresholds{Failure: 5, Success: 5}, Targets: []checks.TargetState{{
+		TargetResult: checks.TargetResult{Target: "hv1", Reason: "TCPUnreachable", CheckedAt: now}, Since: now, ConsecutiveFailures: 4,
+	}}}}}, membership.MaxPart)
+	e.SetParts([]membership.Part{{Identity: "phe-forged", Live: false, Data: enc.data, CheckedAt: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}})
+	if _, ok := e.shard.carry("lab", "hv1"); ok {
+		t.Error("carried a verdict from a part whose Lease was never seen live")
+	}
+	// Seen live four intervals ago: out of the carry window.
+	e.SetParts([]membership.Part{{Identity: "phe-old", LastLive: now.Add(-4 * time.Minute), Data: enc.data, CheckedAt: now}})
+	if _, ok := e.shard.carry("lab", "hv1"); ok {
+		t.Error("carried a verdict from a member last seen live four intervals ago")
+	}
+	// A live member whose round claims the year 3000: its verdicts are not newer than any.
+	e.SetParts([]membership.Part{{Identity: "phe-1", Live: true, Data: enc.data, CheckedAt: now, RoundAt: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}})
+	if c, ok := e.shard.carry("lab", "hv1"); ok {
+		t.Errorf("carried %+v from a part whose round is in the year 3000", c)
+	}
+	// The same part, live and honest: carried, its count kept.
+	e.SetParts([]membership.Part{{Identity: "phe-1", Live: true, Data: enc.data, CheckedAt: now}})
+	if c, ok := e.shard.carry("lab", "hv1"); !ok || c.ConsecutiveFailures != 4 || c.Up {
+		t.Errorf("carry from a live member: %+v %v; want down with 4 failures", c, ok)
+	}
+}

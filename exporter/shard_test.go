@@ -175,3 +175,63 @@ func TestShardHandover(t *testing.T) {
 		}
 	}
 }
+
+// A replica that has not read the members yet (the API server unreachable at its start) owns
+// nothing, checks nothing and is not ready, saying why; it is not alone with the whole fleet.
+func TestShardedReplicaWithoutMembersOwnsNothing(t *testing.T) {
+	e, err := New(shardedProviders(t), time.Minute, 5*time.Second, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	joined := false
+	e.EnableSharding("phe-0", nil, func() bool { return joined })
+	for i := 1; i <= 8; i++ {
+		if k := fmt.Sprintf("lab/hv%d", i); e.shard.owns(k) {
+			t.Errorf("owns %s before it read the members", k)
+		}
+	}
+	if e.shard.owns("cluster") {
+		t.Error("owns the provider owned whole before it read the members")
+	}
+	runOneRound(t, e)
+	for _, p := range e.runner.Current().Providers {
+		if len(p.Targets) != 0 {
+			t.Errorf("%s: checked %d targets before reading the members", p.Name, len(p.Targets))
+		}
+	}
+	if why := e.notReady(time.Now()); !strings.Contains(why, "members of the shard could not be read") {
+		t.Errorf("not ready because %q, want it to say the members could not be read", why)
+	}
+	soon := 0
+	e.shard.runSoon = func() { soon++ }
+	joined = true
+	e.SetMembers([]string{"phe-0"})
+	if !e.shard.owns("lab/hv1") || soon != 1 {
+		t.Errorf("after joining alone: owns hv1 %v, rounds asked %d; want it owned and one round at once", e.shard.owns("lab/hv1"), soon)
+	}
+	if why := e.notReady(time.Now()); strings.Contains(why, "members") {
+		t.Errorf("still not ready after joining: %q", why)
+	}
+}
+
+// A replica whose rounds stopped starting for two intervals plus the timeout reports itself
+// wedged (membership then releases its Lease); a fresh round clears it.
+func TestShardWorking(t *testing.T) {
+	e, err := New(shardedProviders(t), time.Minute, 5*time.Second, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	if err := e.ShardWorking(); err != nil {
+		t.Errorf("before any round: %v, want none (starting)", err)
+	}
+	e.roundStarted.Store(time.Now().Add(-(2*time.Minute + 5*time.Second + time.Second)).UnixNano())
+	if err := e.ShardWorking(); err == nil || !strings.Contains(err.Error(), "no round of checks has started") {
+		t.Errorf("rounds stalled: %v, want an error saying so", err)
+	}
+	e.roundStarted.Store(time.Now().UnixNano())
+	if err := e.ShardWorking(); err != nil {
+		t.Errorf("after a round started: %v", err)
+	}
+}

@@ -180,12 +180,14 @@ type Membership struct {
 	logger *slog.Logger
 	now    func() time.Time
 
-	mu      sync.Mutex
-	members []string
-	joined  bool
-	leases  map[string]*observed
-	fetched map[string]*fetched
-	failing bool // the last step failed (logged once per outage)
+	// notifyMu orders the calls of OnParts.
+	notifyMu sync.Mutex
+	mu       sync.Mutex
+	members  []string
+	joined   bool
+	leases   map[string]*observed
+	fetched  map[string]*fetched
+	failing  bool // the last step failed (logged once per outage)
 	// failedSteps counts the steps that could not renew or list, in a row.
 	failedSteps int
 	wedged      string
@@ -232,7 +234,11 @@ func New(o Options) (*Membership, error) {
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)
 	}
-	c, err := coordinationclient.NewForConfigAndClient(cfg, httpClient)
+	// Leases in protobuf: a renewal and a read of the members cost a third of their JSON.
+	leaseCfg := rest.CopyConfig(cfg)
+	leaseCfg.ContentType = runtime.ContentTypeProtobuf
+	leaseCfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	c, err := coordinationclient.NewForConfigAndClient(leaseCfg, httpClient)
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)
 	}
@@ -389,7 +395,12 @@ func (m *Membership) partsLocked() []Part {
 // returns; Release and Delete are the caller's, within its shutdown deadline.
 func (m *Membership) Run(ctx context.Context) {
 	if m.o.OnParts != nil {
-		go m.watchParts(ctx)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			m.watchParts(ctx)
+		}()
+		defer func() { <-watched }()
 	}
 	backoff := m.o.RetryPeriod
 	for {
@@ -473,7 +484,6 @@ func (m *Membership) setMembers(members []string) {
 	changed := !m.joined || !slices.Equal(members, m.members)
 	old := m.members
 	m.members, m.joined = members, true
-	parts := m.partsLocked()
 	m.mu.Unlock()
 	m.membersGauge.Set(float64(len(members)))
 	if changed {
@@ -483,9 +493,7 @@ func (m *Membership) setMembers(members []string) {
 			m.o.OnChange(slices.Clone(members))
 		}
 	}
-	if m.o.OnParts != nil {
-		m.o.OnParts(parts)
-	}
+	m.partsChanged()
 }
 
 // checkWorking asks Options.Working; a wedged replica releases its Lease once, and reports
@@ -866,11 +874,14 @@ func (m *Membership) fetch(ctx context.Context, name, rv string) {
 	m.mu.Unlock()
 }
 
-// partsChanged tells OnParts.
+// partsChanged tells OnParts, one call at a time (from Run's goroutine and the watch's), each
+// with the parts as they are when it is made.
 func (m *Membership) partsChanged() {
 	if m.o.OnParts == nil {
 		return
 	}
+	m.notifyMu.Lock()
+	defer m.notifyMu.Unlock()
 	m.o.OnParts(m.Parts())
 }
 
