@@ -242,7 +242,7 @@ func New(o Options) (*Membership, error) {
 	if err != nil {
 		return nil, fmt.Errorf("membership: %w", err)
 	}
-	pc, mc, err := partClients(cfg, httpClient)
+	pc, mc, err := partClients(cfg, httpClient, o.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -274,8 +274,9 @@ func New(o Options) (*Membership, error) {
 	return m, nil
 }
 
-// partClients returns the typed client of ProviderHealthPart objects and their metadata client.
-func partClients(cfg *rest.Config, httpClient *http.Client) (*gentype.ClientWithList[*v1alpha1.ProviderHealthPart, *v1alpha1.ProviderHealthPartList], metadata.Getter, error) {
+// partClients returns the typed client of the ProviderHealthPart objects of namespace and their
+// metadata client.
+func partClients(cfg *rest.Config, httpClient *http.Client, namespace string) (*gentype.ClientWithList[*v1alpha1.ProviderHealthPart, *v1alpha1.ProviderHealthPartList], metadata.Getter, error) {
 	s := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(s); err != nil {
 		return nil, nil, fmt.Errorf("membership: %w", err)
@@ -294,7 +295,7 @@ func partClients(cfg *rest.Config, httpClient *http.Client) (*gentype.ClientWith
 	if err != nil {
 		return nil, nil, fmt.Errorf("membership: building the ProviderHealthPart metadata client: %w", err)
 	}
-	return gentype.NewClientWithList(v1alpha1.PartResource, rc, metav1.ParameterCodec, "",
+	return gentype.NewClientWithList(v1alpha1.PartResource, rc, metav1.ParameterCodec, namespace,
 			func() *v1alpha1.ProviderHealthPart { return &v1alpha1.ProviderHealthPart{} },
 			func() *v1alpha1.ProviderHealthPartList { return &v1alpha1.ProviderHealthPartList{} }),
 		mc.Resource(v1alpha1.SchemeGroupVersion.WithResource(v1alpha1.PartResource)), nil
