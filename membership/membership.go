@@ -195,6 +195,8 @@ type Membership struct {
 
 	// lease is this replica's Lease as it last wrote it (Join's, then Run's goroutine only).
 	lease *coordinationv1.Lease
+	// partObj is this replica's part as it last wrote it (Run's goroutine only).
+	partObj *v1alpha1.ProviderHealthPart
 	// pub is what this replica last wrote of its part (Run's goroutine only).
 	pubKey     string
 	pubData    []byte
@@ -437,22 +439,25 @@ func (m *Membership) step(ctx context.Context) bool {
 		}
 		return err == nil
 	}
-	// The part first, so that the round the Lease names is published; the renewal and the
-	// read of the members at once, so that a slow API server delays a renewal by one
-	// request's latency, not two.
+	// The renewal, the part's write and the read of the members at once, so that a slow API
+	// server delays a renewal by one request's latency, not three. The Lease names the part
+	// the last step published, so it never names one not written yet.
+	marker := m.roundMarker()
 	var members []string
-	var listErr error
-	listed := make(chan struct{})
+	var listErr, pubErr error
+	var wg sync.WaitGroup
+	wg.Add(2)
 	go func() {
-		defer close(listed)
+		defer wg.Done()
 		members, listErr = m.list(rctx)
 	}()
-	err = m.publish(rctx)
-	if err == nil {
-		err = m.renew(rctx, m.roundMarker())
-	}
-	<-listed
-	err = cmpErr(err, listErr)
+	go func() {
+		defer wg.Done()
+		pubErr = m.publish(rctx)
+	}()
+	err = m.renew(rctx, marker)
+	wg.Wait()
+	err = cmpErr(err, listErr, pubErr)
 	if err != nil {
 		if ctx.Err() != nil {
 			return false
@@ -587,16 +592,29 @@ func (m *Membership) publish(ctx context.Context) error {
 	return nil
 }
 
-// writePart creates or updates this replica's part object with spec.
+// writePart creates or updates this replica's part object with spec: one update of the object
+// it last wrote, or a read and a write when that one is gone or changed.
 func (m *Membership) writePart(ctx context.Context, spec v1alpha1.ProviderHealthPartSpec) error {
+	if obj := m.partObj; obj != nil {
+		obj = obj.DeepCopy()
+		obj.Spec = spec
+		written, err := m.parts.Update(ctx, obj, metav1.UpdateOptions{})
+		if err == nil {
+			m.partObj, m.pubUID = written, string(written.UID)
+			return nil
+		}
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("writing part %s/%s: %w", m.o.Namespace, m.o.Identity, err)
+		}
+		m.partObj = nil
+	}
 	obj, err := m.parts.Get(ctx, m.o.Identity, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		obj = &v1alpha1.ProviderHealthPart{ObjectMeta: m.objectMeta(), Spec: spec}
-		obj, err = m.parts.Create(ctx, obj, metav1.CreateOptions{})
-		if err != nil {
+		if obj, err = m.parts.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating part %s/%s: %w", m.o.Namespace, m.o.Identity, err)
 		}
-		m.pubUID = string(obj.UID)
+		m.partObj, m.pubUID = obj, string(obj.UID)
 		return nil
 	}
 	if err != nil {
@@ -610,7 +628,7 @@ func (m *Membership) writePart(ctx context.Context, spec v1alpha1.ProviderHealth
 	if obj, err = m.parts.Update(ctx, obj, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("writing part %s/%s: %w", m.o.Namespace, m.o.Identity, err)
 	}
-	m.pubUID = string(obj.UID)
+	m.partObj, m.pubUID = obj, string(obj.UID)
 	return nil
 }
 
