@@ -242,7 +242,7 @@ generate:
 ## directory, tens of minutes on two cores); BENCH_TARGETS changes the number of targets.
 BENCH_TARGETS ?= 1000
 bench: prom-binaries
-	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+	$(GO) test -run '^$$' -timeout 120m -bench . -benchmem $(PKGS)
 	cd mixin && $(GO) test -count=1 -timeout 120m -run '^TestAvailabilityCost$$' -v . -availability.cost -availability.cost.targets=$(BENCH_TARGETS)
 
 ## lint: go vet, a gofmt check and staticcheck, of this module, the mixin's and the tools module's

@@ -18,74 +18,164 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
-// shardBenchInterval is the check interval of BenchmarkShardedFleet's exporters (the timeout is
-// the derived min(15s, interval)), and shardBenchRounds how many intervals its CPU is measured over.
+// shardBenchRounds is how many check intervals BenchmarkShardedFleet measures over (CPU and the
+// control plane), shardBenchDown the share of its hosts that are down, and shardBench* its
+// knobs: the hosts (PHE_BENCH_SHARD_HOSTS, default 3,600), the replicas (PHE_BENCH_SHARD_REPLICAS,
+// default 3), the check interval (PHE_BENCH_SHARD_INTERVAL, default 1m; the timeout is the
+// derived min(15s, interval)) and whether one unsharded replica is measured first
+// (PHE_BENCH_SHARD_ONE=0 skips it: at 50,000 hosts one replica needs about 6 GiB).
 const (
-	shardBenchInterval = 15 * time.Second
-	shardBenchRounds   = 4
+	shardBenchRounds = 3
+	shardBenchDown   = 0.3
 )
 
-// BenchmarkShardedFleet runs the exporter binary against a fleet of stand-in KVM hosts
-// (internal/testenv/kvmstandin, served by its command in a process of its own: not KVM hosts;
-// default 5,000, PHE_BENCH_SHARD_HOSTS sets it), first as one unsharded replica, then as three
-// replicas sharing it (--shard.enabled, their Leases on a real kube-apiserver), restarted one
-// by one as a rollout does (the first of them started alone and linked every host). Once every
-// host is reported up (by the one replica; across the three, each host by exactly one), each
-// process's CPU is read from /proc over shardBenchRounds check intervals, then its resident set.
-//
-// Reported: the one replica's CPU in cores (one-cpu-cores) and resident and peak memory
-// (one-rss-MiB, one-peak-rss-MiB); of the three, the busiest's CPU and the largest's memory
-// (shard-cpu-cores-max, shard-rss-MiB-max, shard-peak-rss-MiB-max), the smallest's memory
-// (shard-rss-MiB-min: the last restarted, which never carried more than its share), their sums
-// (shard-cpu-cores-sum, shard-rss-MiB-sum), and the most targets one of them owns
-// (shard-owned-max). The figures are in docs/benchmarks.md.
-func BenchmarkShardedFleet(b *testing.B) {
-	bin := binary(b)
-	n := 5000
-	if v := os.Getenv("PHE_BENCH_SHARD_HOSTS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 3 {
-			b.Fatalf("PHE_BENCH_SHARD_HOSTS=%q: want a whole number of 3 or more", v)
+// shardBenchKnobs are BenchmarkShardedFleet's settings, from the environment.
+type shardBenchKnobs struct {
+	hosts, replicas int
+	interval        time.Duration
+	one             bool
+}
+
+func readShardBenchKnobs(b *testing.B) shardBenchKnobs {
+	b.Helper()
+	k := shardBenchKnobs{hosts: 3600, replicas: 3, interval: time.Minute, one: true}
+	for _, v := range []struct {
+		env string
+		to  *int
+		min int
+	}{{"PHE_BENCH_SHARD_HOSTS", &k.hosts, 10}, {"PHE_BENCH_SHARD_REPLICAS", &k.replicas, 2}} {
+		if s := os.Getenv(v.env); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < v.min {
+				b.Fatalf("%s=%q: want a whole number of %d or more", v.env, s, v.min)
+			}
+			*v.to = n
 		}
 	}
-	fleet := kvmstandin.StartProcess(b, kvmstandin.Counts{Healthy: n}, 0, 0)
-	providers := filepath.Join(b.TempDir(), "providers.yml")
-	testutil.ReplaceFile(b, providers, standInProviders(fleet.KVMConfig(), kvm.DefaultTCPTimeout, kvm.DefaultSSHTimeout, ""))
+	if s := os.Getenv("PHE_BENCH_SHARD_INTERVAL"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 10*time.Second {
+			b.Fatalf("PHE_BENCH_SHARD_INTERVAL=%q: want a duration of 10s or more", s)
+		}
+		k.interval = d
+	}
+	k.one = os.Getenv("PHE_BENCH_SHARD_ONE") != "0"
+	return k
+}
+
+// shardBenchCounts is a fleet of n hosts shaped like a data centre's (kvmstandin's Varied: hosts
+// named hv-r<rack>-<n>.<site>.example.net, pools of varied sizes), shardBenchDown of them down,
+// each down host in one of five ways (silent, dropping SYNs, refusing, pool inactive, pool
+// inaccessible) and every message naming its host (its address or its hostname).
+func shardBenchCounts(n int) kvmstandin.Counts {
+	down := int(float64(n) * shardBenchDown)
+	c := kvmstandin.Counts{Healthy: n - down, Varied: true}
+	each := []*int{&c.Silent, &c.Dropping, &c.Refusing, &c.PoolInactive, &c.PoolInaccessible}
+	for i := range down {
+		*each[i%len(each)]++
+	}
+	return c
+}
+
+// BenchmarkShardedFleet runs the exporter binary against a fleet of stand-in KVM hosts
+// (internal/testenv/kvmstandin, served by its command in a process of its own: not KVM hosts)
+// shaped like a real one (shardBenchCounts) with failureThreshold 3 and successThreshold 2, so
+// that the counts a part carries have aged to their caps before anything is measured.
+//
+// It first runs the replicas with no targets (heartbeats only) and reads the control plane's
+// idle rates: bytes received by etcd (etcd_network_client_grpc_received_bytes_total) and
+// written to its log (etcd_disk_wal_write_bytes_total), bytes the API server answered (the sums
+// of apiserver_response_sizes, GET and LIST, and apiserver_watch_events_sizes). Then, unless
+// PHE_BENCH_SHARD_ONE=0, one unsharded replica; then the replicas sharing the fleet
+// (--shard.enabled, their Leases and ProviderHealthParts on a real kube-apiserver), restarted one
+// by one as a rollout does. Once every healthy host is reported up and every down host down, each
+// target by exactly one replica, each process's CPU and the control plane are read over
+// shardBenchRounds check intervals, then each process's resident set.
+//
+// Reported: the one replica's CPU in cores and resident and peak memory (one-*); of the shard,
+// the busiest's CPU and the largest's memory (shard-cpu-cores-max, shard-rss-MiB-max,
+// shard-peak-rss-MiB-max), the smallest's memory (shard-rss-MiB-min), their sums, the most
+// targets one of them owns (shard-owned-max), the largest part (shard-part-bytes-max) and the
+// parts' bytes per verdict (part-bytes-per-verdict: the sum of proxy_operator_shard_part_bytes
+// over the sum of owned targets), the part writes per round of all replicas together
+// (part-writes-per-round), and the control plane's cost per verdict per round with the idle
+// rates subtracted (etcd-recv-B/verdict-round, etcd-wal-B/verdict-round,
+// api-answered-B/verdict-round). The figures are in docs/benchmarks.md.
+func BenchmarkShardedFleet(b *testing.B) {
+	bin := binary(b)
+	k := readShardBenchKnobs(b)
+	counts := shardBenchCounts(k.hosts)
+	fleet := kvmstandin.StartProcess(b, counts, 0, 0)
+	dir := b.TempDir()
+	providers := filepath.Join(dir, "providers.yml")
+	text := standInProviders(fleet.KVMConfig(), kvm.DefaultTCPTimeout, kvm.DefaultSSHTimeout, "")
+	text = strings.Replace(text, "    type: kvm\n", "    type: kvm\n    failureThreshold: 3\n    successThreshold: 2\n", 1)
+	testutil.ReplaceFile(b, providers, text)
+	idleProviders := filepath.Join(dir, "idle.yml")
+	testutil.ReplaceFile(b, idleProviders, "providers: []\n")
 	env := kube.Start(b)
-	common := []string{"--config.file=" + providers, "--provider-check-interval=" + shardBenchInterval.String()}
+	env.ApplyCRDFile(b, repoFile("deploy", "crd"))
+	interval := "--provider-check-interval=" + k.interval.String()
+	common := []string{"--config.file=" + providers, interval}
 
 	for b.Loop() {
-		one := startShardBenchReplica(b, bin, "one", common...)
-		waitShardCoverage(b, []*shardBenchReplica{one}, n)
-		oneCPU, oneRSS, onePeak := measureShardReplicas(b, []*shardBenchReplica{one})
-		one.stop()
-		b.ReportMetric(oneCPU[0], "one-cpu-cores")
-		b.ReportMetric(oneRSS[0], "one-rss-MiB")
-		b.ReportMetric(onePeak[0], "one-peak-rss-MiB")
-
-		var shards []*shardBenchReplica
-		startShard := func(i int) *shardBenchReplica {
+		startShard := func(i int, args ...string) *shardBenchReplica {
 			name := fmt.Sprintf("shard-%d", i)
-			return startShardBenchReplica(b, bin, name, append(common, "--shard.enabled",
+			return startShardBenchReplica(b, bin, name, append(args, "--shard.enabled",
 				"--shard.identity="+name, "--shard.kubeconfig="+env.Kubeconfig, "--shard.lease-namespace=default")...)
 		}
-		for i := range 3 {
-			shards = append(shards, startShard(i))
+
+		// Idle: the same replicas with no targets, heartbeats only.
+		var idle []*shardBenchReplica
+		for i := range k.replicas {
+			idle = append(idle, startShard(i, "--config.file="+idleProviders, interval))
 		}
-		waitShardCoverage(b, shards, n)
+		waitShardMembers(b, idle, k.replicas)
+		idleStart := readControlPlane(b, env)
+		time.Sleep(k.interval)
+		idleRate := readControlPlane(b, env).sub(idleStart).per(time.Since(idleStart.at))
+		for _, r := range idle {
+			r.stop()
+		}
+
+		if k.one {
+			one := startShardBenchReplica(b, bin, "one", common...)
+			waitShardCoverage(b, []*shardBenchReplica{one}, counts)
+			oneCPU, oneRSS, onePeak := measureShardReplicas(b, []*shardBenchReplica{one}, k.interval)
+			one.stop()
+			b.ReportMetric(oneCPU[0], "one-cpu-cores")
+			b.ReportMetric(oneRSS[0], "one-rss-MiB")
+			b.ReportMetric(onePeak[0], "one-peak-rss-MiB")
+		}
+
+		var shards []*shardBenchReplica
+		for i := range k.replicas {
+			shards = append(shards, startShard(i, common...))
+		}
+		waitShardCoverage(b, shards, counts)
 		// The first replica was alone when it started and linked every host; a rollout
 		// restarts each replica in turn, and each then joins the others and links its share
 		// only: the steady state measured below.
 		for i := range shards {
 			shards[i].stop()
-			shards[i] = startShard(i)
-			waitShardCoverage(b, shards, n)
+			shards[i] = startShard(i, common...)
+			waitShardCoverage(b, shards, counts)
 		}
-		cpu, rss, peak := measureShardReplicas(b, shards)
-		owned, partBytes := 0, 0.0
+		writes0 := 0.0
 		for _, s := range shards {
-			owned = max(owned, s.up())
-			partBytes = max(partBytes, s.partBytes())
+			writes0 += s.metric("proxy_operator_shard_part_writes_total")
+		}
+		cp0 := readControlPlane(b, env)
+		cpu, rss, peak := measureShardReplicas(b, shards, k.interval)
+		cp := readControlPlane(b, env).sub(cp0)
+		rounds := cp.wall.Seconds() / k.interval.Seconds()
+		writes, owned, ownedMax, partBytes, partMax := 0.0, 0.0, 0.0, 0.0, 0.0
+		for _, s := range shards {
+			writes += s.metric("proxy_operator_shard_part_writes_total")
+			o := s.metric("proxy_operator_shard_owned_targets{")
+			owned, ownedMax = owned+o, max(ownedMax, o)
+			p := s.metric("proxy_operator_shard_part_bytes")
+			partBytes, partMax = partBytes+p, max(partMax, p)
 		}
 		for _, s := range shards {
 			s.stop()
@@ -103,9 +193,66 @@ func BenchmarkShardedFleet(b *testing.B) {
 		b.ReportMetric(rssMax, "shard-rss-MiB-max")
 		b.ReportMetric(rssSum, "shard-rss-MiB-sum")
 		b.ReportMetric(peakMax, "shard-peak-rss-MiB-max")
-		b.ReportMetric(float64(owned), "shard-owned-max")
-		b.ReportMetric(partBytes, "shard-part-bytes-max")
+		b.ReportMetric(ownedMax, "shard-owned-max")
+		b.ReportMetric(partMax, "shard-part-bytes-max")
+		b.ReportMetric(partBytes/owned, "part-bytes-per-verdict")
+		b.ReportMetric((writes-writes0)/rounds, "part-writes-per-round")
+		// The loaded rate less the idle one, over one interval, per verdict.
+		perVerdictRound := func(loaded, idle float64) float64 {
+			return (loaded/cp.wall.Seconds() - idle) * k.interval.Seconds() / float64(k.hosts)
+		}
+		b.ReportMetric(perVerdictRound(cp.etcdReceived, idleRate.etcdReceived), "etcd-recv-B/verdict-round")
+		b.ReportMetric(perVerdictRound(cp.etcdWAL, idleRate.etcdWAL), "etcd-wal-B/verdict-round")
+		b.ReportMetric(perVerdictRound(cp.answered, idleRate.answered), "api-answered-B/verdict-round")
+		b.ReportMetric(perVerdictRound(cp.answeredParts, idleRate.answeredParts), "api-answered-parts-B/verdict-round")
+		b.Logf("control plane over %s, loaded: etcd received %.0f B, WAL %.0f B, answered %.0f B (parts %.0f B); idle per second: %.0f, %.0f, %.0f (%.0f)",
+			cp.wall.Round(time.Second), cp.etcdReceived, cp.etcdWAL, cp.answered, cp.answeredParts,
+			idleRate.etcdReceived, idleRate.etcdWAL, idleRate.answered, idleRate.answeredParts)
 	}
+}
+
+// controlPlane is one reading of the counters BenchmarkShardedFleet takes the control plane's
+// cost from (or a difference of two readings, or a rate: then wall is the time between them).
+type controlPlane struct {
+	at   time.Time
+	wall time.Duration
+	// etcdReceived and etcdWAL: bytes etcd received from its clients (the API server) and wrote
+	// to its log; answered: bytes the API server answered to GETs and LISTs and sent as watch
+	// events; answeredParts the same for ProviderHealthParts only.
+	etcdReceived, etcdWAL, answered, answeredParts float64
+}
+
+func readControlPlane(b *testing.B, env *kube.Env) controlPlane {
+	b.Helper()
+	etcd, err := env.EtcdMetrics()
+	if err != nil {
+		b.Fatal(err)
+	}
+	api, err := env.APIServerMetrics()
+	if err != nil {
+		b.Fatal(err)
+	}
+	const resp, watch, parts = "apiserver_response_sizes_sum", "apiserver_watch_events_sizes_sum", "providerhealthparts"
+	return controlPlane{
+		at:            time.Now(),
+		etcdReceived:  etcd.Sum("etcd_network_client_grpc_received_bytes_total"),
+		etcdWAL:       etcd.Sum("etcd_disk_wal_write_bytes_total"),
+		answered:      api.Sum(resp) + api.Sum(watch),
+		answeredParts: api.Sum(resp, "resource", parts) + api.Sum(watch, "resource", parts),
+	}
+}
+
+// sub is c less an earlier reading d.
+func (c controlPlane) sub(d controlPlane) controlPlane {
+	return controlPlane{at: d.at, wall: c.at.Sub(d.at), etcdReceived: c.etcdReceived - d.etcdReceived,
+		etcdWAL: c.etcdWAL - d.etcdWAL, answered: c.answered - d.answered, answeredParts: c.answeredParts - d.answeredParts}
+}
+
+// per is the difference c as rates per second over wall.
+func (c controlPlane) per(wall time.Duration) controlPlane {
+	s := wall.Seconds()
+	return controlPlane{at: c.at, wall: time.Second, etcdReceived: c.etcdReceived / s, etcdWAL: c.etcdWAL / s,
+		answered: c.answered / s, answeredParts: c.answeredParts / s}
 }
 
 // shardBenchReplica is one exporter process of BenchmarkShardedFleet.
@@ -129,32 +276,34 @@ func startShardBenchReplica(b *testing.B, bin, name string, args ...string) *sha
 
 func (r *shardBenchReplica) pid() int { return r.proc.Cmd.Process.Pid }
 
-// up counts the targets the replica reports up on /metrics.
-func (r *shardBenchReplica) up() int {
+// targets counts the targets the replica reports on /metrics, and those it reports up.
+func (r *shardBenchReplica) targets() (reported, up int) {
 	r.b.Helper()
 	code, body := testutil.Request(r.b, &http.Client{Timeout: 30 * time.Second}, http.MethodGet, r.base+"/metrics")
 	if code != http.StatusOK {
-		return 0
+		return 0, 0
 	}
-	n := 0
 	for line := range strings.SplitSeq(body, "\n") {
-		if strings.HasPrefix(line, "proxy_operator_provider_target_up{") && strings.HasSuffix(line, " 1") {
-			n++
+		if strings.HasPrefix(line, "proxy_operator_provider_target_up{") {
+			reported++
+			if strings.HasSuffix(line, " 1") {
+				up++
+			}
 		}
 	}
-	return n
+	return reported, up
 }
 
-// partBytes is the size of the part the replica publishes in its Lease (its verdicts).
-func (r *shardBenchReplica) partBytes() float64 {
+// metric is the value of the first series of the replica's /metrics that starts with prefix.
+func (r *shardBenchReplica) metric(prefix string) float64 {
 	r.b.Helper()
 	code, body := testutil.Request(r.b, &http.Client{Timeout: 30 * time.Second}, http.MethodGet, r.base+"/metrics")
 	if code != http.StatusOK {
 		r.b.Fatalf("%s/metrics: %d", r.base, code)
 	}
-	v, ok := testutil.Metric(r.b, body, "proxy_operator_shard_part_bytes")
+	v, ok := testutil.Metric(r.b, body, prefix)
 	if !ok {
-		r.b.Fatalf("%s/metrics has no proxy_operator_shard_part_bytes", r.base)
+		r.b.Fatalf("%s/metrics has no %s", r.base, prefix)
 	}
 	return v
 }
@@ -167,21 +316,39 @@ func (r *shardBenchReplica) stop() {
 	r.proc.Wait()
 }
 
-// waitShardCoverage waits until the replicas together report every one of n hosts up, each by
-// one replica (the sum of their counts is n: a handover's duplicate would make it more), for two
-// polls in a row.
-func waitShardCoverage(b *testing.B, rs []*shardBenchReplica, n int) {
+// waitShardMembers waits until each replica sees n members.
+func waitShardMembers(b *testing.B, rs []*shardBenchReplica, n int) {
 	b.Helper()
-	steady := 0
-	testutil.Eventually(b, 10*time.Minute, fmt.Sprintf("%d hosts up, each reported once", n), func() bool {
-		sum := 0
+	testutil.Eventually(b, 5*time.Minute, fmt.Sprintf("every replica sees %d members", n), func() bool {
 		for _, r := range rs {
 			if r.proc.Exited() {
 				b.Fatalf("%s exited:\n%s", r.name, r.logs.String())
 			}
-			sum += r.up()
+			if r.metric("proxy_operator_shard_members") != float64(n) {
+				return false
+			}
 		}
-		if sum == n {
+		return true
+	})
+}
+
+// waitShardCoverage waits until the replicas together report every host of the fleet c, each by
+// one replica (the sum of their counts is the fleet's: a handover's duplicate would make it
+// more), its healthy hosts up and the others down (past failureThreshold), for two polls in a
+// row.
+func waitShardCoverage(b *testing.B, rs []*shardBenchReplica, c kvmstandin.Counts) {
+	b.Helper()
+	steady := 0
+	testutil.Eventually(b, 15*time.Minute, fmt.Sprintf("%d hosts reported once each, %d of them up", c.Total(), c.Healthy), func() bool {
+		reported, up := 0, 0
+		for _, r := range rs {
+			if r.proc.Exited() {
+				b.Fatalf("%s exited:\n%s", r.name, r.logs.String())
+			}
+			n, u := r.targets()
+			reported, up = reported+n, up+u
+		}
+		if reported == c.Total() && up == c.Healthy {
 			steady++
 		} else {
 			steady = 0
@@ -192,14 +359,14 @@ func waitShardCoverage(b *testing.B, rs []*shardBenchReplica, n int) {
 
 // measureShardReplicas reads each replica's CPU (in cores, over shardBenchRounds intervals), then
 // its resident and peak resident memory in MiB.
-func measureShardReplicas(b *testing.B, rs []*shardBenchReplica) (cpu, rss, peak []float64) {
+func measureShardReplicas(b *testing.B, rs []*shardBenchReplica, interval time.Duration) (cpu, rss, peak []float64) {
 	b.Helper()
 	start := time.Now()
 	var before []time.Duration
 	for _, r := range rs {
 		before = append(before, procCPU(b, r.pid()))
 	}
-	time.Sleep(shardBenchRounds * shardBenchInterval)
+	time.Sleep(shardBenchRounds * interval)
 	wall := time.Since(start)
 	for i, r := range rs {
 		cpu = append(cpu, (procCPU(b, r.pid())-before[i]).Seconds()/wall.Seconds())

@@ -66,6 +66,7 @@ type Env struct {
 
 	apiserverPath string
 	apiserverArgs []string
+	etcdURL       string
 	auditPath     string
 	adminToken    string
 
@@ -289,7 +290,7 @@ func (e *Env) startEtcd(etcdPath string, clientPort, peerPort, attempt int) erro
 		return err
 	}
 	e.mu.Lock()
-	e.etcd = p
+	e.etcd, e.etcdURL = p, client
 	e.mu.Unlock()
 	hc := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(etcdReadyTimeout)

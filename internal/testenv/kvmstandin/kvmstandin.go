@@ -15,7 +15,13 @@
 //   - Slow: every RPC is answered after a delay (SetRPCDelay), the SSH handshake of a new
 //     connection starts late (SetSSHDelay), or a key offered for authentication is answered
 //     late (SetAuthDelay).
+//   - Refusing: nothing listens on the host's address: a connect is refused at once.
+//   - PoolInactive, PoolInaccessible: SSH and libvirt answer, the storage pool is in that state.
 //   - ReplaceHostKey: new connections see a new host key (known_hosts then mismatches).
+//
+// Counts.Varied makes a fleet that looks like a data centre's: hosts named
+// hv-<rack>-<n>.<site>.example.net, each reporting that name as its hostname, and pools of
+// varied sizes, so that every verdict's message is a host's own.
 //
 // SetRTT gives a host a network's round trip (and jitter): every reply of its SSH and libvirt
 // sides reaches the client that much later, so that rounds cost what a network makes them cost.
@@ -53,6 +59,12 @@ const (
 	Silent
 	// Dropping drops every SYN (its accept queue is full): connects hang.
 	Dropping
+	// Refusing has nothing listening: connects are refused.
+	Refusing
+	// PoolInactive answers SSH and libvirt; its storage pool is inactive.
+	PoolInactive
+	// PoolInaccessible answers SSH and libvirt; its storage pool is inaccessible.
+	PoolInaccessible
 )
 
 func (m Mode) String() string {
@@ -63,6 +75,12 @@ func (m Mode) String() string {
 		return "silent"
 	case Dropping:
 		return "dropping"
+	case Refusing:
+		return "refusing"
+	case PoolInactive:
+		return "pool-inactive"
+	case PoolInaccessible:
+		return "pool-inaccessible"
 	}
 	return "mode " + strconv.Itoa(int(m))
 }
@@ -95,6 +113,8 @@ type Host struct {
 	Addr string
 	Mode Mode
 	Pool string
+	// PoolCapacity and PoolAllocation are the sizes its pool reports, in bytes.
+	PoolCapacity, PoolAllocation uint64
 
 	fleet     *Fleet
 	poolUUID  [16]byte
@@ -119,7 +139,15 @@ type Host struct {
 
 // Counts says how many hosts of each mode Start makes; hosts are numbered in this order.
 type Counts struct {
-	Healthy, Silent, Dropping int
+	Healthy, Silent, Dropping, Refusing, PoolInactive, PoolInaccessible int
+	// Varied names the hosts as a data centre does and varies their pools' sizes (see the
+	// package's comment); otherwise host i is standin-i with a pool of PoolCapacity.
+	Varied bool
+}
+
+// Total is the number of hosts c asks for.
+func (c Counts) Total() int {
+	return c.Healthy + c.Silent + c.Dropping + c.Refusing + c.PoolInactive + c.PoolInaccessible
 }
 
 // Start starts the hosts and stops them in tb's cleanup.
@@ -142,21 +170,18 @@ func New(dir string, c Counts) (*Fleet, error) {
 		return nil, err
 	}
 	var modes []Mode
-	for range c.Healthy {
-		modes = append(modes, Healthy)
-	}
-	for range c.Silent {
-		modes = append(modes, Silent)
-	}
-	for range c.Dropping {
-		modes = append(modes, Dropping)
+	// Counts' fields in the order of the modes' values.
+	for m, k := range []int{c.Healthy, c.Silent, c.Dropping, c.Refusing, c.PoolInactive, c.PoolInaccessible} {
+		for range k {
+			modes = append(modes, Mode(m))
+		}
 	}
 	if len(modes) > 250*250 {
 		return nil, fmt.Errorf("%d hosts asked for, at most %d are possible", len(modes), 250*250)
 	}
 	var known []byte
 	for i, m := range modes {
-		h, err := f.startHost(i, m)
+		h, err := f.startHost(i, m, c.Varied)
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("start host %d (%s): %w", i, m, err)
@@ -233,17 +258,51 @@ func loopback(i int) string {
 	return fmt.Sprintf("127.77.%d.%d", i/250, i%250+1)
 }
 
-func (f *Fleet) startHost(i int, m Mode) (*Host, error) {
+// sites are the cities a Varied fleet's data centres are named after (fra1, ams1, ..., fra2, ...).
+var sites = []string{"fra", "ams", "par", "waw", "lon", "mad", "sto"}
+
+// variedName is host i's name in a Varied fleet: hv-r<rack>-<n>.<site>.example.net, 24 hosts a
+// rack, 40 racks a site; every name is a host's own.
+func variedName(i int) string {
+	site := i / (24 * 40)
+	return fmt.Sprintf("hv-r%02d-%02d.%s%d.example.net", i/24%40+1, i%24+1, sites[site%len(sites)], site/len(sites)+1)
+}
+
+// variedPool is host i's pool in a Varied fleet: one of a few disk sizes, 3% to 96% allocated.
+func variedPool(i int) (capacity, allocation uint64) {
+	sizes := []uint64{480 << 30, 960 << 30, 1920 << 30, 3840 << 30, 7680 << 30}
+	capacity = sizes[(i*7)%len(sizes)] - uint64(i%1000)<<20
+	return capacity, capacity / 100 * uint64(3+(i*37)%94)
+}
+
+func (f *Fleet) startHost(i int, m Mode, varied bool) (*Host, error) {
 	name := "standin-" + strconv.Itoa(i)
-	h := &Host{Name: name, Hostname: name + ".kvmstandin.test", Mode: m, Pool: Pool, fleet: f,
-		conns: map[net.Conn]struct{}{}, dropFD: -1}
+	hostname := name + ".kvmstandin.test"
+	var capacity, allocation uint64 = PoolCapacity, PoolAllocation
+	if varied {
+		name = variedName(i)
+		hostname = name
+		capacity, allocation = variedPool(i)
+	}
+	h := &Host{Name: name, Hostname: hostname, Mode: m, Pool: Pool, PoolCapacity: capacity, PoolAllocation: allocation,
+		fleet: f, conns: map[net.Conn]struct{}{}, dropFD: -1}
 	copy(h.poolUUID[:], name)
 	if err := h.ReplaceHostKey(); err != nil {
 		return nil, err
 	}
 	ip := loopback(i)
-	if m == Dropping {
+	switch m {
+	case Dropping:
 		return h, h.listenDropping(ip)
+	case Refusing:
+		// A port taken and given back: nothing listens there, and no other host is ever
+		// given this address.
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			return nil, err
+		}
+		h.Addr = ln.Addr().String()
+		return h, ln.Close()
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -163,5 +165,64 @@ func TestStandInRTT(t *testing.T) {
 	f.SetRTT(0, 0)
 	if _, err := call(); err != nil {
 		t.Errorf("after the round trip is turned off: %v", err)
+	}
+}
+
+// TestVariedFleet checks the modes and names a realistic fleet is made of: each host has a name
+// of its own, which it reports as its hostname; healthy hosts' pools differ in size; a refusing
+// host refuses the connect; the pool hosts answer libvirt with their pool inactive or
+// inaccessible.
+func TestVariedFleet(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 2, Refusing: 1, PoolInactive: 1, PoolInaccessible: 1, Varied: true})
+	p := hostpool.New(hostpool.Options{Name: "standin-varied", User: kvmstandin.User, PrivateKeyFile: f.ClientKeyPath,
+		KnownHostsFile: f.KnownHostsPath, Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour,
+		TCPTimeout: 5 * time.Second, SSHTimeout: 5 * time.Second, LibvirtTimeout: 5 * time.Second})
+	t.Cleanup(func() { p.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	names := map[string]bool{}
+	capacities := map[uint64]bool{}
+	for _, h := range f.Hosts {
+		if names[h.Name] || !strings.HasPrefix(h.Name, "hv-r") || !strings.HasSuffix(h.Name, ".example.net") {
+			t.Errorf("host name %q: want a name of its own, hv-r<rack>-<n>.<site>.example.net", h.Name)
+		}
+		names[h.Name] = true
+		if h.Mode == kvmstandin.Refusing {
+			_, _, err := p.Acquire(ctx, h.Addr)
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Errorf("refusing host: %v, want the connect refused", err)
+			}
+			continue
+		}
+		var hostname string
+		var state uint8
+		var capacity uint64
+		err := p.Probe(ctx, h.Addr, func(l *libvirt.Libvirt) error {
+			var err error
+			if hostname, err = l.ConnectGetHostname(); err != nil {
+				return err
+			}
+			pool, err := l.StoragePoolLookupByName(kvmstandin.Pool)
+			if err != nil {
+				return err
+			}
+			state, capacity, _, _, err = l.StoragePoolGetInfo(pool)
+			return err
+		})
+		want := map[kvmstandin.Mode]libvirt.StoragePoolState{kvmstandin.Healthy: libvirt.StoragePoolRunning,
+			kvmstandin.PoolInactive: libvirt.StoragePoolInactive, kvmstandin.PoolInaccessible: libvirt.StoragePoolInaccessible}[h.Mode]
+		if err != nil || hostname != h.Name || state != uint8(want) {
+			t.Errorf("%s host %s: %v, hostname %q, pool state %d; want its name and state %d", h.Mode, h.Name, err, hostname, state, want)
+		}
+		if h.Mode == kvmstandin.Healthy {
+			if capacity != h.PoolCapacity {
+				t.Errorf("%s: capacity %d, want %d", h.Name, capacity, h.PoolCapacity)
+			}
+			capacities[capacity] = true
+		}
+	}
+	if len(capacities) != 2 {
+		t.Errorf("the healthy hosts' pools: capacities %v, want two sizes", capacities)
 	}
 }

@@ -121,13 +121,20 @@ func (h *Host) answer(proc uint32, args []byte) (uint32, []byte) {
 		body := xdr(nil).str(name)
 		return statusOK, append(body, h.poolUUID[:]...)
 	case procStoragePoolGetInfo:
-		const running = 2
-		return statusOK, xdr(nil).u32(running).u64(PoolCapacity).u64(PoolAllocation).u64(PoolCapacity - PoolAllocation)
+		// libvirt's states: inactive 0, building 1, running 2, degraded 3, inaccessible 4; a
+		// pool that is not running reports no sizes.
+		switch h.Mode {
+		case PoolInactive:
+			return statusOK, xdr(nil).u32(0).u64(0).u64(0).u64(0)
+		case PoolInaccessible:
+			return statusOK, xdr(nil).u32(4).u64(0).u64(0).u64(0)
+		}
+		return statusOK, xdr(nil).u32(2).u64(h.PoolCapacity).u64(h.PoolAllocation).u64(h.PoolCapacity - h.PoolAllocation)
 	}
 	return statusError, remoteError(1, 0, "the scale stand-in does not implement this call")
 }
 
-// The sizes every stand-in host's pool reports.
+// The sizes a stand-in host's pool reports, unless its fleet is Varied.
 const (
 	PoolCapacity   = 100 << 30
 	PoolAllocation = 25 << 30

@@ -60,7 +60,9 @@ func StartProcess(tb testing.TB, c Counts, rtt, jitter time.Duration) *RemoteFle
 		tb.Fatalf("kvmstandin: build the command: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin, "-dir", dir, fmt.Sprintf("-healthy=%d", c.Healthy), fmt.Sprintf("-silent=%d", c.Silent),
-		fmt.Sprintf("-dropping=%d", c.Dropping), "-rtt="+rtt.String(), "-jitter="+jitter.String())
+		fmt.Sprintf("-dropping=%d", c.Dropping), fmt.Sprintf("-refusing=%d", c.Refusing),
+		fmt.Sprintf("-pool-inactive=%d", c.PoolInactive), fmt.Sprintf("-pool-inaccessible=%d", c.PoolInaccessible),
+		fmt.Sprintf("-varied=%t", c.Varied), "-rtt="+rtt.String(), "-jitter="+jitter.String())
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
