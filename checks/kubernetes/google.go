@@ -120,9 +120,21 @@ func withGoogleToken(cfg *rest.Config, creds *auth.Credentials) {
 		hc := &http.Client{Transport: rt}
 		// It fails only for a nil client or credentials.
 		_ = httptransport.AddAuthorizationMiddleware(hc, tagged)
-		return hc.Transport
+		return googleRoundTripper{auth: hc.Transport, base: rt}
 	}
 }
+
+// googleRoundTripper is the Google library's authorizing transport, with the transport under it
+// in view of client-go's CloseIdleConnectionsFor (the library's type hides it), so that Close
+// still closes the checker's idle connections to the API server.
+type googleRoundTripper struct{ auth, base http.RoundTripper }
+
+func (g googleRoundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
+	return g.auth.RoundTrip(r)
+}
+
+// WrappedRoundTripper is utilnet.RoundTripperWrapper's.
+func (g googleRoundTripper) WrappedRoundTripper() http.RoundTripper { return g.base }
 
 // taggedProvider tags every failure of the token source, so that classify tells a refused or
 // unreachable token exchange from the API server's own answer.

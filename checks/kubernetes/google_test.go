@@ -73,6 +73,32 @@ func TestGoogleAuthAgainstAPIServer(t *testing.T) {
 			t.Errorf("no token exchange with the key's token_uri: the check did not authenticate with Google")
 		}
 	})
+	// The Google library's transport hides the one under it: Close must still reach it.
+	t.Run("CloseClosesConnections", func(t *testing.T) {
+		port := env.URL[strings.LastIndex(env.URL, ":")+1:]
+		before := socketsTo(t, port)
+		c := newChecker(t, provider("gke-main", kubeconfig, "", google(key)), logger)
+		if r := checkOnce(t, c, context.Background()); r.Reason != checks.ReasonReady {
+			t.Fatalf("reason %s: %s", r.Reason, r.Message)
+		}
+		opened := 0
+		for inode := range socketsTo(t, port) {
+			if !before[inode] {
+				opened++
+			}
+		}
+		if opened == 0 {
+			t.Fatalf("the check left no connection to the API server open: nothing for Close to close")
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for inode := range socketsTo(t, port) {
+			if !before[inode] {
+				t.Errorf("socket %s to the API server still open after Close (%d opened by the check)", inode, opened)
+			}
+		}
+	})
 	t.Run("UntrustedKeyIsUnauthorized", func(t *testing.T) {
 		expect(t, gce.UntrustedServiceAccountKey(t), checks.ReasonUnauthorized, "Google's token endpoint refused the credentials (400)")
 	})
