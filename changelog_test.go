@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -221,5 +222,87 @@ func TestChangelogForm(t *testing.T) {
 				t.Errorf("problems %q, want one containing %q", problems, tc.want)
 			}
 		})
+	}
+}
+
+// flagArg is a command-line flag a manifest passes, as an item of a container's args.
+var flagArg = regexp.MustCompile(`(?m)^\s*- "?--([a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*)`)
+
+// unreleasedFlags returns, of flags (flag name to the file naming it), those that no released
+// section of the CHANGELOG up to version introduces: names as "`--flag`" (or "`--flag=...`",
+// "`--flag ...`"). Sorted by flag.
+func unreleasedFlags(versions []changelogVersion, version [3]int, flags map[string]string) []string {
+	var missing []string
+	for flag := range flags {
+		named := regexp.MustCompile("`--" + regexp.QuoteMeta(flag) + "[`= ]")
+		found := false
+		for _, v := range versions {
+			if v.name != "Unreleased" && slices.Compare(v.semver[:], version[:]) <= 0 && named.MatchString(v.body) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			missing = append(missing, flag)
+		}
+	}
+	slices.Sort(missing)
+	return missing
+}
+
+// TestChartFlagsAreReleased: every flag the chart's templates and deploy/'s manifests pass to
+// the exporter was introduced by a release the chart's appVersion includes, so that the image
+// the chart and deploy/ default to (tag "v" + appVersion) knows it: a chart that needs an
+// unreleased flag comes with a new release (CONTRIBUTING.md). A CHANGELOG entry names the flags
+// it introduces, in backticks.
+func TestChartFlagsAreReleased(t *testing.T) {
+	versions, _ := parseChangelog(string(must(os.ReadFile("CHANGELOG.md"))))
+	chart := must(os.ReadFile("charts/provider-health-exporter/Chart.yaml"))
+	m := regexp.MustCompile(`(?m)^appVersion: "?(\d+)\.(\d+)\.(\d+)"?$`).FindSubmatch(chart)
+	if m == nil {
+		t.Fatal("Chart.yaml has no appVersion X.Y.Z")
+	}
+	var app [3]int
+	for i := range 3 {
+		app[i], _ = strconv.Atoi(string(m[i+1]))
+	}
+	flags := map[string]string{}
+	files := must(filepath.Glob("charts/provider-health-exporter/templates/*.yaml"))
+	files = append(files, must(filepath.Glob("deploy/*.yaml"))...)
+	files = append(files, must(filepath.Glob("deploy/*/*.yaml"))...)
+	for _, f := range files {
+		for _, fm := range flagArg.FindAllStringSubmatch(string(must(os.ReadFile(f))), -1) {
+			flags[fm[1]] = f
+		}
+	}
+	for _, want := range []string{"shard.enabled", "crd.enabled", "config.file"} {
+		if flags[want] == "" {
+			t.Fatalf("found no --%s in %d files of the chart and deploy/: the flags are not read (%v)", want, len(files), flags)
+		}
+	}
+	for _, flag := range unreleasedFlags(versions, app, flags) {
+		t.Errorf("%s passes --%s, which no released section of CHANGELOG.md up to the chart's appVersion %s introduces: "+
+			"cut a release with it (CONTRIBUTING.md), or name the flag in the entry that introduced it", flags[flag], flag, fmt.Sprintf("%d.%d.%d", app[0], app[1], app[2]))
+	}
+}
+
+// TestUnreleasedFlags: a flag named only under [Unreleased], or only in a release after the
+// version, is reported; one named in a release up to the version is not.
+func TestUnreleasedFlags(t *testing.T) {
+	const text = "# Changelog\n\n## [Unreleased]\n\n### Added\n\n- `--c` is new.\n\n" +
+		"## [0.2.0] - 2026-12-05\n\n### Added\n\n- `--b=X` sets b.\n\n## [0.1.0] - 2026-12-03\n\n### Added\n\n- `--a` and `--ab.c DURATION`; not --d.\n\n" +
+		"[Unreleased]: " + changelogRepo + "/compare/v0.2.0...HEAD\n" +
+		"[0.2.0]: " + changelogRepo + "/compare/v0.1.0...v0.2.0\n" +
+		"[0.1.0]: " + changelogRepo + "/releases/tag/v0.1.0\n"
+	versions, problems := parseChangelog(text)
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	flags := map[string]string{"a": "f", "ab.c": "f", "b": "f", "c": "f", "d": "f", "ab": "f"}
+	if got, want := unreleasedFlags(versions, [3]int{0, 1, 0}, flags), []string{"ab", "b", "c", "d"}; !slices.Equal(got, want) {
+		t.Errorf("up to 0.1.0: %v, want %v", got, want)
+	}
+	if got, want := unreleasedFlags(versions, [3]int{0, 2, 0}, flags), []string{"ab", "c", "d"}; !slices.Equal(got, want) {
+		t.Errorf("up to 0.2.0: %v, want %v", got, want)
 	}
 }

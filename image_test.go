@@ -24,6 +24,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -45,15 +46,17 @@ type ociDescriptor struct {
 }
 
 type ociIndex struct {
-	SchemaVersion int             `json:"schemaVersion"`
-	MediaType     string          `json:"mediaType"`
-	Manifests     []ociDescriptor `json:"manifests"`
+	SchemaVersion int               `json:"schemaVersion"`
+	MediaType     string            `json:"mediaType"`
+	Manifests     []ociDescriptor   `json:"manifests"`
+	Annotations   map[string]string `json:"annotations"`
 }
 
 type ociManifest struct {
-	MediaType string          `json:"mediaType"`
-	Config    ociDescriptor   `json:"config"`
-	Layers    []ociDescriptor `json:"layers"`
+	MediaType   string            `json:"mediaType"`
+	Config      ociDescriptor     `json:"config"`
+	Layers      []ociDescriptor   `json:"layers"`
+	Annotations map[string]string `json:"annotations"`
 }
 
 type ociConfig struct {
@@ -273,6 +276,25 @@ func TestImage(t *testing.T) {
 		testenv.Unavailable(t, "git rev-parse HEAD: %v (the image's revision label comes from git)", err)
 	}
 	rev := strings.TrimSpace(string(revision))
+	commitTime, err := exec.Command("git", "log", "-1", "--format=%ct").Output()
+	if err != nil {
+		testenv.Unavailable(t, "git log -1: %v (the image's created time is the commit's)", err)
+	}
+	created := time.Unix(must(strconv.ParseInt(strings.TrimSpace(string(commitTime)), 10, 64)), 0).UTC().Format(time.RFC3339)
+	// stamped checks the annotations that tell one build from another under the same tag:
+	// the version, the commit and its time.
+	stamped := func(what string, got map[string]string) {
+		t.Helper()
+		for k, want := range map[string]string{
+			"org.opencontainers.image.version":  version,
+			"org.opencontainers.image.revision": rev,
+			"org.opencontainers.image.created":  created,
+		} {
+			if got[k] != want {
+				t.Errorf("%s: annotation %s=%q, want %q", what, k, got[k], want)
+			}
+		}
+	}
 
 	wantPlatforms := makefilePlatforms(t)
 	if !*imageAllPlatforms {
@@ -310,6 +332,8 @@ func TestImage(t *testing.T) {
 	if idx.SchemaVersion != 2 {
 		t.Errorf("the index has schemaVersion %d, want 2", idx.SchemaVersion)
 	}
+	stamped("index.json's entry", top.Manifests[0].Annotations)
+	stamped("the image index", idx.Annotations)
 
 	source := ""
 	for _, l := range strings.Split(string(must(os.ReadFile("charts/provider-health-exporter/Chart.yaml"))), "\n") {
@@ -332,6 +356,7 @@ func TestImage(t *testing.T) {
 		platforms = append(platforms, platform)
 		var man ociManifest
 		decodeBlob(t, m, "application/vnd.oci.image.manifest.v1+json", &man)
+		stamped(platform+"'s manifest", man.Annotations)
 		var cfg ociConfig
 		decodeBlob(t, man.Config, "application/vnd.oci.image.config.v1+json", &cfg)
 		if cfg.OS+"/"+cfg.Architecture+strings.TrimSuffix("/"+cfg.Variant, "/") != platform {

@@ -274,3 +274,54 @@ func TestTemplateExternalURL(t *testing.T) {
 		t.Errorf("a URL without a scheme: err %v, want the schema to refuse it:\n%s", err, out)
 	}
 }
+
+// TestTemplateServiceMonitorScheme: serviceMonitor.scheme takes what the ServiceMonitor CRD
+// takes (http, https, HTTP, HTTPS) and hands it on as written; HTTP in either case is the
+// endpoint's default and is left out. Anything else the schema refuses.
+func TestTemplateServiceMonitorScheme(t *testing.T) {
+	h := newHelm(t)
+	for scheme, want := range map[string]any{"http": nil, "HTTP": nil, "https": "https", "HTTPS": "HTTPS"} {
+		objs := objects(decodeObjects(t, h.template("--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.scheme="+scheme)))
+		ep := field(objs.get(t, "ServiceMonitor", namespace, release), "spec", "endpoints").([]any)[0].(map[string]any)
+		if ep["scheme"] != want {
+			t.Errorf("serviceMonitor.scheme=%s: the endpoint's scheme is %v, want %v", scheme, ep["scheme"], want)
+		}
+	}
+	if out, err := h.run("template", release, chartDir(t), "--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.scheme=Https"); err == nil ||
+		!strings.Contains(out, "scheme") {
+		t.Errorf("serviceMonitor.scheme=Https: err %v, want the schema to refuse it naming scheme:\n%s", err, out)
+	}
+}
+
+// TestTemplateConfigChangeReachesPods: a providers file the chart does not render
+// (config.existingConfigMap, config.existingSecret) changes without the chart knowing, so no
+// checksum of the chart's can roll the pods: the exporter runs with --config.auto-reload by
+// default and loads the changed file itself. config.autoReload=false drops the flag, and then
+// a podAnnotations entry the user sets (e.g. a checksum of their ConfigMap) rolls the pods
+// when it changes.
+func TestTemplateConfigChangeReachesPods(t *testing.T) {
+	h := newHelm(t)
+	for _, args := range [][]string{
+		nil,
+		{"--set", "config.existingConfigMap=my-providers"},
+		{"--set", "config.existingSecret=my-providers"},
+	} {
+		ctr, _ := container(t, objects(decodeObjects(t, h.template(args...))))
+		if !slices.Contains(ctr["args"].([]any), any("--config.auto-reload")) {
+			t.Errorf("%v: args %v, want --config.auto-reload", args, ctr["args"])
+		}
+	}
+	ctr, _ := container(t, objects(decodeObjects(t, h.template("--set", "config.existingConfigMap=my-providers", "--set", "config.autoReload=false"))))
+	if slices.Contains(ctr["args"].([]any), any("--config.auto-reload")) {
+		t.Errorf("config.autoReload=false: args %v, want no --config.auto-reload", ctr["args"])
+	}
+	podAnnotations := func(sum string) any {
+		d := objects(decodeObjects(t, h.template("--set", "config.existingConfigMap=my-providers",
+			"--set-string", "podAnnotations.checksum/my-providers="+sum))).get(t, "Deployment", namespace, release)
+		return field(d, "spec", "template", "metadata", "annotations")
+	}
+	a, b := podAnnotations("1111"), podAnnotations("2222")
+	if got := a.(map[string]any)["checksum/my-providers"]; got != "1111" || asYAML(t, a) == asYAML(t, b) {
+		t.Errorf("podAnnotations: the pod template's annotations %v and %v, want the user's checksum in each, differing", a, b)
+	}
+}

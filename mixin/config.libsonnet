@@ -62,6 +62,10 @@
     // ProviderHealthExporterDown: critical (severities.exporterDown) when no replica is
     // scraped, a warning (severities.exporterReplicaDown) when one of several is not.
     exporterDownFor: '5m',
+    // The label selector of the exporter's pods, for the kubectl commands in alert texts:
+    // deploy/'s and every Helm release's pods carry it, whatever the release's name (add
+    // ,app.kubernetes.io/instance=RELEASE for one release of several in a namespace).
+    podSelector: 'app.kubernetes.io/name=provider-health-exporter',
 
     // Sharding (--shard.enabled): its alerts read the proxy_operator_shard_* metrics, which
     // exist only where sharding is on, so they never fire without it.

@@ -357,7 +357,7 @@ tests:
           - exp_labels: {severity: critical, cluster: eu}
             exp_annotations:
               summary: The provider health exporter is down or not scraped.
-              description: 'Prometheus cannot scrape the provider health exporter at a:9847 (for more than 5m): no replica is scraped, so no verdict is current and no provider alert can fire.'
+              description: 'Prometheus cannot scrape the provider health exporter at a:9847 (for more than 5m): no replica is scraped, so no verdict is current and no provider alert can fire. Look for OOMKilled in kubectl -n NAMESPACE get pods -l app.kubernetes.io/name=provider-health-exporter -o yaml, and read every replica: kubectl -n NAMESPACE logs -l app.kubernetes.io/name=provider-health-exporter --prefix --tail=-1 --previous.'
               runbook_url: https://github.com/provider-health-exporter/provider-health-exporter/blob/main/docs/runbooks.md#providerhealthexporterdown
       - eval_time: 5m
         alertname: ProviderHealthTargetDown

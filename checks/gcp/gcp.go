@@ -15,9 +15,7 @@ package gcp
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -394,33 +392,15 @@ func (c *Checker) load() (http.RoundTripper, checks.FileState, error) {
 	return hc.Transport, at, nil
 }
 
-// readServiceAccountKey reads a key file and checks that its private key parses, so that a
-// broken key is reported when it is loaded, with a short message, rather than at every token
-// exchange with the parser's dump.
+// readServiceAccountKey reads a key file and checks that its private key parses
+// (checks.ServiceAccountKeyProblem).
 func readServiceAccountKey(path string) ([]byte, error) {
 	b, err := fileread.Read(path, fileread.CredentialLimit)
 	if err != nil {
 		return nil, fmt.Errorf("read key file: %w", err)
 	}
-	var f struct {
-		PrivateKey string `json:"private_key"`
-	}
-	if json.Unmarshal(b, &f) != nil {
-		// The decoder's error quotes the file's content; name the file only.
-		return nil, fmt.Errorf("key file %s is not a JSON service-account key", path)
-	}
-	if f.PrivateKey == "" {
-		return nil, fmt.Errorf("key file %s has no private_key", path)
-	}
-	block, _ := pem.Decode([]byte(f.PrivateKey))
-	if block == nil {
-		return nil, fmt.Errorf("key file %s: private_key is not PEM-encoded", path)
-	}
-	if _, err := x509.ParsePKCS8PrivateKey(block.Bytes); err != nil {
-		if _, err1 := x509.ParsePKCS1PrivateKey(block.Bytes); err1 != nil {
-			// The parsers' errors describe the DER structure; say only what is wrong.
-			return nil, fmt.Errorf("key file %s: private_key is neither a PKCS#8 nor a PKCS#1 private key", path)
-		}
+	if err := checks.ServiceAccountKeyProblem(path, b); err != nil {
+		return nil, err
 	}
 	return b, nil
 }

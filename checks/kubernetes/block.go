@@ -24,7 +24,7 @@ func init() {
 var reasons = []checks.ReasonInfo{
 	{Reason: checks.ReasonReady, Meaning: "The API server answered the list request (at most one object) with the exporter's identity."},
 	{Reason: checks.ReasonTimeout, Meaning: "The list request did not complete before the round's deadline (or the checker misbehaved; see the message)."},
-	{Reason: checks.ReasonUnauthorized, Meaning: "The API server rejected the credentials (HTTP 401)."},
+	{Reason: checks.ReasonUnauthorized, Meaning: "The API server rejected the credentials (HTTP 401), or, with auth: google, Google's token endpoint refused the key."},
 	{Reason: checks.ReasonForbidden, Meaning: "The identity is known but RBAC does not allow listing the resource (HTTP 403)."},
 	{Reason: ReasonResourceNotFound, Meaning: "The configured group/version/resource does not exist on this API server (HTTP 404)."},
 	{Reason: checks.ReasonAPIUnreachable, Meaning: "No HTTP answer: DNS, TCP connect or TLS failed (refused, no route, certificate not trusted), or the connection was closed or reset before an answer."},
@@ -59,7 +59,19 @@ type Config struct {
 	// LabelSelector restricts what is listed. After loading it is the selector to use: the
 	// DefaultLabelSelector when the key was absent, empty (everything) when it was set to "".
 	LabelSelector string `yaml:"labelSelector,omitempty"`
+	// Auth is how the exporter authenticates: empty, the kubeconfig's user (or the pod's
+	// service account in-cluster); AuthGoogle, a Google OAuth access token, which GKE's API
+	// servers accept, with the kubeconfig naming the cluster only.
+	Auth string `yaml:"auth,omitempty"`
+	// CredentialsFile is a Google service-account key (absolute after loading), with AuthGoogle
+	// only; empty means Application Default Credentials (Workload Identity on GKE).
+	CredentialsFile string `yaml:"credentialsFile,omitempty"`
 }
+
+// AuthGoogle is `auth: google`: the exporter gets a Google OAuth access token itself (from a
+// service-account key or Application Default Credentials) and presents it as the bearer token,
+// as GKE's exec plugin gke-gcloud-auth-plugin would, with no plugin in the image.
+const AuthGoogle = "google"
 
 // Equal reports whether o is the same block.
 func (k *Config) Equal(o config.Block) bool {
@@ -67,9 +79,13 @@ func (k *Config) Equal(o config.Block) bool {
 	return is && *k == *ok
 }
 
-// Files is the kubeconfig, when one is set: a secret (it may hold tokens and client keys).
+// Files are the kubeconfig, when one is set, and the Google key: secrets (the kubeconfig may
+// hold tokens and client keys).
 func (k *Config) Files() []config.File {
-	return []config.File{{Field: "kubeconfig", Path: k.Kubeconfig, Secret: true}}
+	return []config.File{
+		{Field: "kubeconfig", Path: k.Kubeconfig, Secret: true},
+		{Field: "credentialsFile", Path: k.CredentialsFile, Secret: true},
+	}
 }
 
 // Warnings: none; a kubeconfig's own insecure-skip-tls-verify is the kubeconfig's business.
@@ -107,6 +123,21 @@ func decode(f *config.Fields) config.Block {
 			}
 			return ""
 		})
+	}
+
+	auth, av := f.StringNode("auth", func(auth string) string {
+		if auth != AuthGoogle {
+			return "unknown auth " + config.Quote(auth) + ": want google, or leave the field out to use the kubeconfig's user"
+		}
+		return ""
+	})
+	k.Auth = auth
+	k.CredentialsFile = f.File("credentialsFile", false, "")
+	if k.CredentialsFile != "" && auth != AuthGoogle {
+		f.Errorf(f.Key("credentialsFile"), "credentialsFile", "a Google service-account key is used with auth: google only (set it, or drop credentialsFile)")
+	}
+	if auth == AuthGoogle && k.Kubeconfig == "" {
+		f.Errorf(av, "auth", "auth: google needs a kubeconfig naming the cluster (its server and certificate-authority); the in-cluster configuration has its own service account")
 	}
 	return k
 }

@@ -20,6 +20,9 @@ func classify(ctx context.Context, err error, what string) (checks.Reason, strin
 	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return checks.ReasonTimeout, fmt.Sprintf("list %s: no answer before the check's deadline: %v", what, err)
 	}
+	if reason, msg, ok := classifyGoogle(err, what); ok {
+		return reason, msg
+	}
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
 		code := status.Status().Code

@@ -240,6 +240,13 @@ func loadConfig(kc Config, read func(string) ([]byte, error)) (*rest.Config, str
 	if contextName == "" {
 		contextName = raw.CurrentContext
 	}
+	if kc.Auth == AuthGoogle {
+		// The kubeconfig names the cluster only: its user (on GKE, the exec plugin
+		// gke-gcloud-auth-plugin, which the image does not have) is not used.
+		if ctx := raw.Contexts[contextName]; ctx != nil && raw.AuthInfos[ctx.AuthInfo] != nil {
+			raw.AuthInfos[ctx.AuthInfo] = clientcmdapi.NewAuthInfo()
+		}
+	}
 	if err := inlineFiles(raw, contextName, kc.Kubeconfig, read); err != nil {
 		return nil, contextName, fmt.Errorf("kubeconfig %s: %w", kc.Kubeconfig, err)
 	}
@@ -250,6 +257,16 @@ func loadConfig(kc Config, read func(string) ([]byte, error)) (*rest.Config, str
 	}
 	if err := plainHTTPWithCredentials(raw, contextName, cfg); err != nil {
 		return nil, contextName, fmt.Errorf("kubeconfig %s: %w", kc.Kubeconfig, err)
+	}
+	if kc.Auth == AuthGoogle {
+		if u, _, err := rest.DefaultServerUrlFor(cfg); err == nil && u.Scheme == "http" && !config.LoopbackHost(u.Hostname()) {
+			return nil, contextName, fmt.Errorf("kubeconfig %s: the server %q is plain http: with auth: google the access token must not travel in clear (allowed: https, or http to localhost or a loopback address)", kc.Kubeconfig, u.Host)
+		}
+		creds, err := googleCredentials(kc, read)
+		if err != nil {
+			return nil, contextName, &googleCredentialsError{err: err}
+		}
+		withGoogleToken(cfg, creds)
 	}
 	if contextName == "" {
 		return cfg, hostOf(cfg.Host), nil

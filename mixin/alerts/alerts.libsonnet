@@ -35,6 +35,12 @@ local promql = import '../lib/promql.libsonnet';
       + matchers(['provider', 'target']) + '} == 1)` ' + args(['provider', 'target'])
       + ') | sortByLabel "reason" }}{{ if $i }}, {{ end }}{{ $r.Labels.reason }}{{ else }}unknown{{ end }}',
 
+    // What to look at when the exporter is not scraped, for a deployment of any name: every
+    // replica's state (OOMKilled) and logs, found by label.
+    local exporterDownHelp =
+      ' Look for OOMKilled in kubectl -n NAMESPACE get pods -l ' + c.podSelector
+      + ' -o yaml, and read every replica: kubectl -n NAMESPACE logs -l ' + c.podSelector + ' --prefix --tail=-1 --previous.',
+
     // While a recovery is pending (the last checks answered Ready, fewer than successThreshold
     // of them), what the checks say now, beside the verdict's reason.
     local recoveryPending =
@@ -266,8 +272,10 @@ local promql = import '../lib/promql.libsonnet';
           ),
           // ExporterDown pages (critical) when coverage is lost: no replica is scraped, or
           // Prometheus has no scrape target for the exporter at all. One replica down of
-          // several is a warning: the others still report every verdict. Both fire while every
-          // replica of several is down; the inhibit rule mutes the warning then.
+          // several is a warning: unsharded, the others still report every verdict; sharded,
+          // a replica alive but not scraped hides its share of the targets, which its
+          // description says. Both fire while every replica of several is down; the inhibit
+          // rule mutes the warning then.
           alert(
             'ProviderHealthExporterDown',
             'exporterDown',
@@ -277,7 +285,7 @@ local promql = import '../lib/promql.libsonnet';
             '{{ if eq $value 0.0 }}Prometheus cannot scrape the provider health exporter at ' + instances('up', '== 0')
             + ' (for more than ' + c.exporterDownFor + '): no replica is scraped, so no verdict is current and no provider alert can fire.'
             + '{{ else }}Prometheus has no scrape target matching ' + std.strReplace(c.jobSelector, '"', "'")
-            + ' (for more than ' + c.exporterDownFor + '): no verdict is current and no provider alert can fire.{{ end }}',
+            + ' (for more than ' + c.exporterDownFor + '): no verdict is current and no provider alert can fire.{{ end }}' + exporterDownHelp,
           ),
           alert(
             'ProviderHealthExporterDown',
@@ -288,8 +296,8 @@ local promql = import '../lib/promql.libsonnet';
             'Prometheus cannot scrape the provider health exporter at ' + instances('up', '== 0')
             + ' (for more than ' + c.exporterDownFor + ')'
             + '{{ with query (printf "count(%s)" ' + exporterQuery('up', ' == 1') + ') }}'
-            + '; the other replicas still report ({{ . | first | value }} scraped), so the verdicts are current.'
-            + '{{ else }}; no replica is scraped now.{{ end }}',
+            + '; {{ . | first | value }} other replicas are scraped. Sharded (--shard.enabled, the default of the chart and deploy/), a replica that runs but is not scraped still owns its share of the targets (about 1/N of the fleet): their verdicts are missing and their alerts cannot fire until it is scraped again or stops. Unsharded, the others report every verdict.'
+            + '{{ else }}; no replica is scraped now.{{ end }}' + exporterDownHelp,
           ),
           // Sharding (--shard.enabled). Its metrics exist only where sharding is on, so an
           // unsharded deployment never fires these.

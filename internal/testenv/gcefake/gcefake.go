@@ -82,6 +82,7 @@ type Server struct {
 	tokenLifetime time.Duration
 	keys          map[string]*serviceAccount // by client email
 	tokens        map[string]time.Time       // access token -> expiry
+	tokenEmail    map[string]string          // access token -> the service account it was issued to
 	issued        []string                   // every access token ever issued, in order
 	failNext      []failure
 	failure       int
@@ -120,6 +121,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 		tokenLifetime: time.Hour,
 		keys:          map[string]*serviceAccount{},
 		tokens:        map[string]time.Time{},
+		tokenEmail:    map[string]string{},
 		nextID:        1000000000000000000,
 	}
 	s.ensureProject(DefaultProject)
@@ -339,6 +341,19 @@ func (s *Server) LastQuery() url.Values {
 		q[k] = slices.Clone(v)
 	}
 	return q
+}
+
+// TokenInfo answers as Google's tokeninfo endpoint does for an access token: the email of the
+// service account it was issued to, when it is one this server issued, not revoked and not
+// expired. A token-review webhook built on it authenticates these tokens as GKE does.
+func (s *Server) TokenInfo(token string) (email string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	exp, ok := s.tokens[token]
+	if !ok || !time.Now().Before(exp) {
+		return "", false
+	}
+	return s.tokenEmail[token], true
 }
 
 // IssuedTokens lists every access token the token endpoint has issued, oldest first, so that

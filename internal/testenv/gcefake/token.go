@@ -164,7 +164,8 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, oauthError{"unsupported_grant_type", "Invalid grant_type: " + gt})
 		return
 	}
-	if err := s.verifyAssertion(r.PostForm.Get("assertion")); err != nil {
+	email, err := s.verifyAssertion(r.PostForm.Get("assertion"))
+	if err != nil {
 		writeJSON(w, http.StatusBadRequest, *err)
 		return
 	}
@@ -172,6 +173,7 @@ func (s *Server) serveToken(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	lifetime := s.tokenLifetime
 	s.tokens[tok] = time.Now().Add(lifetime)
+	s.tokenEmail[tok] = email
 	s.issued = append(s.issued, tok)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{
@@ -191,8 +193,9 @@ type jwtClaims struct {
 	Sub   string `json:"sub,omitempty"`
 }
 
-func (s *Server) verifyAssertion(assertion string) *oauthError {
-	invalid := func(desc string) *oauthError { return &oauthError{"invalid_grant", desc} }
+// verifyAssertion checks a JWT-bearer assertion and returns the service account it is for.
+func (s *Server) verifyAssertion(assertion string) (string, *oauthError) {
+	invalid := func(desc string) (string, *oauthError) { return "", &oauthError{"invalid_grant", desc} }
 	parts := strings.Split(assertion, ".")
 	if len(parts) != 3 {
 		return invalid("Invalid JWT: not a compact JWS.")
@@ -239,9 +242,9 @@ func (s *Server) verifyAssertion(assertion string) *oauthError {
 		return invalid("Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe. Check your iat and exp values in the JWT claim.")
 	}
 	if strings.TrimSpace(claims.Scope) == "" {
-		return &oauthError{"invalid_scope", "Invalid OAuth scope or ID token audience provided."}
+		return "", &oauthError{"invalid_scope", "Invalid OAuth scope or ID token audience provided."}
 	}
-	return nil
+	return claims.Iss, nil
 }
 
 func decodeSegment(seg string, v any) error {

@@ -75,7 +75,10 @@ type Env struct {
 	apiserver *process
 	users     map[string]identity // by name
 	byToken   map[string]identity
-	webhook   *http.Server
+	// accept are the token authorities of AcceptTokens, asked in order for a token byToken
+	// does not hold.
+	accept  []func(token string) (user string, ok bool)
+	webhook *http.Server
 
 	barrierSeq atomic.Int64
 	barrierID  string
@@ -416,6 +419,16 @@ func (e *Env) AddUser(name string, groups ...string) string {
 	e.users[name] = id
 	e.byToken[id.token] = id
 	return id.token
+}
+
+// AcceptTokens makes the API server accept the tokens authority vouches for, as the user it
+// names (member of system:authenticated only), the way GKE's token webhook accepts Google
+// OAuth access tokens as their account's email: e.g. AcceptTokens(gce.TokenInfo). It takes
+// effect at once; RBAC decides what such a user may do.
+func (e *Env) AcceptTokens(authority func(token string) (user string, ok bool)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.accept = append(e.accept, authority)
 }
 
 // ConfigFor returns a client configuration for a user added with AddUser, or for AdminUser.

@@ -9,7 +9,8 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 )
 
-// startWebhook serves the token-review webhook that authenticates users added with AddUser.
+// startWebhook serves the token-review webhook that authenticates users added with AddUser and
+// the tokens of AcceptTokens' authorities.
 // A token file would need an API server restart for every new identity; the webhook is asked
 // on each unknown token (the API server caches answers for two minutes), so AddUser works at
 // once. It listens on loopback only and returns its URL.
@@ -34,7 +35,17 @@ func (e *Env) serveTokenReview(w http.ResponseWriter, r *http.Request) {
 	}
 	e.mu.Lock()
 	id, ok := e.byToken[review.Spec.Token]
+	accept := e.accept
 	e.mu.Unlock()
+	for _, authority := range accept {
+		if ok {
+			break
+		}
+		var name string
+		if name, ok = authority(review.Spec.Token); ok {
+			id = identity{name: name}
+		}
+	}
 	audiences := review.Spec.Audiences
 	review.Spec = authnv1.TokenReviewSpec{} // never echo the token back
 	review.Status = authnv1.TokenReviewStatus{Authenticated: ok}

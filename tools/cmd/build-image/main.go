@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
@@ -127,6 +128,10 @@ func build(o options) error {
 		return err
 	}
 
+	// The index, each platform's manifest and index.json's entry carry the version and the
+	// revision the image was built from, and when: a registry, crane or skopeo shows them
+	// without pulling a config, and two builds under one tag are told apart by them.
+	stamp := stampAnnotations(o)
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	sboms := map[string][]byte{}
 	licenses := newLicenseFinder()
@@ -136,6 +141,7 @@ func build(o options) error {
 		if err != nil {
 			return fmt.Errorf("%s/%s: %w", p.OS, p.Architecture, err)
 		}
+		img = mutate.Annotations(img, stamp).(v1.Image)
 		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{
 			Add:        img,
 			Descriptor: v1.Descriptor{Platform: &p},
@@ -151,6 +157,8 @@ func build(o options) error {
 		sboms[fmt.Sprintf("%s-%s.%s.spdx.json", binaryName, o.version, platformDir(p))] = doc
 	}
 
+	idx = mutate.Annotations(idx, stamp).(v1.ImageIndex)
+
 	if err := os.RemoveAll(o.out); err != nil {
 		return err
 	}
@@ -158,9 +166,9 @@ func build(o options) error {
 	if err != nil {
 		return err
 	}
-	if err := lp.AppendIndex(idx, layout.WithAnnotations(map[string]string{
-		"org.opencontainers.image.ref.name": tag(o.version),
-	})); err != nil {
+	entry := map[string]string{"org.opencontainers.image.ref.name": tag(o.version)}
+	maps.Copy(entry, stamp)
+	if err := lp.AppendIndex(idx, layout.WithAnnotations(entry)); err != nil {
 		return err
 	}
 	// Blobs are written through temporary files (0600): readable by whoever pushes them.
@@ -183,6 +191,17 @@ func build(o options) error {
 	digest, _ := idx.Digest()
 	fmt.Printf("build-image: %s (%s), index %s; SBOMs in %s\n", o.out, o.version, digest, o.sbomDir)
 	return nil
+}
+
+// stampAnnotations are the OCI annotations that say which build an image is: its version,
+// the commit it was built from and when (SOURCE_DATE_EPOCH, the commit's time).
+func stampAnnotations(o options) map[string]string {
+	return map[string]string{
+		"org.opencontainers.image.version":  o.version,
+		"org.opencontainers.image.revision": o.revision,
+		"org.opencontainers.image.created":  o.created.Format(time.RFC3339),
+		"org.opencontainers.image.source":   o.source,
+	}
 }
 
 // platformDir is a platform as promu crossbuild names its directories and tarballs:
