@@ -24,7 +24,7 @@ func init() {
 var reasons = []checks.ReasonInfo{
 	{Reason: checks.ReasonReady, Meaning: "The API server answered the list request (at most one object) with the exporter's identity."},
 	{Reason: checks.ReasonTimeout, Meaning: "The list request did not complete before the round's deadline (or the checker misbehaved; see the message)."},
-	{Reason: checks.ReasonUnauthorized, Meaning: "The API server rejected the credentials (HTTP 401), or, with auth: google, Google's token endpoint refused the key."},
+	{Reason: checks.ReasonUnauthorized, Meaning: "The API server rejected the credentials (HTTP 401), or, with `auth: google`, Google's token endpoint refused the service-account key."},
 	{Reason: checks.ReasonForbidden, Meaning: "The identity is known but RBAC does not allow listing the resource (HTTP 403)."},
 	{Reason: ReasonResourceNotFound, Meaning: "The configured group/version/resource does not exist on this API server (HTTP 404)."},
 	{Reason: checks.ReasonAPIUnreachable, Meaning: "No HTTP answer: DNS, TCP connect or TLS failed (refused, no route, certificate not trusted), or the connection was closed or reset before an answer."},
