@@ -173,3 +173,28 @@ func ReplaceFile(t testing.TB, path, data string) {
 		t.Fatal(err)
 	}
 }
+
+// PeakHeap runs f and returns the most heap in use (runtime.MemStats.HeapInuse) sampled every
+// 20ms while it ran: to show that a body that never ends does not grow the process.
+func PeakHeap(t testing.TB, f func()) uint64 {
+	t.Helper()
+	var peak uint64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var m runtime.MemStats
+		for {
+			runtime.ReadMemStats(&m)
+			peak = max(peak, m.HeapInuse)
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	f()
+	close(stop)
+	<-sampled
+	return peak
+}

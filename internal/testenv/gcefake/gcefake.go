@@ -15,6 +15,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -87,6 +88,7 @@ type Server struct {
 	failure       int
 	rateLimit     string
 	emptyPages    bool
+	endless       bool
 	tokenFailure  int
 	latency       time.Duration
 	tokenLatency  time.Duration
@@ -267,6 +269,14 @@ func (s *Server) SetEmptyPages(on bool) {
 	s.emptyPages = on
 }
 
+// SetEndlessAnswer makes every instances request answer 200 with a JSON body that never ends
+// (written as fast as the client reads it, until it goes away), until SetEndlessAnswer(false).
+func (s *Server) SetEndlessAnswer(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endless = on
+}
+
 // SetFailure makes every instances request answer with this status until SetFailure(0).
 func (s *Server) SetFailure(code int) {
 	s.mu.Lock()
@@ -378,10 +388,20 @@ func (s *Server) serveInstances(w http.ResponseWriter, r *http.Request) {
 	if len(s.failNext) > 0 {
 		fail, s.failNext = s.failNext[0], s.failNext[1:]
 	}
-	emptyPages := s.emptyPages
+	emptyPages, endless := s.emptyPages, s.endless
 	s.mu.Unlock()
 	projectName := r.PathValue("project")
 	switch {
+	case endless:
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"kind":"compute#instanceAggregatedList","id":"`)
+		chunk := strings.Repeat("x", 64<<10)
+		for r.Context().Err() == nil {
+			if _, err := io.WriteString(w, chunk); err != nil {
+				return
+			}
+		}
+		return
 	case fail.echo:
 		writeErrorMessage(w, fail.code, "invalid", "gateway rejected \x1b[31mAuthorization: "+r.Header.Get("Authorization")+"\x1b[0m\r\nretry later")
 		return
