@@ -120,8 +120,7 @@ func (in *inventory) expand(cfg *config.Config) (*config.Config, []string) {
 			continue
 		}
 		for _, pattern := range inv.TargetFilePatterns() {
-			// The pattern was validated when the providers file loaded: Glob fails on nothing else.
-			paths, _ := filepath.Glob(pattern)
+			paths := in.glob(p.Name, pattern)
 			for _, path := range paths {
 				key := fileKey{p.Name, path}
 				if seen[key] {
@@ -189,6 +188,33 @@ func (in *inventory) expand(cfg *config.Config) (*config.Config, []string) {
 	}
 	return out, warns
 }
+
+// glob returns the files pattern matches, within fileread.DefaultTimeout (a directory on a
+// stalled network mount). A glob abandoned at its deadline logs why and matches the files of
+// the provider it matched before (in.files), so that their targets stay until it answers.
+func (in *inventory) glob(provider, pattern string) []string {
+	// The pattern was validated when the providers file loaded: Glob fails on nothing else.
+	paths, err := fileread.Bounded("glob", "glob:"+pattern, fileread.DefaultTimeout, func() ([]string, error) {
+		return globFiles(pattern)
+	})
+	if err == nil {
+		return paths
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for key := range in.files {
+		if ok, _ := filepath.Match(pattern, key.path); ok && key.provider == provider {
+			paths = append(paths, key.path)
+		}
+	}
+	slices.Sort(paths)
+	in.logger.Error("host files pattern not listed in time, keeping the files it matched before",
+		"provider", provider, "pattern", pattern, "files_kept", len(paths), "err", err)
+	return paths
+}
+
+// globFiles is filepath.Glob; a test blocks it to see the deadline work.
+var globFiles = filepath.Glob
 
 // read reads f at path again when it changed since its last read, and reports whether its
 // groups changed. A read that fails keeps the last good groups; its version is remembered when
@@ -379,7 +405,7 @@ func CheckHostFiles(cfg *config.Config, maxSize int64) (problems, warnings []str
 	for _, p := range cfg.Providers {
 		if inv, ok := p.Block.(config.Inventory); ok {
 			for _, pattern := range inv.TargetFilePatterns() {
-				if m, _ := filepath.Glob(pattern); len(m) == 0 {
+				if m := in.glob(p.Name, pattern); len(m) == 0 {
 					warnings = append(warnings, fmt.Sprintf("provider %s: hostFiles: %s matches no file (its hosts are checked once it exists)", p.Name, pattern))
 				}
 			}
