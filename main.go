@@ -152,6 +152,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code in
 	app.Flag("config.file", "Path of the providers file.").Default("providers.yml").StringVar(&opts.configFile)
 	app.Flag("config.auto-reload", "Before each round, reload the providers file when it changed on disk (as SIGHUP does; a bad file keeps the running providers and is tried again once it changes).").BoolVar(&opts.autoReload)
 	app.Flag(config.FlagMaxSize, "Largest providers file read (a larger one is refused, as are a named pipe, socket or device); units B, KiB, MiB, GiB.").Default(fileread.FormatSize(config.DefaultLimits.MaxSize)).SetValue(sizeValue{config.FlagMaxSize, &opts.limits.MaxSize})
+	app.Flag(config.FlagMaxTargets, "Most targets one host file lists, and one provider's host files together: a larger file is refused (its provider keeps the hosts of its last good read), a file that would take its provider past it is left out.").Default(strconv.Itoa(config.DefaultLimits.MaxTargets)).IntVar(&opts.limits.MaxTargets)
 	app.Flag(config.FlagTargetFileMaxSize, "Largest host file (a kvm provider's hostFiles) read; a larger one is refused and the provider keeps the hosts of its last good read; units B, KiB, MiB, GiB.").Default(fileread.FormatSize(config.DefaultLimits.TargetFileMaxSize)).SetValue(sizeValue{config.FlagTargetFileMaxSize, &opts.limits.TargetFileMaxSize})
 	app.Flag("config.check", "Validate the flags and the providers file, print what is wrong or \"ok\", and exit (1 or 0).").BoolVar(&opts.configCheck)
 	app.Flag("provider-check-interval", "How often every provider is checked. 0 turns checks off; otherwise at least 10s.").Default("1m").SetValue(durationValue{"provider-check-interval", &opts.interval})
@@ -254,6 +255,9 @@ func checkLimits(l config.Limits) error {
 			errs = append(errs, fmt.Errorf("--%s=%s: must be from %s to %s", f.flag, fileread.FormatSize(f.n),
 				fileread.FormatSize(minFileSize), fileread.FormatSize(maxFileSize)))
 		}
+	}
+	if l.MaxTargets < 1 {
+		errs = append(errs, fmt.Errorf("--%s=%d: must be at least 1", config.FlagMaxTargets, l.MaxTargets))
 	}
 	return errors.Join(errs...)
 }
@@ -692,7 +696,7 @@ func configCheck(opts *options, stdout, stderr io.Writer) int {
 	if err != nil {
 		problems = append(problems, strings.Split(err.Error(), "\n")...)
 	} else {
-		hostProblems, hostWarnings, expanded := exporter.CheckHostFiles(cfg, opts.limits.TargetFileMaxSize)
+		hostProblems, hostWarnings, expanded := exporter.CheckHostFiles(cfg, opts.limits)
 		problems = append(problems, hostProblems...)
 		if err := exporter.ValidateCheckers(expanded); err != nil {
 			problems = append(problems, strings.Split(err.Error(), "\n")...)

@@ -59,12 +59,14 @@ func TargetFilePatternProblem(pattern string) string {
 // ReadTargetFile reads the target file at path: ParseTargetFile of its content. A file that
 // cannot be read returns the read error: one that is not a regular file (a named pipe, a
 // socket, a device) or is larger than maxSize bytes is refused before it is parsed (fileread).
-func ReadTargetFile(path string, maxSize int64, targetProblem func(string) string) ([]TargetGroup, error) {
+// A file of more than maxTargets targets (0: no ceiling) is refused, its first target beyond the
+// ceiling named.
+func ReadTargetFile(path string, maxSize int64, maxTargets int, targetProblem func(string) string) ([]TargetGroup, error) {
 	data, err := fileread.Read(path, maxSize)
 	if err != nil {
 		return nil, withFlag(err, FlagTargetFileMaxSize)
 	}
-	return ParseTargetFile(path, data, targetProblem)
+	return parseTargetFile(path, data, targetProblem, maxTargets)
 }
 
 // ParseTargetFile validates data as a target file named name (its ending chooses JSON or
@@ -72,7 +74,11 @@ func ReadTargetFile(path string, maxSize int64, targetProblem func(string) strin
 // any non-empty string). An empty file is a valid file without groups. On failure the error is
 // Errors, every problem of the file sorted by position; the groups are then nil.
 func ParseTargetFile(name string, data []byte, targetProblem func(string) string) ([]TargetGroup, error) {
-	d := &decoder{file: name}
+	return parseTargetFile(name, data, targetProblem, 0)
+}
+
+func parseTargetFile(name string, data []byte, targetProblem func(string) string, maxTargets int) ([]TargetGroup, error) {
+	d := &decoder{file: name, maxTargets: maxTargets}
 	groups := d.targetFile(data, targetProblem)
 	if err := d.result(); err != nil {
 		return nil, err
@@ -114,6 +120,7 @@ func (d *decoder) targetGroups(root *yaml.Node, targetProblem func(string) strin
 	}
 	items := r.Content
 	seen := map[string]int{} // target -> line of its first use
+	taken := 0
 	for i, item := range items {
 		path := index("", i)
 		m, ok := d.mapping(item, nil, path, targetGroupFields, false)
@@ -158,6 +165,11 @@ func (d *decoder) targetGroups(root *yaml.Node, targetProblem func(string) strin
 			if first, dup := seen[t]; dup {
 				d.add(tn, field, "duplicate target %s (first listed at line %d)", quote(t), first)
 				continue
+			}
+			if taken++; d.maxTargets > 0 && taken > d.maxTargets {
+				d.add(tn, field, "more than %d targets in this file (--%s): the file is refused and its provider keeps the targets of its last good read; split the fleet between providers, or raise the flag",
+					d.maxTargets, FlagMaxTargets)
+				return nil
 			}
 			seen[t] = tn.Line
 			g.Targets = append(g.Targets, t)

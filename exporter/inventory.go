@@ -32,8 +32,10 @@ type inventory struct {
 	mu    sync.Mutex
 	files map[fileKey]*targetFile
 
-	// maxSize bounds each file's read (--config.host-file-max-size).
-	maxSize int64
+	// maxSize bounds each file's read (--config.host-file-max-size); maxTargets the targets
+	// of one file, and of one provider's files together (--config.max-targets).
+	maxSize    int64
+	maxTargets int
 }
 
 // fileKey is one target file of one provider (two providers may name the same file).
@@ -84,8 +86,8 @@ func (p fileProblem) lines() []string {
 	return []string{fmt.Sprintf("provider %s: hostFiles: %v", p.Provider, p.Err)}
 }
 
-func newInventory(logger *slog.Logger, maxSize int64) *inventory {
-	return &inventory{logger: logger, files: map[fileKey]*targetFile{}, maxSize: maxSize}
+func newInventory(logger *slog.Logger, l config.Limits) *inventory {
+	return &inventory{logger: logger, files: map[fileKey]*targetFile{}, maxSize: l.TargetFileMaxSize, maxTargets: l.MaxTargets}
 }
 
 // hasInventory reports whether a provider of cfg names target files.
@@ -171,12 +173,25 @@ func (in *inventory) expand(cfg *config.Config) (*config.Config, []string) {
 		}
 		var files []config.TargetFile
 		providerChanged := false
+		total := 0
 		for _, key := range byProvider[i] {
 			f := known[key]
 			providerChanged = providerChanged || changed[key]
-			if f.good {
-				files = append(files, config.TargetFile{Path: key.path, Groups: f.groups})
+			if !f.good {
+				continue
 			}
+			// The provider's files together take at most maxTargets targets: a file that
+			// would pass the ceiling is left out, in the files' order.
+			n := f.targets()
+			if in.maxTargets > 0 && total+n > in.maxTargets {
+				if providerChanged {
+					warns = append(warns, fmt.Sprintf("provider %s: hostFiles: %s: its %d targets would take the provider past %d targets (--%s); the file is left out",
+						p.Name, key.path, n, in.maxTargets, config.FlagMaxTargets))
+				}
+				continue
+			}
+			total += n
+			files = append(files, config.TargetFile{Path: key.path, Groups: f.groups})
 		}
 		block, warnings := inv.WithTargets(files)
 		out.Providers[i].Block = block
@@ -227,7 +242,7 @@ func (in *inventory) read(key fileKey, f *targetFile, targetProblem func(string)
 	}
 	var groups []config.TargetGroup
 	if err == nil {
-		groups, err = config.ReadTargetFile(key.path, in.maxSize, targetProblem)
+		groups, err = config.ReadTargetFile(key.path, in.maxSize, in.maxTargets, targetProblem)
 	}
 	if err != nil {
 		if f.err == nil || f.err.Error() != err.Error() {
@@ -396,8 +411,8 @@ func hostCounts(cfg *config.Config, entries map[string]entry) string {
 // CheckHostFiles reads the host files of cfg's providers (hostFiles) as a start would: every
 // problem of a file that does not read well (file:line:col), a warning for a pattern that
 // matches no file and for a host a file repeats, and cfg with the files' hosts.
-func CheckHostFiles(cfg *config.Config, maxSize int64) (problems, warnings []string, expanded *config.Config) {
-	in := newInventory(slog.New(slog.DiscardHandler), maxSize)
+func CheckHostFiles(cfg *config.Config, limits config.Limits) (problems, warnings []string, expanded *config.Config) {
+	in := newInventory(slog.New(slog.DiscardHandler), limits)
 	expanded, warnings = in.expand(cfg)
 	for _, p := range in.problems() {
 		problems = append(problems, p.lines()...)

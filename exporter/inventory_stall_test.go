@@ -26,7 +26,7 @@ func TestInventoryGlobStalled(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs testutil.SyncBuffer
-	in := newInventory(slog.New(slog.NewTextHandler(&logs, nil)), config.DefaultLimits.TargetFileMaxSize)
+	in := newInventory(slog.New(slog.NewTextHandler(&logs, nil)), config.DefaultLimits)
 	testutil.ReplaceFile(t, filepath.Join(dir, "inventory", "a.json"), `[{"targets": ["127.0.0.2:1"]}]`)
 	exp, _ := in.expand(cfg)
 	before := hostsOf(t, exp)
@@ -62,5 +62,44 @@ func TestInventoryGlobStalled(t *testing.T) {
 	exp, _ = in.expand(cfg)
 	if got := hostsOf(t, exp); !slices.Equal(got, before) || calls.Load() != patterns || time.Since(start) >= fileread.DefaultTimeout {
 		t.Errorf("second expand: hosts %v, %d globs, %s: want the same hosts, one glob per pattern (%d), no wait", got, calls.Load(), time.Since(start), patterns)
+	}
+}
+
+// TestInventoryTargetCeiling: with --config.max-targets=2, a host file of 3 targets is refused
+// (its provider keeps the hosts of its last good read, its problem names the flag), and a
+// file that would take the provider's files past 2 targets is left out with a warning.
+func TestInventoryTargetCeiling(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := config.Load(fakechecks.HostFilesProviders(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := config.DefaultLimits
+	l.MaxTargets = 2
+	in := newInventory(slog.New(slog.DiscardHandler), l)
+	a := filepath.Join(dir, "inventory", "a.json")
+	b := filepath.Join(dir, "inventory", "b.yml")
+	testutil.ReplaceFile(t, a, `[{"targets": ["127.0.0.2:1", "127.0.0.3:1"]}]`)
+	exp, _ := in.expand(cfg)
+	good := hostsOf(t, exp)
+	if len(good) != 3 {
+		t.Fatalf("hosts %v, want the static one and a.json's two", good)
+	}
+	testutil.ReplaceFile(t, a, `[{"targets": ["127.0.0.2:1", "127.0.0.3:1", "127.0.0.4:1"]}]`)
+	exp, _ = in.expand(cfg)
+	if got := hostsOf(t, exp); !slices.Equal(got, good) {
+		t.Errorf("a.json over the ceiling: hosts %v, want its last good ones %v", got, good)
+	}
+	if ps := in.problems(); len(ps) != 1 || !strings.Contains(ps[0].Err.Error(), "more than 2 targets in this file (--config.max-targets)") {
+		t.Errorf("problems %v, want a.json's naming the ceiling", ps)
+	}
+	testutil.ReplaceFile(t, a, `[{"targets": ["127.0.0.2:1", "127.0.0.3:1"]}]`)
+	testutil.ReplaceFile(t, b, "- targets: ['127.0.0.9:1']\n")
+	exp, warns := in.expand(cfg)
+	if got := hostsOf(t, exp); !slices.Equal(got, good) {
+		t.Errorf("b.yml past the provider's ceiling: hosts %v, want a.json's only %v", got, good)
+	}
+	if !slices.ContainsFunc(warns, func(w string) bool { return strings.Contains(w, "b.yml: its 1 targets would take the provider past 2 targets") }) {
+		t.Errorf("warnings %v, want one leaving b.yml out", warns)
 	}
 }
