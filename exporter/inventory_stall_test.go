@@ -99,7 +99,9 @@ func TestInventoryTargetCeiling(t *testing.T) {
 	if got := hostsOf(t, exp); !slices.Equal(got, good) {
 		t.Errorf("b.yml past the provider's ceiling: hosts %v, want a.json's only %v", got, good)
 	}
-	if !slices.ContainsFunc(warns, func(w string) bool { return strings.Contains(w, "b.yml: its 1 targets would take the provider past 2 targets") }) {
+	if !slices.ContainsFunc(warns, func(w string) bool {
+		return strings.Contains(w, "b.yml: its 1 targets would take the provider past 2 targets")
+	}) {
 		t.Errorf("warnings %v, want one leaving b.yml out", warns)
 	}
 }
