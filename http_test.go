@@ -541,15 +541,7 @@ func TestReloadLabels(t *testing.T) {
 func TestProbeNeedsCredentials(t *testing.T) {
 	f := fakechecks.New()
 	f.Use(t)
-	dir := t.TempDir()
-	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	webConfig := filepath.Join(dir, "web.yml")
-	if err := os.WriteFile(webConfig, []byte(fmt.Sprintf("basic_auth_users:\n  prometheus: %s\n", hash)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	webConfig := basicAuthWebConfig(t)
 	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=0", "--web.config.file="+webConfig)
 	get := func(user, password string) (int, string) {
@@ -605,15 +597,7 @@ func TestAutoReloadFlag(t *testing.T) {
 func TestSecurityHeadersOnEveryAnswer(t *testing.T) {
 	f := fakechecks.New()
 	f.Use(t)
-	dir := t.TempDir()
-	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	webConfig := filepath.Join(dir, "web.yml")
-	if err := os.WriteFile(webConfig, []byte(fmt.Sprintf("basic_auth_users:\n  prometheus: %s\n", hash)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	webConfig := basicAuthWebConfig(t)
 	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=0", "--web.config.file="+webConfig)
 	for _, c := range []struct {
@@ -695,4 +679,19 @@ func TestWriteTimeoutDerivation(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--web.write-timeout=30s") {
 		t.Errorf("a write timeout shorter than the check timeout: %v, want an error naming the flag", err)
 	}
+}
+
+// basicAuthWebConfig writes a web config file of basic auth alone (user prometheus, password
+// s3cret) and returns its path.
+func basicAuthWebConfig(t *testing.T) string {
+	t.Helper()
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webConfig := filepath.Join(t.TempDir(), "web.yml")
+	if err := os.WriteFile(webConfig, []byte(fmt.Sprintf("basic_auth_users:\n  prometheus: %s\n", hash)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return webConfig
 }

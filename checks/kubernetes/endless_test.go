@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -18,16 +17,7 @@ import (
 // (as fast as it can write) gives APIError naming the cut, well within the round's deadline,
 // and the process's memory stays flat (the body is cut at checks.MaxAnswerSize).
 func TestEndlessAnswer(t *testing.T) {
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{},"items":[{"metadata":{"name":"`)
-		chunk := strings.Repeat("x", 64<<10)
-		for r.Context().Err() == nil {
-			if _, err := io.WriteString(w, chunk); err != nil {
-				return
-			}
-		}
-	}))
+	srv := httptest.NewUnstartedServer(testutil.EndlessBody("application/json", `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{},"items":[{"metadata":{"name":"`))
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.StartTLS()
 	t.Cleanup(srv.Close)

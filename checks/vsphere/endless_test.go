@@ -4,10 +4,8 @@ import (
 	"encoding/pem"
 	"io"
 	"log"
-	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,16 +19,7 @@ import (
 // deadline, and the heap stays flat: every answer of the session's transport, the inventory's
 // host lists included, is cut at checks.MaxAnswerSize.
 func TestEndlessAnswer(t *testing.T) {
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/xml; charset=utf-8")
-		_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/"><soapenv:Body><x>`)
-		chunk := strings.Repeat("x", 64<<10)
-		for r.Context().Err() == nil {
-			if _, err := io.WriteString(w, chunk); err != nil {
-				return
-			}
-		}
-	}))
+	srv := httptest.NewUnstartedServer(testutil.EndlessBody("text/xml; charset=utf-8", `<?xml version="1.0" encoding="UTF-8"?><soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/"><soapenv:Body><x>`))
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.StartTLS()
 	t.Cleanup(srv.Close)

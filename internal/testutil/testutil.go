@@ -7,6 +7,8 @@ package testutil
 
 import (
 	"bytes"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
@@ -197,4 +199,20 @@ func PeakHeap(t testing.TB, f func()) uint64 {
 	close(stop)
 	<-sampled
 	return peak
+}
+
+// EndlessBody is a handler that answers 200 with contentType, prefix, then a body that never
+// ends, written as fast as the client reads it until it goes away: a broken or hostile
+// endpoint, to show that an answer is read with a bound.
+func EndlessBody(contentType, prefix string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", contentType)
+		_, _ = io.WriteString(w, prefix)
+		chunk := strings.Repeat("x", 64<<10)
+		for r.Context().Err() == nil {
+			if _, err := io.WriteString(w, chunk); err != nil {
+				return
+			}
+		}
+	}
 }

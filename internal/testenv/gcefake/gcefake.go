@@ -15,7 +15,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -27,6 +26,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // DefaultProject is the project a server knows when Start is given no WithProjects option.
@@ -393,14 +394,7 @@ func (s *Server) serveInstances(w http.ResponseWriter, r *http.Request) {
 	projectName := r.PathValue("project")
 	switch {
 	case endless:
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"kind":"compute#instanceAggregatedList","id":"`)
-		chunk := strings.Repeat("x", 64<<10)
-		for r.Context().Err() == nil {
-			if _, err := io.WriteString(w, chunk); err != nil {
-				return
-			}
-		}
+		testutil.EndlessBody("application/json", `{"kind":"compute#instanceAggregatedList","id":"`)(w, r)
 		return
 	case fail.echo:
 		writeErrorMessage(w, fail.code, "invalid", "gateway rejected \x1b[31mAuthorization: "+r.Header.Get("Authorization")+"\x1b[0m\r\nretry later")
