@@ -42,3 +42,24 @@ func TestTargetFileCeiling(t *testing.T) {
 		t.Errorf("default ceiling %d, want 100,000", config.DefaultLimits.MaxTargets)
 	}
 }
+
+// BenchmarkReadTargetFile16MiB reads a 16 MiB host file of 1.6 M short names (the
+// --config.host-file-max-size default) with the default ceiling of 100,000 targets: it is
+// refused, and B/op is what its parse allocates.
+func BenchmarkReadTargetFile16MiB(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString("- targets:\n")
+	for i := 0; sb.Len() < 16<<20-16; i++ {
+		fmt.Fprintf(&sb, "  - h%07d\n", i)
+	}
+	path := filepath.Join(b.TempDir(), "big.yml")
+	if err := os.WriteFile(path, []byte(sb.String()), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := config.ReadTargetFile(path, 16<<20, config.DefaultLimits.MaxTargets, nil); err == nil {
+			b.Fatal("a file of 1.6 M targets was taken")
+		}
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -180,22 +179,26 @@ func (d *decoder) targetGroups(root *yaml.Node, targetProblem func(string) strin
 	return groups
 }
 
-// empty reports whether data holds no YAML document at all (nothing, or only comments).
-func empty(data []byte) (none bool) {
-	defer func() {
-		if recover() != nil {
-			none = false
+// empty reports whether data holds no YAML document at all: only white space and comments.
+// It reads lines, never a tree, so that a file is parsed into a tree once (document).
+func empty(data []byte) bool {
+	for line := range bytes.Lines(data) {
+		if l := bytes.TrimSpace(line); len(l) > 0 && l[0] != '#' {
+			return false
 		}
-	}()
-	var n yaml.Node
-	err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&n)
-	return errors.Is(err, io.EOF)
+	}
+	return true
 }
 
 // validJSON records a JSON syntax error at its line and column (YAML would accept more than
 // JSON does, and Prometheus reads a .json file as JSON).
 func (d *decoder) validJSON(data []byte) bool {
 	if len(bytes.TrimSpace(data)) == 0 {
+		return true
+	}
+	// json.Valid builds nothing: a valid file (the usual case) is parsed into a tree once, by
+	// the YAML decoder; only an invalid one is decoded again, for its error's position.
+	if json.Valid(data) {
 		return true
 	}
 	var v any
