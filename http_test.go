@@ -541,15 +541,7 @@ func TestReloadLabels(t *testing.T) {
 func TestProbeNeedsCredentials(t *testing.T) {
 	f := fakechecks.New()
 	f.Use(t)
-	dir := t.TempDir()
-	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	webConfig := filepath.Join(dir, "web.yml")
-	if err := os.WriteFile(webConfig, []byte(fmt.Sprintf("basic_auth_users:\n  prometheus: %s\n", hash)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	webConfig := basicAuthWebConfig(t)
 	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
 	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=0", "--web.config.file="+webConfig)
 	get := func(user, password string) (int, string) {
@@ -598,4 +590,108 @@ func TestAutoReloadFlag(t *testing.T) {
 	if !strings.Contains(x.logs.String(), "providers file changed, reloading (--config.auto-reload)") {
 		t.Errorf("no log line of the auto-reload:\n%s", x.logs.String())
 	}
+}
+
+// TestSecurityHeadersOnEveryAnswer: with basic auth on, the security headers are on every
+// answer, exporter-toolkit's own 401 included, and on the 400, 404 and 405 of the routes.
+func TestSecurityHeadersOnEveryAnswer(t *testing.T) {
+	f := fakechecks.New()
+	f.Use(t)
+	webConfig := basicAuthWebConfig(t)
+	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
+	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=0", "--web.config.file="+webConfig)
+	for _, c := range []struct {
+		method, path string
+		auth         bool
+		want         int
+	}{
+		{"GET", "/metrics", false, http.StatusUnauthorized},
+		{"GET", "/", false, http.StatusUnauthorized},
+		{"GET", "/metrics", true, http.StatusOK},
+		{"GET", "/?state=sideways", true, http.StatusBadRequest},
+		{"GET", "/probe", true, http.StatusBadRequest},
+		{"GET", "/nowhere", true, http.StatusNotFound},
+		{"DELETE", "/metrics", true, http.StatusMethodNotAllowed},
+	} {
+		req, err := http.NewRequest(c.method, x.base+c.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.auth {
+			req.SetBasicAuth("prometheus", "s3cret")
+		}
+		resp, err := x.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%s %s: %d, want %d", c.method, c.path, resp.StatusCode, c.want)
+		}
+		for _, h := range []string{"X-Content-Type-Options", "X-Frame-Options", "Content-Security-Policy"} {
+			if resp.Header.Get(h) == "" {
+				t.Errorf("%s %s (%d): no %s header", c.method, c.path, resp.StatusCode, h)
+			}
+		}
+	}
+}
+
+// TestIdleConnectionsAreClosed: a kept-alive connection that sends no further request is
+// closed by the exporter after --web.idle-timeout.
+func TestIdleConnectionsAreClosed(t *testing.T) {
+	path := fakechecks.WriteProviders(t, "", fakechecks.Provider{Name: "alpha", Project: "alpha-project", Targets: "a1"})
+	x := startExporter(t, "http", "--config.file="+path, "--provider-check-interval=0", "--web.idle-timeout=1s")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(x.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// The read header timeout (10s) would also close it: the deadline is shorter than that.
+	if err := conn.SetReadDeadline(time.Now().Add(8 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatalf("the idle connection was not closed within 8s (--web.idle-timeout=1s): %v; read %q", err, got)
+	}
+	if !strings.Contains(string(got), "Healthy") {
+		t.Errorf("answer %q, want Healthy", got)
+	}
+}
+
+// TestWriteTimeoutDerivation: --web.write-timeout 0 derives a bound that cuts neither a slow
+// /metrics nor a /probe that checks for the whole check timeout; a given one shorter than the
+// check timeout is refused.
+func TestWriteTimeoutDerivation(t *testing.T) {
+	if got := writeTimeout(0, 15*time.Second); got != defaultWriteTimeout {
+		t.Errorf("derived from a 15s check timeout: %s, want %s", got, defaultWriteTimeout)
+	}
+	if got := writeTimeout(0, 5*time.Minute); got <= 5*time.Minute {
+		t.Errorf("derived from a 5m check timeout: %s, want longer than it", got)
+	}
+	if got := writeTimeout(time.Minute, 15*time.Second); got != time.Minute {
+		t.Errorf("given 1m: %s", got)
+	}
+	err := checkWebTimeouts(&options{timeout: time.Minute, writeTimeout: 30 * time.Second, idleTimeout: time.Minute})
+	if err == nil || !strings.Contains(err.Error(), "--web.write-timeout=30s") {
+		t.Errorf("a write timeout shorter than the check timeout: %v, want an error naming the flag", err)
+	}
+}
+
+// basicAuthWebConfig writes a web config file of basic auth alone (user prometheus, password
+// s3cret) and returns its path.
+func basicAuthWebConfig(t *testing.T) string {
+	t.Helper()
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webConfig := filepath.Join(t.TempDir(), "web.yml")
+	if err := os.WriteFile(webConfig, []byte(fmt.Sprintf("basic_auth_users:\n  prometheus: %s\n", hash)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return webConfig
 }

@@ -102,6 +102,9 @@ type options struct {
 	probeMinInterval time.Duration
 	// autoReload reloads the providers file before a round when it changed (--config.auto-reload).
 	autoReload bool
+	// writeTimeout and idleTimeout bound an answer's writing and a kept-alive connection's
+	// wait (--web.write-timeout, 0: derived; --web.idle-timeout); see newHTTPServer.
+	writeTimeout, idleTimeout time.Duration
 	// limits bound the reads of the providers file and of the host files
 	// (--config.max-size, --config.host-file-max-size).
 	limits config.Limits
@@ -151,6 +154,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code in
 	app.Flag("config.file", "Path of the providers file.").Default("providers.yml").StringVar(&opts.configFile)
 	app.Flag("config.auto-reload", "Before each round, reload the providers file when it changed on disk (as SIGHUP does; a bad file keeps the running providers and is tried again once it changes).").BoolVar(&opts.autoReload)
 	app.Flag(config.FlagMaxSize, "Largest providers file read (a larger one is refused, as are a named pipe, socket or device); units B, KiB, MiB, GiB.").Default(fileread.FormatSize(config.DefaultLimits.MaxSize)).SetValue(sizeValue{config.FlagMaxSize, &opts.limits.MaxSize})
+	app.Flag(config.FlagMaxTargets, "Most targets one host file lists, and one provider's host files together: a larger file is refused (its provider keeps the hosts of its last good read), a file that would take its provider past it is left out.").Default(strconv.Itoa(config.DefaultLimits.MaxTargets)).IntVar(&opts.limits.MaxTargets)
 	app.Flag(config.FlagTargetFileMaxSize, "Largest host file (a kvm provider's hostFiles) read; a larger one is refused and the provider keeps the hosts of its last good read; units B, KiB, MiB, GiB.").Default(fileread.FormatSize(config.DefaultLimits.TargetFileMaxSize)).SetValue(sizeValue{config.FlagTargetFileMaxSize, &opts.limits.TargetFileMaxSize})
 	app.Flag("config.check", "Validate the flags and the providers file, print what is wrong or \"ok\", and exit (1 or 0).").BoolVar(&opts.configCheck)
 	app.Flag("provider-check-interval", "How often every provider is checked. 0 turns checks off; otherwise at least 10s.").Default("1m").SetValue(durationValue{"provider-check-interval", &opts.interval})
@@ -175,6 +179,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code in
 	app.Flag("web.route-prefix", "Prefix of the endpoints' paths (a proxy that strips the external path: /). Default: the path of --web.external-url.").StringVar(&opts.routePrefix)
 	app.Flag("web.enable-lifecycle", "Serve POST /-/reload (without it the endpoint answers 403; SIGHUP reloads either way).").BoolVar(&opts.enableLifecycle)
 	app.Flag("web.probe-min-interval", "Least time between two on-demand checks of a target by /probe: a probe within it after a check's end gets that check's answer (probes at once always share one check). 0: every probe after a check's end checks again.").Default(exporter.DefaultProbeMinInterval.String()).SetValue(durationValue{"web.probe-min-interval", &opts.probeMinInterval})
+	app.Flag("web.write-timeout", "Longest time an answer may take to write, from the end of the request's headers: a client that reads too slowly is cut. 0: derived, 2m or the check timeout plus 30s when longer, so that neither a slow /metrics of a large fleet nor a /probe is cut.").Default("0s").SetValue(durationValue{"web.write-timeout", &opts.writeTimeout})
+	app.Flag("web.idle-timeout", "Longest time a kept-alive connection may wait for its next request.").Default(defaultIdleTimeout.String()).SetValue(durationValue{"web.idle-timeout", &opts.idleTimeout})
 	promslogflag.AddFlags(app, opts.log)
 
 	_, err := app.Parse(args)
@@ -251,6 +257,9 @@ func checkLimits(l config.Limits) error {
 			errs = append(errs, fmt.Errorf("--%s=%s: must be from %s to %s", f.flag, fileread.FormatSize(f.n),
 				fileread.FormatSize(minFileSize), fileread.FormatSize(maxFileSize)))
 		}
+	}
+	if l.MaxTargets < 1 {
+		errs = append(errs, fmt.Errorf("--%s=%d: must be at least 1", config.FlagMaxTargets, l.MaxTargets))
 	}
 	return errors.Join(errs...)
 }
@@ -499,7 +508,7 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 	// The flags are checked before the providers file is read: a wrong flag is reported as
 	// such, not hidden behind a file problem.
 	timeout, err := checkTiming(opts.interval, opts.timeout)
-	err = errors.Join(err, checkCRD(opts.crd), checkProbeMinInterval(opts.probeMinInterval), checkShard(opts.shard), checkLimits(opts.limits))
+	err = errors.Join(err, checkCRD(opts.crd), checkProbeMinInterval(opts.probeMinInterval), checkShard(opts.shard), checkLimits(opts.limits), checkWebTimeouts(opts))
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			logger.Error("invalid flag", "err", line)
@@ -580,11 +589,7 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 		return 1
 	}
 
-	server := &http.Server{
-		Handler:           exporter.Guard(withRoutePrefix(e.Routes(), opts.paths.route)),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelError),
-	}
+	server := newHTTPServer(opts, timeout, exporter.Guard(withRoutePrefix(e.Routes(), opts.paths.route)), logger)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- web.ListenAndServe(server, opts.web, logger) }()
 
@@ -725,6 +730,9 @@ func configCheck(opts *options, stdout, stderr io.Writer) int {
 	if err := checkShard(opts.shard); err != nil {
 		problems = append(problems, strings.Split(err.Error(), "\n")...)
 	}
+	if err := checkWebTimeouts(opts); err != nil {
+		problems = append(problems, strings.Split(err.Error(), "\n")...)
+	}
 	limitsErr := checkLimits(opts.limits)
 	if limitsErr != nil {
 		problems = append(problems, strings.Split(limitsErr.Error(), "\n")...)
@@ -739,7 +747,7 @@ func configCheck(opts *options, stdout, stderr io.Writer) int {
 	if err != nil {
 		problems = append(problems, strings.Split(err.Error(), "\n")...)
 	} else {
-		hostProblems, hostWarnings, expanded := exporter.CheckHostFiles(cfg, opts.limits.TargetFileMaxSize)
+		hostProblems, hostWarnings, expanded := exporter.CheckHostFiles(cfg, opts.limits)
 		problems = append(problems, hostProblems...)
 		if err := exporter.ValidateCheckers(expanded); err != nil {
 			problems = append(problems, strings.Split(err.Error(), "\n")...)

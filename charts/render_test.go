@@ -494,3 +494,45 @@ func TestTemplateChoices(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceAccountTokenOnlyWhenNeeded: the pod mounts its ServiceAccount token only when a
+// feature uses it (the writer, the shard, an in-cluster kubernetes provider, a providers file
+// the chart cannot read, extraArgs turning the writer or the shard on), or when
+// serviceAccount.automountToken says so.
+func TestServiceAccountTokenOnlyWhenNeeded(t *testing.T) {
+	h := newHelm(t)
+	off := []string{"--set", "crd.enabled=false", "--set", "shard.enabled=false"}
+	kvm := []string{"--set", "config.providers[0].name=lab", "--set", "config.providers[0].type=kvm"}
+	kube := func(kubeconfig string) []string {
+		args := []string{"--set", "config.providers[0].name=c", "--set", "config.providers[0].type=kubernetes"}
+		if kubeconfig != "" {
+			args = append(args, "--set", "config.providers[0].kubernetes.kubeconfig="+kubeconfig)
+		}
+		return args
+	}
+	join := func(parts ...[]string) []string { return slices.Concat(parts...) }
+	for _, c := range []struct {
+		name string
+		args []string
+		want bool
+	}{
+		{"defaults (writer and shard)", nil, true},
+		{"writer only", []string{"--set", "shard.enabled=false"}, true},
+		{"shard only", []string{"--set", "crd.enabled=false"}, true},
+		{"neither, kvm provider", join(off, kvm), false},
+		{"neither, no provider", off, false},
+		{"neither, in-cluster kubernetes provider", join(off, kube("")), true},
+		{"neither, kubernetes provider with a kubeconfig", join(off, kube("/etc/phe/kubeconfigs/c")), false},
+		{"neither, kubeconfig at the token's path", join(off, kube("/var/run/secrets/kubernetes.io/serviceaccount/kubeconfig")), true},
+		{"neither, existingConfigMap", join(off, []string{"--set", "config.existingConfigMap=mine"}), true},
+		{"neither, extraArgs --crd.enabled", join(off, []string{"--set", "extraArgs[0]=--crd.enabled"}), true},
+		{"neither, forced on", join(off, kvm, []string{"--set", "serviceAccount.automountToken=true"}), true},
+		{"defaults, forced off", []string{"--set", "serviceAccount.automountToken=false"}, false},
+	} {
+		objs := objects(decodeObjects(t, h.template(c.args...)))
+		got := field(objs.get(t, "Deployment", namespace, release), "spec", "template", "spec", "automountServiceAccountToken")
+		if got != c.want {
+			t.Errorf("%s: automountServiceAccountToken %v, want %v", c.name, got, c.want)
+		}
+	}
+}

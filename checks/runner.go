@@ -390,6 +390,9 @@ collect:
 	if ctx.Err() != nil {
 		return
 	}
+	budget := newLineBudget(r.logger.Handler(), MaxTransitionLinesPerRound)
+	transitions := slog.New(budget)
+	defer budget.logDropped(r.logger)
 	for i, s := range slots {
 		if s.removed {
 			// Dropped or replaced by a reload while the round ran.
@@ -410,7 +413,7 @@ collect:
 		bugs := make(map[string]bool)
 		verdicts := r.verdicts(s, targets[i], outcomes[i], start, deadline, pm.targets, pm.bugs, bugs)
 		pm.bugs = bugs
-		pm.apply(r.logger, s.name, s.th, verdicts, operatorMaintenance(verdicts, s.labels, start))
+		pm.apply(transitions, s.name, s.th, verdicts, operatorMaintenance(verdicts, s.labels, start))
 	}
 	r.rounds++
 	r.roundStarted = start

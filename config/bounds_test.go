@@ -107,7 +107,7 @@ func TestLoadRefusesSpecialAndLargeFiles(t *testing.T) {
 		if err == nil || err.Error() != want {
 			t.Errorf("Load(%s) = %v; want %q", filepath.Base(path), err, want)
 		}
-		if _, err := config.ReadTargetFile(path, 1<<20, nil); !strings.Contains(fmtErr(err), kind) {
+		if _, err := config.ReadTargetFile(path, 1<<20, 0, nil); !strings.Contains(fmtErr(err), kind) {
 			t.Errorf("ReadTargetFile(%s) = %v; want it refused as %s", filepath.Base(path), err, kind)
 		}
 	}

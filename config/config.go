@@ -33,16 +33,20 @@ type Limits struct {
 	// TargetFileMaxSize bounds each target file (a kvm provider's hostFiles,
 	// --config.host-file-max-size).
 	TargetFileMaxSize int64
+	// MaxTargets bounds the targets of one target file and of one provider's target files
+	// together (--config.max-targets).
+	MaxTargets int
 }
 
 // DefaultLimits are the flags' defaults: the providers file holds no host lists, so 1 MiB is
 // ample; a host file may list thousands of hosts.
-var DefaultLimits = Limits{MaxSize: 1 << 20, TargetFileMaxSize: 16 << 20}
+var DefaultLimits = Limits{MaxSize: 1 << 20, TargetFileMaxSize: 16 << 20, MaxTargets: 100_000}
 
 // The flags that set Limits, named in the errors of a file larger than its limit.
 const (
 	FlagMaxSize           = "config.max-size"
 	FlagTargetFileMaxSize = "config.host-file-max-size"
+	FlagMaxTargets        = "config.max-targets"
 )
 
 // Load reads and validates the providers file at path. A file that does not validate returns

@@ -37,6 +37,8 @@ type decoder struct {
 	// roundTimeout is the deadline of one round of checks (0: not checked), which every kvm
 	// provider's HostBound must fit.
 	roundTimeout time.Duration
+	// maxTargets bounds the targets of a target file (0: none).
+	maxTargets int
 }
 
 // entry is one key of a mapping and its value.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -59,12 +58,14 @@ func TargetFilePatternProblem(pattern string) string {
 // ReadTargetFile reads the target file at path: ParseTargetFile of its content. A file that
 // cannot be read returns the read error: one that is not a regular file (a named pipe, a
 // socket, a device) or is larger than maxSize bytes is refused before it is parsed (fileread).
-func ReadTargetFile(path string, maxSize int64, targetProblem func(string) string) ([]TargetGroup, error) {
+// A file of more than maxTargets targets (0: no ceiling) is refused, its first target beyond the
+// ceiling named.
+func ReadTargetFile(path string, maxSize int64, maxTargets int, targetProblem func(string) string) ([]TargetGroup, error) {
 	data, err := fileread.Read(path, maxSize)
 	if err != nil {
 		return nil, withFlag(err, FlagTargetFileMaxSize)
 	}
-	return ParseTargetFile(path, data, targetProblem)
+	return parseTargetFile(path, data, targetProblem, maxTargets)
 }
 
 // ParseTargetFile validates data as a target file named name (its ending chooses JSON or
@@ -72,7 +73,11 @@ func ReadTargetFile(path string, maxSize int64, targetProblem func(string) strin
 // any non-empty string). An empty file is a valid file without groups. On failure the error is
 // Errors, every problem of the file sorted by position; the groups are then nil.
 func ParseTargetFile(name string, data []byte, targetProblem func(string) string) ([]TargetGroup, error) {
-	d := &decoder{file: name}
+	return parseTargetFile(name, data, targetProblem, 0)
+}
+
+func parseTargetFile(name string, data []byte, targetProblem func(string) string, maxTargets int) ([]TargetGroup, error) {
+	d := &decoder{file: name, maxTargets: maxTargets}
 	groups := d.targetFile(data, targetProblem)
 	if err := d.result(); err != nil {
 		return nil, err
@@ -114,6 +119,7 @@ func (d *decoder) targetGroups(root *yaml.Node, targetProblem func(string) strin
 	}
 	items := r.Content
 	seen := map[string]int{} // target -> line of its first use
+	taken := 0
 	for i, item := range items {
 		path := index("", i)
 		m, ok := d.mapping(item, nil, path, targetGroupFields, false)
@@ -159,6 +165,11 @@ func (d *decoder) targetGroups(root *yaml.Node, targetProblem func(string) strin
 				d.add(tn, field, "duplicate target %s (first listed at line %d)", quote(t), first)
 				continue
 			}
+			if taken++; d.maxTargets > 0 && taken > d.maxTargets {
+				d.add(tn, field, "more than %d targets in this file (--%s): the file is refused and its provider keeps the targets of its last good read; split the fleet between providers, or raise the flag",
+					d.maxTargets, FlagMaxTargets)
+				return nil
+			}
 			seen[t] = tn.Line
 			g.Targets = append(g.Targets, t)
 			g.Lines = append(g.Lines, tn.Line)
@@ -168,22 +179,26 @@ func (d *decoder) targetGroups(root *yaml.Node, targetProblem func(string) strin
 	return groups
 }
 
-// empty reports whether data holds no YAML document at all (nothing, or only comments).
-func empty(data []byte) (none bool) {
-	defer func() {
-		if recover() != nil {
-			none = false
+// empty reports whether data holds no YAML document at all: only white space and comments.
+// It reads lines, never a tree, so that a file is parsed into a tree once (document).
+func empty(data []byte) bool {
+	for line := range bytes.Lines(data) {
+		if l := bytes.TrimSpace(line); len(l) > 0 && l[0] != '#' {
+			return false
 		}
-	}()
-	var n yaml.Node
-	err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&n)
-	return errors.Is(err, io.EOF)
+	}
+	return true
 }
 
 // validJSON records a JSON syntax error at its line and column (YAML would accept more than
 // JSON does, and Prometheus reads a .json file as JSON).
 func (d *decoder) validJSON(data []byte) bool {
 	if len(bytes.TrimSpace(data)) == 0 {
+		return true
+	}
+	// json.Valid builds nothing: a valid file (the usual case) is parsed into a tree once, by
+	// the YAML decoder; only an invalid one is decoded again, for its error's position.
+	if json.Valid(data) {
 		return true
 	}
 	var v any

@@ -101,13 +101,13 @@ func TestParseTargetFileErrors(t *testing.T) {
 
 func TestReadTargetFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "hosts.yml")
-	if _, err := config.ReadTargetFile(path, 1<<20, nil); !os.IsNotExist(err) {
+	if _, err := config.ReadTargetFile(path, 1<<20, 0, nil); !os.IsNotExist(err) {
 		t.Errorf("missing file: %v, want a not-exist error", err)
 	}
 	if err := os.WriteFile(path, []byte("- targets: ['a:22']\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := config.ReadTargetFile(path, 1<<20, nil)
+	got, err := config.ReadTargetFile(path, 1<<20, 0, nil)
 	if err != nil || len(got) != 1 || got[0].Targets[0] != "a:22" {
 		t.Errorf("got %v, %v", got, err)
 	}

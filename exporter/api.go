@@ -41,7 +41,7 @@ func (e *Exporter) serveStatusAPI(w http.ResponseWriter, r *http.Request) {
 
 // renderStatusAPI answers the status of snapshot s, filtered by r's query.
 func (e *Exporter) renderStatusAPI(w http.ResponseWriter, r *http.Request, s *checks.Snapshot, now time.Time) {
-	f, err := status.ParseFilter(r.URL.Query())
+	f, err := status.ParseFilterQuery(r.URL.RawQuery)
 	if err != nil {
 		writeAPI(w, http.StatusBadRequest, apiResponse{Status: "error", ErrorType: "bad_data", Error: err.Error()})
 		return

@@ -50,7 +50,7 @@ func TestStatusAPIShape(t *testing.T) {
 		return crdwriter.Report{Writing: true, SyncedRound: 41, Problems: []crdwriter.ObjectProblem{
 			{Provider: "gcp-prod", Problem: crdwriter.ProblemFailing, Err: "forbidden", Since: f.now.Add(-time.Minute), Attempts: 2, RetryAt: f.now.Add(time.Second)}}}
 	}
-	e.inventory = newInventory(slog.New(slog.DiscardHandler), config.DefaultLimits.TargetFileMaxSize)
+	e.inventory = newInventory(slog.New(slog.DiscardHandler), config.DefaultLimits)
 	e.inventory.files[fileKey{"kvm-east", "/etc/inventory/east.json"}] = &targetFile{good: true, err: errors.New("permission denied"), errSince: f.now.Add(-time.Minute),
 		groups: []config.TargetGroup{{Targets: []string{"hv-east-1"}}}}
 	code, out, _ := statusJSON(t, e, "", f.snap, f.now)

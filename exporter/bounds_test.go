@@ -53,7 +53,7 @@ func TestInventorySpecialFiles(t *testing.T) {
 	inv := filepath.Join(dir, "inventory")
 	special := specialFiles(t, inv)
 	testutil.ReplaceFile(t, filepath.Join(inv, "good.json"), `[{"targets": ["127.0.0.2:1"]}]`)
-	in := newInventory(slog.New(slog.DiscardHandler), config.DefaultLimits.TargetFileMaxSize)
+	in := newInventory(slog.New(slog.DiscardHandler), config.DefaultLimits)
 	exp, _ := in.expand(cfg)
 	if got := hostsOf(t, exp); !slices.Equal(got, []string{"hv-static{}", "127.0.0.2:1{}"}) {
 		t.Errorf("hosts %v; want the static host and the good file's", got)
@@ -80,7 +80,7 @@ func TestInventoryParsesOncePerVersion(t *testing.T) {
 	}
 	path := filepath.Join(dir, "inventory", "a.yml")
 	testutil.ReplaceFile(t, path, "- targets: [\"not an address\"]\n")
-	in := newInventory(slog.New(slog.DiscardHandler), config.DefaultLimits.TargetFileMaxSize)
+	in := newInventory(slog.New(slog.DiscardHandler), config.DefaultLimits)
 	in.expand(cfg)
 	st, err := checks.StatFile(path)
 	if err != nil {

@@ -131,7 +131,7 @@ func New(configFile string, interval, timeout time.Duration, logger *slog.Logger
 	for _, o := range opts {
 		o(e)
 	}
-	e.inventory = newInventory(logger, e.limits.TargetFileMaxSize)
+	e.inventory = newInventory(logger, e.limits)
 	e.checkInterval.Set(interval.Seconds())
 	e.checkTimeout.Set(timeout.Seconds())
 	set, err := e.load()

@@ -32,8 +32,10 @@ type inventory struct {
 	mu    sync.Mutex
 	files map[fileKey]*targetFile
 
-	// maxSize bounds each file's read (--config.host-file-max-size).
-	maxSize int64
+	// maxSize bounds each file's read (--config.host-file-max-size); maxTargets the targets
+	// of one file, and of one provider's files together (--config.max-targets).
+	maxSize    int64
+	maxTargets int
 }
 
 // fileKey is one target file of one provider (two providers may name the same file).
@@ -84,8 +86,8 @@ func (p fileProblem) lines() []string {
 	return []string{fmt.Sprintf("provider %s: hostFiles: %v", p.Provider, p.Err)}
 }
 
-func newInventory(logger *slog.Logger, maxSize int64) *inventory {
-	return &inventory{logger: logger, files: map[fileKey]*targetFile{}, maxSize: maxSize}
+func newInventory(logger *slog.Logger, l config.Limits) *inventory {
+	return &inventory{logger: logger, files: map[fileKey]*targetFile{}, maxSize: l.TargetFileMaxSize, maxTargets: l.MaxTargets}
 }
 
 // hasInventory reports whether a provider of cfg names target files.
@@ -120,8 +122,7 @@ func (in *inventory) expand(cfg *config.Config) (*config.Config, []string) {
 			continue
 		}
 		for _, pattern := range inv.TargetFilePatterns() {
-			// The pattern was validated when the providers file loaded: Glob fails on nothing else.
-			paths, _ := filepath.Glob(pattern)
+			paths := in.glob(p.Name, pattern)
 			for _, path := range paths {
 				key := fileKey{p.Name, path}
 				if seen[key] {
@@ -172,12 +173,25 @@ func (in *inventory) expand(cfg *config.Config) (*config.Config, []string) {
 		}
 		var files []config.TargetFile
 		providerChanged := false
+		total := 0
 		for _, key := range byProvider[i] {
 			f := known[key]
 			providerChanged = providerChanged || changed[key]
-			if f.good {
-				files = append(files, config.TargetFile{Path: key.path, Groups: f.groups})
+			if !f.good {
+				continue
 			}
+			// The provider's files together take at most maxTargets targets: a file that
+			// would pass the ceiling is left out, in the files' order.
+			n := f.targets()
+			if in.maxTargets > 0 && total+n > in.maxTargets {
+				if providerChanged {
+					warns = append(warns, fmt.Sprintf("provider %s: hostFiles: %s: its %d targets would take the provider past %d targets (--%s); the file is left out",
+						p.Name, key.path, n, in.maxTargets, config.FlagMaxTargets))
+				}
+				continue
+			}
+			total += n
+			files = append(files, config.TargetFile{Path: key.path, Groups: f.groups})
 		}
 		block, warnings := inv.WithTargets(files)
 		out.Providers[i].Block = block
@@ -190,6 +204,33 @@ func (in *inventory) expand(cfg *config.Config) (*config.Config, []string) {
 	return out, warns
 }
 
+// glob returns the files pattern matches, within fileread.DefaultTimeout (a directory on a
+// stalled network mount). A glob abandoned at its deadline logs why and matches the files of
+// the provider it matched before (in.files), so that their targets stay until it answers.
+func (in *inventory) glob(provider, pattern string) []string {
+	// The pattern was validated when the providers file loaded: Glob fails on nothing else.
+	paths, err := fileread.Bounded("glob", "glob:"+pattern, fileread.DefaultTimeout, func() ([]string, error) {
+		return globFiles(pattern)
+	})
+	if err == nil {
+		return paths
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for key := range in.files {
+		if ok, _ := filepath.Match(pattern, key.path); ok && key.provider == provider {
+			paths = append(paths, key.path)
+		}
+	}
+	slices.Sort(paths)
+	in.logger.Error("host files pattern not listed in time, keeping the files it matched before",
+		"provider", provider, "pattern", pattern, "files_kept", len(paths), "err", err)
+	return paths
+}
+
+// globFiles is filepath.Glob; a test blocks it to see the deadline work.
+var globFiles = filepath.Glob
+
 // read reads f at path again when it changed since its last read, and reports whether its
 // groups changed. A read that fails keeps the last good groups; its version is remembered when
 // it explains the failure (the file's content or kind), so that an invalid file is parsed once
@@ -201,7 +242,7 @@ func (in *inventory) read(key fileKey, f *targetFile, targetProblem func(string)
 	}
 	var groups []config.TargetGroup
 	if err == nil {
-		groups, err = config.ReadTargetFile(key.path, in.maxSize, targetProblem)
+		groups, err = config.ReadTargetFile(key.path, in.maxSize, in.maxTargets, targetProblem)
 	}
 	if err != nil {
 		if f.err == nil || f.err.Error() != err.Error() {
@@ -370,8 +411,8 @@ func hostCounts(cfg *config.Config, entries map[string]entry) string {
 // CheckHostFiles reads the host files of cfg's providers (hostFiles) as a start would: every
 // problem of a file that does not read well (file:line:col), a warning for a pattern that
 // matches no file and for a host a file repeats, and cfg with the files' hosts.
-func CheckHostFiles(cfg *config.Config, maxSize int64) (problems, warnings []string, expanded *config.Config) {
-	in := newInventory(slog.New(slog.DiscardHandler), maxSize)
+func CheckHostFiles(cfg *config.Config, limits config.Limits) (problems, warnings []string, expanded *config.Config) {
+	in := newInventory(slog.New(slog.DiscardHandler), limits)
 	expanded, warnings = in.expand(cfg)
 	for _, p := range in.problems() {
 		problems = append(problems, p.lines()...)
@@ -379,7 +420,7 @@ func CheckHostFiles(cfg *config.Config, maxSize int64) (problems, warnings []str
 	for _, p := range cfg.Providers {
 		if inv, ok := p.Block.(config.Inventory); ok {
 			for _, pattern := range inv.TargetFilePatterns() {
-				if m, _ := filepath.Glob(pattern); len(m) == 0 {
+				if m := in.glob(p.Name, pattern); len(m) == 0 {
 					warnings = append(warnings, fmt.Sprintf("provider %s: hostFiles: %s matches no file (its hosts are checked once it exists)", p.Name, pattern))
 				}
 			}

@@ -45,7 +45,7 @@ func TestInventoryExpand(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs testutil.SyncBuffer
-	in := newInventory(slog.New(slog.NewTextHandler(&logs, nil)), config.DefaultLimits.TargetFileMaxSize)
+	in := newInventory(slog.New(slog.NewTextHandler(&logs, nil)), config.DefaultLimits)
 	a := filepath.Join(dir, "inventory", "a.json")
 	b := filepath.Join(dir, "inventory", "b.yml")
 
@@ -145,7 +145,7 @@ func TestInventoryExpandInvalidAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.ReplaceFile(t, filepath.Join(dir, "inventory", "a.json"), `[{"targets": ["not an address"]}]`)
-	in := newInventory(slog.New(slog.DiscardHandler), config.DefaultLimits.TargetFileMaxSize)
+	in := newInventory(slog.New(slog.DiscardHandler), config.DefaultLimits)
 	exp, _ := in.expand(cfg)
 	if got := hostsOf(t, exp); !slices.Equal(got, []string{"hv-static{}"}) {
 		t.Errorf("hosts %v", got)

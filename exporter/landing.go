@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"embed"
 	"fmt"
+	"html"
 	"html/template"
 	"net/http"
 	"slices"
@@ -48,6 +49,9 @@ const landingUncheckedNames = status.NamesLimit
 const landingMaxInFlight = 4
 
 type landingData struct {
+	// LabelInputs are the filter's labels as the form's hidden inputs, built once
+	// (labelInputs): a query of 10,000 labels is not 10,000 template actions.
+	LabelInputs template.HTML
 	// Prefix is what the page's links start with: empty (links relative to the page, served at
 	// the root), or the path of --web.external-url with a slash at the end.
 	Prefix        string
@@ -205,7 +209,7 @@ func (e *Exporter) serveLanding(w http.ResponseWriter, r *http.Request) {
 
 // renderLanding renders the status page of snapshot s, filtered by r's query.
 func (e *Exporter) renderLanding(w http.ResponseWriter, r *http.Request, s *checks.Snapshot, now time.Time) {
-	f, err := status.ParseFilter(r.URL.Query())
+	f, err := status.ParseFilterQuery(r.URL.RawQuery)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -268,6 +272,7 @@ func (e *Exporter) landingData(s *checks.Snapshot, f landingFilter, now time.Tim
 		d.Providers = append(d.Providers, landingProviderOf(&st.Providers[i], f, now))
 	}
 	d.Pager = landingPagerOf(st.Page, f)
+	d.LabelInputs = labelInputs(f.Labels)
 	// Under an external path, every link of the page starts with it.
 	if e.linkPrefix != "" {
 		for i := range d.Providers {
@@ -489,4 +494,17 @@ func (e *Exporter) link(rel string) string {
 		return rel
 	}
 	return e.linkPrefix + strings.TrimPrefix(rel, "./")
+}
+
+// labelInputs renders the filter's labels as hidden inputs of the form, so that the next
+// filter keeps them: each value escaped for a double-quoted attribute (html.EscapeString
+// escapes &, <, >, " and ').
+func labelInputs(ls []status.LabelMatch) template.HTML {
+	var b strings.Builder
+	for _, l := range ls {
+		b.WriteString(`<input type="hidden" name="label" value="`)
+		b.WriteString(html.EscapeString(l.String()))
+		b.WriteString(`">`)
+	}
+	return template.HTML(b.String()) //nolint:gosec // every value escaped above
 }

@@ -55,7 +55,7 @@ func goldenExporter(now time.Time) *Exporter {
 			{Provider: "kvm-west", Problem: crdwriter.ProblemNameClash, Since: now.Add(-time.Minute)},
 		}}
 	}
-	e.inventory = newInventory(slog.New(slog.DiscardHandler), config.DefaultLimits.TargetFileMaxSize)
+	e.inventory = newInventory(slog.New(slog.DiscardHandler), config.DefaultLimits)
 	e.inventory.files[fileKey{"kvm-east", "/etc/inventory/east.json"}] = &targetFile{good: true, err: errors.New("permission denied"),
 		errSince: now.Add(-5 * time.Minute), groups: []config.TargetGroup{{Targets: []string{"hv-a", "hv-b"}}}}
 	return e

@@ -1,12 +1,15 @@
 package exporter
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // contentSecurityPolicy is sent with every answer. The status page is the exporter's only HTML:
@@ -45,9 +48,7 @@ func Guard(next http.Handler) http.Handler {
 	cop := http.NewCrossOriginProtection()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("Content-Security-Policy", contentSecurityPolicy)
+		setSecurityHeaders(h)
 		if err := cop.Check(r); err != nil {
 			h.Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(http.StatusForbidden)
@@ -66,4 +67,40 @@ func shown(v string) string {
 		return "absent"
 	}
 	return strconv.Quote(cut(v, 100))
+}
+
+// setSecurityHeaders sets the headers every answer carries (Guard).
+func setSecurityHeaders(h http.Header) {
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Content-Security-Policy", contentSecurityPolicy)
+}
+
+// HeadersOutermost puts the security headers around server's whole handler chain, the layers
+// exporter-toolkit's web.Serve adds included: with --web.config.file the toolkit wraps
+// server.Handler in its own handler when it starts serving (basic auth, rate limit), which
+// answers 401 and 429 itself, before Guard runs. Serve calls BaseContext after that wrap and
+// before it accepts a connection, so the headers are set there, once, around the toolkit's
+// handler; the toolkit's configured headers (http_server_config.headers) still override them.
+// net/http's own answers to requests it cannot parse (400 for a malformed request or plain
+// HTTP to a TLS port, 431) are written before any handler, with a fixed text that holds
+// nothing of the request.
+func HeadersOutermost(server *http.Server) {
+	var mu sync.Mutex
+	server.BaseContext = func(net.Listener) context.Context {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, ok := server.Handler.(headersFirst); !ok {
+			server.Handler = headersFirst{server.Handler}
+		}
+		return context.Background()
+	}
+}
+
+// headersFirst sets the security headers, then serves next (HeadersOutermost).
+type headersFirst struct{ next http.Handler }
+
+func (h headersFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	setSecurityHeaders(w.Header())
+	h.next.ServeHTTP(w, r)
 }

@@ -360,7 +360,7 @@ func (c *Checker) load() (http.RoundTripper, checks.FileState, error) {
 	opts := &credentials.DetectOptions{
 		Scopes: []string{Scope},
 		// The token exchange gets its own bound: a background refresh has no check deadline.
-		Client: &http.Client{Transport: c.base, Timeout: tokenTimeout},
+		Client: &http.Client{Transport: checks.LimitAnswers(c.base, checks.MaxAnswerSize), Timeout: tokenTimeout},
 		Logger: discard,
 	}
 	var creds *auth.Credentials
@@ -527,6 +527,9 @@ func (c *Checker) Check(ctx context.Context) []checks.TargetResult {
 	if cutByDeadline(o.err) && (ctx.Err() != nil || !time.Now().Before(deadline)) {
 		return timeout(o.err)
 	}
+	if checks.IsAnswerTooLarge(o.err) {
+		return c.result(start, checks.ReasonAPIError, "list instances: "+checks.ErrAnswerTooLarge.Error())
+	}
 	reason, msg := classify(o.err)
 	if reason == checks.ReasonUnauthorized {
 		c.dropToken(o.rt)
@@ -553,7 +556,8 @@ func (c *Checker) call(ctx context.Context, stage *atomic.Int32) outcome {
 	}
 	// A fresh client per check is a few small structs; it carries this check's deadline as
 	// the http.Client timeout, while connections and the token cache stay shared in rt.
-	hc := &http.Client{Transport: rt, Timeout: budget}
+	// Its body is read with a bound too (checks.MaxAnswerSize).
+	hc := &http.Client{Transport: checks.LimitAnswers(rt, checks.MaxAnswerSize), Timeout: budget}
 	client, err := compute.NewInstancesRESTClient(ctx, option.WithHTTPClient(hc), option.WithEndpoint(c.endpoint),
 		option.WithLogger(discard))
 	if err != nil {

@@ -753,3 +753,33 @@ func TestClassifyTransportFailures(t *testing.T) {
 		}
 	}
 }
+
+// TestEndlessAnswer: an instances answer that never ends (200, a body written as fast as it is
+// read) gives APIError naming the cut, long before the check's deadline, and the heap stays
+// flat: the body is cut at checks.MaxAnswerSize.
+func TestEndlessAnswer(t *testing.T) {
+	s := gcefake.Start(t)
+	c := newChecker(t, provider(s, s.ServiceAccountKey(t)), nil)
+	if r := check(t, c, 5*time.Second); r.Reason != checks.ReasonReady {
+		t.Fatalf("got %s: %s", r.Reason, r.Message)
+	}
+	s.SetEndlessAnswer(true)
+	peak := testutil.PeakHeap(t, func() {
+		const deadline = 30 * time.Second
+		start := time.Now()
+		r := check(t, c, deadline)
+		if r.Reason != checks.ReasonAPIError || !strings.Contains(r.Message, "larger than 4 MiB") {
+			t.Errorf("got %s (%q), want APIError saying the answer was cut", r.Reason, r.Message)
+		}
+		if took := time.Since(start); took >= deadline {
+			t.Errorf("the check ran out its %s deadline: the body was not cut by size", deadline)
+		}
+	})
+	if peak > 200<<20 {
+		t.Errorf("heap in use peaked at %d MiB during the check, want under 200 MiB", peak>>20)
+	}
+	s.SetEndlessAnswer(false)
+	if r := check(t, c, 5*time.Second); r.Reason != checks.ReasonReady {
+		t.Errorf("after the endless answers stopped: got %s: %s", r.Reason, r.Message)
+	}
+}

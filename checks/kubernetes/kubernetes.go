@@ -380,6 +380,8 @@ func (st *clientState) build(cfg *rest.Config) error {
 	cfg.RateLimiter = nil
 	// Deprecation warnings would go to klog; the check has nothing to do with them.
 	cfg.WarningHandler = rest.NoWarnings{}
+	// Every answer's body is read with a bound (the request's context bounds its time).
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return checks.LimitAnswers(rt, checks.MaxAnswerSize) })
 	for _, s := range []string{cfg.BearerToken, cfg.Password} {
 		// Shorter strings are no real credential and would garble every message.
 		if len(s) >= minSecretLen {
@@ -476,6 +478,9 @@ func (c *Checker) check(ctx context.Context, st *clientState) (checks.Reason, st
 	result := req.Do(ctx)
 	// Error, unlike Raw, decodes the API server's Status, so its reason and message survive.
 	if err := result.Error(); err != nil {
+		if checks.IsAnswerTooLarge(err) {
+			return checks.ReasonAPIError, fmt.Sprintf("list %s: %v", c.what, checks.ErrAnswerTooLarge)
+		}
 		return classify(ctx, err, c.what)
 	}
 	raw, err := result.Raw()

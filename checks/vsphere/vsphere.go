@@ -486,6 +486,9 @@ func (c *Checker) login(ctx context.Context, stage *atomic.Int32, cr creds) (*se
 	t := sc.DefaultTransport()
 	t.TLSClientConfig.RootCAs = cr.pool
 	t.DialTLSContext = dialTLS(t.TLSClientConfig.Clone())
+	// Every answer's body (the inventory's host lists included) is read with a bound; the
+	// check's context bounds its time. CloseIdleConnections still reaches t.
+	sc.Client.Transport = checks.LimitAnswers(t, checks.MaxAnswerSize)
 	vc, err := vim25.NewClient(ctx, sc)
 	if err != nil {
 		sc.CloseIdleConnections()
@@ -678,6 +681,9 @@ func (c *Checker) classify(ctx context.Context, err error, call string) outcome 
 	dl, hasDeadline := ctx.Deadline()
 	if cutByDeadline(err) && (ctx.Err() != nil || hasDeadline && !time.Now().Before(dl)) {
 		return outcome{reason: checks.ReasonTimeout, msg: ""}
+	}
+	if checks.IsAnswerTooLarge(err) {
+		return outcome{reason: checks.ReasonAPIError, msg: call + ": " + checks.ErrAnswerTooLarge.Error()}
 	}
 	var (
 		unknownCA   x509.UnknownAuthorityError

@@ -34,6 +34,16 @@ var (
 	ErrBadPage  = errors.New("page must be a whole number from 1")
 )
 
+// ParseFilterQuery is ParseFilter of a request's raw query: a query net/url refuses (more
+// parameters than it parses, a bad escape) is an error, never read as no filter.
+func ParseFilterQuery(raw string) (Filter, error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return Filter{Page: 1}, fmt.Errorf("query: %w", err)
+	}
+	return ParseFilter(q)
+}
+
 // ParseFilter reads a filter from a query: provider, state, reason, label (repeatable,
 // name=value) and page.
 func ParseFilter(q url.Values) (Filter, error) {
@@ -46,6 +56,7 @@ func ParseFilter(q url.Values) (Filter, error) {
 	if f.Reason != "" && !slices.ContainsFunc(checks.Registered(), func(t *checks.Type) bool { return checks.ValidReason(t.Name, f.Reason) }) {
 		return f, fmt.Errorf("unknown reason %q: use a reason of a provider type's catalogue (docs/reasons.md), or nothing", f.Reason)
 	}
+	seen := make(map[LabelMatch]bool)
 	for _, l := range q["label"] {
 		if l == "" {
 			continue // the form's empty label field
@@ -57,8 +68,10 @@ func ParseFilter(q url.Values) (Filter, error) {
 		if p := config.LabelNameProblem(name); p != "" {
 			return f, fmt.Errorf("label %q: %s", l, p)
 		}
+		// A repeated label=value is taken once (a map: a long query stays linear).
 		m := LabelMatch{Name: name, Value: value}
-		if !slices.Contains(f.Labels, m) {
+		if !seen[m] {
+			seen[m] = true
 			f.Labels = append(f.Labels, m)
 		}
 	}
@@ -117,14 +130,27 @@ func (f Filter) URL(n int) string {
 	return "?" + v.Encode()
 }
 
-// LabelList is the filter's labels, name=value, comma-separated.
+// maxListedLabels is how many of the filter's labels a note names (LabelList): the notes are
+// repeated per provider, so a query of many labels must not be repeated whole in each.
+const maxListedLabels = 5
+
+// LabelList is the filter's labels, name=value, comma-separated: the first maxListedLabels,
+// then how many more.
 func (f Filter) LabelList() string {
-	s := make([]string, len(f.Labels))
-	for i, l := range f.Labels {
-		s[i] = l.String()
+	n := min(len(f.Labels), maxListedLabels)
+	s := make([]string, n)
+	for i, l := range f.Labels[:n] {
+		s[i] = clipLabel(l.String())
 	}
-	return strings.Join(s, ", ")
+	list := strings.Join(s, ", ")
+	if more := len(f.Labels) - n; more > 0 {
+		list += fmt.Sprintf(" and %d more", more)
+	}
+	return list
 }
+
+// clipLabel cuts one name=value of a note at 100 bytes.
+func clipLabel(s string) string { return checks.Clip(s, 100) }
 
 // Describe says what the filter's reason and labels select.
 func (f Filter) Describe() string {

@@ -56,20 +56,26 @@ func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("%s is larger than the limit of %s", e.Path, FormatSize(e.Limit))
 }
 
-// TimeoutError is a read abandoned at its deadline (or refused because an earlier read of the
-// same file was abandoned and has not returned yet).
+// TimeoutError is a read (or a stat, a glob: Bounded) abandoned at its deadline, or refused
+// because an earlier one of the same file was abandoned and has not returned yet.
 type TimeoutError struct {
 	Path    string
 	Timeout time.Duration
-	// Pending: an earlier read of the file is still blocked; no new one was started.
+	// Pending: an earlier call on the file is still blocked; no new one was started.
 	Pending bool
+	// Op is what was abandoned: "read" when empty, else "stat" or "glob" (Bounded).
+	Op string
 }
 
 func (e *TimeoutError) Error() string {
-	if e.Pending {
-		return fmt.Sprintf("%s: an earlier read did not return (abandoned after %s); not read again until it does", e.Path, e.Timeout)
+	op := e.Op
+	if op == "" {
+		op = "read"
 	}
-	return fmt.Sprintf("%s: the read did not finish within %s and was abandoned", e.Path, e.Timeout)
+	if e.Pending {
+		return fmt.Sprintf("%s: an earlier %s did not return (abandoned after %s); not tried again until it does", e.Path, op, e.Timeout)
+	}
+	return fmt.Sprintf("%s: the %s did not finish within %s and was abandoned", e.Path, op, e.Timeout)
 }
 
 // Read returns the content of the regular file at path, at most limit bytes of it, within
@@ -93,20 +99,30 @@ var (
 // returns a *TimeoutError, as does every read of the file until that one returns. Other errors
 // are the *fs.PathError of stat, open or read.
 func ReadTimeout(path string, limit int64, timeout time.Duration) ([]byte, error) {
+	return Bounded("", path, timeout, func() ([]byte, error) { return readFile(path, limit) })
+}
+
+// Bounded runs f, a call on the file (or glob pattern) path that may block on a stalled
+// network or FUSE mount (a read, a stat, a glob), within timeout: one that has not returned
+// then is abandoned (its goroutine finishes on its own) and gives a *TimeoutError naming op,
+// as does every call on path until that one returns, so a stuck path costs one goroutine
+// however often it is tried.
+func Bounded[T any](op, path string, timeout time.Duration, f func() (T, error)) (T, error) {
+	var zero T
 	mu.Lock()
 	stuck := abandoned[path] > 0
 	mu.Unlock()
 	if stuck {
-		return nil, &TimeoutError{Path: path, Timeout: timeout, Pending: true}
+		return zero, &TimeoutError{Path: path, Timeout: timeout, Pending: true, Op: op}
 	}
 	type result struct {
-		b   []byte
+		v   T
 		err error
 	}
 	done := make(chan result, 1)
 	var finished, gaveUp bool // guarded by mu
 	go func() {
-		b, err := readFile(path, limit)
+		v, err := f()
 		mu.Lock()
 		finished = true
 		if gaveUp {
@@ -115,13 +131,13 @@ func ReadTimeout(path string, limit int64, timeout time.Duration) ([]byte, error
 			}
 		}
 		mu.Unlock()
-		done <- result{b, err}
+		done <- result{v, err}
 	}()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case r := <-done:
-		return r.b, r.err
+		return r.v, r.err
 	case <-t.C:
 	}
 	mu.Lock()
@@ -129,11 +145,11 @@ func ReadTimeout(path string, limit int64, timeout time.Duration) ([]byte, error
 		gaveUp = true
 		abandoned[path]++
 		mu.Unlock()
-		return nil, &TimeoutError{Path: path, Timeout: timeout}
+		return zero, &TimeoutError{Path: path, Timeout: timeout, Op: op}
 	}
 	mu.Unlock()
 	r := <-done
-	return r.b, r.err
+	return r.v, r.err
 }
 
 // readFile is read; a test blocks it to see the deadline work.

@@ -7,6 +7,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 )
 
 // State identifies one version of a file: a Kubernetes Secret rotated in place swaps a symlink
@@ -20,11 +22,20 @@ type State struct {
 }
 
 // Stat returns the state of the file at path, following symlinks (as a Secret mount needs). An
-// empty path has the zero state.
+// empty path has the zero state. A stat that has not returned within fileread.DefaultTimeout (a
+// stalled network mount) is abandoned: a *fileread.TimeoutError, as is every stat or read of the
+// file until it returns, so that no caller (a round's check, the inventory) waits on a mount.
 func Stat(path string) (State, error) {
 	if path == "" {
 		return State{}, nil
 	}
+	return fileread.Bounded("stat", path, fileread.DefaultTimeout, func() (State, error) { return stat(path) })
+}
+
+// stat is Stat without its deadline; a test blocks it to see the deadline work.
+var stat = statNow
+
+func statNow(path string) (State, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return State{}, err

@@ -31,3 +31,41 @@ func TestText(t *testing.T) {
 		t.Error("Err(nil) is not empty")
 	}
 }
+
+// TestShapesKeyForms: the value of a credential-named key is redacted in each form a YAML, INI
+// or JSON text (or a query) writes it, quoted or not; the key, its quotes and the rest of the
+// text stay.
+func TestShapesKeyForms(t *testing.T) {
+	for _, c := range []struct{ form, in, want string }{
+		{"YAML plain", "password: hunter22", "password: " + Redacted},
+		{"YAML plain, indented, several words", "auth:\n  password: correct horse battery\n  user: bob", "auth:\n  password: " + Redacted + "\n  user: bob"},
+		{"YAML sequence item", "- token: abc123def", "- token: " + Redacted},
+		{"YAML double-quoted", `password: "hunter22"`, `password: "` + Redacted + `"`},
+		{"YAML single-quoted", "password: 'hunter22'", "password: '" + Redacted + "'"},
+		{"YAML prefixed key", "  db_password: hunter22", "  db_password: " + Redacted},
+		{"YAML flow mapping", "{user: bob, password: hunter22}", "{user: bob, password: " + Redacted + "}"},
+		{"INI spaced", "[db]\npassword = hunter22\nhost = h", "[db]\npassword = " + Redacted + "\nhost = h"},
+		{"INI spaced, several words", "passphrase = correct horse battery", "passphrase = " + Redacted},
+		{"INI/shell single-quoted", "password='hunter22' next", "password='" + Redacted + "' next"},
+		{"INI/shell double-quoted", `client_secret="s3cr3t" next`, `client_secret="` + Redacted + `" next`},
+		{"query", "login with password=hunter22 refused", "login with password=" + Redacted + " refused"},
+		{"query, several fields", "x?api_key=k3y&b=1", "x?api_key=" + Redacted + "&b=1"},
+		{"JSON", `{"password": "hunter22", "user": "bob"}`, `{"password": "` + Redacted + `", "user": "bob"}`},
+		{"JSON compact", `{"access_token":"ya29.abc","expires_in":3599}`, `{"access_token":"` + Redacted + `","expires_in":3599}`},
+		{"JSON pretty", "{\n  \"password\": \"hunter22\",\n  \"user\": \"bob\"\n}", "{\n  \"password\": \"" + Redacted + "\",\n  \"user\": \"bob\"\n}"},
+	} {
+		if got := Shapes(c.in); got != c.want {
+			t.Errorf("%s: Shapes(%q) = %q, want %q", c.form, c.in, got, c.want)
+		}
+	}
+	// Prose with a credential word before a colon is no YAML key.
+	for _, s := range []string{
+		"wrong password: Login failure",
+		"oauth2: cannot fetch token: 401 Unauthorized",
+		"the API rejected the Bearer token (HTTP 401)",
+	} {
+		if got := Shapes(s); got != s {
+			t.Errorf("Shapes(%q) = %q, want it unchanged", s, got)
+		}
+	}
+}

@@ -7,6 +7,8 @@ package testutil
 
 import (
 	"bytes"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
@@ -171,5 +173,46 @@ func ReplaceFile(t testing.TB, path, data string) {
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// PeakHeap runs f and returns the most heap in use (runtime.MemStats.HeapInuse) sampled every
+// 20ms while it ran: to show that a body that never ends does not grow the process.
+func PeakHeap(t testing.TB, f func()) uint64 {
+	t.Helper()
+	var peak uint64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var m runtime.MemStats
+		for {
+			runtime.ReadMemStats(&m)
+			peak = max(peak, m.HeapInuse)
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	f()
+	close(stop)
+	<-sampled
+	return peak
+}
+
+// EndlessBody is a handler that answers 200 with contentType, prefix, then a body that never
+// ends, written as fast as the client reads it until it goes away: a broken or hostile
+// endpoint, to show that an answer is read with a bound.
+func EndlessBody(contentType, prefix string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", contentType)
+		_, _ = io.WriteString(w, prefix)
+		chunk := strings.Repeat("x", 64<<10)
+		for r.Context().Err() == nil {
+			if _, err := io.WriteString(w, chunk); err != nil {
+				return
+			}
+		}
 	}
 }

@@ -243,3 +243,28 @@ the path of web.externalURL; "" for the root, else a path without a trailing sla
 {{- end }}
 {{- trimSuffix "/" $p }}
 {{- end }}
+
+{{/*
+"true" when the pod mounts its ServiceAccount token: serviceAccount.automountToken when set,
+else when a feature uses the token: the writer (crd.enabled), the shard (shard.enabled), a
+kubernetes provider with in-cluster config (no kubeconfig) or naming the token's path, a
+providers file the chart cannot read (existingConfigMap, existingSecret), or extraArgs turning
+the writer or the shard on. Otherwise the token is not mounted: a pod that reads no cluster
+holds no credential to it.
+*/}}
+{{- define "provider-health-exporter.automountToken" -}}
+{{- $set := .Values.serviceAccount.automountToken -}}
+{{- if kindIs "bool" $set -}}
+{{- if $set }}true{{ end -}}
+{{- else -}}
+{{- $need := or .Values.crd.enabled .Values.shard.enabled .Values.config.existingConfigMap .Values.config.existingSecret -}}
+{{- range .Values.config.providers -}}
+{{- if and (eq (toString .type) "kubernetes") (not (dig "kubernetes" "kubeconfig" "" .)) -}}{{ $need = true }}{{- end -}}
+{{- if contains "/var/run/secrets/kubernetes.io/serviceaccount" (toYaml .) -}}{{ $need = true }}{{- end -}}
+{{- end -}}
+{{- range .Values.extraArgs -}}
+{{- if or (hasPrefix "--crd.enabled" .) (hasPrefix "--shard.enabled" .) -}}{{ $need = true }}{{- end -}}
+{{- end -}}
+{{- if $need }}true{{ end -}}
+{{- end -}}
+{{- end }}

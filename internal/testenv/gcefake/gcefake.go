@@ -26,6 +26,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // DefaultProject is the project a server knows when Start is given no WithProjects option.
@@ -88,6 +90,7 @@ type Server struct {
 	failure       int
 	rateLimit     string
 	emptyPages    bool
+	endless       bool
 	tokenFailure  int
 	latency       time.Duration
 	tokenLatency  time.Duration
@@ -269,6 +272,14 @@ func (s *Server) SetEmptyPages(on bool) {
 	s.emptyPages = on
 }
 
+// SetEndlessAnswer makes every instances request answer 200 with a JSON body that never ends
+// (written as fast as the client reads it, until it goes away), until SetEndlessAnswer(false).
+func (s *Server) SetEndlessAnswer(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endless = on
+}
+
 // SetFailure makes every instances request answer with this status until SetFailure(0).
 func (s *Server) SetFailure(code int) {
 	s.mu.Lock()
@@ -393,10 +404,13 @@ func (s *Server) serveInstances(w http.ResponseWriter, r *http.Request) {
 	if len(s.failNext) > 0 {
 		fail, s.failNext = s.failNext[0], s.failNext[1:]
 	}
-	emptyPages := s.emptyPages
+	emptyPages, endless := s.emptyPages, s.endless
 	s.mu.Unlock()
 	projectName := r.PathValue("project")
 	switch {
+	case endless:
+		testutil.EndlessBody("application/json", `{"kind":"compute#instanceAggregatedList","id":"`)(w, r)
+		return
 	case fail.echo:
 		writeErrorMessage(w, fail.code, "invalid", "gateway rejected \x1b[31mAuthorization: "+r.Header.Get("Authorization")+"\x1b[0m\r\nretry later")
 		return
