@@ -73,9 +73,11 @@ extraVolumeMounts:
     readOnly: true
 `
 	ctr, pod := container(t, objects(decodeObjects(t, h.template("-f", writeValues(t, values)))))
-	// The chart's POD_NAME (sharding, on by default) first, then extraEnv.
+	// The chart's POD_NAME and POD_UID (sharding and the writer's Lease, on by default) first,
+	// then extraEnv.
 	if got := asYAML(t, ctr["env"]); got != asYAML(t, []map[string]any{
 		{"name": "POD_NAME", "valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.name"}}},
+		{"name": "POD_UID", "valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.uid"}}},
 		{"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"},
 	}) {
 		t.Errorf("env %s", got)
