@@ -18,7 +18,7 @@ PROMU    := "$$($(GOTOOL) -n promu)"
 BINARY   := provider_health_exporter
 PKGS     := ./...
 
-.PHONY: all build generate test test-unit test-mixin test-deps test-env kube-binaries vcsim-binary prom-binaries mixin bench fuzz fuzz-short lint vet fmt-check staticcheck fmt clean demo soak
+.PHONY: all build generate test test-unit test-mixin test-deps test-env kube-binaries vcsim-binary prom-binaries mixin bench fuzz fuzz-short lint vet fmt-check staticcheck fmt clean demo soak cluster
 .PHONY: docker docker-binary deploy-rules helm-binary crossbuild tarballs image image-test
 
 ## all (the default goal): lint, the unit tests and the build; it installs nothing and needs no root.
@@ -216,6 +216,16 @@ demo: test-deps build kube-binaries prom-binaries
 	@echo "demo: building the demo launcher" >&2
 	$(GO) build -o .build/phe-demo ./internal/demo/cmd/phe-demo
 	.build/phe-demo -exporter ./$(BINARY)
+
+## cluster: as root on Debian, a one-node Kubernetes of real parts on this machine (etcd,
+## kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, containerd with
+## runc, CNI) with the exporter's image loaded under the chart's default reference; admin
+## kubeconfig in .build/cluster/kubeconfig (docs/cluster.md). It builds what is missing first;
+## Ctrl-C stops it and removes everything it made.
+cluster: test-deps helm-binary
+	$(MAKE) image PLATFORMS=linux/$(shell $(GO) env GOARCH)
+	$(GO) build -o .build/phe-cluster ./internal/testenv/cluster/cmd/phe-cluster
+	.build/phe-cluster -dir .build/cluster -image .build/image
 
 ## fuzz: search for inputs that crash the providers-file parser (make test runs the seed corpus).
 fuzz:
