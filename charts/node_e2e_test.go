@@ -69,7 +69,10 @@ func TestChartOnNode(t *testing.T) {
 	}
 	buildCtx, buildCancel := toolbuild.BuildContext(t)
 	defer buildCancel()
-	logf := func(format string, args ...any) { t.Logf(format, args...); fmt.Fprintf(os.Stderr, format+"\n", args...) }
+	logf := func(format string, args ...any) {
+		t.Logf(format, args...)
+		fmt.Fprintf(os.Stderr, format+"\n", args...)
+	}
 	c, err := cluster.Start(buildCtx, cluster.Options{Dir: t.TempDir(), Root: root, ImageLayout: root + "/.build/image", ImageName: ref, Logf: logf})
 	switch {
 	case errors.Is(err, cluster.ErrBusy), errors.Is(err, toolbuild.ErrNotBuilt), errors.Is(err, toolbuild.ErrNoGo), errors.Is(err, toolbuild.ErrNoModuleProxy):

@@ -132,6 +132,10 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 			c = nil
 		}
 	}()
+	// What an earlier run killed outright left mounted must not be walked into.
+	if errs := unmountAll(o.Dir); len(errs) > 0 {
+		return c, errors.Join(errs...)
+	}
 	if err := os.RemoveAll(o.Dir); err != nil {
 		return c, err
 	}
