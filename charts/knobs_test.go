@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/cluster"
 )
 
 // container returns the exporter's container and the pod spec of a rendering's Deployment.
@@ -36,6 +38,11 @@ func TestTemplateImage(t *testing.T) {
 		if ctr["image"] != c.want {
 			t.Errorf("%v: image %v, want %s", c.args, ctr["image"], c.want)
 		}
+	}
+	// make cluster loads the image under the name the chart runs with no image values.
+	ctr, _ := container(t, objects(decodeObjects(t, h.template())))
+	if ref, err := cluster.ChartImage(repoRoot(t)); err != nil || ctr["image"] != ref {
+		t.Errorf("the cluster loads the image as %q (%v), the chart runs %v", ref, err, ctr["image"])
 	}
 	for set, want := range map[string]string{
 		"image.digest=latest":          "digest",

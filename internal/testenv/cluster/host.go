@@ -178,13 +178,19 @@ func (h *hostState) removeChains() []error {
 	return errs
 }
 
-// splitRule splits an iptables-save rule into arguments, keeping quoted comments whole.
+// splitRule splits an iptables-save rule into arguments, keeping quoted comments whole (with
+// their escaped quotes: CNI's name the container).
 func splitRule(rule string) []string {
 	var args []string
 	var cur strings.Builder
-	quoted := false
+	quoted, escaped := false, false
 	for _, r := range rule {
 		switch {
+		case escaped:
+			cur.WriteRune(r)
+			escaped = false
+		case r == '\\' && quoted:
+			escaped = true
 		case r == '"':
 			quoted = !quoted
 		case r == ' ' && !quoted:
