@@ -18,7 +18,7 @@ PROMU    := "$$($(GOTOOL) -n promu)"
 BINARY   := provider_health_exporter
 PKGS     := ./...
 
-.PHONY: all build generate test test-unit test-mixin test-deps test-env kube-binaries vcsim-binary prom-binaries mixin bench fuzz fuzz-short lint vet fmt-check staticcheck fmt clean demo soak
+.PHONY: all build generate test test-unit test-mixin test-deps test-env kube-binaries vcsim-binary prom-binaries mixin bench fuzz fuzz-short lint vet fmt-check staticcheck fmt clean demo soak cluster kube-node-binaries
 .PHONY: docker docker-binary deploy-rules helm-binary crossbuild tarballs image image-test
 
 ## all (the default goal): lint, the unit tests and the build; it installs nothing and needs no root.
@@ -118,7 +118,7 @@ fuzz-short:
 ## go test ./... uses them when they are built and otherwise skips the tests that need them,
 ## each saying to run this; it never builds them itself (REQUIRE_INTEGRATION=1 or
 ## BUILD_TEST_ENV=1 let it), so its first results come within a minute.
-test-env: kube-binaries prom-binaries helm-binary vcsim-binary
+test-env: kube-binaries kube-node-binaries prom-binaries helm-binary vcsim-binary
 
 ## test-unit: the tests that need no real system, for the edit-test loop: go test -short, under
 ## which every integration test skips (no kube-apiserver, KVM host, Prometheus, Alertmanager or
@@ -192,6 +192,12 @@ test-deps:
 kube-binaries:
 	sh scripts/build-kube.sh
 
+## kube-node-binaries: build kube-controller-manager, kube-scheduler, kubelet and kube-proxy (the
+## same release, tools/kube) into bin/kube-node-<version>/, for make cluster and the chart's test
+## on a node (once; about 5 minutes on two cores the first time).
+kube-node-binaries:
+	sh scripts/build-kube.sh -node >/dev/null
+
 ## helm-binary: build helm (tools/helm, its own module: helm brings its own Kubernetes library
 ## versions) from the Go module proxy into bin/helm-<version>/, for the chart's tests (charts/).
 helm-binary:
@@ -216,6 +222,16 @@ demo: test-deps build kube-binaries prom-binaries
 	@echo "demo: building the demo launcher" >&2
 	$(GO) build -o .build/phe-demo ./internal/demo/cmd/phe-demo
 	.build/phe-demo -exporter ./$(BINARY)
+
+## cluster: as root on Debian, a one-node Kubernetes of real parts on this machine (etcd,
+## kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, containerd with
+## runc, CNI) with the exporter's image loaded under the chart's default reference; admin
+## kubeconfig in .build/cluster/kubeconfig (docs/cluster.md). It builds what is missing first;
+## Ctrl-C stops it and removes everything it made.
+cluster: test-deps helm-binary kube-node-binaries
+	$(MAKE) image PLATFORMS=linux/$(shell $(GO) env GOARCH)
+	$(GO) build -o .build/phe-cluster ./internal/testenv/cluster/cmd/phe-cluster
+	.build/phe-cluster -dir .build/cluster -image .build/image
 
 ## fuzz: search for inputs that crash the providers-file parser (make test runs the seed corpus).
 fuzz:

@@ -26,7 +26,7 @@ import (
 var readingOrder = map[string][]string{
 	"crdwriter": {
 		"writer.go", "campaign.go", "session.go", "sync.go", "write.go", "rejections.go", "compare.go",
-		"ownership.go", "status.go", "report.go", "events.go", "metrics.go", "lease.go",
+		"ownership.go", "status.go", "report.go", "events.go", "metrics.go", "lease.go", "leaselock.go",
 		"client.go", "errors.go",
 	},
 }

@@ -328,6 +328,16 @@ func checkShard(o shardOptions) error {
 	return errors.Join(errs...)
 }
 
+// holderPod is the pod this runs in, from the downward API ($POD_NAME, $POD_UID), so that it
+// owns the writer's Lease while holding it; nil outside a pod.
+func holderPod() *crdwriter.PodRef {
+	name, uid := os.Getenv("POD_NAME"), os.Getenv("POD_UID")
+	if name == "" || uid == "" {
+		return nil
+	}
+	return &crdwriter.PodRef{Namespace: membership.PodNamespace(), Name: name, UID: uid}
+}
+
 // shardIdentity is --shard.identity, or the pod's name ($POD_NAME), or the host name.
 func shardIdentity(o shardOptions) string {
 	if o.identity != "" {
@@ -468,6 +478,7 @@ func startCRDWriter(ctx context.Context, o crdOptions, e *exporter.Exporter, int
 		LeaderElect:       o.leaderElect,
 		LeaseNamespace:    o.leaseNamespace,
 		LeaseName:         o.leaseName,
+		HolderPod:         holderPod(),
 		Registerer:        e.Registry(),
 	})
 	if err != nil {

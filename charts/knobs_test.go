@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/cluster"
 )
 
 // container returns the exporter's container and the pod spec of a rendering's Deployment.
@@ -36,6 +38,11 @@ func TestTemplateImage(t *testing.T) {
 		if ctr["image"] != c.want {
 			t.Errorf("%v: image %v, want %s", c.args, ctr["image"], c.want)
 		}
+	}
+	// make cluster loads the image under the name the chart runs with no image values.
+	ctr, _ := container(t, objects(decodeObjects(t, h.template())))
+	if ref, err := cluster.ChartImage(repoRoot(t)); err != nil || ctr["image"] != ref {
+		t.Errorf("the cluster loads the image as %q (%v), the chart runs %v", ref, err, ctr["image"])
 	}
 	for set, want := range map[string]string{
 		"image.digest=latest":          "digest",
@@ -73,9 +80,11 @@ extraVolumeMounts:
     readOnly: true
 `
 	ctr, pod := container(t, objects(decodeObjects(t, h.template("-f", writeValues(t, values)))))
-	// The chart's POD_NAME (sharding, on by default) first, then extraEnv.
+	// The chart's POD_NAME and POD_UID (sharding and the writer's Lease, on by default) first,
+	// then extraEnv.
 	if got := asYAML(t, ctr["env"]); got != asYAML(t, []map[string]any{
 		{"name": "POD_NAME", "valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.name"}}},
+		{"name": "POD_UID", "valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.uid"}}},
 		{"name": "HTTPS_PROXY", "value": "http://proxy.example:3128"},
 	}) {
 		t.Errorf("env %s", got)

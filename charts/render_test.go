@@ -108,33 +108,49 @@ func chartAppVersion(t *testing.T) string {
 	return ""
 }
 
+// checkPodIdentity: the container's POD_NAME and POD_UID come from the downward API's
+// metadata.name and metadata.uid (on), or are not set (off). The shard's Leases are named after
+// the pod; the writer's Lease is owned by the pod that holds it, so it goes with the release.
+func checkPodIdentity(t *testing.T, objs objects, on bool) {
+	t.Helper()
+	ctr, _ := container(t, objs)
+	got := map[string]any{}
+	for _, e := range asList(ctr["env"]) {
+		if n := e.(map[string]any)["name"]; n == "POD_NAME" || n == "POD_UID" {
+			got[n.(string)] = e.(map[string]any)["valueFrom"]
+		}
+	}
+	want := map[string]any{}
+	if on {
+		want = map[string]any{
+			"POD_NAME": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.name"}},
+			"POD_UID":  map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.uid"}},
+		}
+	}
+	if asYAML(t, got) != asYAML(t, want) {
+		t.Errorf("POD_NAME and POD_UID are %s, want %s", asYAML(t, got), asYAML(t, want))
+	}
+}
+
 // checkSharded: with sharding on, the Deployment passes --shard.enabled and sets POD_NAME from
-// the pod's metadata.name, and the Role <release>-shard grants get, list, create, update, patch
+// the pod's metadata.name (checkPodIdentity), and the Role <release>-shard grants get, list, create, update, patch
 // and delete on Leases in the release's namespace, bound to the pods' ServiceAccount; with it off,
 // none of these.
 func checkSharded(t *testing.T, objs objects, on bool) {
 	t.Helper()
 	ctr, pod := container(t, objs)
 	args, _ := ctr["args"].([]any)
-	var podName any
-	for _, e := range asList(ctr["env"]) {
-		if e.(map[string]any)["name"] == "POD_NAME" {
-			podName = e
-		}
-	}
 	role, binding := objs.find("Role", namespace, release+"-shard"), objs.find("RoleBinding", namespace, release+"-shard")
 	if !on {
-		if slices.Contains(args, any("--shard.enabled")) || podName != nil || role != nil || binding != nil {
-			t.Errorf("sharding off: args %v, POD_NAME %v, Role %v, RoleBinding %v; want none of them", args, podName, role != nil, binding != nil)
+		if slices.Contains(args, any("--shard.enabled")) || role != nil || binding != nil {
+			t.Errorf("sharding off: args %v, Role %v, RoleBinding %v; want none of them", args, role != nil, binding != nil)
 		}
 		return
 	}
 	if !slices.Contains(args, any("--shard.enabled")) {
 		t.Errorf("args %v lack --shard.enabled", args)
 	}
-	if want := map[string]any{"name": "POD_NAME", "valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.name"}}}; asYAML(t, podName) != asYAML(t, want) {
-		t.Errorf("POD_NAME is %s, want it from the downward API's metadata.name", asYAML(t, podName))
-	}
+	checkPodIdentity(t, objs, true)
 	if role == nil || binding == nil {
 		t.Fatalf("sharding on, the shard's Role (%v) or RoleBinding (%v) is missing: %v", role != nil, binding != nil, objs.kinds())
 	}
@@ -454,9 +470,12 @@ func TestTemplateChoices(t *testing.T) {
 		}
 	}
 
-	// Sharding off: no flag, no POD_NAME, no shard Role; the writer's RBAC stays.
+	// Sharding off: no flag, no shard Role; the writer's RBAC stays, and so do POD_NAME and
+	// POD_UID (the holder's pod owns the writer's Lease). Without leader election, neither.
 	objs = objects(decodeObjects(t, h.template("--set", "shard.enabled=false")))
 	checkSharded(t, objs, false)
+	checkPodIdentity(t, objs, true)
+	checkPodIdentity(t, objects(decodeObjects(t, h.template("--set", "shard.enabled=false", "--set", "crd.leaderElect=false"))), false)
 	if objs.find("Role", namespace, release+"-leader-election") == nil {
 		t.Errorf("shard.enabled=false lost the writer's Lease Role: %v", objs.kinds())
 	}

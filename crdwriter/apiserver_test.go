@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"runtime"
 	"slices"
@@ -25,6 +26,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -748,6 +750,19 @@ func testLeaderElection(t *testing.T, f *kubeFixture) {
 		return func(o *Options) {
 			o.LeaderElect, o.Identity = true, id
 			o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = leaseDuration, 3*time.Second, 500*time.Millisecond
+			o.HolderPod = &PodRef{Namespace: exporterNamespace, Name: "pod-" + id, UID: "uid-" + id}
+		}
+	}
+	// The holder's pod owns the Lease, so that the garbage collector deletes it with the
+	// holder's pod (helm uninstall refuses the holder's own release: its Role is gone first).
+	ownedBy := func(id string) func() bool {
+		return func() bool {
+			lease, err := f.coord.Leases(exporterNamespace).Get(context.Background(), DefaultInstance, metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			want := []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "pod-" + id, UID: types.UID("uid-" + id)}}
+			return *lease.Spec.HolderIdentity == id && reflect.DeepEqual(lease.OwnerReferences, want)
 		}
 	}
 	srcA, srcB := newFakeSource(), newFakeSource()
@@ -755,6 +770,7 @@ func testLeaderElection(t *testing.T, f *kubeFixture) {
 	b := f.harness(t, f.userConfig("writer-b", "system:masters"), srcB, le("b"))
 	a.start()
 	eventually(t, "a leads", func() bool { return a.metric("crd_writer_leader") == 1 })
+	eventually(t, "a's pod owns the Lease", ownedBy("a"))
 	b.start()
 	publish := func(ps checks.ProviderState) {
 		srcA.publish(ps)
@@ -776,6 +792,7 @@ func testLeaderElection(t *testing.T, f *kubeFixture) {
 	stopped := time.Now()
 	a.stop()
 	eventually(t, "b leads", func() bool { return b.metric("crd_writer_leader") == 1 })
+	eventually(t, "the owner moved with the holder: b's pod owns the Lease", ownedBy("b"))
 	if took := time.Since(stopped); took > leaseDuration {
 		t.Errorf("the follower took over after %s, more than the lease duration %s", took, leaseDuration)
 	}

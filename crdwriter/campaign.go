@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
 // Leader election: the campaigns for the Lease, each term handed to a session (session.go).
@@ -14,12 +13,7 @@ import (
 // campaigns runs leader elections until ctx is done: a replica that loses the Lease campaigns
 // again, it never stays passive.
 func (w *Writer) campaigns(ctx context.Context) error {
-	inner, err := resourcelock.New(resourcelock.LeasesResourceLock, w.opts.LeaseNamespace, w.opts.LeaseName,
-		w.core, w.coord, resourcelock.ResourceLockConfig{Identity: w.opts.Identity})
-	if err != nil {
-		return fmt.Errorf("crdwriter: lease lock: %w", err)
-	}
-	lock := &renewalLock{Interface: inner}
+	lock := &renewalLock{Interface: newOwnedLeaseLock(w.coord, w.opts.LeaseNamespace, w.opts.LeaseName, w.opts.Identity, w.opts.HolderPod)}
 	// Outside a term nothing but the Lease is written.
 	w.fence.set(func() bool { return false })
 	defer w.fence.set(nil)

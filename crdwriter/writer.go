@@ -122,6 +122,12 @@ type Options struct {
 	LeaseName string
 	// Identity is this replica's name in the Lease. Empty: the host name and a random suffix.
 	Identity string
+	// HolderPod is the pod this replica runs in (nil: none, or unknown). While this replica
+	// holds the Lease, that pod owns it (an ownerReference), so the garbage collector deletes
+	// the Lease once the pod is gone and nobody took it over: an uninstall leaves no Lease
+	// behind even when the holder's own release of it is refused. Ignored, with a warning,
+	// when the pod is in another namespace than the Lease (an owner must be in its dependent's).
+	HolderPod *PodRef
 	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election (client-go's meaning).
 	// Zero: DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod. No write leaves a
 	// replica whose last successful renewal is older than RenewDeadline.
@@ -247,6 +253,11 @@ func (o *Options) defaults() error {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.HolderPod != nil && o.HolderPod.Namespace != o.LeaseNamespace {
+		o.Logger.Warn("the lease is in another namespace than this pod: it cannot be owned by the pod, and may stay behind when the deployment is deleted",
+			"lease", o.LeaseNamespace+"/"+o.LeaseName, "pod", o.HolderPod.Namespace+"/"+o.HolderPod.Name)
+		o.HolderPod = nil
 	}
 	return nil
 }

@@ -188,6 +188,13 @@ func TestRenderedManifests(t *testing.T) {
 		c.Env[podName].ValueFrom.FieldRef.FieldPath != "metadata.name" || c.Env[podName].Value != "" {
 		t.Errorf("the container's env %+v: want POD_NAME from the downward API's metadata.name", c.Env)
 	}
+	// The pod owns the writer's Lease while it holds it (so the Lease goes with the
+	// Deployment): $POD_UID from the downward API.
+	podUID := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_UID" })
+	if podUID < 0 || c.Env[podUID].ValueFrom == nil || c.Env[podUID].ValueFrom.FieldRef == nil ||
+		c.Env[podUID].ValueFrom.FieldRef.FieldPath != "metadata.uid" {
+		t.Errorf("the container's env %+v: want POD_UID from the downward API's metadata.uid", c.Env)
+	}
 	for _, a := range c.Args {
 		if strings.HasPrefix(a, "--shard.identity") || strings.HasPrefix(a, "--shard.lease-namespace") {
 			t.Errorf("the exporter's args set %s: the identity is the pod's name, the Leases in the pod's namespace (which the shard Role covers)", a)

@@ -21,6 +21,9 @@ PACKAGES=(
 	chromium # headless, renders the status page in exporter/landing_test.go
 	ca-certificates # the image's base (make image, image_test.go)
 	tzdata # the image's base
+	containerd # the one-node cluster's container runtime (make cluster, internal/testenv/cluster)
+	runc
+	containernetworking-plugins # the cluster's pod network (bridge, host-local, portmap, loopback)
 )
 
 # Pid files of the services these packages ship, to catch one started despite policy-rc.d.

@@ -16,21 +16,41 @@ var spec = toolbuild.Spec{
 		{Pkg: "k8s.io/kubernetes/cmd/kube-apiserver", File: "kube-apiserver"},
 		{Pkg: "go.etcd.io/etcd/server/v3", File: "etcd"},
 	},
-	// kube-apiserver reports this version (kubectl version, /version) instead of v0.0.0-master.
-	LDFlags: func(version string) []string {
-		minor := ""
-		if parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3); len(parts) >= 2 {
-			minor = parts[1]
-		}
-		return []string{
-			"-s", "-w",
-			"-X", "k8s.io/component-base/version.gitVersion=" + version,
-			"-X", "k8s.io/component-base/version.gitMajor=1",
-			"-X", "k8s.io/component-base/version.gitMinor=" + minor,
-			"-X", "k8s.io/component-base/version.gitTreeState=clean",
-		}
-	},
+	LDFlags:   versionLDFlags,
 	BuildHint: "scripts/build-kube.sh",
+}
+
+// nodeSpec is the rest of a one-node cluster (make cluster, internal/testenv/cluster), from the
+// same tools module and Kubernetes release, into bin/kube-node-<version>/: a cache of its own, so
+// the API server tests never wait for a kubelet build.
+var nodeSpec = toolbuild.Spec{
+	Name:          "kube-node",
+	ToolsDir:      "tools/kube",
+	VersionModule: "k8s.io/kubernetes",
+	Targets: []toolbuild.Target{
+		{Pkg: "k8s.io/kubernetes/cmd/kube-controller-manager", File: "kube-controller-manager"},
+		{Pkg: "k8s.io/kubernetes/cmd/kube-scheduler", File: "kube-scheduler"},
+		{Pkg: "k8s.io/kubernetes/cmd/kubelet", File: "kubelet"},
+		{Pkg: "k8s.io/kubernetes/cmd/kube-proxy", File: "kube-proxy"},
+	},
+	LDFlags:   versionLDFlags,
+	BuildHint: "scripts/build-kube.sh -node",
+}
+
+// versionLDFlags makes the binaries report version (kubectl version, /version, the node's
+// kubeletVersion) instead of v0.0.0-master.
+func versionLDFlags(version string) []string {
+	minor := ""
+	if parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3); len(parts) >= 2 {
+		minor = parts[1]
+	}
+	return []string{
+		"-s", "-w",
+		"-X", "k8s.io/component-base/version.gitVersion=" + version,
+		"-X", "k8s.io/component-base/version.gitMajor=1",
+		"-X", "k8s.io/component-base/version.gitMinor=" + minor,
+		"-X", "k8s.io/component-base/version.gitTreeState=clean",
+	}
 }
 
 // The build failures that mean this machine cannot build the binaries, as opposed to a bug in
@@ -52,4 +72,19 @@ func EnsureBinaries(ctx context.Context, logf func(format string, args ...any)) 
 		return "", "", err
 	}
 	return paths[0], paths[1], nil
+}
+
+// NodeBinaries are the paths of the node's binaries beside the API server's.
+type NodeBinaries struct {
+	ControllerManager, Scheduler, Kubelet, Proxy string
+}
+
+// EnsureNodeBinaries is EnsureBinaries for kube-controller-manager, kube-scheduler, kubelet and
+// kube-proxy (bin/kube-node-<version>/; about 5 minutes on two cores the first time).
+func EnsureNodeBinaries(ctx context.Context, logf func(format string, args ...any)) (NodeBinaries, error) {
+	paths, err := toolbuild.Ensure(ctx, nodeSpec, logf)
+	if err != nil {
+		return NodeBinaries{}, err
+	}
+	return NodeBinaries{ControllerManager: paths[0], Scheduler: paths[1], Kubelet: paths[2], Proxy: paths[3]}, nil
 }
