@@ -756,8 +756,7 @@ func checkShardAuthorization(t *testing.T, env *kube.Env) {
 	}
 	ctx := context.Background()
 	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
-	var allowedOn func(verb, ns, group, resource string) bool
-	allowedOn = func(verb, ns, group, resource string) bool {
+	allowedOn := func(verb, ns, group, resource string) bool {
 		t.Helper()
 		name := "provider-health-exporter-5d8f7c9b6-x2x4q" // a pod's name, which no rule of deploy/ names
 		if verb == "list" {
