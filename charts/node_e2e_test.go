@@ -63,8 +63,11 @@ func TestChartOnNode(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	// The image of the host's platform, as make cluster loads it.
+	// The image of the host's platform, as make cluster loads it; .build/image is not rebuilt by
+	// another test (TestImage) until the cluster has imported it.
+	unlockImage := testenv.LockImage(t, root)
 	if out, err := exec.CommandContext(ctx, "make", "-C", root, "image", "PLATFORMS=linux/"+runtime.GOARCH).CombinedOutput(); err != nil {
+		unlockImage()
 		t.Fatalf("make image: %v\n%s", err, testenv.Tail(string(out), 30))
 	}
 	buildCtx, buildCancel := toolbuild.BuildContext(t)
@@ -74,6 +77,7 @@ func TestChartOnNode(t *testing.T) {
 		fmt.Fprintf(os.Stderr, format+"\n", args...)
 	}
 	c, err := cluster.Start(buildCtx, cluster.Options{Dir: t.TempDir(), Root: root, ImageLayout: root + "/.build/image", ImageName: ref, Logf: logf})
+	unlockImage()
 	switch {
 	case errors.Is(err, cluster.ErrBusy), errors.Is(err, toolbuild.ErrNotBuilt), errors.Is(err, toolbuild.ErrNoGo), errors.Is(err, toolbuild.ErrNoModuleProxy):
 		testenv.Unavailable(t, "%v", err)

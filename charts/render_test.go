@@ -47,6 +47,7 @@ func TestTemplateDefaults(t *testing.T) {
 	want := []string{
 		"ClusterRole/provider-health-exporter", "ClusterRole/provider-health-exporter-viewer",
 		"ClusterRoleBinding/provider-health-exporter", "ConfigMap/provider-health-exporter-providers",
+		"CustomResourceDefinition/providerhealthparts.providerhealth.io",
 		"CustomResourceDefinition/providerhealths.providerhealth.io",
 		"Deployment/provider-health-exporter", "PodDisruptionBudget/provider-health-exporter",
 		"Role/provider-health-exporter-events", "Role/provider-health-exporter-leader-election",
@@ -155,7 +156,9 @@ func checkSharded(t *testing.T, objs objects, on bool) {
 		t.Fatalf("sharding on, the shard's Role (%v) or RoleBinding (%v) is missing: %v", role != nil, binding != nil, objs.kinds())
 	}
 	wantRules := []map[string]any{{"apiGroups": []string{"coordination.k8s.io"}, "resources": []string{"leases"},
-		"verbs": []string{"get", "list", "create", "update", "delete"}}}
+		"verbs": []string{"get", "list", "create", "update", "delete"}},
+		{"apiGroups": []string{"providerhealth.io"}, "resources": []string{"providerhealthparts"},
+			"verbs": []string{"get", "list", "watch", "create", "update", "delete"}}}
 	if got := asYAML(t, field(role, "rules")); got != asYAML(t, wantRules) {
 		t.Errorf("the shard Role's rules\n%s\nwant exactly\n%s", got, asYAML(t, wantRules))
 	}
@@ -493,7 +496,7 @@ func TestTemplateChoices(t *testing.T) {
 		t.Error("one replica: a PodDisruptionBudget with minAvailable 1 would block every drain, yet it is rendered")
 	}
 	args := field(objs.get(t, "Deployment", namespace, release), "spec", "template", "spec", "containers").([]any)[0].(map[string]any)["args"].([]any)
-	if asYAML(t, args) != asYAML(t, []string{"--config.file=/etc/phe/config/providers.yml", "--web.listen-address=:9847"}) {
+	if asYAML(t, args) != asYAML(t, []string{"--config.file=/etc/phe/config/providers.yml", "--web.listen-address=:9847", "--config.auto-reload"}) {
 		t.Errorf("crd.enabled=false, shard.enabled=false: args %v", args)
 	}
 	if got := objs.kinds(); slices.ContainsFunc(got, func(s string) bool {
