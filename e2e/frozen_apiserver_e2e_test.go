@@ -108,6 +108,9 @@ func TestSIGTERMWithAFrozenAPIServer(t *testing.T) {
     storagePool: default
     hosts: [{address: "127.0.0.1:1", name: hv1}]
 `)
+	// The binary is built with -race, whose runtime sleeps a second at exit (GORACE
+	// atexit_sleep_ms, 1000 by default): not the exporter's time.
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
 	x := startProcess(t, "--config.file="+providers, "--provider-check-interval=10s",
 		"--shard.enabled", "--shard.identity=phe-0", "--shard.kubeconfig="+kubeconfig, "--shard.lease-namespace=default",
 		"--crd.enabled", "--crd.kubeconfig="+kubeconfig, "--crd.leader-elect", "--crd.lease-namespace=default")
