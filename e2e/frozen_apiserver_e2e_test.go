@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,72 +15,6 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
-// freezer relays TCP connections to an address until frozen: then every connection stays open
-// and nothing moves either way, as with an API server that stops answering (hung, or behind a
-// black-holed route).
-type freezer struct {
-	ln     net.Listener
-	mu     sync.Mutex
-	frozen bool
-}
-
-func newFreezer(t *testing.T, target string) *freezer {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &freezer{ln: ln}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go f.pipe(s, c)
-			go f.pipe(c, s)
-		}
-	}()
-	return f
-}
-
-// pipe copies from src to dst, a chunk at a time, holding every chunk once frozen.
-func (f *freezer) pipe(dst, src net.Conn) {
-	defer dst.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		for f.isFrozen() {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (f *freezer) freeze() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.frozen = true
-}
-
-func (f *freezer) isFrozen() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.frozen
-}
-
 // TestSIGTERMWithAFrozenAPIServer: a sharded replica that also writes the ProviderHealth objects
 // exits within 10 s of SIGTERM, with status 0, when the API server stops answering just before:
 // its shard's release and delete and the writer's release are each bounded by the exit's own
@@ -90,13 +22,13 @@ func (f *freezer) isFrozen() bool {
 func TestSIGTERMWithAFrozenAPIServer(t *testing.T) {
 	env := kube.Start(t)
 	env.ApplyCRDFile(t, repoFile("deploy", "crd"))
-	relay := newFreezer(t, strings.TrimPrefix(env.URL, "https://"))
+	relay := testutil.NewRelay(t, strings.TrimPrefix(env.URL, "https://"), 0)
 	raw, err := os.ReadFile(env.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	testutil.ReplaceFile(t, kubeconfig, strings.ReplaceAll(string(raw), env.URL, "https://"+relay.ln.Addr().String()))
+	testutil.ReplaceFile(t, kubeconfig, strings.ReplaceAll(string(raw), env.URL, "https://"+relay.Addr()))
 	providers := filepath.Join(t.TempDir(), "providers.yml")
 	testutil.ReplaceFile(t, providers, `providers:
 - name: lab
@@ -123,7 +55,7 @@ func TestSIGTERMWithAFrozenAPIServer(t *testing.T) {
 		code, _ := x.get("/-/ready")
 		return code == 200
 	})
-	relay.freeze()
+	relay.Freeze()
 	start := time.Now()
 	x.signal(syscall.SIGTERM)
 	exited := make(chan struct{})

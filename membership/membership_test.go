@@ -3,9 +3,7 @@ package membership_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -462,7 +460,7 @@ func TestSlowAPIServerChangesNothing(t *testing.T) {
 	}
 	env, _ := startKube(t)
 	slow := rest.CopyConfig(env.AdminConfig)
-	slow.Host = "https://" + delayRelay(t, env.URL[len("https://"):], 6*time.Second)
+	slow.Host = "https://" + itestutil.NewRelay(t, env.URL[len("https://"):], 6*time.Second).Addr()
 	def := memberOpts{leaseDuration: membership.DefaultLeaseDuration, renewDeadline: membership.DefaultRenewDeadline, retryPeriod: membership.DefaultRetryPeriod}
 	a := start(t, env.AdminConfig, "main", "phe-a", def)
 	b := start(t, slow, "main", "phe-b", def)
@@ -480,62 +478,4 @@ func TestSlowAPIServerChangesNothing(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-}
-
-// delayRelay relays TCP connections to target, delivering what the server sends delay after
-// it sent it (a link with that much latency one way), once a connection is a second old (its
-// TLS handshake done).
-func delayRelay(t *testing.T, target string, delay time.Duration) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			opened := time.Now()
-			go func() { _, _ = io.Copy(s, c); s.Close() }()
-			type chunk struct {
-				at   time.Time
-				data []byte
-			}
-			q := make(chan chunk, 1024)
-			go func() {
-				defer close(q)
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := s.Read(buf)
-					if n > 0 {
-						at := time.Now()
-						if at.Sub(opened) > time.Second {
-							at = at.Add(delay)
-						}
-						q <- chunk{at, append([]byte(nil), buf[:n]...)}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-			go func() {
-				defer c.Close()
-				for ch := range q {
-					time.Sleep(time.Until(ch.at))
-					if _, err := c.Write(ch.data); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return ln.Addr().String()
 }
