@@ -331,7 +331,8 @@ func (k *Config) Warnings(provider string) []string {
 // slot then dials at most 20 hosts in the first round after a start; a dial costs about a
 // dozen network round trips (TCP, the SSH handshake and authentication, the channel, libvirt's
 // connect, the first check's calls), 0.6 s at 50 ms, so the first round's dials fit in 12 s of
-// the default 15 s timeout (docs/benchmarks.md, KVM over latency).
+// the default 15 s timeout (docs/benchmarks.md, KVM over latency). A round counts the hosts it
+// checks (a sharded replica's share: Checker.check), not the hosts configured.
 func DefaultConcurrencyFor(hosts int) int {
 	return min(MaxConcurrency, max(DefaultConcurrency, (hosts+hostsPerSlot-1)/hostsPerSlot))
 }

@@ -69,17 +69,20 @@ type Checker struct {
 	name        string
 	storagePool string
 	concurrency int
-	hosts       []Host
-	rpcTimeout  time.Duration
-	hostBound   time.Duration
-	addrs       []string // dial address of each host, same order
-	targets     []string
-	pool        *hostpool.Pool
-	shared      *sharedPool
-	closed      atomic.Bool
-	provider    config.Provider
-	tuning      tuning
-	logger      *slog.Logger
+	// derived: the block set no concurrency, so a round's slots follow the hosts it checks
+	// (DefaultConcurrencyFor), a sharded replica's share rather than the fleet.
+	derived    bool
+	hosts      []Host
+	rpcTimeout time.Duration
+	hostBound  time.Duration
+	addrs      []string // dial address of each host, same order
+	targets    []string
+	pool       *hostpool.Pool
+	shared     *sharedPool
+	closed     atomic.Bool
+	provider   config.Provider
+	tuning     tuning
+	logger     *slog.Logger
 
 	// facts holds what each host's current libvirt connection told its first check.
 	factsMu sync.Mutex
@@ -204,6 +207,7 @@ func build(p config.Provider, logger *slog.Logger, t tuning) *Checker {
 		name:        p.Name,
 		storagePool: k.StoragePool,
 		concurrency: concurrency,
+		derived:     k.ConcurrencyDerived,
 		hosts:       k.Hosts,
 		rpcTimeout:  cmp.Or(k.RPCTimeout, DefaultRPCTimeout),
 		provider:    p,
@@ -398,7 +402,11 @@ func (c *Checker) check(ctx context.Context, only map[string]bool) []checks.Targ
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(c.concurrency, len(order)) {
+	slots := c.concurrency
+	if c.derived {
+		slots = DefaultConcurrencyFor(len(order))
+	}
+	for range min(slots, len(order)) {
 		wg.Go(func() {
 			for {
 				k := int(next.Add(1)) - 1

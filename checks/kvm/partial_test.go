@@ -2,6 +2,7 @@ package kvm
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -268,5 +269,59 @@ func TestSilentHostIsDialledEveryRound(t *testing.T) {
 	order := c.order()
 	if c.targets[order[0]] != healthy.Name {
 		t.Errorf("order after the rounds: %v first, want the healthy host before the unresponsive one", c.targets[order[0]])
+	}
+}
+
+// TestDerivedConcurrencyFollowsTheShare: a provider whose block sets no concurrency has, in a
+// round, the slots of the hosts that round checks (DefaultConcurrencyFor), not of every host
+// configured: a sharded replica owning 64 hosts of 2,000 (which would get 100 slots) checks them
+// with 32. The 64 are silent (TCP accepted, SSH never spoken), so each started host holds its
+// slot for the SSH bound, longer than the round: exactly the 32 without a slot read "not
+// started". A block that sets a concurrency keeps it whatever the share.
+func TestDerivedConcurrencyFollowsTheShare(t *testing.T) {
+	f := kvmstandin.Start(t, kvmstandin.Counts{Silent: 64})
+	var owned []string
+	for _, h := range f.Hosts {
+		owned = append(owned, h.Name)
+	}
+	const configured = 2000
+	for _, tc := range []struct {
+		name       string
+		derived    bool
+		notStarted int
+	}{{"derived", true, 64 - DefaultConcurrency}, {"set", false, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := fleetConfig(f.KVMConfig())
+			for i := len(k.Hosts); i < configured; i++ {
+				k.Hosts = append(k.Hosts, Host{Address: fmt.Sprintf("192.0.2.%d:%d", i%250+1, 1000+i), Name: fmt.Sprintf("not-owned-%d", i)})
+			}
+			k.Concurrency, k.ConcurrencyDerived = DefaultConcurrencyFor(configured), tc.derived
+			if k.Concurrency < len(owned) {
+				t.Fatalf("DefaultConcurrencyFor(%d) = %d: the test needs more slots than the %d hosts owned", configured, k.Concurrency, len(owned))
+			}
+			// The SSH bound is far longer than the round: a started host keeps its slot to
+			// the round's end.
+			k.SSHTimeout = time.Minute
+			c, err := newTuned(config.Provider{Name: "kvm-share-" + tc.name, Type: "kvm", Block: &k}, nil, tuning{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			rs := c.CheckTargets(ctx, owned)
+			cancel()
+			if len(rs) != len(owned) {
+				t.Fatalf("%d results for the %d hosts owned", len(rs), len(owned))
+			}
+			notStarted := 0
+			for _, r := range rs {
+				if strings.Contains(r.Message, "not started") {
+					notStarted++
+				}
+			}
+			if notStarted != tc.notStarted {
+				t.Errorf("%d hosts not started for want of a slot, want %d", notStarted, tc.notStarted)
+			}
+		})
 	}
 }
