@@ -181,50 +181,6 @@ func TestChangelog(t *testing.T) {
 		"raise the chart's version with its changes and say so in their entry", m[1])
 }
 
-// TestChangelogForm: parseChangelog finds each problem of form, naming its line.
-func TestChangelogForm(t *testing.T) {
-	const good = "# Changelog\n\nIntro.\n\n## [Unreleased]\n\n### Added\n\n- a\n  more\n\n### Fixed\n\n- b\n\n" +
-		"## [0.2.0] - 2026-12-05\n\n### Changed\n\n- c\n\n## [0.1.0] - 2026-12-03\n\nFirst.\n\n### Added\n\n- d\n\n" +
-		"[Unreleased]: " + changelogRepo + "/compare/v0.2.0...HEAD\n" +
-		"[0.2.0]: " + changelogRepo + "/compare/v0.1.0...v0.2.0\n" +
-		"[0.1.0]: " + changelogRepo + "/releases/tag/v0.1.0\n"
-	versions, problems := parseChangelog(good)
-	if len(problems) > 0 {
-		t.Fatalf("a good CHANGELOG: %q", problems)
-	}
-	if names := []string{versions[0].name, versions[1].name, versions[2].name}; !slices.Equal(names, []string{"Unreleased", "0.2.0", "0.1.0"}) {
-		t.Errorf("versions %v", names)
-	}
-	for _, tc := range []struct{ name, old, new, want string }{
-		{"title", "# Changelog", "# Changes", `CHANGELOG.md:1: the first line is "# Changes"`},
-		{"unreleased missing", "## [Unreleased]\n\n### Added\n\n- a\n  more\n\n### Fixed\n\n- b\n\n", "", "the first version is 0.2.0"},
-		{"old heading form", "## [0.2.0] - 2026-12-05", "## 0.2.0 / 2026-12-05", `CHANGELOG.md:16: the heading "## 0.2.0 / 2026-12-05"`},
-		{"date not ISO", "2026-12-05", "2026-12-5", `CHANGELOG.md:16: the heading "## [0.2.0] - 2026-12-5"`},
-		{"date impossible", "2026-12-05", "2026-13-05", "CHANGELOG.md:16: the date \"2026-13-05\" of 0.2.0"},
-		{"versions ascend", "## [0.1.0] - 2026-12-03", "## [0.3.0] - 2026-12-03", "CHANGELOG.md:22: version 0.3.0 comes after 0.2.0: versions descend"},
-		{"dates ascend", "## [0.1.0] - 2026-12-03", "## [0.1.0] - 2026-12-06", "CHANGELOG.md:22: 0.1.0 is dated 2026-12-06, after 0.2.0's 2026-12-05"},
-		{"unknown kind", "### Changed", "### Improved", `CHANGELOG.md:18: the heading "### Improved", want one of the kinds`},
-		{"kind twice", "### Fixed", "### Added", `CHANGELOG.md:12: a second "### Added" in Unreleased`},
-		{"kinds out of order", "### Added\n\n- a", "### Security\n\n- a", `CHANGELOG.md:12: "### Fixed" after "### Security"`},
-		{"entry outside a kind", "First.\n\n### Added\n\n- d", "- d", "CHANGELOG.md:24: an entry outside a kind of change"},
-		{"link missing", "[0.2.0]: " + changelogRepo + "/compare/v0.1.0...v0.2.0\n", "", "CHANGELOG.md:16: no link reference for [0.2.0] at the bottom"},
-		{"link wrong", "compare/v0.2.0...HEAD", "compare/v0.1.0...HEAD", "[Unreleased] links to " + changelogRepo + "/compare/v0.1.0...HEAD, want " + changelogRepo + "/compare/v0.2.0...HEAD"},
-		{"link to no version", "[0.1.0]: ", "[0.0.9]: " + changelogRepo + "\n[0.1.0]: ", "a link reference for [0.0.9], which is no version's heading"},
-		{"text after links", "/releases/tag/v0.1.0\n", "/releases/tag/v0.1.0\nmore\n", "text after the link references"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			text := strings.Replace(good, tc.old, tc.new, 1)
-			if text == good {
-				t.Fatalf("the case changes nothing")
-			}
-			_, problems := parseChangelog(text)
-			if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, tc.want) }) {
-				t.Errorf("problems %q, want one containing %q", problems, tc.want)
-			}
-		})
-	}
-}
-
 // flagArg is a command-line flag a manifest passes, as an item of a container's args.
 var flagArg = regexp.MustCompile(`(?m)^\s*- "?--([a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*)`)
 

@@ -16,7 +16,7 @@
 // name clash, reported and left alone.
 //
 // Where to find what, from the top down (a file uses only what it or the files after it
-// declare; the root's TestReadingOrder checks it): writer.go (options, construction, Run,
+// declare): writer.go (options, construction, Run,
 // DeleteAll), campaign.go (leader election), session.go (one term of writing: seeding and
 // folding snapshots into memory), sync.go (the sync loop and its backoff), write.go (one
 // provider's write), rejections.go and compare.go (what the API server refused or changed),
