@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/alecthomas/units"
 	"github.com/prometheus/common/model"
@@ -108,6 +109,9 @@ type options struct {
 	// limits bound the reads of the providers file and of the host files
 	// (--config.max-size, --config.host-file-max-size).
 	limits config.Limits
+	// autoMemLimit and memLimitRatio: --auto-gomemlimit, --auto-gomemlimit.ratio.
+	autoMemLimit  bool
+	memLimitRatio float64
 }
 
 // crdOptions are the --crd.* flags: mirroring the verdicts into ProviderHealth objects.
@@ -181,6 +185,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code in
 	app.Flag("web.probe-min-interval", "Least time between two on-demand checks of a target by /probe: a probe within it after a check's end gets that check's answer (probes at once always share one check). 0: every probe after a check's end checks again.").Default(exporter.DefaultProbeMinInterval.String()).SetValue(durationValue{"web.probe-min-interval", &opts.probeMinInterval})
 	app.Flag("web.write-timeout", "Longest time an answer may take to write, from the end of the request's headers: a client that reads too slowly is cut. 0: derived, 2m or the check timeout plus 30s when longer, so that neither a slow /metrics of a large fleet nor a /probe is cut.").Default("0s").SetValue(durationValue{"web.write-timeout", &opts.writeTimeout})
 	app.Flag("web.idle-timeout", "Longest time a kept-alive connection may wait for its next request.").Default(defaultIdleTimeout.String()).SetValue(durationValue{"web.idle-timeout", &opts.idleTimeout})
+	app.Flag("auto-gomemlimit", "Set the Go runtime's soft memory limit (GOMEMLIMIT) to --auto-gomemlimit.ratio of the container's memory limit (its cgroup's), so that the garbage collector works harder before the kernel kills the process; nothing without a cgroup limit, or when GOMEMLIMIT is set.").Default("true").BoolVar(&opts.autoMemLimit)
+	app.Flag("auto-gomemlimit.ratio", "The share of the cgroup's memory limit that --auto-gomemlimit sets (above 0, at most 1).").Default("0.9").Float64Var(&opts.memLimitRatio)
 	promslogflag.AddFlags(app, opts.log)
 
 	_, err := app.Parse(args)
@@ -519,12 +525,15 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 	// The flags are checked before the providers file is read: a wrong flag is reported as
 	// such, not hidden behind a file problem.
 	timeout, err := checkTiming(opts.interval, opts.timeout)
-	err = errors.Join(err, checkCRD(opts.crd), checkProbeMinInterval(opts.probeMinInterval), checkShard(opts.shard), checkLimits(opts.limits), checkWebTimeouts(opts))
+	err = errors.Join(err, checkCRD(opts.crd), checkProbeMinInterval(opts.probeMinInterval), checkShard(opts.shard), checkLimits(opts.limits), checkWebTimeouts(opts), checkMemLimitRatio(opts.memLimitRatio))
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			logger.Error("invalid flag", "err", line)
 		}
 		return 1
+	}
+	if opts.autoMemLimit {
+		setMemLimit(logger, opts.memLimitRatio, memlimit.FromCgroup)
 	}
 	logger.Info("starting "+programName, "version", version.Info(), "build_context", version.BuildContext())
 	// client-go's own logs (kubernetes checks, leader election, events) go to the same handler.
@@ -778,4 +787,21 @@ func configCheck(opts *options, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, "ok")
 	return 0
+}
+
+// checkMemLimitRatio checks --auto-gomemlimit.ratio.
+func checkMemLimitRatio(ratio float64) error {
+	if ratio <= 0 || ratio > 1 {
+		return fmt.Errorf("--auto-gomemlimit.ratio=%v: must be above 0 and at most 1", ratio)
+	}
+	return nil
+}
+
+// setMemLimit sets the Go runtime's soft memory limit to ratio of what limit reports (the
+// cgroup's memory limit), as Prometheus's --auto-gomemlimit does. The library logs what it set,
+// or why it set nothing (GOMEMLIMIT given, no limit found: then the runtime has none), and a
+// failure, which leaves the runtime's limit as it was.
+func setMemLimit(logger *slog.Logger, ratio float64, limit memlimit.Provider) {
+	_, _ = memlimit.Set(memlimit.WithRatio(ratio), memlimit.WithProvider(limit),
+		memlimit.WithLogger(logger.With("component", "automemlimit")))
 }
