@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,38 +13,50 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/membership"
 )
 
 // shardBenchRounds is how many check intervals BenchmarkShardedFleet measures over (CPU and the
 // control plane), shardBenchDown the share of its hosts that are down, and shardBench* its
 // knobs: the hosts (PHE_BENCH_SHARD_HOSTS, default 3,600), the replicas (PHE_BENCH_SHARD_REPLICAS,
 // default 3), the check interval (PHE_BENCH_SHARD_INTERVAL, default 1m; the timeout is the
-// derived min(15s, interval)) and whether one unsharded replica is measured first
-// (PHE_BENCH_SHARD_ONE=0 skips it: at 50,000 hosts one replica needs about 6 GiB).
+// derived min(15s, interval)), the replicas killed at the end (PHE_BENCH_SHARD_KILL, default 1)
+// and whether one unsharded replica is measured first (PHE_BENCH_SHARD_ONE=0 skips it: at
+// 50,000 hosts one replica needs about 6 GiB, and more open files than a limit of 20,000).
 const (
 	shardBenchRounds = 3
 	shardBenchDown   = 0.3
+	// shardBenchHostsPerProcess is the most hosts one stand-in process serves: two open files
+	// a host (a listener and a client's connection) stay within a limit of 20,000.
+	shardBenchHostsPerProcess = 8000
+	// shardBenchReloadStagger is the pause between two replicas' reloads into the fleet.
+	shardBenchReloadStagger = 20 * time.Second
 )
 
 // shardBenchKnobs are BenchmarkShardedFleet's settings, from the environment.
 type shardBenchKnobs struct {
-	hosts, replicas int
-	interval        time.Duration
-	one             bool
+	hosts, replicas, kill int
+	interval              time.Duration
+	one                   bool
 }
 
 func readShardBenchKnobs(b *testing.B) shardBenchKnobs {
 	b.Helper()
-	k := shardBenchKnobs{hosts: 3600, replicas: 3, interval: time.Minute, one: true}
+	k := shardBenchKnobs{hosts: 3600, replicas: 3, kill: 1, interval: time.Minute, one: true}
 	for _, v := range []struct {
 		env string
 		to  *int
 		min int
-	}{{"PHE_BENCH_SHARD_HOSTS", &k.hosts, 10}, {"PHE_BENCH_SHARD_REPLICAS", &k.replicas, 2}} {
+	}{{"PHE_BENCH_SHARD_HOSTS", &k.hosts, 10}, {"PHE_BENCH_SHARD_REPLICAS", &k.replicas, 2}, {"PHE_BENCH_SHARD_KILL", &k.kill, 1}} {
 		if s := os.Getenv(v.env); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < v.min {
@@ -60,6 +73,9 @@ func readShardBenchKnobs(b *testing.B) shardBenchKnobs {
 		k.interval = d
 	}
 	k.one = os.Getenv("PHE_BENCH_SHARD_ONE") != "0"
+	if k.kill >= k.replicas {
+		b.Fatalf("PHE_BENCH_SHARD_KILL=%d: want fewer than the %d replicas", k.kill, k.replicas)
+	}
 	return k
 }
 
@@ -78,19 +94,28 @@ func shardBenchCounts(n int) kvmstandin.Counts {
 }
 
 // BenchmarkShardedFleet runs the exporter binary against a fleet of stand-in KVM hosts
-// (internal/testenv/kvmstandin, served by its command in a process of its own: not KVM hosts)
-// shaped like a real one (shardBenchCounts) with failureThreshold 3 and successThreshold 2, so
-// that the counts a part carries have aged to their caps before anything is measured.
+// (internal/testenv/kvmstandin, served by its command in processes of their own, at most
+// shardBenchHostsPerProcess hosts each: not KVM hosts) shaped like a real one (shardBenchCounts),
+// one kvm provider per stand-in process, with failureThreshold 3 and successThreshold 2, so that
+// the counts a part carries have aged to their caps before anything is measured.
 //
-// It first runs the replicas with no targets (heartbeats only) and reads the control plane's
-// idle rates: bytes received by etcd (etcd_network_client_grpc_received_bytes_total) and
-// written to its log (etcd_disk_wal_write_bytes_total), bytes the API server answered (the sums
-// of apiserver_response_sizes, GET and LIST, and apiserver_watch_events_sizes). Then, unless
-// PHE_BENCH_SHARD_ONE=0, one unsharded replica; then the replicas sharing the fleet
-// (--shard.enabled, their Leases and ProviderHealthParts on a real kube-apiserver), restarted one
-// by one as a rollout does. Once every healthy host is reported up and every down host down, each
-// target by exactly one replica, each process's CPU and the control plane are read over
-// shardBenchRounds check intervals, then each process's resident set.
+// Unless PHE_BENCH_SHARD_ONE=0, it first measures one unsharded replica. Then the replicas of the
+// shard (--shard.enabled, their Leases and ProviderHealthParts on a real kube-apiserver, the
+// ProviderHealth writer on with leader election) start with no targets (heartbeats only) for one
+// interval, for the control plane's idle rates: bytes received by etcd
+// (etcd_network_client_grpc_received_bytes_total) and written to its log
+// (etcd_disk_wal_write_bytes_total), bytes the API server answered (the sums of
+// apiserver_response_sizes, GET and LIST, and apiserver_watch_events_sizes). Then the fleet is
+// given to them with a reload (SIGHUP), so each replica, seeing all the others, links its share
+// only, as after a rollout. Once every healthy host is reported up and every down host down,
+// each target by exactly one replica, each process's CPU and the control plane are read over
+// shardBenchRounds check intervals, then each process's resident set, how old the oldest
+// verdict is (it must be within one interval plus the timeout), and that no verdict was left
+// out of a part and the ProviderHealth objects count the whole fleet. Last, the worst case:
+// PHE_BENCH_SHARD_KILL replicas (default 1) are killed with SIGKILL; a sampler reads every
+// survivor's targets every shardBenchGapPoll until the survivors report the whole fleet again
+// and one more interval has passed; the longest time a target went unreported must be within
+// the lease plus one interval (and a poll), the ProviderHealth objects whole again.
 //
 // Reported: the one replica's CPU in cores and resident and peak memory (one-*); of the shard,
 // the busiest's CPU and the largest's memory (shard-cpu-cores-max, shard-rss-MiB-max,
@@ -98,44 +123,44 @@ func shardBenchCounts(n int) kvmstandin.Counts {
 // targets one of them owns (shard-owned-max), the largest part (shard-part-bytes-max) and the
 // parts' bytes per verdict (part-bytes-per-verdict: the sum of proxy_operator_shard_part_bytes
 // over the sum of owned targets), the part writes per round of all replicas together
-// (part-writes-per-round), and the control plane's cost per verdict per round with the idle
-// rates subtracted (etcd-recv-B/verdict-round, etcd-wal-B/verdict-round,
-// api-answered-B/verdict-round). The figures are in docs/benchmarks.md.
+// (part-writes-per-round), the ProviderHealth status writes and Events per round
+// (ph-status-writes-per-round, ph-events-per-round), the oldest verdict's age
+// (verdict-age-s-max), and the control plane's cost per verdict per round with the idle rates
+// subtracted (etcd-recv-B/verdict-round, etcd-wal-B/verdict-round,
+// api-answered-B/verdict-round); after the kill, the longest gap (killed-gap-s-max), the
+// survivors' largest peak memory (killed-peak-rss-MiB-max) and share (killed-owned-max). The
+// figures are in docs/benchmarks.md.
 func BenchmarkShardedFleet(b *testing.B) {
 	bin := binary(b)
 	k := readShardBenchKnobs(b)
-	counts := shardBenchCounts(k.hosts)
-	fleet := kvmstandin.StartProcess(b, counts, 0, 0)
+	var counts kvmstandin.Counts
+	text := "providers:\n"
+	for first := 0; first < k.hosts; first += shardBenchHostsPerProcess {
+		c := shardBenchCounts(min(shardBenchHostsPerProcess, k.hosts-first))
+		c.First = first
+		fleet := kvmstandin.StartProcess(b, c, 0, 0)
+		p := standInProviders(fleet.KVMConfig(), kvm.DefaultTCPTimeout, kvm.DefaultSSHTimeout, "")
+		p = strings.TrimPrefix(p, "providers:\n")
+		p = strings.Replace(p, "  - name: fleet\n", fmt.Sprintf("  - name: fleet-%d\n", first/shardBenchHostsPerProcess), 1)
+		text += strings.Replace(p, "    type: kvm\n", "    type: kvm\n    failureThreshold: 3\n    successThreshold: 2\n", 1)
+		counts.Healthy, counts.Silent, counts.Dropping = counts.Healthy+c.Healthy, counts.Silent+c.Silent, counts.Dropping+c.Dropping
+		counts.Refusing, counts.PoolInactive, counts.PoolInaccessible = counts.Refusing+c.Refusing, counts.PoolInactive+c.PoolInactive, counts.PoolInaccessible+c.PoolInaccessible
+	}
 	dir := b.TempDir()
 	providers := filepath.Join(dir, "providers.yml")
-	text := standInProviders(fleet.KVMConfig(), kvm.DefaultTCPTimeout, kvm.DefaultSSHTimeout, "")
-	text = strings.Replace(text, "    type: kvm\n", "    type: kvm\n    failureThreshold: 3\n    successThreshold: 2\n", 1)
 	testutil.ReplaceFile(b, providers, text)
-	idleProviders := filepath.Join(dir, "idle.yml")
-	testutil.ReplaceFile(b, idleProviders, "providers: []\n")
 	env := kube.Start(b)
 	env.ApplyCRDFile(b, repoFile("deploy", "crd"))
 	interval := "--provider-check-interval=" + k.interval.String()
-	common := []string{"--config.file=" + providers, interval}
+	// The fleet inline (names and addresses) is a providers file of about 70 bytes a host.
+	common := []string{"--config.file=" + providers, interval, "--config.max-size=64MiB"}
 
 	for b.Loop() {
 		startShard := func(i int, args ...string) *shardBenchReplica {
 			name := fmt.Sprintf("shard-%d", i)
 			return startShardBenchReplica(b, bin, name, append(args, "--shard.enabled",
-				"--shard.identity="+name, "--shard.kubeconfig="+env.Kubeconfig, "--shard.lease-namespace=default")...)
-		}
-
-		// Idle: the same replicas with no targets, heartbeats only.
-		var idle []*shardBenchReplica
-		for i := range k.replicas {
-			idle = append(idle, startShard(i, "--config.file="+idleProviders, interval))
-		}
-		waitShardMembers(b, idle, k.replicas)
-		idleStart := readControlPlane(b, env)
-		time.Sleep(k.interval)
-		idleRate := readControlPlane(b, env).sub(idleStart).per(time.Since(idleStart.at))
-		for _, r := range idle {
-			r.stop()
+				"--shard.identity="+name, "--shard.kubeconfig="+env.Kubeconfig, "--shard.lease-namespace=default",
+				"--crd.enabled", "--crd.leader-elect", "--crd.kubeconfig="+env.Kubeconfig, "--crd.lease-namespace=default")...)
 		}
 
 		if k.one {
@@ -148,38 +173,69 @@ func BenchmarkShardedFleet(b *testing.B) {
 			b.ReportMetric(onePeak[0], "one-peak-rss-MiB")
 		}
 
+		// Idle: the replicas with no targets, heartbeats only (and the ProviderHealth writer's
+		// Lease).
+		live := filepath.Join(dir, "live.yml")
+		testutil.ReplaceFile(b, live, "providers: []\n")
 		var shards []*shardBenchReplica
 		for i := range k.replicas {
-			shards = append(shards, startShard(i, common...))
+			shards = append(shards, startShard(i, "--config.file="+live, interval, "--config.max-size=64MiB"))
 		}
+		waitShardMembers(b, shards, k.replicas)
+		idleStart := readControlPlane(b, env)
+		time.Sleep(k.interval)
+		idleRate := readControlPlane(b, env).sub(idleStart).per(time.Since(idleStart.at))
+
+		// The fleet, given to replicas that all see each other (a reload): each links its share
+		// only, as after a rollout.
+		testutil.ReplaceFile(b, live, text)
+		reloaded := float64(time.Now().Unix())
+		for i, s := range shards {
+			if i > 0 {
+				// Each replica's first round dials its share (2-4 ms of CPU a host, and as
+				// much in the stand-ins): one at a time, as replicas on nodes of their own
+				// would not compete for two cores.
+				time.Sleep(shardBenchReloadStagger)
+			}
+			if err := s.proc.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+				b.Fatal(err)
+			}
+		}
+		waitReloaded(b, shards, reloaded)
 		waitShardCoverage(b, shards, counts)
-		// The first replica was alone when it started and linked every host; a rollout
-		// restarts each replica in turn, and each then joins the others and links its share
-		// only: the steady state measured below.
-		for i := range shards {
-			shards[i].stop()
-			shards[i] = startShard(i, common...)
-			waitShardCoverage(b, shards, counts)
-		}
-		writes0 := 0.0
+		const statusWrites, eventWrites = `proxy_operator_crd_writer_writes_total{kind="status"`, `proxy_operator_crd_writer_writes_total{kind="event"`
+		writes0, status0, events0 := 0.0, 0.0, 0.0
 		for _, s := range shards {
 			writes0 += s.metric("proxy_operator_shard_part_writes_total")
+			status0 += s.metricSum(statusWrites)
+			events0 += s.metricSum(eventWrites)
 		}
 		cp0 := readControlPlane(b, env)
 		cpu, rss, peak := measureShardReplicas(b, shards, k.interval)
 		cp := readControlPlane(b, env).sub(cp0)
 		rounds := cp.wall.Seconds() / k.interval.Seconds()
-		writes, owned, ownedMax, partBytes, partMax := 0.0, 0.0, 0.0, 0.0, 0.0
+		writes, owned, ownedMax, partBytes, partMax, unpublished, status, events := 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+		var oldest time.Duration
 		for _, s := range shards {
 			writes += s.metric("proxy_operator_shard_part_writes_total")
+			status += s.metricSum(statusWrites)
+			events += s.metricSum(eventWrites)
 			o := s.metric("proxy_operator_shard_owned_targets{")
 			owned, ownedMax = owned+o, max(ownedMax, o)
 			p := s.metric("proxy_operator_shard_part_bytes")
 			partBytes, partMax = partBytes+p, max(partMax, p)
+			unpublished += s.metric("proxy_operator_shard_unpublished_targets")
+			oldest = max(oldest, s.oldestCheck())
 		}
-		for _, s := range shards {
-			s.stop()
+		if unpublished > 0 {
+			b.Errorf("%.0f verdicts were left out of their replicas' parts", unpublished)
 		}
+		if bound := k.interval + shardBenchTimeout(k.interval); oldest > bound {
+			b.Errorf("the oldest verdict was last checked %s ago: more than one interval plus the timeout (%s)", oldest.Round(time.Second), bound)
+		}
+		waitProviderHealthWhole(b, env, counts)
+		logEvents(b, env)
+
 		var cpuMax, cpuSum, rssMax, rssSum, peakMax float64
 		rssMin := rss[0]
 		for i := range shards {
@@ -197,6 +253,9 @@ func BenchmarkShardedFleet(b *testing.B) {
 		b.ReportMetric(partMax, "shard-part-bytes-max")
 		b.ReportMetric(partBytes/owned, "part-bytes-per-verdict")
 		b.ReportMetric((writes-writes0)/rounds, "part-writes-per-round")
+		b.ReportMetric(oldest.Seconds(), "verdict-age-s-max")
+		b.ReportMetric((status-status0)/rounds, "ph-status-writes-per-round")
+		b.ReportMetric((events-events0)/rounds, "ph-events-per-round")
 		// The loaded rate less the idle one, over one interval, per verdict.
 		perVerdictRound := func(loaded, idle float64) float64 {
 			return (loaded/cp.wall.Seconds() - idle) * k.interval.Seconds() / float64(k.hosts)
@@ -208,7 +267,160 @@ func BenchmarkShardedFleet(b *testing.B) {
 		b.Logf("control plane over %s, loaded: etcd received %.0f B, WAL %.0f B, answered %.0f B (parts %.0f B); idle per second: %.0f, %.0f, %.0f (%.0f)",
 			cp.wall.Round(time.Second), cp.etcdReceived, cp.etcdWAL, cp.answered, cp.answeredParts,
 			idleRate.etcdReceived, idleRate.etcdWAL, idleRate.answered, idleRate.answeredParts)
+
+		// The worst case: k.kill replicas killed at once (SIGKILL, their Leases left to
+		// expire); the others take their shares.
+		survivors := shards[k.kill:]
+		gaps := startShardGapSampler(b, survivors)
+		for _, s := range shards[:k.kill] {
+			s.kill()
+		}
+		waitShardCoverage(b, survivors, counts)
+		time.Sleep(k.interval) // a round of the new shares at their peak
+		longest := gaps.stop()
+		if bound := membership.DefaultLeaseDuration + k.interval + shardBenchGapPoll; longest > bound {
+			b.Errorf("a target went unreported for %s after %d replicas were killed: more than the lease plus one interval (and a poll: %s)",
+				longest.Round(time.Second), k.kill, bound)
+		}
+		waitProviderHealthWhole(b, env, counts)
+		killPeak, killOwned := 0.0, 0.0
+		for _, s := range survivors {
+			killPeak = max(killPeak, procStatusKiB(b, s.pid(), "VmHWM")/1024)
+			killOwned = max(killOwned, s.metric("proxy_operator_shard_owned_targets{"))
+		}
+		b.ReportMetric(longest.Seconds(), "killed-gap-s-max")
+		b.ReportMetric(killPeak, "killed-peak-rss-MiB-max")
+		b.ReportMetric(killOwned, "killed-owned-max")
+		for _, s := range survivors {
+			s.stop()
+		}
 	}
+}
+
+// shardBenchTimeout is the check timeout the exporter derives from the interval.
+func shardBenchTimeout(interval time.Duration) time.Duration { return min(15*time.Second, interval) }
+
+// shardBenchGapPoll is how often the gap sampler reads every survivor's targets.
+const shardBenchGapPoll = 5 * time.Second
+
+// shardGapSampler reads every replica's reported targets every shardBenchGapPoll and keeps the
+// longest time a target went unreported: from the last read that had it to the first that has
+// it again (an upper bound of the true gap, by at most a poll and a read).
+type shardGapSampler struct {
+	done    chan struct{}
+	stopped chan time.Duration
+}
+
+func startShardGapSampler(b *testing.B, rs []*shardBenchReplica) *shardGapSampler {
+	b.Helper()
+	g := &shardGapSampler{done: make(chan struct{}), stopped: make(chan time.Duration, 1)}
+	// A replica that does not answer within the bound reports nothing in that read: as for
+	// Prometheus, whose scrape of it fails.
+	read := func() map[string]bool {
+		seen := map[string]bool{}
+		for _, r := range rs {
+			ts, err := r.reportedTargets()
+			if err != nil {
+				b.Logf("gap sampler: %s: %v", r.name, err)
+			}
+			for _, t := range ts {
+				seen[t] = true
+			}
+		}
+		return seen
+	}
+	last := map[string]time.Time{}
+	now := time.Now()
+	for t := range read() {
+		last[t] = now
+	}
+	go func() {
+		var longest time.Duration
+		tick := time.NewTicker(shardBenchGapPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-g.done:
+				now := time.Now()
+				for _, at := range last {
+					longest = max(longest, now.Sub(at))
+				}
+				g.stopped <- longest
+				return
+			case <-tick.C:
+			}
+			seen := read()
+			now := time.Now()
+			for t := range seen {
+				if at, ok := last[t]; ok {
+					longest = max(longest, now.Sub(at))
+				}
+				last[t] = now
+			}
+		}
+	}()
+	return g
+}
+
+// stop ends the sampling and returns the longest gap, counting a target not reported since its
+// last read up to now.
+func (g *shardGapSampler) stop() time.Duration {
+	close(g.done)
+	return <-g.stopped
+}
+
+// logEvents logs the Events the ProviderHealth writer recorded, counted by reason and count
+// (how many times each was seen), with one message of each.
+func logEvents(b *testing.B, env *kube.Env) {
+	b.Helper()
+	cs, err := kubernetes.NewForConfig(env.AdminConfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	list, err := cs.CoreV1().Events("default").List(b.Context(), metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	type kind struct {
+		reason string
+		count  int32
+	}
+	n, example := map[kind]int{}, map[kind]string{}
+	for _, e := range list.Items {
+		k := kind{e.Reason, e.Count}
+		n[k]++
+		example[k] = e.Message
+	}
+	for k, c := range n {
+		b.Logf("Events: %d of reason %s seen %d times, e.g. %q", c, k.reason, k.count, example[k])
+	}
+}
+
+// waitProviderHealthWhole waits until the ProviderHealth objects (one a stand-in process's
+// provider) count every host of the fleet c and its healthy ones ready.
+func waitProviderHealthWhole(b *testing.B, env *kube.Env, c kvmstandin.Counts) {
+	b.Helper()
+	dyn, err := dynamic.NewForConfig(env.AdminConfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var last string
+	testutil.Eventually(b, 5*time.Minute, fmt.Sprintf("the ProviderHealth objects count %d targets, %d ready", c.Total(), c.Healthy), func() bool {
+		list, err := dyn.Resource(phResource).List(b.Context(), metav1.ListOptions{})
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		total, ready := int64(0), int64(0)
+		for _, o := range list.Items {
+			t, _, _ := unstructured.NestedInt64(o.Object, "status", "totalTargets")
+			r, _, _ := unstructured.NestedInt64(o.Object, "status", "readyTargets")
+			total, ready = total+t, ready+r
+		}
+		last = fmt.Sprintf("%d objects: %d targets, %d ready", len(list.Items), total, ready)
+		return total == int64(c.Total()) && ready == int64(c.Healthy)
+	})
+	b.Logf("ProviderHealth whole: %s", last)
 }
 
 // controlPlane is one reading of the counters BenchmarkShardedFleet takes the control plane's
@@ -276,11 +488,27 @@ func startShardBenchReplica(b *testing.B, bin, name string, args ...string) *sha
 
 func (r *shardBenchReplica) pid() int { return r.proc.Cmd.Process.Pid }
 
-// targets counts the targets the replica reports on /metrics, and those it reports up.
+// scrape reads the replica's /metrics within 30 s.
+func (r *shardBenchReplica) scrape() (string, error) {
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Get(r.base + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	return string(body), err
+}
+
+// targets counts the targets the replica reports on /metrics, and those it reports up; none when
+// it does not answer (on a loaded machine, a cold start's dials can hold it past the bound).
 func (r *shardBenchReplica) targets() (reported, up int) {
 	r.b.Helper()
-	code, body := testutil.Request(r.b, &http.Client{Timeout: 30 * time.Second}, http.MethodGet, r.base+"/metrics")
-	if code != http.StatusOK {
+	body, err := r.scrape()
+	if err != nil {
+		r.b.Logf("%s: %v", r.name, err)
 		return 0, 0
 	}
 	for line := range strings.SplitSeq(body, "\n") {
@@ -297,9 +525,9 @@ func (r *shardBenchReplica) targets() (reported, up int) {
 // metric is the value of the first series of the replica's /metrics that starts with prefix.
 func (r *shardBenchReplica) metric(prefix string) float64 {
 	r.b.Helper()
-	code, body := testutil.Request(r.b, &http.Client{Timeout: 30 * time.Second}, http.MethodGet, r.base+"/metrics")
-	if code != http.StatusOK {
-		r.b.Fatalf("%s/metrics: %d", r.base, code)
+	body, err := r.scrape()
+	if err != nil {
+		r.b.Fatalf("%s: %v", r.name, err)
 	}
 	v, ok := testutil.Metric(r.b, body, prefix)
 	if !ok {
@@ -308,12 +536,113 @@ func (r *shardBenchReplica) metric(prefix string) float64 {
 	return v
 }
 
+// metricSum is the sum of the replica's series that start with prefix (0 when it has none).
+func (r *shardBenchReplica) metricSum(prefix string) float64 {
+	r.b.Helper()
+	body, err := r.scrape()
+	if err != nil {
+		r.b.Fatalf("%s: %v", r.name, err)
+	}
+	sum := 0.0
+	for line := range strings.SplitSeq(body, "\n") {
+		if strings.HasPrefix(line, prefix) {
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				r.b.Fatalf("%s/metrics: %q: %v", r.base, line, err)
+			}
+			sum += v
+		}
+	}
+	return sum
+}
+
+// reportedTargets lists the targets (their label sets) the replica reports on /metrics.
+func (r *shardBenchReplica) reportedTargets() ([]string, error) {
+	body, err := r.scrape()
+	if err != nil {
+		return nil, err
+	}
+	var ts []string
+	for line := range strings.SplitSeq(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, "proxy_operator_provider_target_up{"); ok {
+			ts = append(ts, rest[:strings.IndexByte(rest, '}')])
+		}
+	}
+	return ts, nil
+}
+
+// oldestCheck is how long ago the replica's least recently checked target was checked
+// (proxy_operator_provider_check_timestamp_seconds).
+func (r *shardBenchReplica) oldestCheck() time.Duration {
+	r.b.Helper()
+	body, err := r.scrape()
+	if err != nil {
+		r.b.Fatalf("%s: %v", r.name, err)
+	}
+	now := time.Now()
+	var oldest time.Duration
+	for line := range strings.SplitSeq(body, "\n") {
+		if !strings.HasPrefix(line, "proxy_operator_provider_check_timestamp_seconds{") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			r.b.Fatalf("%s/metrics: %q: %v", r.base, line, err)
+		}
+		oldest = max(oldest, now.Sub(time.Unix(0, int64(v*1e9))))
+	}
+	return oldest
+}
+
+// kill ends the replica with SIGKILL: it releases nothing.
+func (r *shardBenchReplica) kill() {
+	r.b.Helper()
+	if err := r.proc.Cmd.Process.Kill(); err != nil {
+		r.b.Fatal(err)
+	}
+	_ = r.proc.Wait()
+}
+
 func (r *shardBenchReplica) stop() {
 	r.b.Helper()
 	if err := r.proc.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		r.b.Fatal(err)
 	}
 	r.proc.Wait()
+}
+
+// waitReloaded waits until every replica has loaded its providers file since the Unix time
+// since, logging which have not, and why, at every read that changes the answer.
+func waitReloaded(b *testing.B, rs []*shardBenchReplica, since float64) {
+	b.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	last := ""
+	for {
+		var waiting []string
+		for _, r := range rs {
+			body, err := r.scrape()
+			if err != nil {
+				waiting = append(waiting, fmt.Sprintf("%s (%v)", r.name, err))
+				continue
+			}
+			if v, _ := testutil.Metric(b, body, "proxy_operator_config_last_reload_success_timestamp_seconds"); v < since {
+				ok, _ := testutil.Metric(b, body, "proxy_operator_config_last_reload_successful")
+				waiting = append(waiting, fmt.Sprintf("%s (last reload successful: %v)", r.name, ok))
+			}
+		}
+		if len(waiting) == 0 {
+			return
+		}
+		if now := strings.Join(waiting, ", "); now != last {
+			b.Logf("not reloaded yet: %s", now)
+			last = now
+		}
+		if time.Now().After(deadline) {
+			logs := rs[0].logs.String()
+			b.Fatalf("replicas not reloaded within 5m: %s\n%s's last logs:\n%s", last, rs[0].name, logs[max(0, len(logs)-4096):])
+		}
+		time.Sleep(5 * time.Second)
+	}
 }
 
 // waitShardMembers waits until each replica sees n members.

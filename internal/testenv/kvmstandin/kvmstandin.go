@@ -143,6 +143,11 @@ type Counts struct {
 	// Varied names the hosts as a data centre does and varies their pools' sizes (see the
 	// package's comment); otherwise host i is standin-i with a pool of PoolCapacity.
 	Varied bool
+	// First is the number of the fleet's first host: fleets whose numbers do not overlap (one
+	// from 0, one from 8,000, ...) have distinct names and addresses, so that several
+	// processes (kvmstandin's command: each within its limit of open files) make one larger
+	// fleet.
+	First int
 }
 
 // Total is the number of hosts c asks for.
@@ -176,15 +181,15 @@ func New(dir string, c Counts) (*Fleet, error) {
 			modes = append(modes, Mode(m))
 		}
 	}
-	if len(modes) > 250*250 {
-		return nil, fmt.Errorf("%d hosts asked for, at most %d are possible", len(modes), 250*250)
+	if c.First < 0 || c.First+len(modes) > 250*250 {
+		return nil, fmt.Errorf("hosts %d to %d asked for, at most %d are possible", c.First, c.First+len(modes)-1, 250*250)
 	}
 	var known []byte
 	for i, m := range modes {
-		h, err := f.startHost(i, m, c.Varied)
+		h, err := f.startHost(c.First+i, m, c.Varied)
 		if err != nil {
 			f.Close()
-			return nil, fmt.Errorf("start host %d (%s): %w", i, m, err)
+			return nil, fmt.Errorf("start host %d (%s): %w", c.First+i, m, err)
 		}
 		f.Hosts = append(f.Hosts, h)
 		known = append(known, knownhosts.Line([]string{knownhosts.Normalize(h.Addr)}, (*h.hostKey.Load()).PublicKey())...)

@@ -62,7 +62,7 @@ func StartProcess(tb testing.TB, c Counts, rtt, jitter time.Duration) *RemoteFle
 	cmd := exec.Command(bin, "-dir", dir, fmt.Sprintf("-healthy=%d", c.Healthy), fmt.Sprintf("-silent=%d", c.Silent),
 		fmt.Sprintf("-dropping=%d", c.Dropping), fmt.Sprintf("-refusing=%d", c.Refusing),
 		fmt.Sprintf("-pool-inactive=%d", c.PoolInactive), fmt.Sprintf("-pool-inaccessible=%d", c.PoolInaccessible),
-		fmt.Sprintf("-varied=%t", c.Varied), "-rtt="+rtt.String(), "-jitter="+jitter.String())
+		fmt.Sprintf("-varied=%t", c.Varied), fmt.Sprintf("-first=%d", c.First), "-rtt="+rtt.String(), "-jitter="+jitter.String())
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()

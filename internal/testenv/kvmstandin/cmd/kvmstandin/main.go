@@ -32,11 +32,15 @@ func main() {
 	flag.IntVar(&c.PoolInactive, "pool-inactive", 0, "hosts whose storage pool is inactive")
 	flag.IntVar(&c.PoolInaccessible, "pool-inaccessible", 0, "hosts whose storage pool is inaccessible")
 	flag.BoolVar(&c.Varied, "varied", false, "name hosts as a data centre does and vary their pools' sizes")
+	flag.IntVar(&c.First, "first", 0, "number of the first host (several processes with distinct ranges make one fleet)")
 	rtt := flag.Duration("rtt", 0, "round trip of every host")
 	jitter := flag.Duration("jitter", 0, "jitter of the round trip")
 	flag.Parse()
 	if *dir == "" {
 		log.Fatal("kvmstandin: -dir is required")
+	}
+	if err := raiseFileLimit(c.Total()); err != nil {
+		log.Fatalf("kvmstandin: %v", err)
 	}
 	f, err := kvmstandin.New(*dir, c)
 	if err != nil {
@@ -89,4 +93,23 @@ func main() {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	<-sig
+}
+
+// raiseFileLimit raises this process's limit of open files (the hard limit too, which root may)
+// to what a fleet of n hosts needs: a listening socket and a client's connection each, and room
+// for the rest. A lower limit is left alone.
+func raiseFileLimit(n int) error {
+	need := uint64(2*n + 1024)
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	if lim.Cur >= need {
+		return nil
+	}
+	lim.Cur, lim.Max = need, max(lim.Max, need)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("%d hosts need %d open files (RLIMIT_NOFILE); raising the limit: %w", n, need, err)
+	}
+	return nil
 }
