@@ -368,7 +368,7 @@ func judgeNodePrometheus(ctx context.Context, t *testing.T, stack *promstack.Sta
 		}
 		lastGap = ts
 	}
-	t.Logf("every provider served at each of %d evaluations (every %s) from %s to %s", steps, interval, from.Format("15:04:05"), to.Format("15:04:05"))
+	t.Logf("%d evaluations (every %s) judged from %s to %s", steps, interval, from.Format("15:04:05"), to.Format("15:04:05"))
 	if steps < 30 {
 		t.Errorf("only %d evaluations judged", steps)
 	}
