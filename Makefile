@@ -208,9 +208,10 @@ helm-binary:
 vcsim-binary:
 	$(GO) run ./internal/testenv/vcsim/cmd/build-vcsim >/dev/null
 
-## prom-binaries: build Prometheus 3 and promtool (tools/prometheus, -tags remove_all_sd, version
-## stamped) and Alertmanager and amtool (tools/alertmanager) from the Go module proxy into
-## bin/prometheus-<version>/ and bin/alertmanager-<version>/ (once; the first Prometheus build
+## prom-binaries: build Prometheus 3 and promtool (tools/prometheus, -tags
+## remove_all_sd,enable_kubernetes_sd, version stamped) and Alertmanager and amtool
+## (tools/alertmanager) from the Go module proxy into bin/prometheus-<version>+<tags>/ and
+## bin/alertmanager-<version>/ (once; the first Prometheus build
 ## takes several minutes on two cores, later runs a fraction of a second).
 prom-binaries:
 	$(GO) run ./internal/testenv/promstack/cmd/build-promstack >/dev/null

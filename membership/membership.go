@@ -99,7 +99,8 @@ type Options struct {
 	Namespace, Identity, Instance string
 	// LeaseDuration is how long a Lease lives without renewal; RenewDeadline bounds each
 	// step (renewal, part write, list); RetryPeriod is the time between two renewals (and
-	// lists). Zero: the defaults.
+	// lists; a quarter of it for a retry period after a list that found a member gone, see
+	// departureReads). Zero: the defaults.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	Logger                                    *slog.Logger
 	// Owner, when set (in a pod: the pod), owns the Lease and the part.
@@ -393,9 +394,20 @@ func (m *Membership) partsLocked() []Part {
 	return out
 }
 
+// departureReads is how many times as often the members are read for a retry period after a
+// read that found another member gone. Members leave together (a drain evicts several pods at
+// once, a rollout replaces them in a row), and a read that falls between two releases hands the
+// first leaver's targets, by rendezvous over the members still seen, partly to the second,
+// which is leaving too and never checks them: this replica takes them only at its next read,
+// which must come well within the first leaver's linger (two retry periods and 3 s at most, cut
+// to 5 s by the exit's bound), not a whole retry period later. It costs a few reads per
+// departure, none while the members stay.
+const departureReads = 4
+
 // Run renews this replica's Lease, publishes its part and reads the members every
-// RetryPeriod, and follows the others' parts through a watch, until ctx is done. It then
-// returns; Release and Delete are the caller's, within its shutdown deadline.
+// RetryPeriod (every RetryPeriod/departureReads for a retry period after a read that found
+// another member gone), and follows the others' parts through a watch, until ctx is done. It
+// then returns; Release and Delete are the caller's, within its shutdown deadline.
 func (m *Membership) Run(ctx context.Context) {
 	if m.o.OnParts != nil {
 		watched := make(chan struct{})
@@ -406,12 +418,20 @@ func (m *Membership) Run(ctx context.Context) {
 		defer func() { <-watched }()
 	}
 	backoff := m.o.RetryPeriod
+	var soonUntil time.Time
 	for {
+		before := m.Members()
 		ok := m.step(ctx)
 		wait := m.o.RetryPeriod
-		if !ok && !m.Joined() {
+		switch {
+		case !ok && !m.Joined():
 			// Not joined yet: retry with a backoff, owning nothing meanwhile.
 			wait, backoff = backoff, min(2*backoff, maxJoinBackoff)
+		case ok && m.othersLeft(before):
+			soonUntil = time.Now().Add(m.o.RetryPeriod)
+		}
+		if time.Now().Before(soonUntil) {
+			wait = m.o.RetryPeriod / departureReads
 		}
 		select {
 		case <-ctx.Done():
@@ -419,6 +439,17 @@ func (m *Membership) Run(ctx context.Context) {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// othersLeft reports whether a member of before other than this replica is no member now.
+func (m *Membership) othersLeft(before []string) bool {
+	now := m.Members()
+	for _, name := range before {
+		if name != m.o.Identity && !slices.Contains(now, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // step publishes the part, renews the Lease and reads the members once; it reports whether

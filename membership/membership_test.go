@@ -479,3 +479,33 @@ func TestSlowAPIServerChangesNothing(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 }
+
+// Two members leave one after the other (a drain's evictions) and the observer's read falls
+// between the two releases: it reads the members again well within a retry period, not a
+// whole one later, so that the second leaver's share (and what the first one's read handed
+// it) is taken while the first one still lingers. The retry period is long, so that a read
+// a quarter of it away (departureReads) and one a whole period away are seconds apart.
+func TestSecondDepartureSeenSoon(t *testing.T) {
+	env, _ := startKube(t)
+	slow := memberOpts{leaseDuration: 40 * time.Second, renewDeadline: 2 * time.Second, retryPeriod: 8 * time.Second}
+	x := start(t, env.AdminConfig, "main", "phe-x", slow)
+	a := start(t, env.AdminConfig, "main", "phe-a", slow)
+	b := start(t, env.AdminConfig, "main", "phe-b", slow)
+	waitMembers(t, x.m, "phe-a", "phe-b", "phe-x")
+	leave := func(mb *member) {
+		mb.stop()
+		<-mb.done
+		if err := mb.m.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leave(a)
+	waitMembers(t, x.m, "phe-b", "phe-x")
+	// x has just read the members; its next read would be a retry period (8 s) away.
+	leave(b)
+	released := time.Now()
+	waitMembers(t, x.m, "phe-x")
+	if took := time.Since(released); took >= slow.retryPeriod*3/4 {
+		t.Errorf("the second departure was seen %s after it, a retry period (%s) later: want the next read within a quarter of one, and the step's own time", took.Round(time.Millisecond), slow.retryPeriod)
+	}
+}

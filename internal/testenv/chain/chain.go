@@ -79,6 +79,14 @@ func (m *Mixin) Severity(tb testing.TB, name string) string {
 // Render renders the mixin's entry points with every duration of its _config divided by scale.
 func Render(tb testing.TB, scale int) *Mixin {
 	tb.Helper()
+	return RenderWith(tb, scale, nil)
+}
+
+// RenderWith is Render with some _config keys set to values of their own after the scaling
+// (e.g. {"exporterDownFor": "1m"}): a window that must cover what does not shrink with the
+// scale (a kubelet's latency), said where it is used.
+func RenderWith(tb testing.TB, scale int, overrides map[string]any) *Mixin {
+	tb.Helper()
 	if scale < 1 {
 		tb.Fatalf("chain: scale %d: want at least 1", scale)
 	}
@@ -95,6 +103,12 @@ func Render(tb testing.TB, scale int) *Mixin {
 		tb.Fatalf("chain: %v", err)
 	}
 	scaled := scaledAny.(map[string]any)
+	for k, v := range overrides {
+		if _, ok := scaled[k]; !ok {
+			tb.Fatalf("chain: _config has no key %s to override", k)
+		}
+		scaled[k] = v
+	}
 	config, err := json.Marshal(scaled)
 	if err != nil {
 		tb.Fatal(err)

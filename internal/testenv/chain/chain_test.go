@@ -5,6 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 )
 
 // TestScaleDurations: every duration string, however deep, is divided; other values, strings
@@ -33,5 +37,31 @@ func TestRoot(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Errorf("root %s has no go.mod: %v", root, err)
+	}
+}
+
+// An overridden key keeps its own value; the others are scaled.
+func TestRenderWith(t *testing.T) {
+	testenv.SkipIfShort(t, "renders the mixin with go tool jsonnet")
+	m := RenderWith(t, 30, map[string]any{"exporterDownFor": "1m"})
+	var alerts struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `json:"alert"`
+				For   string `json:"for"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.Unmarshal(m.RuleFiles["prometheus_alerts.yaml"], &alerts); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, g := range alerts.Groups {
+		for _, r := range g.Rules {
+			got[r.Alert] = r.For
+		}
+	}
+	if got["ProviderHealthExporterDown"] != "1m" || got["ProviderHealthTargetDown"] != "10s" {
+		t.Errorf("for: ExporterDown %q, TargetDown %q; want 1m (overridden) and 10s (5m/30)", got["ProviderHealthExporterDown"], got["ProviderHealthTargetDown"])
 	}
 }

@@ -102,6 +102,68 @@ func (s *Stack) Query(ctx context.Context, promql string) ([]Sample, error) {
 	return samples, nil
 }
 
+// Series is one series of a range query's result: its labels and its points, oldest first.
+type Series struct {
+	Labels map[string]string
+	Points []Point
+}
+
+// Point is one value of a Series.
+type Point struct {
+	T time.Time
+	V float64
+}
+
+// QueryRange evaluates promql at every step from start to end, as Prometheus's graphs do: a
+// series has a point at each step where it has a sample within the lookback and no
+// staleness marker (a scrape target gone or failing, a rule's output without it) since.
+func (s *Stack) QueryRange(ctx context.Context, promql string, start, end time.Time, step time.Duration) ([]Series, error) {
+	form := url.Values{
+		"query": {promql},
+		"start": {strconv.FormatFloat(float64(start.UnixMilli())/1000, 'f', 3, 64)},
+		"end":   {strconv.FormatFloat(float64(end.UnixMilli())/1000, 'f', 3, 64)},
+		"step":  {strconv.FormatFloat(step.Seconds(), 'f', 3, 64)},
+	}
+	data, err := s.promAPI(ctx, http.MethodPost, "/api/v1/query_range", form)
+	if err != nil {
+		return nil, fmt.Errorf("query range %q: %w", promql, err)
+	}
+	series, err := decodeMatrix(data)
+	if err != nil {
+		return nil, fmt.Errorf("query range %q: %w", promql, err)
+	}
+	return series, nil
+}
+
+func decodeMatrix(data json.RawMessage) ([]Series, error) {
+	var d struct {
+		ResultType string `json:"resultType"`
+		Result     []struct {
+			Metric map[string]string `json:"metric"`
+			Values [][2]any          `json:"values"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		return nil, fmt.Errorf("decode query data: %w", err)
+	}
+	if d.ResultType != "matrix" {
+		return nil, fmt.Errorf("result type %q, want matrix", d.ResultType)
+	}
+	out := make([]Series, 0, len(d.Result))
+	for _, r := range d.Result {
+		se := Series{Labels: r.Metric, Points: make([]Point, 0, len(r.Values))}
+		for _, v := range r.Values {
+			ts, val, err := decodePoint(v)
+			if err != nil {
+				return nil, err
+			}
+			se.Points = append(se.Points, Point{T: ts, V: val})
+		}
+		out = append(out, se)
+	}
+	return out, nil
+}
+
 func decodeQueryData(data json.RawMessage) ([]Sample, error) {
 	var d struct {
 		ResultType string          `json:"resultType"`

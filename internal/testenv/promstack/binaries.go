@@ -17,9 +17,11 @@ import (
 const buildHint = "make prom-binaries"
 
 // prometheusSpec builds Prometheus 3 and promtool from tools/prometheus into
-// bin/prometheus-<module version>/. remove_all_sd leaves out every cloud service discovery
-// (the stack only uses static targets), which trims the build; the version is stamped so
-// `prometheus --version` and /api/v1/status/buildinfo say 3.x instead of nothing.
+// bin/prometheus-<module version>+<tags>/. remove_all_sd leaves out every service discovery
+// but static targets, files and HTTP, which trims the build; enable_kubernetes_sd brings the
+// Kubernetes one back (Options.KubernetesPods: TestChartOnNode finds the chart's pods with
+// it). The version is stamped so `prometheus --version` and /api/v1/status/buildinfo say 3.x
+// instead of nothing.
 var prometheusSpec = toolbuild.Spec{
 	Name:          "prometheus",
 	ToolsDir:      "tools/prometheus",
@@ -28,7 +30,7 @@ var prometheusSpec = toolbuild.Spec{
 		{Pkg: "github.com/prometheus/prometheus/cmd/prometheus", File: "prometheus"},
 		{Pkg: "github.com/prometheus/prometheus/cmd/promtool", File: "promtool"},
 	},
-	Tags:      []string{"remove_all_sd"},
+	Tags:      []string{"remove_all_sd", "enable_kubernetes_sd"},
 	LDFlags:   func(v string) []string { return versionFlags(prometheusRelease(v)) },
 	BuildHint: buildHint,
 }

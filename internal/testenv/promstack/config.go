@@ -1,6 +1,7 @@
 package promstack
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -41,12 +42,37 @@ type staticConfig struct {
 }
 
 type scrapeConfig struct {
-	JobName       string         `yaml:"job_name"`
-	Scheme        string         `yaml:"scheme"`
-	MetricsPath   string         `yaml:"metrics_path"`
-	TLSConfig     *tlsConfig     `yaml:"tls_config,omitempty"`
-	BasicAuth     *basicAuth     `yaml:"basic_auth,omitempty"`
-	StaticConfigs []staticConfig `yaml:"static_configs"`
+	JobName        string          `yaml:"job_name"`
+	Scheme         string          `yaml:"scheme"`
+	MetricsPath    string          `yaml:"metrics_path"`
+	TLSConfig      *tlsConfig      `yaml:"tls_config,omitempty"`
+	BasicAuth      *basicAuth      `yaml:"basic_auth,omitempty"`
+	StaticConfigs  []staticConfig  `yaml:"static_configs,omitempty"`
+	KubernetesSD   []kubernetesSD  `yaml:"kubernetes_sd_configs,omitempty"`
+	RelabelConfigs []relabelConfig `yaml:"relabel_configs,omitempty"`
+}
+
+type kubernetesSD struct {
+	Role           string             `yaml:"role"`
+	KubeconfigFile string             `yaml:"kubeconfig_file"`
+	Namespaces     kubernetesSDNames  `yaml:"namespaces"`
+	Selectors      []kubernetesSDSels `yaml:"selectors,omitempty"`
+}
+
+type kubernetesSDNames struct {
+	Names []string `yaml:"names"`
+}
+
+type kubernetesSDSels struct {
+	Role  string `yaml:"role"`
+	Label string `yaml:"label"`
+}
+
+type relabelConfig struct {
+	SourceLabels []string `yaml:"source_labels,omitempty"`
+	Regex        string   `yaml:"regex,omitempty"`
+	Action       string   `yaml:"action,omitempty"`
+	TargetLabel  string   `yaml:"target_label,omitempty"`
 }
 
 type tlsConfig struct {
@@ -78,6 +104,10 @@ func prometheusConfig(opts Options, amAddr string) ([]byte, error) {
 	if opts.ScrapeInterval < time.Millisecond || opts.EvaluationInterval < time.Millisecond {
 		return nil, fmt.Errorf("scrape interval %v and evaluation interval %v must be at least 1ms", opts.ScrapeInterval, opts.EvaluationInterval)
 	}
+	if len(opts.ScrapeTargets) > 0 && opts.KubernetesPods != nil {
+		// The pods' relabelling (keep a port by name) would drop every static target.
+		return nil, errors.New("scrape targets and kubernetes pods: give one or the other")
+	}
 	for _, t := range opts.ScrapeTargets {
 		if _, _, err := net.SplitHostPort(t); err != nil {
 			return nil, fmt.Errorf("scrape target %q: want host:port: %w", t, err)
@@ -108,12 +138,38 @@ func prometheusConfig(opts Options, amAddr string) ([]byte, error) {
 			StaticConfigs: []staticConfig{{Targets: []string{amAddr}}},
 		}}},
 	}
-	if len(opts.ScrapeTargets) > 0 {
+	if len(opts.ScrapeTargets) > 0 || opts.KubernetesPods != nil {
 		sc := scrapeConfig{
-			JobName:       JobName,
-			Scheme:        opts.Scheme,
-			MetricsPath:   opts.MetricsPath,
-			StaticConfigs: []staticConfig{{Targets: opts.ScrapeTargets}},
+			JobName:     JobName,
+			Scheme:      opts.Scheme,
+			MetricsPath: opts.MetricsPath,
+		}
+		if len(opts.ScrapeTargets) > 0 {
+			sc.StaticConfigs = []staticConfig{{Targets: opts.ScrapeTargets}}
+		}
+		if k := opts.KubernetesPods; k != nil {
+			if k.Kubeconfig == "" || k.Namespace == "" || k.Port == "" {
+				return nil, fmt.Errorf("kubernetes pods %+v: a kubeconfig, a namespace and a port name are needed", *k)
+			}
+			kubeconfig, err := filepath.Abs(k.Kubeconfig)
+			if err != nil {
+				return nil, fmt.Errorf("kubeconfig %q: %w", k.Kubeconfig, err)
+			}
+			sd := kubernetesSD{Role: "pod", KubeconfigFile: kubeconfig, Namespaces: kubernetesSDNames{Names: []string{k.Namespace}}}
+			if k.LabelSelector != "" {
+				sd.Selectors = []kubernetesSDSels{{Role: "pod", Label: k.LabelSelector}}
+			}
+			sc.KubernetesSD = []kubernetesSD{sd}
+			// The discovery gives a target per container port: the one named Port is scraped.
+			// A pod whose containers have all stopped (phase Succeeded or Failed: the kubelet
+			// sets it on a deleted pod before the object goes) is no target any more, as the
+			// Prometheus Operator drops it for a PodMonitor or ServiceMonitor: a pod that has
+			// exited is not an exporter that cannot be scraped.
+			sc.RelabelConfigs = []relabelConfig{
+				{SourceLabels: []string{"__meta_kubernetes_pod_phase"}, Regex: "(Failed|Succeeded)", Action: "drop"},
+				{SourceLabels: []string{"__meta_kubernetes_pod_container_port_name"}, Regex: k.Port, Action: "keep"},
+				{SourceLabels: []string{"__meta_kubernetes_pod_name"}, TargetLabel: "pod"},
+			}
 		}
 		if opts.TLSInsecureSkipVerify || opts.TLSCAFile != "" || opts.TLSServerName != "" {
 			sc.TLSConfig = &tlsConfig{

@@ -81,10 +81,45 @@ func TestPrometheusConfig(t *testing.T) {
 	}
 }
 
+// The pods of a namespace, by label, at a named port, each target labelled with its pod; pods
+// whose containers have stopped are not targets.
+func TestPrometheusConfigKubernetesPods(t *testing.T) {
+	opts := Options{KubernetesPods: &KubernetesPods{Kubeconfig: "testdata/kubeconfig", Namespace: "phe",
+		LabelSelector: "app.kubernetes.io/instance=phe", Port: "http-metrics"}}.withDefaults()
+	out, err := prometheusConfig(opts, "127.0.0.1:9093")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg promConfig
+	if err := yaml.Unmarshal(out, &cfg); err != nil {
+		t.Fatalf("rendered config is not YAML: %v\n%s", err, out)
+	}
+	if len(cfg.ScrapeConfigs) != 1 || len(cfg.ScrapeConfigs[0].KubernetesSD) != 1 || cfg.ScrapeConfigs[0].StaticConfigs != nil {
+		t.Fatalf("scrape configs %+v, want one job discovering pods", cfg.ScrapeConfigs)
+	}
+	sc := cfg.ScrapeConfigs[0]
+	abs, _ := filepath.Abs("testdata/kubeconfig")
+	want := kubernetesSD{Role: "pod", KubeconfigFile: abs, Namespaces: kubernetesSDNames{Names: []string{"phe"}},
+		Selectors: []kubernetesSDSels{{Role: "pod", Label: "app.kubernetes.io/instance=phe"}}}
+	if !reflect.DeepEqual(sc.KubernetesSD[0], want) {
+		t.Errorf("kubernetes_sd_configs %+v, want %+v", sc.KubernetesSD[0], want)
+	}
+	wantRelabel := []relabelConfig{
+		{SourceLabels: []string{"__meta_kubernetes_pod_phase"}, Regex: "(Failed|Succeeded)", Action: "drop"},
+		{SourceLabels: []string{"__meta_kubernetes_pod_container_port_name"}, Regex: "http-metrics", Action: "keep"},
+		{SourceLabels: []string{"__meta_kubernetes_pod_name"}, TargetLabel: "pod"},
+	}
+	if sc.JobName != JobName || !reflect.DeepEqual(sc.RelabelConfigs, wantRelabel) {
+		t.Errorf("job %q, relabel_configs %+v, want %q and %+v", sc.JobName, sc.RelabelConfigs, JobName, wantRelabel)
+	}
+}
+
 func TestPrometheusConfigErrors(t *testing.T) {
 	for name, opts := range map[string]Options{
 		"scheme": {Scheme: "ftp"},
 		"target": {ScrapeTargets: []string{"no-port"}},
+		"both":   {ScrapeTargets: []string{"127.0.0.1:1"}, KubernetesPods: &KubernetesPods{Kubeconfig: "k", Namespace: "n", Port: "p"}},
+		"pods":   {KubernetesPods: &KubernetesPods{Namespace: "n", Port: "p"}},
 	} {
 		if _, err := prometheusConfig(opts.withDefaults(), "127.0.0.1:9093"); err == nil {
 			t.Errorf("%s: no error", name)
@@ -173,6 +208,30 @@ func TestDecodeQueryData(t *testing.T) {
 		"number type": `{"resultType":"scalar","result":[1,2]}`,
 	} {
 		if _, err := decodeQueryData(json.RawMessage(data)); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func TestDecodeMatrix(t *testing.T) {
+	m := `{"resultType":"matrix","result":[
+		{"metric":{"provider":"a"},"values":[[1700000000,"1"],[1700000002.5,"2"]]},
+		{"metric":{"provider":"b"},"values":[]}]}`
+	got, err := decodeMatrix(json.RawMessage(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Labels["provider"] != "a" || len(got[0].Points) != 2 || len(got[1].Points) != 0 {
+		t.Fatalf("matrix decoded as %+v", got)
+	}
+	if p := got[0].Points[1]; !p.T.Equal(time.UnixMilli(1700000002500)) || p.V != 2 {
+		t.Errorf("second point %+v", p)
+	}
+	for name, data := range map[string]string{
+		"vector":    `{"resultType":"vector","result":[]}`,
+		"bad value": `{"resultType":"matrix","result":[{"metric":{},"values":[[1,"x"]]}]}`,
+	} {
+		if _, err := decodeMatrix(json.RawMessage(data)); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}

@@ -30,6 +30,9 @@ const ReceiverName = "test-webhook"
 type Options struct {
 	// ScrapeTargets are host:port addresses scraped by the job JobName.
 	ScrapeTargets []string
+	// KubernetesPods, when set, has the job JobName discover its targets among a Kubernetes
+	// cluster's pods (kubernetes_sd_configs, role pod) instead of ScrapeTargets.
+	KubernetesPods *KubernetesPods
 	// MetricsPath is the scrape path; "" means /metrics.
 	MetricsPath string
 	// ScrapeInterval defaults to 1s; the scrape timeout equals it.
@@ -89,6 +92,20 @@ type Options struct {
 	// address, when one is taken.
 	PrometheusAddr   string
 	AlertmanagerAddr string
+}
+
+// KubernetesPods are the pods the job JobName scrapes through Prometheus's Kubernetes service
+// discovery: one target per pod of Namespace matching LabelSelector, at its container port
+// named Port, labelled pod with the pod's name. A pod without an IP (not scheduled yet) is no
+// target; a terminating one is while its containers run (phase Running), as the Prometheus
+// Operator's PodMonitor and ServiceMonitor have it.
+type KubernetesPods struct {
+	// Kubeconfig is the kubeconfig file Prometheus reads the pods with (their list and watch).
+	Kubeconfig string
+	// Namespace holds the pods; LabelSelector selects them ("" all of the namespace's).
+	Namespace, LabelSelector string
+	// Port is the name of the container port scraped.
+	Port string
 }
 
 func (o Options) withDefaults() Options {

@@ -73,6 +73,27 @@ func writeFile(t *testing.T, name, content string) string {
 	return p
 }
 
+// TestKubernetesPodsDiscovery: the Prometheus the stack builds has the Kubernetes service
+// discovery (-tags enable_kubernetes_sd beside remove_all_sd): it starts with a job that
+// discovers pods, where a build without it exits on the configuration ("field
+// kubernetes_sd_configs not found"). TestChartOnNode (charts/) scrapes real pods through it.
+func TestKubernetesPodsDiscovery(t *testing.T) {
+	t.Parallel()
+	// A cluster nobody answers for: the discovery retries in the background, Prometheus runs.
+	kubeconfig := writeFile(t, "kubeconfig", `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`)
+	s := promstack.Start(t, promstack.Options{KubernetesPods: &promstack.KubernetesPods{
+		Kubeconfig: kubeconfig, Namespace: "phe", LabelSelector: "app.kubernetes.io/instance=phe", Port: "http-metrics"}})
+	if b, err := os.ReadFile(s.PrometheusConfigFile); err != nil || !strings.Contains(string(b), "kubernetes_sd_configs") {
+		t.Errorf("the running configuration has no kubernetes_sd_configs (%v):\n%s", err, b)
+	}
+}
+
 // TestScrapeRuleAlertNotify follows a value from an exporter through a scrape, a rule, an
 // alert in Alertmanager, to the webhook notification, then back to resolved.
 func TestScrapeRuleAlertNotify(t *testing.T) {

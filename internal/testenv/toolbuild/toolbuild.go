@@ -30,7 +30,7 @@ type Target struct {
 
 // Spec describes what to build.
 type Spec struct {
-	// Name prefixes the cache directory (bin/<Name>-<version>/), the lock file
+	// Name prefixes the cache directory (bin/<Name>-<version>[+<tag>...]/), the lock file
 	// (bin/.<Name>-build.lock) and every log line.
 	Name string
 	// ToolsDir is the tools module's directory, relative to the repository root.
@@ -40,7 +40,8 @@ type Spec struct {
 	VersionModule string
 	// Targets are the main packages to build.
 	Targets []Target
-	// Tags are build tags; they are part of the cache stamp.
+	// Tags are build tags; they are part of the cache stamp and of the cache directory's
+	// name (see cacheDir).
 	Tags []string
 	// LDFlags returns the -ldflags arguments for the version VersionModule is required at
 	// (version stamping); nil means none.
@@ -100,7 +101,7 @@ func downloadFailed(out string) bool {
 }
 
 // Ensure returns the paths of spec's binaries (in the order of spec.Targets), building them
-// first when the cache under bin/<Name>-<version>/ at the repository root is missing or stale.
+// first when the cache under bin/<Name>-<version>[+<tag>...]/ (cacheDir) at the repository root is missing or stale.
 // Only the first run pays for the build; logf receives a line when the build starts, every 30
 // seconds while it runs and when it ends. A build that ctx cuts short keeps its compiled
 // packages in Go's build cache, so the next attempt resumes where it stopped. An error that
@@ -120,7 +121,7 @@ func ensure(ctx context.Context, root string, spec Spec, logf func(string, ...an
 		return nil, err
 	}
 	binRoot := filepath.Join(root, "bin")
-	dir := filepath.Join(binRoot, spec.Name+"-"+version)
+	dir := filepath.Join(binRoot, cacheDir(spec, version))
 	paths := make([]string, len(spec.Targets))
 	for i, t := range spec.Targets {
 		paths[i] = filepath.Join(dir, t.File)
@@ -200,6 +201,18 @@ func identity(modDir string, spec Spec) (version, stamp string, err error) {
 		h.Write([]byte("\x00tags=" + strings.Join(spec.Tags, ",")))
 	}
 	return version, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// cacheDir names spec's cache directory under bin/: <Name>-<version>, and +<tag> for each
+// build tag. Builds with other tags are other binaries: each gets a directory of its own, so
+// that checkouts sharing one bin/ while their tags differ (a branch adding a tag) do not
+// rebuild over each other's cache, and none runs another's binary (the stamp checks that too).
+func cacheDir(spec Spec, version string) string {
+	name := spec.Name + "-" + version
+	for _, t := range spec.Tags {
+		name += "+" + t
+	}
+	return name
 }
 
 // trimRequire drops a leading "require" from a one-line requirement ("require m v1.2.3").

@@ -113,6 +113,22 @@ func TestIdentityStampsTags(t *testing.T) {
 	}
 }
 
+// A build with other tags has a cache directory of its own: checkouts sharing bin/ whose tags
+// differ never rebuild over each other's binaries, nor run them.
+func TestCacheDirNamesTags(t *testing.T) {
+	spec := Spec{Name: "prometheus"}
+	if got := cacheDir(spec, "v0.316.0"); got != "prometheus-v0.316.0" {
+		t.Errorf("without tags: %q, want prometheus-v0.316.0", got)
+	}
+	spec.Tags = []string{"remove_all_sd"}
+	one := cacheDir(spec, "v0.316.0")
+	spec.Tags = []string{"remove_all_sd", "enable_kubernetes_sd"}
+	two := cacheDir(spec, "v0.316.0")
+	if one == two || two != "prometheus-v0.316.0+remove_all_sd+enable_kubernetes_sd" {
+		t.Errorf("with one tag %q, with two %q: want distinct directories naming the tags", one, two)
+	}
+}
+
 // Two builders never run at once: the second waits on the lock and gives up with its context.
 func TestBuildLockExcludes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "lock")

@@ -1,5 +1,5 @@
 // Command build-promstack builds (once) the Prometheus, promtool, Alertmanager and amtool
-// binaries the integration tests and the mixin's rule tests run, into bin/prometheus-<version>/
+// binaries the integration tests and the mixin's rule tests run, into bin/prometheus-<version>+<tags>/
 // and bin/alertmanager-<version>/ at the repository root, and prints their paths. Tests build
 // them on first use anyway; running this first (make prom-binaries) keeps that wait out of a
 // test's timeout.
