@@ -112,8 +112,11 @@ func (d *decoder) parse(data []byte) (cfg *Config) {
 
 // bounded runs walk over root with the alias budget: a walk that spends it is stopped and
 // recorded as a problem of the file, and bounded reports false.
+// A file decoded in parts (a target file, group by group) shares one alias budget between its
+// parts: d.aliasSpent is what the parts before spent of it.
 func (d *decoder) bounded(root *yaml.Node, walk func()) (ok bool) {
-	d.budget = 2*countNodes(root) + aliasBudget
+	own := 2 * countNodes(root)
+	d.budget = own + aliasBudget - d.aliasSpent
 	defer func() {
 		if r := recover(); r != nil {
 			if r != errBudget {
@@ -124,6 +127,9 @@ func (d *decoder) bounded(root *yaml.Node, walk func()) (ok bool) {
 		}
 	}()
 	walk()
+	if left := d.budget; left < aliasBudget-d.aliasSpent {
+		d.aliasSpent = aliasBudget - left
+	}
 	return true
 }
 

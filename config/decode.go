@@ -34,6 +34,8 @@ type decoder struct {
 	errs     Errors
 	problems int
 	budget   int
+	// aliasSpent is the alias budget the parts of a file decoded before this one spent.
+	aliasSpent int
 	// roundTimeout is the deadline of one round of checks (0: not checked), which every kvm
 	// provider's HostBound must fit.
 	roundTimeout time.Duration

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -58,8 +59,9 @@ func TargetFilePatternProblem(pattern string) string {
 // ReadTargetFile reads the target file at path: ParseTargetFile of its content. A file that
 // cannot be read returns the read error: one that is not a regular file (a named pipe, a
 // socket, a device) or is larger than maxSize bytes is refused before it is parsed (fileread).
-// A file of more than maxTargets targets (0: no ceiling) is refused, its first target beyond the
-// ceiling named.
+// A file of more than maxTargets targets or groups (0: no ceiling) is refused, its first target
+// or group beyond the ceiling named; so is one whose YAML may decode into more nodes than the
+// ceiling allows, before it is decoded (nodeBound: its parse's memory follows the ceiling).
 func ReadTargetFile(path string, maxSize int64, maxTargets int, targetProblem func(string) string) ([]TargetGroup, error) {
 	data, err := fileread.Read(path, maxSize)
 	if err != nil {
@@ -85,7 +87,7 @@ func parseTargetFile(name string, data []byte, targetProblem func(string) string
 	return groups, nil
 }
 
-func (d *decoder) targetFile(data []byte, targetProblem func(string) string) (groups []TargetGroup) {
+func (d *decoder) targetFile(data []byte, targetProblem func(string) string) []TargetGroup {
 	ext := strings.ToLower(filepath.Ext(d.file))
 	if !slices.Contains(TargetFileExtensions, ext) {
 		d.add(nil, "", "a target file must end in %s (Prometheus's file_sd format)", strings.Join(TargetFileExtensions, ", "))
@@ -97,86 +99,233 @@ func (d *decoder) targetFile(data []byte, targetProblem func(string) string) (gr
 	if empty(data) {
 		return nil
 	}
-	root := d.document(data)
+	bound := nodeBound(data)
+	if most := fileNodes(d.maxTargets); most > 0 && bound > most {
+		d.tooManyNodes(nil, "", "the file", bound, most)
+		return nil
+	}
+	r := &groupReader{d: d, targetProblem: targetProblem, seen: map[string]int{}}
+	if items := targetItems(data, ext == ".json"); items != nil {
+		groups, bad, ok := r.items(data, items, ext == ".json")
+		if ok {
+			return groups
+		}
+		// A group does not decode on its own: the file is decoded whole, from the start, when
+		// it may be; else the group's own problem is the file's.
+		*d = decoder{file: d.file, maxTargets: d.maxTargets}
+		r = &groupReader{d: d, targetProblem: targetProblem, seen: map[string]int{}}
+		if most := treeNodes(d.maxTargets); most > 0 && bound > most {
+			part := data[bad.start:bad.end]
+			msg := parseProblem(part)
+			line := failingLine(part, msg)
+			if line > 0 {
+				line += bad.line - 1
+			}
+			if msg == "" || strings.Contains(msg, "anchor") {
+				msg += " (a file this large is decoded a few groups at a time: an alias may name an anchor of its own group only)"
+			}
+			d.full()
+			d.record(FieldError{File: d.file, Line: line, Msg: "invalid YAML: " + strings.TrimPrefix(msg, " ")})
+			return nil
+		}
+	}
+	if most := treeNodes(d.maxTargets); most > 0 && bound > most {
+		d.tooManyNodes(nil, "", "the file, decoded whole (its groups cannot be told apart from its bytes),", bound, most)
+		return nil
+	}
+	return r.whole(data)
+}
+
+// whole reads the groups of the file decoded whole.
+func (r *groupReader) whole(data []byte) []TargetGroup {
+	root := r.d.document(data)
 	if root == nil {
 		return nil
 	}
-	if !d.bounded(root, func() { groups = d.targetGroups(root, targetProblem) }) {
-		return nil
-	}
-	return groups
+	r.d.bounded(root, func() { r.root(root) })
+	return r.groups
 }
 
-// targetGroups reads the groups of a target file's root node.
-func (d *decoder) targetGroups(root *yaml.Node, targetProblem func(string) string) (groups []TargetGroup) {
-	r := d.resolve(root)
-	if isNull(r) {
-		return nil
-	}
-	if r == nil || r.Kind != yaml.SequenceNode {
-		d.add(r, "", "a target file is a list of groups ({targets: [...], labels: {...}}), got %s", describe(r))
-		return nil
-	}
-	items := r.Content
-	seen := map[string]int{} // target -> line of its first use
-	taken := 0
-	for i, item := range items {
-		path := index("", i)
-		m, ok := d.mapping(item, nil, path, targetGroupFields, false)
-		if !ok {
-			continue
-		}
-		g := TargetGroup{}
-		if labels, ok := d.labels(m); ok {
-			g.Labels = labels
-		}
-		e, present := m.fields["targets"]
-		if !present {
-			d.add(m.where, join(path, "targets"), "missing required field (a list of targets)")
-			continue
-		}
-		ts, ok := d.sequence(e.value, join(path, "targets"))
-		if !ok {
-			continue
-		}
-		for j, tn := range ts {
-			field := index(join(path, "targets"), j)
-			tn = d.resolve(tn)
-			if tn == nil || tn.Kind != yaml.ScalarNode || isNull(tn) || tn.ShortTag() == "!!bool" {
-				d.add(tn, field, "a target must be a string, got %s", describe(tn))
-				continue
-			}
-			t := tn.Value
-			switch {
-			case t == "":
-				d.add(tn, field, "a target must not be empty")
-				continue
-			case targetProblem != nil:
-				if p := targetProblem(t); p != "" {
-					d.add(tn, field, "%s", p)
-					continue
+// tooManyNodes records a refusal by nodeBound: what (the file, or one of its groups) may
+// decode into bound nodes, more than most.
+func (d *decoder) tooManyNodes(n *yaml.Node, field, what string, bound, most int) {
+	d.add(n, field, "%s may decode into up to %d YAML nodes (counted from its bytes), more than the %d that --%s=%d allows: it is refused before it is decoded, and its provider keeps the targets of its last good read; split the fleet between files or providers, or raise the flag",
+		what, bound, most, FlagMaxTargets, d.maxTargets)
+}
+
+// groupReader reads the groups of one target file, group by group: the targets seen so far
+// (a duplicate is a problem), the count against the ceiling, and the groups read.
+type groupReader struct {
+	d             *decoder
+	targetProblem func(string) string
+	seen          map[string]int // target -> line of its first use
+	taken         int
+	groups        []TargetGroup
+	// done: the ceiling was passed; nothing more is read.
+	done bool
+}
+
+// batchBytes is how many bytes of consecutive groups are decoded together (one group larger
+// than it alone): a decoder's own buffers cost about 12 KB, too much to pay a group.
+const batchBytes = 64 << 10
+
+// items reads the groups from their spans, decoded a batch of consecutive groups at a time,
+// each group under treeNodes (json: the spans are a JSON array's elements, else a YAML list's
+// items). ok is false when a batch does not decode on its own: bad is its span, and nothing
+// is recorded for the file.
+func (r *groupReader) items(data []byte, items []span, json bool) (groups []TargetGroup, bad span, ok bool) {
+	d := r.d
+	most := treeNodes(d.maxTargets)
+	i := 0 // the index of the batch's first group in the file
+	for k := 0; k < len(items); {
+		j := k
+		for ; j < len(items) && (j == k || items[j].end-items[k].start <= batchBytes); j++ {
+			s := items[j]
+			if bound := nodeBound(data[s.start:s.end]); most > 0 && bound > most {
+				if j == k {
+					d.tooManyNodes(&yaml.Node{Line: s.line, Column: s.column}, index("", i), "this group", bound, most)
+					return nil, span{}, true
 				}
+				break // the batch ends before it
 			}
-			if p := TargetNameProblem(t); p != "" {
+		}
+		batch := span{start: items[k].start, end: items[j-1].end, line: items[k].line, column: items[k].column}
+		part := data[batch.start:batch.end]
+		wrapped := json && j-k > 1
+		if wrapped {
+			// A JSON batch is decoded as a list of its elements, one column to the left.
+			part = append(append([]byte{'['}, part...), ']')
+			batch.column--
+		}
+		root := decodeAlone(part)
+		nodes := []*yaml.Node{root} // one JSON element: the group itself
+		if !json || wrapped {
+			if root == nil || root.Kind != yaml.SequenceNode || len(root.Content) != j-k {
+				root = nil
+			} else {
+				nodes = root.Content
+			}
+		}
+		if root == nil {
+			batch.column = items[k].column
+			return nil, batch, false
+		}
+		shift(root, batch)
+		if !d.bounded(root, func() {
+			for _, n := range nodes {
+				if r.item(i, n); r.done {
+					return
+				}
+				i++
+			}
+		}) || r.done {
+			return nil, span{}, true
+		}
+		k = j
+	}
+	return r.groups, span{}, true
+}
+
+// decodeAlone decodes part as a single document; nil when it does not decode so (a syntax
+// error, an alias of an anchor outside it, another document).
+func decodeAlone(part []byte) (root *yaml.Node) {
+	defer func() {
+		if recover() != nil {
+			root = nil
+		}
+	}()
+	dec := yaml.NewDecoder(bytes.NewReader(part))
+	var doc, next yaml.Node
+	if dec.Decode(&doc) != nil || !errors.Is(dec.Decode(&next), io.EOF) ||
+		doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0] == nil {
+		return nil
+	}
+	return doc.Content[0]
+}
+
+// root reads the groups of a target file's root node, the file decoded whole.
+func (r *groupReader) root(root *yaml.Node) {
+	d := r.d
+	n := d.resolve(root)
+	if isNull(n) {
+		return
+	}
+	if n == nil || n.Kind != yaml.SequenceNode {
+		d.add(n, "", "a target file is a list of groups ({targets: [...], labels: {...}}), got %s", describe(n))
+		return
+	}
+	for i, item := range n.Content {
+		if r.item(i, item); r.done {
+			return
+		}
+	}
+}
+
+// item reads the group at index i of the file.
+func (r *groupReader) item(i int, item *yaml.Node) {
+	d := r.d
+	path := index("", i)
+	if d.maxTargets > 0 && i >= d.maxTargets {
+		// Groups without targets would otherwise cost memory no target ceiling bounds.
+		d.add(item, path, "more than %d groups in this file (--%s): the file is refused and its provider keeps the targets of its last good read",
+			d.maxTargets, FlagMaxTargets)
+		r.done = true
+		return
+	}
+	m, ok := d.mapping(item, nil, path, targetGroupFields, false)
+	if !ok {
+		return
+	}
+	g := TargetGroup{}
+	if labels, ok := d.labels(m); ok {
+		g.Labels = labels
+	}
+	e, present := m.fields["targets"]
+	if !present {
+		d.add(m.where, join(path, "targets"), "missing required field (a list of targets)")
+		return
+	}
+	ts, ok := d.sequence(e.value, join(path, "targets"))
+	if !ok {
+		return
+	}
+	for j, tn := range ts {
+		field := index(join(path, "targets"), j)
+		tn = d.resolve(tn)
+		if tn == nil || tn.Kind != yaml.ScalarNode || isNull(tn) || tn.ShortTag() == "!!bool" {
+			d.add(tn, field, "a target must be a string, got %s", describe(tn))
+			continue
+		}
+		t := tn.Value
+		switch {
+		case t == "":
+			d.add(tn, field, "a target must not be empty")
+			continue
+		case r.targetProblem != nil:
+			if p := r.targetProblem(t); p != "" {
 				d.add(tn, field, "%s", p)
 				continue
 			}
-			if first, dup := seen[t]; dup {
-				d.add(tn, field, "duplicate target %s (first listed at line %d)", quote(t), first)
-				continue
-			}
-			if taken++; d.maxTargets > 0 && taken > d.maxTargets {
-				d.add(tn, field, "more than %d targets in this file (--%s): the file is refused and its provider keeps the targets of its last good read; split the fleet between providers, or raise the flag",
-					d.maxTargets, FlagMaxTargets)
-				return nil
-			}
-			seen[t] = tn.Line
-			g.Targets = append(g.Targets, t)
-			g.Lines = append(g.Lines, tn.Line)
 		}
-		groups = append(groups, g)
+		if p := TargetNameProblem(t); p != "" {
+			d.add(tn, field, "%s", p)
+			continue
+		}
+		if first, dup := r.seen[t]; dup {
+			d.add(tn, field, "duplicate target %s (first listed at line %d)", quote(t), first)
+			continue
+		}
+		if r.taken++; d.maxTargets > 0 && r.taken > d.maxTargets {
+			d.add(tn, field, "more than %d targets in this file (--%s): the file is refused and its provider keeps the targets of its last good read; split the fleet between providers, or raise the flag",
+				d.maxTargets, FlagMaxTargets)
+			r.done = true
+			return
+		}
+		r.seen[t] = tn.Line
+		g.Targets = append(g.Targets, t)
+		g.Lines = append(g.Lines, tn.Line)
 	}
-	return groups
+	r.groups = append(r.groups, g)
 }
 
 // empty reports whether data holds no YAML document at all: only white space and comments.

@@ -731,7 +731,7 @@ func procCPU(b *testing.B, pid int) time.Duration {
 }
 
 // procStatusKiB is the field of /proc/PID/status (VmRSS, VmHWM) in KiB.
-func procStatusKiB(b *testing.B, pid int, field string) float64 {
+func procStatusKiB(b testing.TB, pid int, field string) float64 {
 	b.Helper()
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
