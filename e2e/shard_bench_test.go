@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,7 +31,9 @@ import (
 // control plane), shardBenchDown the share of its hosts that are down, and shardBench* its
 // knobs: the hosts (PHE_BENCH_SHARD_HOSTS, default 3,600), the replicas (PHE_BENCH_SHARD_REPLICAS,
 // default 3), the check interval (PHE_BENCH_SHARD_INTERVAL, default 1m; the timeout is the
-// derived min(15s, interval)), the replicas killed at the end (PHE_BENCH_SHARD_KILL, default 1)
+// derived min(15s, interval)), the replicas killed at the end (PHE_BENCH_SHARD_KILL, default 1),
+// members that check nothing (PHE_BENCH_SHARD_PHANTOMS, default 0: see startPhantoms; with them
+// the phantoms are the ones killed)
 // and whether one unsharded replica is measured first (PHE_BENCH_SHARD_ONE=0 skips it: at
 // 50,000 hosts one replica needs about 6 GiB, and more open files than a limit of 20,000).
 const (
@@ -44,9 +48,9 @@ const (
 
 // shardBenchKnobs are BenchmarkShardedFleet's settings, from the environment.
 type shardBenchKnobs struct {
-	hosts, replicas, kill int
-	interval              time.Duration
-	one                   bool
+	hosts, replicas, kill, phantoms int
+	interval                        time.Duration
+	one                             bool
 }
 
 func readShardBenchKnobs(b *testing.B) shardBenchKnobs {
@@ -56,7 +60,7 @@ func readShardBenchKnobs(b *testing.B) shardBenchKnobs {
 		env string
 		to  *int
 		min int
-	}{{"PHE_BENCH_SHARD_HOSTS", &k.hosts, 10}, {"PHE_BENCH_SHARD_REPLICAS", &k.replicas, 2}, {"PHE_BENCH_SHARD_KILL", &k.kill, 1}} {
+	}{{"PHE_BENCH_SHARD_HOSTS", &k.hosts, 10}, {"PHE_BENCH_SHARD_REPLICAS", &k.replicas, 1}, {"PHE_BENCH_SHARD_KILL", &k.kill, 1}, {"PHE_BENCH_SHARD_PHANTOMS", &k.phantoms, 0}} {
 		if s := os.Getenv(v.env); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < v.min {
@@ -73,8 +77,13 @@ func readShardBenchKnobs(b *testing.B) shardBenchKnobs {
 		k.interval = d
 	}
 	k.one = os.Getenv("PHE_BENCH_SHARD_ONE") != "0"
-	if k.kill >= k.replicas {
+	switch {
+	case k.replicas+k.phantoms < 2:
+		b.Fatalf("PHE_BENCH_SHARD_REPLICAS=%d and PHE_BENCH_SHARD_PHANTOMS=%d: a shard needs two members or more", k.replicas, k.phantoms)
+	case k.phantoms == 0 && k.kill >= k.replicas:
 		b.Fatalf("PHE_BENCH_SHARD_KILL=%d: want fewer than the %d replicas", k.kill, k.replicas)
+	case k.phantoms > 0 && k.kill > k.phantoms:
+		b.Fatalf("PHE_BENCH_SHARD_KILL=%d: with phantoms, the phantoms are killed: want at most the %d phantoms", k.kill, k.phantoms)
 	}
 	return k
 }
@@ -181,7 +190,8 @@ func BenchmarkShardedFleet(b *testing.B) {
 		for i := range k.replicas {
 			shards = append(shards, startShard(i, "--config.file="+live, interval, "--config.max-size=64MiB"))
 		}
-		waitShardMembers(b, shards, k.replicas)
+		phantoms := startPhantoms(b, env, k.phantoms)
+		waitShardMembers(b, shards, k.replicas+k.phantoms)
 		idleStart := readControlPlane(b, env)
 		time.Sleep(k.interval)
 		idleRate := readControlPlane(b, env).sub(idleStart).per(time.Since(idleStart.at))
@@ -202,7 +212,11 @@ func BenchmarkShardedFleet(b *testing.B) {
 			}
 		}
 		waitReloaded(b, shards, reloaded)
-		waitShardCoverage(b, shards, counts)
+		if k.phantoms > 0 {
+			waitShardShares(b, shards)
+		} else {
+			waitShardCoverage(b, shards, counts)
+		}
 		const statusWrites, eventWrites = `proxy_operator_crd_writer_writes_total{kind="status"`, `proxy_operator_crd_writer_writes_total{kind="event"`
 		writes0, status0, events0 := 0.0, 0.0, 0.0
 		for _, s := range shards {
@@ -220,7 +234,7 @@ func BenchmarkShardedFleet(b *testing.B) {
 			writes += s.metric("proxy_operator_shard_part_writes_total")
 			status += s.metricSum(statusWrites)
 			events += s.metricSum(eventWrites)
-			o := s.metric("proxy_operator_shard_owned_targets{")
+			o := s.metricSum("proxy_operator_shard_owned_targets{")
 			owned, ownedMax = owned+o, max(ownedMax, o)
 			p := s.metric("proxy_operator_shard_part_bytes")
 			partBytes, partMax = partBytes+p, max(partMax, p)
@@ -233,7 +247,9 @@ func BenchmarkShardedFleet(b *testing.B) {
 		if bound := k.interval + shardBenchTimeout(k.interval); oldest > bound {
 			b.Errorf("the oldest verdict was last checked %s ago: more than one interval plus the timeout (%s)", oldest.Round(time.Second), bound)
 		}
-		waitProviderHealthWhole(b, env, counts)
+		if k.phantoms == 0 {
+			waitProviderHealthWhole(b, env, counts)
+		}
 		logEvents(b, env)
 
 		var cpuMax, cpuSum, rssMax, rssSum, peakMax float64
@@ -268,10 +284,32 @@ func BenchmarkShardedFleet(b *testing.B) {
 			cp.wall.Round(time.Second), cp.etcdReceived, cp.etcdWAL, cp.answered, cp.answeredParts,
 			idleRate.etcdReceived, idleRate.etcdWAL, idleRate.answered, idleRate.answeredParts)
 
+		if k.phantoms > 0 {
+			// The worst case: k.kill phantoms gone at once (their Leases left to expire); the
+			// real replicas take their shares.
+			for _, stop := range phantoms[:k.kill] {
+				stop()
+			}
+			waitShardMembers(b, shards, k.replicas+k.phantoms-k.kill)
+			waitShardShares(b, shards)
+			time.Sleep(k.interval) // a round of the new shares at their peak
+			killPeak, killOwned := 0.0, 0.0
+			for _, s := range shards {
+				killPeak = max(killPeak, procStatusKiB(b, s.pid(), "VmHWM")/1024)
+				killOwned = max(killOwned, s.metricSum("proxy_operator_shard_owned_targets{"))
+			}
+			b.ReportMetric(killPeak, "killed-peak-rss-MiB-max")
+			b.ReportMetric(killOwned, "killed-owned-max")
+			for _, s := range shards {
+				s.stop()
+			}
+			continue
+		}
+
 		// The worst case: k.kill replicas killed at once (SIGKILL, their Leases left to
 		// expire); the others take their shares.
 		survivors := shards[k.kill:]
-		gaps := startShardGapSampler(b, survivors)
+		gaps := startShardGapSampler(b, shards, survivors)
 		for _, s := range shards[:k.kill] {
 			s.kill()
 		}
@@ -286,7 +324,7 @@ func BenchmarkShardedFleet(b *testing.B) {
 		killPeak, killOwned := 0.0, 0.0
 		for _, s := range survivors {
 			killPeak = max(killPeak, procStatusKiB(b, s.pid(), "VmHWM")/1024)
-			killOwned = max(killOwned, s.metric("proxy_operator_shard_owned_targets{"))
+			killOwned = max(killOwned, s.metricSum("proxy_operator_shard_owned_targets{"))
 		}
 		b.ReportMetric(longest.Seconds(), "killed-gap-s-max")
 		b.ReportMetric(killPeak, "killed-peak-rss-MiB-max")
@@ -297,6 +335,67 @@ func BenchmarkShardedFleet(b *testing.B) {
 	}
 }
 
+// startPhantoms makes n members of the shard that check nothing and publish no part: the
+// membership package itself, renewing a Lease each (phantom-0, ...) in this process, so that the
+// real replicas own fleet/(replicas+n) of the hosts. A phantom's stop function ends it without
+// releasing its Lease, as a kill does; every phantom is stopped at the benchmark's end.
+func startPhantoms(b *testing.B, env *kube.Env, n int) []func() {
+	b.Helper()
+	var stops []func()
+	for i := range n {
+		m, err := membership.New(membership.Options{Config: env.AdminConfig, Namespace: "default",
+			Identity: fmt.Sprintf("phantom-%d", i), Instance: "provider-health-exporter"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); m.Run(ctx) }()
+		stop := sync.OnceFunc(func() { cancel(); <-done })
+		b.Cleanup(stop)
+		stops = append(stops, stop)
+	}
+	return stops
+}
+
+// waitShardShares waits until every replica reports a verdict for each target it owns (the
+// sum of proxy_operator_shard_owned_targets), with none unchecked, for two polls in a row:
+// with phantoms, the fleet is not covered, but each real replica carries its share.
+func waitShardShares(b *testing.B, rs []*shardBenchReplica) {
+	b.Helper()
+	steady := 0
+	testutil.Eventually(b, 15*time.Minute, "each replica reports every target it owns", func() bool {
+		for _, r := range rs {
+			if r.proc.Exited() {
+				b.Fatalf("%s exited:\n%s", r.name, r.logs.String())
+			}
+			body, err := r.scrape()
+			if err != nil {
+				steady = 0
+				return false
+			}
+			owned, reported, unchecked := 0.0, 0.0, 0.0
+			for line := range strings.SplitSeq(body, "\n") {
+				v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+				switch {
+				case strings.HasPrefix(line, "proxy_operator_shard_owned_targets{"):
+					owned += v
+				case strings.HasPrefix(line, "proxy_operator_provider_target_up{"):
+					reported++
+				case strings.HasPrefix(line, "proxy_operator_provider_targets_unchecked{"):
+					unchecked += v
+				}
+			}
+			if owned == 0 || reported != owned || unchecked > 0 {
+				steady = 0
+				return false
+			}
+		}
+		steady++
+		return steady >= 2
+	})
+}
+
 // shardBenchTimeout is the check timeout the exporter derives from the interval.
 func shardBenchTimeout(interval time.Duration) time.Duration { return min(15*time.Second, interval) }
 
@@ -305,18 +404,19 @@ const shardBenchGapPoll = 5 * time.Second
 
 // shardGapSampler reads every replica's reported targets every shardBenchGapPoll and keeps the
 // longest time a target went unreported: from the last read that had it to the first that has
-// it again (an upper bound of the true gap, by at most a poll and a read).
+// it again (an upper bound of the true gap, by at most a poll and a read). Its first read is of
+// the replicas before (those about to be killed too), the others of the survivors rs.
 type shardGapSampler struct {
 	done    chan struct{}
 	stopped chan time.Duration
 }
 
-func startShardGapSampler(b *testing.B, rs []*shardBenchReplica) *shardGapSampler {
+func startShardGapSampler(b *testing.B, before, rs []*shardBenchReplica) *shardGapSampler {
 	b.Helper()
 	g := &shardGapSampler{done: make(chan struct{}), stopped: make(chan time.Duration, 1)}
 	// A replica that does not answer within the bound reports nothing in that read: as for
 	// Prometheus, whose scrape of it fails.
-	read := func() map[string]bool {
+	read := func(rs []*shardBenchReplica) map[string]bool {
 		seen := map[string]bool{}
 		for _, r := range rs {
 			ts, err := r.reportedTargets()
@@ -331,7 +431,7 @@ func startShardGapSampler(b *testing.B, rs []*shardBenchReplica) *shardGapSample
 	}
 	last := map[string]time.Time{}
 	now := time.Now()
-	for t := range read() {
+	for t := range read(before) {
 		last[t] = now
 	}
 	go func() {
@@ -349,7 +449,7 @@ func startShardGapSampler(b *testing.B, rs []*shardBenchReplica) *shardGapSample
 				return
 			case <-tick.C:
 			}
-			seen := read()
+			seen := read(rs)
 			now := time.Now()
 			for t := range seen {
 				if at, ok := last[t]; ok {
