@@ -291,10 +291,10 @@ func Run(tb testing.TB, o Options) *Report {
 	rep := &Report{Seed: o.Seed, Rounds: o.Rounds, Baseline: base}
 	sched := newSchedule(o.Seed, o.Hosts, o.MaxHold)
 	errs := make(chan error, 16)
-	laneMu := map[TargetKey]*sync.Mutex{}
-	for _, k := range all {
-		laneMu[k] = &sync.Mutex{}
-	}
+	// Actions on one target run one at a time and in the schedule's order: each waits for the
+	// end of the one before it (an asynchronous apply still running must not be overtaken by
+	// its clear, or the fault would stay on).
+	laneDone := map[TargetKey]chan struct{}{}
 	var async sync.WaitGroup
 	do := func(a Action) {
 		tb.Helper()
@@ -319,9 +319,13 @@ func Run(tb testing.TB, o Options) *Report {
 		if a.Clear {
 			t, op = truth{After: a.Kind.Name, Reasons: []checks.Reason{checks.ReasonReady}}, a.Kind.clear
 		}
+		prev, done := laneDone[k], make(chan struct{})
+		laneDone[k] = done
 		run := func() error {
-			laneMu[k].Lock()
-			defer laneMu[k].Unlock()
+			defer close(done)
+			if prev != nil {
+				<-prev
+			}
 			j.begin(k, t, time.Now())
 			defer func() {
 				end := time.Now()
