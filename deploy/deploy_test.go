@@ -809,7 +809,7 @@ func checkShardAuthorization(t *testing.T, env *kube.Env) {
 	member := func(ns, identity string) *membership.Membership {
 		t.Helper()
 		m, err := membership.New(membership.Options{Config: saConfig, Namespace: ns, Identity: identity, Instance: crdwriter.DefaultInstance,
-			LeaseDuration: 5 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
+			LeaseDuration: 15 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
 			Part: func() membership.Publication {
 				return membership.Publication{Data: []byte("verdicts of " + identity), Verdicts: 1, CheckedAt: time.Now(), Key: "k"}
 			},
@@ -830,16 +830,17 @@ func checkShardAuthorization(t *testing.T, env *kube.Env) {
 	if err != nil {
 		t.Fatalf("the Lease of phe-a after its join: %v", err)
 	}
+	// Both run from here: a member that joined and stopped renewing would leave the other's
+	// view a lease duration later, however loaded the machine.
 	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
+	done, doneB := make(chan struct{}), make(chan struct{})
 	go func() { defer close(done); a.Run(runCtx) }()
+	go func() { defer close(doneB); b.Run(runCtx) }()
 	testutil.Eventually(t, 30*time.Second, "phe-a to see both members and renew its Lease", func() bool {
 		l, err := leases.Get(ctx, "phe-a", metav1.GetOptions{})
 		return slices.Equal(a.Members(), []string{"phe-a", "phe-b"}) && err == nil && l.Spec.RenewTime.After(first.Spec.RenewTime.Time)
 	})
 	// Its part is written as the ServiceAccount, and read by the others through a watch.
-	doneB := make(chan struct{})
-	go func() { defer close(doneB); b.Run(runCtx) }()
 	testutil.Eventually(t, 30*time.Second, "phe-b to read phe-a's part", func() bool {
 		for _, p := range b.Parts() {
 			if p.Identity == "phe-a" && string(p.Data) == "verdicts of phe-a" {
