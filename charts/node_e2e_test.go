@@ -18,6 +18,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/chain"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/cluster"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/toolbuild"
 )
@@ -26,7 +27,24 @@ import (
 // something else, so that the shard spreads them over the replicas.
 var nodeProviders = []string{"pods-all", "pods-kube-system", "pods-phe", "nodes", "services"}
 
-func nodeProvidersJSON() string {
+// nodeKVMHosts is the number of KVM hosts (kvmhost's: a real sshd and libvirtd each, in a
+// network namespace of the node's host) of the release's kvm provider, which the pods reach over
+// the pod network: the bridge's gateway routes to the hosts' veths, and the CNI plugin's ipMasq
+// gives the pods' connections the address of the veth they leave by.
+const nodeKVMHosts = 3
+
+// nodeWant is the number of targets of each provider of the release.
+func nodeWant() map[string]int {
+	want := map[string]int{"kvm": nodeKVMHosts}
+	for _, p := range nodeProviders {
+		want[p] = 1
+	}
+	return want
+}
+
+// nodeProvidersJSON is the release's config.providers: nodeProviders, and a kvm provider of the
+// fleet's hosts with the credentials where the chart mounts credentials.ssh.
+func nodeProvidersJSON(fleet testenv.KVMBlock) string {
 	var ps []map[string]any
 	for _, name := range nodeProviders {
 		k := map[string]any{}
@@ -42,16 +60,30 @@ func nodeProvidersJSON() string {
 		}
 		ps = append(ps, map[string]any{"name": name, "type": "kubernetes", "kubernetes": k})
 	}
+	var hosts []map[string]string
+	for _, h := range fleet.Hosts {
+		hosts = append(hosts, map[string]string{"address": h.Address, "name": h.Name})
+	}
+	ps = append(ps, map[string]any{"name": "kvm", "type": "kvm", "kvm": map[string]any{
+		"user":           fleet.User,
+		"privateKeyFile": "/etc/phe/ssh/id_ed25519",
+		"knownHostsFile": "/etc/phe/ssh/known_hosts",
+		"socket":         fleet.Socket,
+		"storagePool":    fleet.StoragePool,
+		"hosts":          hosts,
+	}})
 	b, _ := json.Marshal(ps)
 	return string(b)
 }
 
 // TestChartOnNode: the chart on a one-node Kubernetes of real parts (make cluster's,
 // internal/testenv/cluster), the image make image builds running in its pods: helm install with
-// three sharded replicas and the writer on, pods Ready, every ProviderHealth object whole; a
-// Prometheus (promstack's) discovering the pods through kubernetes_sd, with the mixin's rules
-// and alerts (durations divided by nodeMixinScale); through a pod's deletion, a helm upgrade's
-// rollout and a node drain, every provider served by some pod at every evaluation (every 2 s),
+// three sharded replicas and the writer on, in-cluster kubernetes providers and a kvm provider
+// of real KVM hosts (kvmhost) reached over the pod network with the chart's SSH credentials;
+// pods Ready, every ProviderHealth object whole; a Prometheus (promstack's) discovering the pods
+// through kubernetes_sd, with the mixin's rules and alerts (durations divided by
+// nodeMixinScale); through a pod's deletion, a helm upgrade's rollout and a node drain, every
+// target of every provider served by some pod at every evaluation (every 2 s),
 // every pod discovered and scraped, no alert firing; the drain held by the
 // PodDisruptionBudget at the last pod (minAvailable 1); helm uninstall leaves no Lease and no
 // object of the release.
@@ -126,47 +158,56 @@ func TestChartOnNode(t *testing.T) {
 	mustKubectl("create", "clusterrole", "phe-nodes", "--verb=list", "--resource=nodes")
 	mustKubectl("create", "clusterrolebinding", "phe-nodes", "--clusterrole=phe-nodes", "--serviceaccount=phe:phe-provider-health-exporter")
 	installed := time.Now()
+	fleet := kvmhost.Start(t, nodeKVMHosts)
+	want := nodeWant()
 	helmRun("install", "phe", chartDir(t), "--namespace", "phe", "--set", "replicas=3",
 		"--set", "shard.enabled=true", "--set", "crd.enabled=true", "--set", "crd.leaderElect=true",
-		"--set-json", "config.providers="+nodeProvidersJSON(), "--wait", "--timeout", "5m")
+		"--set-json", "config.providers="+nodeProvidersJSON(fleet.KVMConfig()),
+		"--set-file", "credentials.ssh.privateKey="+fleet.ClientKeyPath, "--set-file", "credentials.ssh.knownHosts="+fleet.KnownHostsPath,
+		"--wait", "--timeout", "5m")
 	t.Logf("helm install: 3 pods Ready %s after the install began", time.Since(installed).Round(time.Second))
 	if n := len(readyPods(t, kubectl)); n != 3 {
 		t.Fatalf("%d pods Ready after helm install --wait, want 3", n)
 	}
 
-	// Every provider's object, whole: Ready, with its one target.
-	eventuallyNode(t, 2*time.Minute, "every ProviderHealth object Ready with its target", func() (bool, string) {
-		out, err := kubectl("get", "ph", "-o", "json")
-		if err != nil {
-			return false, out
-		}
-		var list struct {
-			Items []struct {
-				Metadata struct{ Name string }
-				Status   struct {
-					Targets    []struct{ Name string }
-					Conditions []struct{ Type, Status, Reason string }
-				}
-			}
-		}
-		if err := json.Unmarshal([]byte(out), &list); err != nil {
-			return false, err.Error()
-		}
-		ready := map[string]bool{}
-		for _, o := range list.Items {
-			for _, cond := range o.Status.Conditions {
-				if cond.Type == "Ready" && cond.Status == "True" && len(o.Status.Targets) == 1 {
-					ready[o.Metadata.Name] = true
-				}
-			}
-		}
-		for _, p := range nodeProviders {
-			if !ready[p] {
+	// Every provider's object, whole: Ready, with its targets (the kvm provider's from every
+	// replica's share): the pods reached the KVM hosts and verified their keys.
+	phWhole := func() {
+		t.Helper()
+		eventuallyNode(t, 2*time.Minute, "every ProviderHealth object Ready with its targets", func() (bool, string) {
+			out, err := kubectl("get", "ph", "-o", "json")
+			if err != nil {
 				return false, out
 			}
-		}
-		return len(list.Items) == len(nodeProviders), out
-	})
+			var list struct {
+				Items []struct {
+					Metadata struct{ Name string }
+					Status   struct {
+						Targets    []struct{ Name string }
+						Conditions []struct{ Type, Status, Reason string }
+					}
+				}
+			}
+			if err := json.Unmarshal([]byte(out), &list); err != nil {
+				return false, err.Error()
+			}
+			ready := map[string]bool{}
+			for _, o := range list.Items {
+				for _, cond := range o.Status.Conditions {
+					if cond.Type == "Ready" && cond.Status == "True" && len(o.Status.Targets) == want[o.Metadata.Name] {
+						ready[o.Metadata.Name] = true
+					}
+				}
+			}
+			for p := range want {
+				if !ready[p] {
+					return false, out
+				}
+			}
+			return len(list.Items) == len(want), out
+		})
+	}
+	phWhole()
 
 	// Prometheus on the host (the pod network is the host's: its bridge routes the pods'
 	// addresses) discovers the release's pods through kubernetes_sd with the admin's
@@ -192,7 +233,7 @@ func TestChartOnNode(t *testing.T) {
 	pods := readyPods(t, kubectl)
 	see(pods)
 	waitPodsUp(t, stack, pods, 2*time.Minute)
-	stack.WaitForQuery(t, nodeServedQuery, func(s []promstack.Sample) bool { return len(s) == len(nodeProviders) }, time.Minute)
+	stack.WaitForQuery(t, nodeServedQuery, func(s []promstack.Sample) bool { return servedAsWanted(s, want) }, time.Minute)
 	logs := followPodLogs(ctx, t, c.Kubeconfig)
 	from := time.Now()
 
@@ -224,8 +265,9 @@ func TestChartOnNode(t *testing.T) {
 	pods = readyPods(t, kubectl)
 	see(pods)
 	to := time.Now()
+	phWhole()
 	t.Logf("through a pod's deletion, a rollout (%s) and a drain (%s): %s", drained.Sub(from).Round(time.Second), to.Sub(drained).Round(time.Second), to.Sub(from).Round(time.Second))
-	judgeNodePrometheus(ctx, t, stack, interval, from, to, pods, seen, logs)
+	judgeNodePrometheus(ctx, t, stack, interval, from, to, want, pods, seen, logs)
 
 	// helm uninstall: no Lease and no object of the release stays (the ProviderHealth objects
 	// and the CRD do: helm.sh/resource-policy keep, as documented).
@@ -317,13 +359,25 @@ var nodePendingAllowed = map[string]string{
 }
 
 // nodeServedQuery is the mixin's count of each provider's targets reported by some pod, as
-// recorded at every evaluation: a provider is missing from it when no pod serves it.
+// recorded at every evaluation: a provider is missing from it when no pod serves it, and
+// counts fewer targets than it has when no pod serves some of them.
 const nodeServedQuery = `provider:proxy_operator_provider_target_up:count{job="` + promstack.JobName + `"}`
 
+// servedAsWanted tells whether samples of nodeServedQuery count every target of want.
+func servedAsWanted(s []promstack.Sample, want map[string]int) bool {
+	n := 0
+	for _, x := range s {
+		if x.Value == float64(want[x.Labels["provider"]]) {
+			n++
+		}
+	}
+	return n == len(want) && len(s) == len(want)
+}
+
 // judgeNodePrometheus asserts what Prometheus saw of the release from from to to: every
-// provider served by some pod at every evaluation, every pod the release ran (seen) discovered
+// target of every provider (want) served by some pod at every evaluation, every pod the release ran (seen) discovered
 // and scraped, the pods running now up, and no alert of the mixin firing (nor a notification).
-func judgeNodePrometheus(ctx context.Context, t *testing.T, stack *promstack.Stack, interval time.Duration, from, to time.Time, pods []string, seen map[string]bool, logs *podLogs) {
+func judgeNodePrometheus(ctx context.Context, t *testing.T, stack *promstack.Stack, interval time.Duration, from, to time.Time, want map[string]int, pods []string, seen map[string]bool, logs *podLogs) {
 	t.Helper()
 	// Whole seconds, so that the steps of a range query fall where asked; the first after
 	// from, when every provider was served.
@@ -339,30 +393,35 @@ func judgeNodePrometheus(ctx context.Context, t *testing.T, stack *promstack.Sta
 	if err != nil {
 		t.Fatal(err)
 	}
-	have := map[string]map[int64]bool{}
+	have := map[string]map[int64]float64{}
 	for _, se := range series {
 		p := se.Labels["provider"]
 		if have[p] == nil {
-			have[p] = map[int64]bool{}
+			have[p] = map[int64]float64{}
 		}
 		for _, pt := range se.Points {
-			have[p][pt.T.UnixMilli()] = true
+			have[p][pt.T.UnixMilli()] = pt.V
 		}
 	}
+	providers := make([]string, 0, len(want))
+	for p := range want {
+		providers = append(providers, p)
+	}
+	slices.Sort(providers)
 	steps := 0
 	var lastGap time.Time
 	for ts := from; !ts.After(to); ts = ts.Add(interval) {
 		steps++
 		var missing []string
-		for _, p := range nodeProviders {
-			if !have[p][ts.UnixMilli()] {
-				missing = append(missing, p)
+		for _, p := range providers {
+			if n, ok := have[p][ts.UnixMilli()]; !ok || n != float64(want[p]) {
+				missing = append(missing, fmt.Sprintf("%s (%g of %d targets)", p, n, want[p]))
 			}
 		}
 		if len(missing) == 0 {
 			continue
 		}
-		t.Errorf("%s: %v served by no pod (%s at the evaluation before)", ts.Format("15:04:05"), missing, nodeServedQuery)
+		t.Errorf("%s: targets of %v served by no pod (%s at the evaluation before)", ts.Format("15:04:05"), missing, nodeServedQuery)
 		if ts.Sub(lastGap) > 30*time.Second {
 			t.Logf("around it:\n%s\n%s", nodeTimeline(ctx, stack, ts.Add(-20*time.Second), ts.Add(10*time.Second), interval), logs.between(ts.Add(-30*time.Second), ts.Add(10*time.Second)))
 		}
