@@ -26,7 +26,7 @@ func (e *Exporter) Routes() http.Handler {
 			// anyway so that a flood of scrapes cannot pile up.
 			MaxRequestsInFlight: 10,
 		})))
-	// One check of one target now (blackbox's multi-target convention); see probe.go.
+	// One check of one target now (blackbox's multi-target convention); see probehandler.go.
 	mux.Handle("GET /probe", newProbeHandler(e, 0))
 	mux.HandleFunc("GET /{$}", e.serveLanding)
 	// What the status page shows, as JSON (api.go, docs/api.md).
