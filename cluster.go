@@ -17,6 +17,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/exporter"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/incluster"
 	"github.com/provider-health-exporter/provider-health-exporter/membership"
 )
 
@@ -27,7 +28,7 @@ func holderPod() *crdwriter.PodRef {
 	if name == "" || uid == "" {
 		return nil
 	}
-	return &crdwriter.PodRef{Namespace: membership.PodNamespace(), Name: name, UID: uid}
+	return &crdwriter.PodRef{Namespace: incluster.PodNamespace(), Name: name, UID: uid}
 }
 
 // shardIdentity is --shard.identity, or the pod's name ($POD_NAME), or the host name.
@@ -79,7 +80,7 @@ func startSharding(o shardOptions, instance string, e *exporter.Exporter, logger
 	logger = logger.With("component", "shard", "identity", identity, "instance", instance)
 	m, err := membership.New(membership.Options{
 		Config:        cfg,
-		Namespace:     cmp.Or(o.leaseNamespace, membership.PodNamespace()),
+		Namespace:     cmp.Or(o.leaseNamespace, incluster.PodNamespace()),
 		Identity:      identity,
 		Instance:      instance,
 		LeaseDuration: o.leaseDuration,

@@ -9,11 +9,9 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -38,8 +36,8 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	kvmcheck "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // The namespace deploy/rbac/ puts the exporter's ServiceAccount and Lease in.
@@ -48,25 +46,16 @@ const exporterNamespace = "provider-health-exporter"
 // kubeFixture is one real etcd + kube-apiserver with the CRD applied, shared by the subtests of
 // TestAgainstAPIServer (they run one after the other and clean up after themselves).
 type kubeFixture struct {
-	env     *kube.Env
-	admin   *restObjects
-	core    typedcorev1.CoreV1Interface
-	coord   coordinationv1client.CoordinationV1Interface
-	root    string
-	kubectl string
-}
-
-func repoRoot(t *testing.T) string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate the test file")
-	}
-	return filepath.Join(filepath.Dir(file), "..")
+	env   *kube.Env
+	admin *restObjects
+	core  typedcorev1.CoreV1Interface
+	coord coordinationv1client.CoordinationV1Interface
+	root  string
 }
 
 func newKubeFixture(t *testing.T) *kubeFixture {
 	env := kube.Start(t)
-	f := &kubeFixture{env: env, root: repoRoot(t)}
+	f := &kubeFixture{env: env, root: testutil.RepoRoot(t)}
 	env.ApplyCRDFile(t, filepath.Join(f.root, "deploy", "crd", "providerhealth.io_providerhealths.yaml"))
 	hc, err := rest.HTTPClientFor(env.AdminConfig)
 	if err != nil {
@@ -85,7 +74,6 @@ func newKubeFixture(t *testing.T) *kubeFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.kubectl, _ = exec.LookPath("kubectl")
 	return f
 }
 
@@ -224,17 +212,11 @@ func isEventWrite(e kube.AuditEvent) bool {
 
 func (f *kubeFixture) runKubectl(t *testing.T, args ...string) string {
 	t.Helper()
-	if f.kubectl == "" {
-		testenv.Unavailable(t, "kubectl is not on PATH: install it to run this test")
-	}
-	all := append([]string{"--kubeconfig", f.env.Kubeconfig, "--cache-dir", filepath.Join(t.TempDir(), "cache")}, args...)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, f.kubectl, all...).CombinedOutput()
+	out, err := kube.Kubectl(t, nil, append(kube.ClusterFlags(t, f.env.Kubeconfig), args...)...)
 	if err != nil {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return string(out)
+	return out
 }
 
 // bodyRecorder keeps the bodies of the status writes a client sends.
