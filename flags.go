@@ -28,11 +28,6 @@ import (
 )
 
 const (
-	// defaultListenAddress: 9847 is not the port of any widely deployed exporter we know of.
-	// The range the Prometheus default-port-allocations list hands out (9100-9999) is fully
-	// taken, so the port is not registered there: where it clashes, --web.listen-address moves it.
-	defaultListenAddress = ":9847"
-
 	// minInterval is the shortest --provider-check-interval other than 0 (checks off): a
 	// shorter one would put load on the providers for no gain in alerting.
 	minInterval = 10 * time.Second
@@ -143,7 +138,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code in
 	app.Flag("shard.lease-duration", "How long a replica's Lease lives without renewal: a replica killed without releasing it leaves the shard after this.").Default(model.Duration(membership.DefaultLeaseDuration).String()).SetValue(durationValue{"shard.lease-duration", &opts.shard.leaseDuration})
 	app.Flag("shard.renew-deadline", "Bound of each request renewing the Lease or reading the members.").Default(model.Duration(membership.DefaultRenewDeadline).String()).SetValue(durationValue{"shard.renew-deadline", &opts.shard.renewDeadline})
 	app.Flag("shard.retry-period", "Time between two renewals of the Lease (and reads of the members).").Default(model.Duration(membership.DefaultRetryPeriod).String()).SetValue(durationValue{"shard.retry-period", &opts.shard.retryPeriod})
-	opts.web = kingpinflag.AddFlags(app, defaultListenAddress)
+	opts.web = kingpinflag.AddFlags(app, exporter.DefaultListenAddress)
 	app.Flag("web.external-url", "The URL under which the exporter is reached from outside, e.g. behind a reverse proxy that routes by path: the links of its pages start with its path, and when it has one every endpoint is served under it (as Prometheus does). Empty: served and linked at the root.").StringVar(&opts.externalURL)
 	app.Flag("web.route-prefix", "Prefix of the endpoints' paths (a proxy that strips the external path: /). Default: the path of --web.external-url.").StringVar(&opts.routePrefix)
 	app.Flag("web.enable-lifecycle", "Serve POST /-/reload (without it the endpoint answers 403; SIGHUP reloads either way).").BoolVar(&opts.enableLifecycle)
