@@ -90,7 +90,7 @@ image: crossbuild
 ## platform alone (six platforms took about six minutes of a CI run); run this before a release
 ## and after changing the image's build (docs/testing.md).
 image-test:
-	$(GO) test -count=1 -timeout 45m -run '^TestImage$$' -v . -image.all-platforms
+	$(GO) test -count=1 -timeout 45m -run '^TestImage$$' -v ./release -image.all-platforms
 
 ## test: every test with the race detector; parts of the test environment that are missing
 ## skip, or fail under REQUIRE_INTEGRATION=1.

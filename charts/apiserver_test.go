@@ -69,7 +69,7 @@ func TestChartAgainstAPIServer(t *testing.T) {
 		"every toggle": {"--include-crds", "-f", everyToggle(t)},
 	} {
 		manifest := h.template(args...)
-		objs := decodeObjects(t, manifest)
+		objs := kube.DecodeObjects(t, manifest)
 		out, err := kubectl(manifest, "apply", "--dry-run=server", "--validate=strict", "-f", "-")
 		if err != nil {
 			t.Errorf("%s: kubectl apply --dry-run=server --validate=strict refused the rendering: %v\n%s", name, err, out)
@@ -105,7 +105,7 @@ func TestChartAgainstAPIServer(t *testing.T) {
 
 	// The API server's PodSecurity admission admits a Pod made of the Deployment's template in
 	// the namespace that enforces "restricted" (it judges Pods, not Deployments).
-	dep := objects(decodeObjects(t, manifest)).get(t, "Deployment", namespace, release)
+	dep := objects(kube.DecodeObjects(t, manifest)).get(t, "Deployment", namespace, release)
 	pod := map[string]any{"apiVersion": "v1", "kind": "Pod",
 		"metadata": map[string]any{"name": "pod-security-check", "namespace": namespace},
 		"spec":     field(dep, "spec", "template", "spec")}

@@ -10,22 +10,20 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/helm"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // release and namespace are those of deploy/: a release of this name renders objects of the
@@ -35,21 +33,14 @@ const (
 	namespace = "provider-health-exporter"
 )
 
-func repoRoot(t testing.TB) string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate the test file")
-	}
-	return filepath.Dir(filepath.Dir(file))
-}
 
 func chartDir(t testing.TB) string {
-	return filepath.Join(repoRoot(t), "charts", "provider-health-exporter")
+	return filepath.Join(testutil.RepoRoot(t), "charts", "provider-health-exporter")
 }
 
 // everyToggle is the values file with every toggle of the chart on.
 func everyToggle(t testing.TB) string {
-	return filepath.Join(repoRoot(t), "charts", "testdata", "every-toggle.yaml")
+	return filepath.Join(testutil.RepoRoot(t), "charts", "testdata", "every-toggle.yaml")
 }
 
 func readFile(t testing.TB, path string) []byte {
@@ -97,24 +88,6 @@ func (h helmCmd) template(args ...string) []byte {
 		h.t.Fatalf("helm template %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return []byte(out)
-}
-
-func decodeObjects(t testing.TB, manifest []byte) []*unstructured.Unstructured {
-	t.Helper()
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs
-			}
-			t.Fatalf("decode the rendered manifests: %v\n%s", err, manifest)
-		}
-		if m != nil {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
-	}
 }
 
 // objects is a rendering, by kind and name.
@@ -181,7 +154,7 @@ func asYAML(t testing.TB, v any) string {
 // now, the specs equal to those of deploy/prometheusrule.yaml and deploy/alertmanagerconfig.yaml
 // once the job placeholder names deploy/'s job.
 func TestChartCopiesOfGeneratedFiles(t *testing.T) {
-	root := repoRoot(t)
+	root := testutil.RepoRoot(t)
 	var chart struct {
 		Version    string `json:"version"`
 		AppVersion string `json:"appVersion"`

@@ -146,7 +146,7 @@ func TestCRDUpgrade(t *testing.T) {
 		t.Errorf("after helm uninstall the ProviderHealth objects are %v (%v)", names, err)
 	}
 
-	if objs := objects(decodeObjects(t, h.template("--set", "crds.install=false"))); len(objs.all("CustomResourceDefinition")) != 0 {
+	if objs := objects(kube.DecodeObjects(t, h.template("--set", "crds.install=false"))); len(objs.all("CustomResourceDefinition")) != 0 {
 		t.Error("crds.install=false still renders the CRD")
 	}
 }

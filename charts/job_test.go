@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
 )
 
@@ -112,7 +113,7 @@ func TestRulesFollowTheRelease(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: helm template: %v\n%s", c.name, err, out)
 		}
-		objs := objects(decodeObjects(t, []byte(out)))
+		objs := objects(kube.DecodeObjects(t, []byte(out)))
 		rendered[c.name] = objs
 		sm := objs.all("ServiceMonitor")
 		if len(sm) != 1 {

@@ -10,6 +10,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/cluster"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // container returns the exporter's container and the pod spec of a rendering's Deployment.
@@ -34,14 +36,14 @@ func TestTemplateImage(t *testing.T) {
 		{[]string{"--set", "image.registry=", "--set", "image.repository=phe"}, "phe:v" + chartAppVersion(t)},
 		{[]string{"--set", "image.tag=v9.9.9", "--set", "image.digest=" + digest}, "ghcr.io/provider-health-exporter/provider-health-exporter@" + digest},
 	} {
-		ctr, _ := container(t, objects(decodeObjects(t, h.template(c.args...))))
+		ctr, _ := container(t, objects(kube.DecodeObjects(t, h.template(c.args...))))
 		if ctr["image"] != c.want {
 			t.Errorf("%v: image %v, want %s", c.args, ctr["image"], c.want)
 		}
 	}
 	// make cluster loads the image under the name the chart runs with no image values.
-	ctr, _ := container(t, objects(decodeObjects(t, h.template())))
-	if ref, err := cluster.ChartImage(repoRoot(t)); err != nil || ctr["image"] != ref {
+	ctr, _ := container(t, objects(kube.DecodeObjects(t, h.template())))
+	if ref, err := cluster.ChartImage(testutil.RepoRoot(t)); err != nil || ctr["image"] != ref {
 		t.Errorf("the cluster loads the image as %q (%v), the chart runs %v", ref, err, ctr["image"])
 	}
 	for set, want := range map[string]string{
@@ -79,7 +81,7 @@ extraVolumeMounts:
     mountPath: /etc/ssl/corp
     readOnly: true
 `
-	ctr, pod := container(t, objects(decodeObjects(t, h.template("-f", writeValues(t, values)))))
+	ctr, pod := container(t, objects(kube.DecodeObjects(t, h.template("-f", writeValues(t, values)))))
 	// The chart's POD_NAME and POD_UID (sharding and the writer's Lease, on by default) first,
 	// then extraEnv.
 	if got := asYAML(t, ctr["env"]); got != asYAML(t, []map[string]any{
@@ -144,7 +146,7 @@ webConfig:
     username: kubelet
     password: probe-secret
 `
-	objs := objects(decodeObjects(t, h.template("-f", writeValues(t, values))))
+	objs := objects(kube.DecodeObjects(t, h.template("-f", writeValues(t, values))))
 	ctr, pod := container(t, objs)
 	if !slices.Contains(ctr["args"].([]any), any("--web.config.file=/etc/phe/web/web-config.yml")) {
 		t.Errorf("args %v lack --web.config.file", ctr["args"])
@@ -180,7 +182,7 @@ webConfig:
 	}
 
 	// Basic auth without probe credentials: tcpSocket probes of the same port.
-	objs = objects(decodeObjects(t, h.template("--set", "webConfig.config.basic_auth_users.prometheus=x")))
+	objs = objects(kube.DecodeObjects(t, h.template("--set", "webConfig.config.basic_auth_users.prometheus=x")))
 	ctr, _ = container(t, objs)
 	for _, p := range []string{"readinessProbe", "livenessProbe"} {
 		pr := ctr[p].(map[string]any)
@@ -191,7 +193,7 @@ webConfig:
 
 	// An existing Secret: mounted, no Secret rendered; the scheme and the ServiceMonitor's
 	// own scheme as the values say.
-	objs = objects(decodeObjects(t, h.template("--set", "webConfig.existingSecret=my-web", "--set", "webConfig.key=web.yml",
+	objs = objects(kube.DecodeObjects(t, h.template("--set", "webConfig.existingSecret=my-web", "--set", "webConfig.key=web.yml",
 		"--set", "webConfig.scheme=HTTPS", "--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.scheme=HTTP")))
 	ctr, pod = container(t, objs)
 	if objs.find("Secret", namespace, release+"-web-config") != nil || !slices.Contains(ctr["args"].([]any), any("--web.config.file=/etc/phe/web/web.yml")) ||
@@ -206,7 +208,7 @@ webConfig:
 	}
 
 	// Without a web config: no flag, no Secret, probes of the default scheme (HTTP).
-	ctr, _ = container(t, objects(decodeObjects(t, h.template())))
+	ctr, _ = container(t, objects(kube.DecodeObjects(t, h.template())))
 	if strings.Contains(asYAML(t, ctr["args"]), "web.config") || field2(ctr["readinessProbe"].(map[string]any), "httpGet", "scheme") != nil {
 		t.Errorf("without a web config: args %v, readiness probe %v", ctr["args"], ctr["readinessProbe"])
 	}
@@ -257,7 +259,7 @@ func TestTemplateExternalURL(t *testing.T) {
 			[]string{"--web.external-url=https://tools.example/phe", "--web.route-prefix=/"}, ""},
 		{[]string{"--set", "web.routePrefix=/inner"}, []string{"--web.route-prefix=/inner"}, "/inner"},
 	} {
-		objs := objects(decodeObjects(t, h.template(append(c.args, "--set", "serviceMonitor.enabled=true")...)))
+		objs := objects(kube.DecodeObjects(t, h.template(append(c.args, "--set", "serviceMonitor.enabled=true")...)))
 		ctr, _ := container(t, objs)
 		var web []string
 		for _, a := range ctr["args"].([]any) {
@@ -290,7 +292,7 @@ func TestTemplateExternalURL(t *testing.T) {
 func TestTemplateServiceMonitorScheme(t *testing.T) {
 	h := newHelm(t)
 	for scheme, want := range map[string]any{"http": nil, "HTTP": nil, "https": "https", "HTTPS": "HTTPS"} {
-		objs := objects(decodeObjects(t, h.template("--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.scheme="+scheme)))
+		objs := objects(kube.DecodeObjects(t, h.template("--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.scheme="+scheme)))
 		ep := field(objs.get(t, "ServiceMonitor", namespace, release), "spec", "endpoints").([]any)[0].(map[string]any)
 		if ep["scheme"] != want {
 			t.Errorf("serviceMonitor.scheme=%s: the endpoint's scheme is %v, want %v", scheme, ep["scheme"], want)
@@ -315,17 +317,17 @@ func TestTemplateConfigChangeReachesPods(t *testing.T) {
 		{"--set", "config.existingConfigMap=my-providers"},
 		{"--set", "config.existingSecret=my-providers"},
 	} {
-		ctr, _ := container(t, objects(decodeObjects(t, h.template(args...))))
+		ctr, _ := container(t, objects(kube.DecodeObjects(t, h.template(args...))))
 		if !slices.Contains(ctr["args"].([]any), any("--config.auto-reload")) {
 			t.Errorf("%v: args %v, want --config.auto-reload", args, ctr["args"])
 		}
 	}
-	ctr, _ := container(t, objects(decodeObjects(t, h.template("--set", "config.existingConfigMap=my-providers", "--set", "config.autoReload=false"))))
+	ctr, _ := container(t, objects(kube.DecodeObjects(t, h.template("--set", "config.existingConfigMap=my-providers", "--set", "config.autoReload=false"))))
 	if slices.Contains(ctr["args"].([]any), any("--config.auto-reload")) {
 		t.Errorf("config.autoReload=false: args %v, want no --config.auto-reload", ctr["args"])
 	}
 	podAnnotations := func(sum string) any {
-		d := objects(decodeObjects(t, h.template("--set", "config.existingConfigMap=my-providers",
+		d := objects(kube.DecodeObjects(t, h.template("--set", "config.existingConfigMap=my-providers",
 			"--set-string", "podAnnotations.checksum/my-providers="+sum))).get(t, "Deployment", namespace, release)
 		return field(d, "spec", "template", "metadata", "annotations")
 	}

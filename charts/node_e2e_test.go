@@ -21,6 +21,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/toolbuild"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // nodeProviders are the in-cluster kubernetes providers the e2e release checks: each lists
@@ -93,7 +94,7 @@ func TestChartOnNode(t *testing.T) {
 		testenv.Unavailable(t, "a one-node cluster needs %s", strings.Join(missing, ", "))
 	}
 	h := newHelm(t)
-	root := repoRoot(t)
+	root := testutil.RepoRoot(t)
 	ref, err := cluster.ChartImage(root)
 	if err != nil {
 		t.Fatal(err)

@@ -1,37 +1,29 @@
 package charts
 
 import (
-	"context"
 	"encoding/base64"
 	"maps"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
 )
 
 // kustomize renders deploy/ with the machine's kubectl, the way docs/deploy.md installs it.
 func kustomize(t *testing.T) objects {
 	t.Helper()
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		testenv.Unavailable(t, "kubectl is not on PATH: install it (e.g. the kubectl package) to render deploy/ with its kustomize")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, kubectl, "kustomize", filepath.Join(repoRoot(t), "deploy")).CombinedOutput()
+	out, err := kube.Kubectl(t, nil, "kustomize", filepath.Join(testutil.RepoRoot(t), "deploy"))
 	if err != nil {
 		t.Fatalf("kubectl kustomize deploy/: %v\n%s", err, out)
 	}
-	return decodeObjects(t, out)
+	return kube.DecodeObjects(t, []byte(out))
 }
 
 // monitoringKinds are the Prometheus Operator's objects, off by default, and the NetworkPolicy.
@@ -43,7 +35,7 @@ var monitoringKinds = []string{"ServiceMonitor", "PrometheusRule", "Alertmanager
 // is in the release's namespace (but the Events Role, in default) and carries the chart's labels.
 func TestTemplateDefaults(t *testing.T) {
 	h := newHelm(t)
-	objs := objects(decodeObjects(t, h.template()))
+	objs := objects(kube.DecodeObjects(t, h.template()))
 	want := []string{
 		"ClusterRole/provider-health-exporter", "ClusterRole/provider-health-exporter-viewer",
 		"ClusterRoleBinding/provider-health-exporter", "ConfigMap/provider-health-exporter-providers",
@@ -187,7 +179,7 @@ func asList(v any) []any {
 func TestTemplateMatchesKustomize(t *testing.T) {
 	h := newHelm(t)
 	k := kustomize(t)
-	c := objects(decodeObjects(t, h.template("--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
+	c := objects(kube.DecodeObjects(t, h.template("--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
 		"--set", "alertmanagerConfig.enabled=true", "--set", "networkPolicy.enabled=true")))
 
 	same := func(what string, got, want any) {
@@ -330,7 +322,7 @@ func TestTemplateMatchesKustomize(t *testing.T) {
 func TestTemplateEveryToggle(t *testing.T) {
 	h := newHelm(t)
 	rendered := h.template("-f", everyToggle(t))
-	objs := objects(decodeObjects(t, rendered))
+	objs := objects(kube.DecodeObjects(t, rendered))
 	if objs.find("ConfigMap", namespace, release+"-dashboards") == nil {
 		t.Errorf("no dashboards ConfigMap with every toggle on: %v", objs.kinds())
 	}
@@ -426,7 +418,7 @@ func TestTemplateEveryToggle(t *testing.T) {
 	}
 
 	// A new credential rolls the pods (the exporter reads credentials when it loads the file).
-	other := objects(decodeObjects(t, h.template("-f", everyToggle(t), "--set", "credentials.ssh.knownHosts=changed")))
+	other := objects(kube.DecodeObjects(t, h.template("-f", everyToggle(t), "--set", "credentials.ssh.knownHosts=changed")))
 	annotation := func(o *unstructured.Unstructured) any {
 		return field(o, "spec", "template", "metadata", "annotations", "checksum/credentials")
 	}
@@ -449,7 +441,7 @@ func TestTemplateChoices(t *testing.T) {
 		return out
 	}
 
-	objs := objects(decodeObjects(t, h.template("--set", "config.existingConfigMap=my-providers", "--set", "config.key=phe.yml")))
+	objs := objects(kube.DecodeObjects(t, h.template("--set", "config.existingConfigMap=my-providers", "--set", "config.key=phe.yml")))
 	if len(objs.all("ConfigMap")) != 0 {
 		t.Errorf("with config.existingConfigMap the chart renders a ConfigMap: %v", objs.kinds())
 	}
@@ -460,7 +452,7 @@ func TestTemplateChoices(t *testing.T) {
 		t.Errorf("args %v do not name config.key", args)
 	}
 
-	objs = objects(decodeObjects(t, h.template("--set", "config.existingSecret=my-providers",
+	objs = objects(kube.DecodeObjects(t, h.template("--set", "config.existingSecret=my-providers",
 		"--set", "credentials.ssh.existingSecret=my-ssh", "--set", "credentials.vsphere.existingSecret=my-vcenter")))
 	v := volumes(objs)
 	if len(objs.all("ConfigMap")) != 0 || len(objs.all("Secret")) != 0 ||
@@ -475,15 +467,15 @@ func TestTemplateChoices(t *testing.T) {
 
 	// Sharding off: no flag, no shard Role; the writer's RBAC stays, and so do POD_NAME and
 	// POD_UID (the holder's pod owns the writer's Lease). Without leader election, neither.
-	objs = objects(decodeObjects(t, h.template("--set", "shard.enabled=false")))
+	objs = objects(kube.DecodeObjects(t, h.template("--set", "shard.enabled=false")))
 	checkSharded(t, objs, false)
 	checkPodIdentity(t, objs, true)
-	checkPodIdentity(t, objects(decodeObjects(t, h.template("--set", "shard.enabled=false", "--set", "crd.leaderElect=false"))), false)
+	checkPodIdentity(t, objects(kube.DecodeObjects(t, h.template("--set", "shard.enabled=false", "--set", "crd.leaderElect=false"))), false)
 	if objs.find("Role", namespace, release+"-leader-election") == nil {
 		t.Errorf("shard.enabled=false lost the writer's Lease Role: %v", objs.kinds())
 	}
 	// The writer off, sharding on: the shard's Role is the only Role.
-	objs = objects(decodeObjects(t, h.template("--set", "crd.enabled=false")))
+	objs = objects(kube.DecodeObjects(t, h.template("--set", "crd.enabled=false")))
 	checkSharded(t, objs, true)
 	if got := objs.kinds(); slices.ContainsFunc(got, func(s string) bool {
 		return strings.Contains(s, "Role") && s != "ClusterRole/provider-health-exporter-viewer" && !strings.HasSuffix(s, "/provider-health-exporter-shard")
@@ -491,7 +483,7 @@ func TestTemplateChoices(t *testing.T) {
 		t.Errorf("crd.enabled=false still renders the writer's RBAC: %v", got)
 	}
 
-	objs = objects(decodeObjects(t, h.template("--set", "replicas=1", "--set", "crd.enabled=false", "--set", "shard.enabled=false")))
+	objs = objects(kube.DecodeObjects(t, h.template("--set", "replicas=1", "--set", "crd.enabled=false", "--set", "shard.enabled=false")))
 	if len(objs.all("PodDisruptionBudget")) != 0 {
 		t.Error("one replica: a PodDisruptionBudget with minAvailable 1 would block every drain, yet it is rendered")
 	}
@@ -525,7 +517,7 @@ func TestServiceAccountTokenOnlyWhenNeeded(t *testing.T) {
 	h := newHelm(t)
 	off := []string{"--set", "crd.enabled=false", "--set", "shard.enabled=false"}
 	kvm := []string{"--set", "config.providers[0].name=lab", "--set", "config.providers[0].type=kvm"}
-	kube := func(kubeconfig string) []string {
+	kubeProvider := func(kubeconfig string) []string {
 		args := []string{"--set", "config.providers[0].name=c", "--set", "config.providers[0].type=kubernetes"}
 		if kubeconfig != "" {
 			args = append(args, "--set", "config.providers[0].kubernetes.kubeconfig="+kubeconfig)
@@ -543,15 +535,15 @@ func TestServiceAccountTokenOnlyWhenNeeded(t *testing.T) {
 		{"shard only", []string{"--set", "crd.enabled=false"}, true},
 		{"neither, kvm provider", join(off, kvm), false},
 		{"neither, no provider", off, false},
-		{"neither, in-cluster kubernetes provider", join(off, kube("")), true},
-		{"neither, kubernetes provider with a kubeconfig", join(off, kube("/etc/phe/kubeconfigs/c")), false},
-		{"neither, kubeconfig at the token's path", join(off, kube("/var/run/secrets/kubernetes.io/serviceaccount/kubeconfig")), true},
+		{"neither, in-cluster kubernetes provider", join(off, kubeProvider("")), true},
+		{"neither, kubernetes provider with a kubeconfig", join(off, kubeProvider("/etc/phe/kubeconfigs/c")), false},
+		{"neither, kubeconfig at the token's path", join(off, kubeProvider("/var/run/secrets/kubernetes.io/serviceaccount/kubeconfig")), true},
 		{"neither, existingConfigMap", join(off, []string{"--set", "config.existingConfigMap=mine"}), true},
 		{"neither, extraArgs --crd.enabled", join(off, []string{"--set", "extraArgs[0]=--crd.enabled"}), true},
 		{"neither, forced on", join(off, kvm, []string{"--set", "serviceAccount.automountToken=true"}), true},
 		{"defaults, forced off", []string{"--set", "serviceAccount.automountToken=false"}, false},
 	} {
-		objs := objects(decodeObjects(t, h.template(c.args...)))
+		objs := objects(kube.DecodeObjects(t, h.template(c.args...)))
 		got := field(objs.get(t, "Deployment", namespace, release), "spec", "template", "spec", "automountServiceAccountToken")
 		if got != c.want {
 			t.Errorf("%s: automountServiceAccountToken %v, want %v", c.name, got, c.want)

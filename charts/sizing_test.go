@@ -10,6 +10,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // sizingRow is one row of docs/deploy.md's sizing table.
@@ -27,7 +30,7 @@ type sizingRow struct {
 // MiB, steady | peak MiB, worst | memory request | memory limit | CPU request | CPU limit | ...
 func sizingTable(t *testing.T) []sizingRow {
 	t.Helper()
-	doc := readFile(t, filepath.Join(repoRoot(t), "docs", "deploy.md"))
+	doc := readFile(t, filepath.Join(testutil.RepoRoot(t), "docs", "deploy.md"))
 	begin, end := bytes.Index(doc, []byte("<!-- sizing: begin -->")), bytes.Index(doc, []byte("<!-- sizing: end -->"))
 	if begin < 0 || end < begin {
 		t.Fatal("docs/deploy.md: no sizing table between <!-- sizing: begin --> and <!-- sizing: end -->")
@@ -122,12 +125,12 @@ func TestSizingTableMatchesDefaults(t *testing.T) {
 			what, replicas, mr.String(), ml.String(), cr.String(), cl.String())
 	}
 
-	objs := objects(decodeObjects(t, newHelm(t).template()))
+	objs := objects(kube.DecodeObjects(t, newHelm(t).template()))
 	dep := objs.get(t, "Deployment", namespace, release)
 	ctr, _ := container(t, objs)
 	match("the chart's defaults", replicasOf(dep), ctr)
 
-	for _, o := range decodeObjects(t, readFile(t, filepath.Join(repoRoot(t), "deploy", "deployment.yaml"))) {
+	for _, o := range kube.DecodeObjects(t, readFile(t, filepath.Join(testutil.RepoRoot(t), "deploy", "deployment.yaml"))) {
 		if o.GetKind() != "Deployment" {
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
 )
 
 // chartTypes is the chart's files/types.yaml, which internal/cmd/gentypes writes from each
@@ -74,7 +75,7 @@ func TestEveryTypeGetsItsCredentials(t *testing.T) {
 			"--set", "config.providers["+string(rune('0'+i))+"].type="+typ)
 	}
 	h := newHelm(t)
-	objs := objects(decodeObjects(t, h.template(args...)))
+	objs := objects(kube.DecodeObjects(t, h.template(args...)))
 	for _, s := range objs.all("Secret") {
 		w, ok := want[s.GetName()]
 		if !ok {

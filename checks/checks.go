@@ -102,7 +102,8 @@ type Checker interface {
 	Check(ctx context.Context) []TargetResult
 }
 
-// Optional abilities of a Checker, besides the interface itself.
+// Optional abilities of a Checker, besides the interface itself: the runner and the exporter
+// find them by type assertion, and every one of them is declared here.
 
 // Retargeter is a checker that can hand its connections to the checker of a changed version of
 // its provider (kvm: when only the host list changed). The new checker shares what carries
@@ -124,4 +125,36 @@ type Staler interface {
 // that call, and the call must then return promptly.
 type Closer interface {
 	io.Closer
+}
+
+// SubsetChecker is an optional ability of a Checker of a PerTarget type: check some of its
+// targets only. A sharded replica (--shard.enabled) checks only the targets it owns;
+// CheckTargets is Check restricted to targets (a subset of Targets()), one result per target.
+// A PerTarget checker without it is checked whole and the results of the targets this replica
+// does not own are dropped.
+//
+// A sharded replica calls it every round, with no target when it owns none of the provider's:
+// whatever the checker holds for a target outside targets (a connection) it may release.
+type SubsetChecker interface {
+	CheckTargets(ctx context.Context, targets []string) []TargetResult
+}
+
+// TargetProber is an optional ability of a Checker: check one of its targets now, on demand
+// (the exporter's /probe endpoint), through the same machinery as the rounds but outside them.
+// A probe's verdict is returned only: it never enters the runner's memory, so the snapshot, the
+// metrics and the ProviderHealth objects do not change.
+type TargetProber interface {
+	// ProbeTarget checks target once, within ctx. trace, when not nil, receives the stages of
+	// the check. The error is ErrUnknownTarget for a target the checker does not list, or
+	// ErrBusy when the target could not be checked before ctx ended because another check of
+	// it held it (the verdict is then not about the target); otherwise nil, and the verdict is
+	// the target's.
+	ProbeTarget(ctx context.Context, target string, trace *Trace) (TargetResult, error)
+}
+
+// ProbeLimiter is an optional ability of a TargetProber: how many on-demand probes of its
+// provider may run at once, sized from what the provider can take (a kvm provider: its
+// concurrency). A prober without it gets DefaultProbeLimit.
+type ProbeLimiter interface {
+	ProbeLimit() int
 }

@@ -8,18 +8,6 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks/shard"
 )
 
-// SubsetChecker is an optional ability of a Checker of a PerTarget type: check some of its
-// targets only. A sharded replica (--shard.enabled) checks only the targets it owns;
-// CheckTargets is Check restricted to targets (a subset of Targets()), one result per target.
-// A PerTarget checker without it is checked whole and the results of the targets this replica
-// does not own are dropped.
-//
-// A sharded replica calls it every round, with no target when it owns none of the provider's:
-// whatever the checker holds for a target outside targets (a connection) it may release.
-type SubsetChecker interface {
-	CheckTargets(ctx context.Context, targets []string) []TargetResult
-}
-
 // Ownership says whether this replica owns the ownership key (OwnershipKey) of a target: it
 // checks and reports the targets it owns only. The exporter builds it from the members of the
 // shard (--shard.enabled); nil owns everything, as without sharding.

@@ -313,32 +313,57 @@ func (r *Runner) round(ctx context.Context) {
 	defer cancel()
 	deadline, _ := rctx.Deadline()
 
-	r.mu.Lock()
-	slots := slices.Clone(r.slots)
-	owns := r.owns
-	r.mu.Unlock()
-
-	// Targets are read before the checks start: they are what the Timeout verdicts of an
-	// abandoned checker stand for. A sharded replica checks those it owns (owned).
-	targets := make([][]string, len(slots))
-	all := make([][]string, len(slots))
-	call := make([]bool, len(slots))
-	for i, s := range slots {
-		all[i] = s.c.Targets()
-		targets[i], call[i] = owned(owns, s, all[i])
+	p := r.plan()
+	outcomes, ok := p.check(ctx, rctx, start, deadline.Add(r.grace))
+	if !ok {
+		// Shutting down: the round is incomplete and is not published.
+		return
 	}
+	r.record(ctx, p, outcomes, start, deadline, time.Now())
+}
 
+// roundPlan is what a round checks.
+type roundPlan struct {
+	slots []*slot
+	owns  Ownership
+	// all is every checker's targets; targets those this replica owns; call whether the
+	// checker is called at all.
+	all, targets [][]string
+	call         []bool
+}
+
+// plan reads the checkers and their targets. Targets are read before the checks start: they
+// are what the Timeout verdicts of an abandoned checker stand for. A sharded replica checks
+// those it owns (owned).
+func (r *Runner) plan() *roundPlan {
+	r.mu.Lock()
+	p := &roundPlan{slots: slices.Clone(r.slots), owns: r.owns}
+	r.mu.Unlock()
+	p.targets = make([][]string, len(p.slots))
+	p.all = make([][]string, len(p.slots))
+	p.call = make([]bool, len(p.slots))
+	for i, s := range p.slots {
+		p.all[i] = s.c.Targets()
+		p.targets[i], p.call[i] = owned(p.owns, s, p.all[i])
+	}
+	return p
+}
+
+// check calls every checker of the plan on its own goroutine, within rctx, and collects their
+// outcomes until cutoff (the round's deadline plus grace): a checker not returned by then is
+// abandoned. ok is false when ctx ended first.
+func (p *roundPlan) check(ctx, rctx context.Context, start, cutoff time.Time) (outcomes []outcome, ok bool) {
 	type done struct {
 		i int
 		o outcome
 	}
 	// Buffered for every checker, so that a late checker's goroutine can always deliver its
 	// result (which nobody reads) and exit.
-	ch := make(chan done, len(slots))
-	outcomes := make([]outcome, len(slots))
+	ch := make(chan done, len(p.slots))
+	outcomes = make([]outcome, len(p.slots))
 	pending := 0
-	for i, s := range slots {
-		if !call[i] {
+	for i, s := range p.slots {
+		if !p.call[i] {
 			// Another replica owns the provider, or every target of it: nothing to check.
 			outcomes[i] = outcome{kind: outcomeReturned, at: start}
 			continue
@@ -349,18 +374,7 @@ func (r *Runner) round(ctx context.Context) {
 		}
 		pending++
 		go func() {
-			o := outcome{kind: outcomeReturned}
-			func() {
-				defer func() {
-					if p := recover(); p != nil {
-						o = outcome{kind: outcomePanicked, panic: fmt.Sprintf("%v\n%s", p, debug.Stack())}
-					}
-				}()
-				// Sanitized here, on the checker's goroutine: no lock is held, and the
-				// checkers' messages are sanitized in parallel.
-				o.results = sanitized(checkOwned(rctx, s.c, all[i], targets[i]))
-			}()
-			o.at = time.Now()
+			o := callChecker(rctx, s, p.all[i], p.targets[i])
 			// Not busy any more before the result is delivered: a round that starts right
 			// after this one must find the checker free.
 			s.busy.Store(false)
@@ -368,23 +382,42 @@ func (r *Runner) round(ctx context.Context) {
 		}()
 	}
 
-	cutoff := time.NewTimer(time.Until(deadline.Add(r.grace)))
-	defer cutoff.Stop()
-collect:
+	timer := time.NewTimer(time.Until(cutoff))
+	defer timer.Stop()
 	for pending > 0 {
 		select {
 		case d := <-ch:
 			outcomes[d.i] = d.o
 			pending--
-		case <-cutoff.C:
-			break collect
+		case <-timer.C:
+			return outcomes, true
 		case <-ctx.Done():
-			// Shutting down: the round is incomplete and is not published.
-			return
+			return nil, false
 		}
 	}
-	end := time.Now()
+	return outcomes, true
+}
 
+// callChecker calls s's checker on targets (of all) and returns its outcome, a panic caught.
+func callChecker(ctx context.Context, s *slot, all, targets []string) outcome {
+	o := outcome{kind: outcomeReturned}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				o = outcome{kind: outcomePanicked, panic: fmt.Sprintf("%v\n%s", p, debug.Stack())}
+			}
+		}()
+		// Sanitized here, on the checker's goroutine: no lock is held, and the
+		// checkers' messages are sanitized in parallel.
+		o.results = sanitized(checkOwned(ctx, s.c, all, targets))
+	}()
+	o.at = time.Now()
+	return o
+}
+
+// record turns the round's outcomes into verdicts, applies the thresholds and publishes the
+// snapshot, unless ctx ended meanwhile.
+func (r *Runner) record(ctx context.Context, p *roundPlan, outcomes []outcome, start, deadline, end time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ctx.Err() != nil {
@@ -393,25 +426,26 @@ collect:
 	budget := newLineBudget(r.logger.Handler(), MaxTransitionLinesPerRound)
 	transitions := slog.New(budget)
 	defer budget.logDropped(r.logger)
-	for i, s := range slots {
+	for i, s := range p.slots {
 		if s.removed {
 			// Dropped or replaced by a reload while the round ran.
 			continue
 		}
+		targets := p.targets[i]
 		if outcomes[i].kind == outcomeReturned {
 			// A checker that discovers its targets (vsphere's hosts) lists, once its check
 			// returned, what that check found: a new target has its verdict in this round.
-			targets[i], _ = owned(owns, s, s.c.Targets())
+			targets, _ = owned(p.owns, s, s.c.Targets())
 		}
-		s.targets = targets[i]
+		s.targets = targets
 		if outcomes[i].kind == outcomeAbandoned {
 			r.abandonedTotal++
 		}
 		pm := r.memoryOf(s)
-		pm.prune(targets[i])
-		pm.list(s.name, targets[i], start, r.carry)
+		pm.prune(targets)
+		pm.list(s.name, targets, start, r.carry)
 		bugs := make(map[string]bool)
-		verdicts := r.verdicts(s, targets[i], outcomes[i], start, deadline, pm.targets, pm.bugs, bugs)
+		verdicts := r.verdicts(s, targets, outcomes[i], start, deadline, pm.targets, pm.bugs, bugs)
 		pm.bugs = bugs
 		pm.apply(transitions, s.name, s.th, verdicts, operatorMaintenance(verdicts, s.labels, start))
 	}

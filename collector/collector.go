@@ -154,106 +154,145 @@ func labelPair(name *string, value string) *dto.LabelPair {
 // every series are in name order: prometheus.Gatherers would otherwise replace them with a
 // sorted copy, writing to series that concurrent scrapes share.
 func families(s *checks.Snapshot) ([]*dto.MetricFamily, error) {
-	type ref struct {
-		t      *checks.TargetState
-		labels []*dto.LabelPair // provider, target: shared by the series of the target
-	}
-	var refs []ref
-	info := newFamily(providerInfo, len(s.Providers))
-	unchecked := newFamily(targetsUnchecked, len(s.Providers))
-	failTh := newFamily(failureThreshold, len(s.Providers))
-	succTh := newFamily(successThreshold, len(s.Providers))
-	since := newFamily(uncheckedSince, 0)
-	tinfo := newFamily(targetInfo, 0)
-	// targetLabels adds target's target_info series when it has labels.
-	targetLabels := func(p *checks.ProviderState, labels []*dto.LabelPair, target string) {
-		ls := p.Labels.Of(target)
-		if len(ls) == 0 {
-			return
-		}
-		pairs := append(make([]*dto.LabelPair, 0, len(labels)+len(ls)), labels...)
-		for name, value := range ls {
-			pairs = append(pairs, labelPair(new(name), value))
-		}
-		slices.SortFunc(pairs, func(a, b *dto.LabelPair) int { return strings.Compare(a.GetName(), b.GetName()) })
-		tinfo.Metric = append(tinfo.Metric, &dto.Metric{Label: pairs, Gauge: gauge(1)})
-	}
-	total := newFamily(checksTotal, 0)
-	failed := newFamily(checksFailedTotal, 0)
-	counters := func(labels []*dto.LabelPair, checks, failedChecks uint64) {
-		total.Metric = append(total.Metric, &dto.Metric{Label: labels, Counter: &dto.Counter{Value: new(float64(checks))}})
-		failed.Metric = append(failed.Metric, &dto.Metric{Label: labels, Counter: &dto.Counter{Value: new(float64(failedChecks))}})
-	}
+	b := newFamilyBuilder(len(s.Providers))
 	for i := range s.Providers {
-		p := &s.Providers[i]
-		pp := labelPair(lProvider, p.Name)
-		info.Metric = append(info.Metric, &dto.Metric{Label: []*dto.LabelPair{pp, labelPair(lType, string(p.Type))}, Gauge: gauge(1)})
-		unchecked.Metric = append(unchecked.Metric, &dto.Metric{Label: []*dto.LabelPair{pp}, Gauge: gauge(float64(len(p.Unchecked)))})
-		th := p.Thresholds
-		if th == (checks.Thresholds{}) {
-			th = checks.DefaultThresholds
-		}
-		failTh.Metric = append(failTh.Metric, &dto.Metric{Label: []*dto.LabelPair{pp}, Gauge: gauge(float64(max(th.Failure, 1)))})
-		succTh.Metric = append(succTh.Metric, &dto.Metric{Label: []*dto.LabelPair{pp}, Gauge: gauge(float64(max(th.Success, 1)))})
-		for j := range p.Targets {
-			t := &p.Targets[j]
-			refs = append(refs, ref{t: t, labels: []*dto.LabelPair{pp, labelPair(lTarget, t.Target)}})
-			targetLabels(p, refs[len(refs)-1].labels, t.Target)
-		}
-		for j := range p.Unchecked {
-			u := &p.Unchecked[j]
-			labels := []*dto.LabelPair{pp, labelPair(lTarget, u.Target)}
-			since.Metric = append(since.Metric, &dto.Metric{Label: labels, Gauge: gauge(float64(u.Listed.UnixNano()) / 1e9)})
-			counters(labels, u.Checks, u.FailedChecks)
-			targetLabels(p, labels, u.Target)
-		}
+		b.addProvider(&s.Providers[i])
 	}
+	b.addVerdicts()
+	return b.gather(s)
+}
 
-	up := newFamily(targetUp, len(refs))
-	duration := newFamily(checkDuration, len(refs))
-	timestamp := newFamily(checkTimestamp, len(refs))
-	transition := newFamily(lastTransition, len(refs))
-	reason := newFamily(targetReason, len(refs))
-	failures := newFamily(consecutiveFailures, len(refs))
-	successes := newFamily(consecutiveSuccesses, len(refs))
-	// The provider types' own gauges, by gauge.
-	own := map[*checks.Gauge]*dto.MetricFamily{}
-	var ownOrder []*dto.MetricFamily
+// targetRef is a target with a verdict, and its provider and target labels, shared by the series
+// of the target.
+type targetRef struct {
+	t      *checks.TargetState
+	labels []*dto.LabelPair
+}
+
+// familyBuilder builds the families of one snapshot: first of its providers and of every
+// target (addProvider), then of the verdicts (addVerdicts).
+type familyBuilder struct {
+	refs []targetRef
+	// Of the providers, and of every target, with a verdict or not.
+	info, unchecked, failTh, succTh, since, tinfo, total, failed *dto.MetricFamily
+	// Of the verdicts.
+	up, duration, timestamp, transition, reason, failures, successes *dto.MetricFamily
+	// The provider types' own gauges, by gauge, and in their order.
+	own      map[*checks.Gauge]*dto.MetricFamily
+	ownOrder []*dto.MetricFamily
+}
+
+func newFamilyBuilder(providers int) *familyBuilder {
+	return &familyBuilder{
+		info:      newFamily(providerInfo, providers),
+		unchecked: newFamily(targetsUnchecked, providers),
+		failTh:    newFamily(failureThreshold, providers),
+		succTh:    newFamily(successThreshold, providers),
+		since:     newFamily(uncheckedSince, 0),
+		tinfo:     newFamily(targetInfo, 0),
+		total:     newFamily(checksTotal, 0),
+		failed:    newFamily(checksFailedTotal, 0),
+	}
+}
+
+// addProvider adds provider p's series, and those of its unchecked targets; it keeps its
+// targets with a verdict for addVerdicts.
+func (b *familyBuilder) addProvider(p *checks.ProviderState) {
+	pp := labelPair(lProvider, p.Name)
+	b.info.Metric = append(b.info.Metric, &dto.Metric{Label: []*dto.LabelPair{pp, labelPair(lType, string(p.Type))}, Gauge: gauge(1)})
+	b.unchecked.Metric = append(b.unchecked.Metric, &dto.Metric{Label: []*dto.LabelPair{pp}, Gauge: gauge(float64(len(p.Unchecked)))})
+	th := p.Thresholds
+	if th == (checks.Thresholds{}) {
+		th = checks.DefaultThresholds
+	}
+	b.failTh.Metric = append(b.failTh.Metric, &dto.Metric{Label: []*dto.LabelPair{pp}, Gauge: gauge(float64(max(th.Failure, 1)))})
+	b.succTh.Metric = append(b.succTh.Metric, &dto.Metric{Label: []*dto.LabelPair{pp}, Gauge: gauge(float64(max(th.Success, 1)))})
+	for j := range p.Targets {
+		t := &p.Targets[j]
+		b.refs = append(b.refs, targetRef{t: t, labels: []*dto.LabelPair{pp, labelPair(lTarget, t.Target)}})
+		b.addTargetLabels(p, b.refs[len(b.refs)-1].labels, t.Target)
+	}
+	for j := range p.Unchecked {
+		u := &p.Unchecked[j]
+		labels := []*dto.LabelPair{pp, labelPair(lTarget, u.Target)}
+		b.since.Metric = append(b.since.Metric, &dto.Metric{Label: labels, Gauge: gauge(float64(u.Listed.UnixNano()) / 1e9)})
+		b.addCounters(labels, u.Checks, u.FailedChecks)
+		b.addTargetLabels(p, labels, u.Target)
+	}
+}
+
+// addTargetLabels adds target's target_info series when it has labels.
+func (b *familyBuilder) addTargetLabels(p *checks.ProviderState, labels []*dto.LabelPair, target string) {
+	ls := p.Labels.Of(target)
+	if len(ls) == 0 {
+		return
+	}
+	pairs := append(make([]*dto.LabelPair, 0, len(labels)+len(ls)), labels...)
+	for name, value := range ls {
+		pairs = append(pairs, labelPair(new(name), value))
+	}
+	slices.SortFunc(pairs, func(a, b *dto.LabelPair) int { return strings.Compare(a.GetName(), b.GetName()) })
+	b.tinfo.Metric = append(b.tinfo.Metric, &dto.Metric{Label: pairs, Gauge: gauge(1)})
+}
+
+// addCounters adds a target's check counters.
+func (b *familyBuilder) addCounters(labels []*dto.LabelPair, checks, failedChecks uint64) {
+	b.total.Metric = append(b.total.Metric, &dto.Metric{Label: labels, Counter: &dto.Counter{Value: new(float64(checks))}})
+	b.failed.Metric = append(b.failed.Metric, &dto.Metric{Label: labels, Counter: &dto.Counter{Value: new(float64(failedChecks))}})
+}
+
+// addVerdicts adds the series of every target with a verdict, the provider types' own gauges
+// among them.
+func (b *familyBuilder) addVerdicts() {
+	n := len(b.refs)
+	b.up, b.duration, b.timestamp = newFamily(targetUp, n), newFamily(checkDuration, n), newFamily(checkTimestamp, n)
+	b.transition, b.reason = newFamily(lastTransition, n), newFamily(targetReason, n)
+	b.failures, b.successes = newFamily(consecutiveFailures, n), newFamily(consecutiveSuccesses, n)
+	b.own = map[*checks.Gauge]*dto.MetricFamily{}
 	for _, typ := range checks.Registered() {
 		for _, g := range typ.Gauges {
 			f := newFamily(family{g.Name, g.Help, dto.MetricType_GAUGE}, 0)
-			own[g] = f
-			ownOrder = append(ownOrder, f)
+			b.own[g] = f
+			b.ownOrder = append(b.ownOrder, f)
 		}
 	}
-	for _, r := range refs {
+	for _, r := range b.refs {
 		v := 0.0
 		if r.t.Up {
 			v = 1
 		}
-		up.Metric = append(up.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(v)})
-		duration.Metric = append(duration.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(r.t.Duration.Seconds())})
-		timestamp.Metric = append(timestamp.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(float64(r.t.CheckedAt.UnixNano()) / 1e9)})
-		transition.Metric = append(transition.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(float64(r.t.Since.UnixNano()) / 1e9)})
-		reason.Metric = append(reason.Metric, &dto.Metric{
+		b.up.Metric = append(b.up.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(v)})
+		b.duration.Metric = append(b.duration.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(r.t.Duration.Seconds())})
+		b.timestamp.Metric = append(b.timestamp.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(float64(r.t.CheckedAt.UnixNano()) / 1e9)})
+		b.transition.Metric = append(b.transition.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(float64(r.t.Since.UnixNano()) / 1e9)})
+		b.reason.Metric = append(b.reason.Metric, &dto.Metric{
 			Label: []*dto.LabelPair{r.labels[0], labelPair(lReason, string(r.t.Reason)), r.labels[1]}, Gauge: gauge(1)})
-		failures.Metric = append(failures.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(float64(r.t.ConsecutiveFailures))})
-		successes.Metric = append(successes.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(float64(r.t.ConsecutiveSuccesses))})
-		counters(r.labels, r.t.Checks, r.t.FailedChecks)
-		for _, sm := range r.t.Samples {
-			f := own[sm.Gauge]
-			if f == nil {
-				continue // the runner keeps only the samples of declared gauges
-			}
-			labels := append(make([]*dto.LabelPair, 0, 2+len(sm.LabelValues)), r.labels...)
-			for i, name := range sm.Gauge.Labels {
-				labels = append(labels, labelPair(new(name), sm.LabelValues[i]))
-			}
-			slices.SortFunc(labels, func(a, b *dto.LabelPair) int { return strings.Compare(a.GetName(), b.GetName()) })
-			f.Metric = append(f.Metric, &dto.Metric{Label: labels, Gauge: gauge(sm.Value)})
-		}
+		b.failures.Metric = append(b.failures.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(float64(r.t.ConsecutiveFailures))})
+		b.successes.Metric = append(b.successes.Metric, &dto.Metric{Label: r.labels, Gauge: gauge(float64(r.t.ConsecutiveSuccesses))})
+		b.addCounters(r.labels, r.t.Checks, r.t.FailedChecks)
+		b.addSamples(r)
 	}
+}
 
+// addSamples adds the samples of r's verdict to the provider types' own gauges.
+func (b *familyBuilder) addSamples(r targetRef) {
+	for _, sm := range r.t.Samples {
+		f := b.own[sm.Gauge]
+		if f == nil {
+			continue // the runner keeps only the samples of declared gauges
+		}
+		labels := append(make([]*dto.LabelPair, 0, 2+len(sm.LabelValues)), r.labels...)
+		for i, name := range sm.Gauge.Labels {
+			labels = append(labels, labelPair(new(name), sm.LabelValues[i]))
+		}
+		slices.SortFunc(labels, func(a, b *dto.LabelPair) int { return strings.Compare(a.GetName(), b.GetName()) })
+		f.Metric = append(f.Metric, &dto.Metric{Label: labels, Gauge: gauge(sm.Value)})
+	}
+}
+
+// gather returns the families built, with the round's own, each sorted, and sorted by name; an
+// error when one target has two verdicts.
+func (b *familyBuilder) gather(s *checks.Snapshot) ([]*dto.MetricFamily, error) {
 	mfs := []*dto.MetricFamily{newFamily(roundsTotal, 1), newFamily(abandonedTotal, 1)}
 	mfs[0].Metric = append(mfs[0].Metric, &dto.Metric{Counter: &dto.Counter{Value: new(float64(s.Round))}})
 	mfs[1].Metric = append(mfs[1].Metric, &dto.Metric{Counter: &dto.Counter{Value: new(float64(s.AbandonedTotal))}})
@@ -263,8 +302,8 @@ func families(s *checks.Snapshot) ([]*dto.MetricFamily, error) {
 		rd.Metric = append(rd.Metric, &dto.Metric{Gauge: gauge(s.RoundDuration.Seconds())})
 		mfs = append(mfs, rd)
 	}
-	for _, f := range append([]*dto.MetricFamily{info, unchecked, failTh, succTh, up, duration, timestamp, transition, reason,
-		failures, successes, since, total, failed, tinfo}, ownOrder...) {
+	for _, f := range append([]*dto.MetricFamily{b.info, b.unchecked, b.failTh, b.succTh, b.up, b.duration, b.timestamp,
+		b.transition, b.reason, b.failures, b.successes, b.since, b.total, b.failed, b.tinfo}, b.ownOrder...) {
 		if len(f.Metric) > 0 {
 			slices.SortStableFunc(f.Metric, byLabelValues)
 			mfs = append(mfs, f)
@@ -272,9 +311,9 @@ func families(s *checks.Snapshot) ([]*dto.MetricFamily, error) {
 	}
 	// Every target, with a verdict or not, has one series in the counters: duplicates there,
 	// sorted, are duplicates everywhere.
-	for i := 1; i < len(total.Metric); i++ {
-		if byLabelValues(total.Metric[i-1], total.Metric[i]) == 0 {
-			l := total.Metric[i].Label
+	for i := 1; i < len(b.total.Metric); i++ {
+		if byLabelValues(b.total.Metric[i-1], b.total.Metric[i]) == 0 {
+			l := b.total.Metric[i].Label
 			return nil, fmt.Errorf("provider %q target %q: collected before with the same name and label values (two verdicts on one target)", l[0].GetValue(), l[1].GetValue())
 		}
 	}

@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -10,9 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +27,7 @@ import (
 	kvmcheck "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	vspherecheck "github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
+	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 var t0 = time.Unix(1_800_000_000, 0)
@@ -455,39 +453,22 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 // every metric but /probe's carries the prefix, and no metric is documented twice anywhere in the
 // file.
 func TestMetricsDocMatchesCollector(t *testing.T) {
-	f, err := os.Open("../docs/metrics.md")
-	if err != nil {
-		t.Fatalf("open the metrics doc: %v", err)
-	}
-	defer f.Close()
-	row := regexp.MustCompile("^\\| `([a-z_:]+)` \\| ([a-z]+) \\| *([a-z_, ]*?) *\\|")
 	type doc struct{ typ, labels string }
 	documented := map[string]doc{}
 	all := map[string]int{}
-	section := ""
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if h, ok := strings.CutPrefix(line, "## "); ok {
-			section = h
-			continue
-		}
-		m := row.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		all[m[1]]++
+	for _, r := range itestutil.MetricsDoc(t) {
+		all[r.Name]++
 		// /probe answers in the multi-target exporters' own names (probe_success...), as
 		// blackbox_exporter does; everything else carries the prefix.
-		if !strings.HasPrefix(m[1], checks.MetricNamespace+"_") && !strings.HasPrefix(section, "/probe") {
-			t.Errorf("%s is documented without the %s_ prefix", m[1], checks.MetricNamespace)
+		if !strings.HasPrefix(r.Name, checks.MetricNamespace+"_") && !strings.HasPrefix(r.Section, "/probe") {
+			t.Errorf("%s is documented without the %s_ prefix", r.Name, checks.MetricNamespace)
 		}
-		if section == "Provider checks" {
-			documented[m[1]] = doc{m[2], strings.TrimSpace(m[3])}
+		// A row whose labels are partly described (target_info: "and the target's labels")
+		// is not compared here; TestTargetInfoCardinality checks target_info's labels.
+		described := slices.ContainsFunc(r.Labels, func(l string) bool { return strings.Contains(l, " ") })
+		if r.Section == "Provider checks" && !described {
+			documented[r.Name] = doc{r.Type, strings.Join(r.Labels, ", ")}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	for name, n := range all {
 		if n > 1 {

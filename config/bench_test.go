@@ -3,7 +3,6 @@ package config_test
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -42,7 +41,7 @@ func TestLargeFile(t *testing.T) {
 }
 
 func BenchmarkParse(b *testing.B) {
-	example, err := os.ReadFile(filepath.Join(testdata, "providers.yml"))
+	example, err := os.ReadFile(example)
 	if err != nil {
 		b.Fatal(err)
 	}

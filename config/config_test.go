@@ -21,9 +21,14 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the testdata/invalid-*.yml.err golden files")
 
-const testdata = "../testdata"
+// testdata holds the package's golden files (testdata/invalid-*.yml and the error text beside
+// each, testdata/valid-*.yml).
+const testdata = "testdata"
 
-// parseTestdata parses a file of testdata under the name a user at the repository root sees.
+// example is the annotated example providers file of the README and docs/configuration.md.
+const example = "../testdata/providers.yml"
+
+// parseTestdata parses a file of testdata under its name from the package directory.
 func parseTestdata(t *testing.T, name string) (*config.Config, error) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(testdata, name))
@@ -177,11 +182,11 @@ func TestSeveralErrorsAllReported(t *testing.T) {
 
 // TestExample loads the complete annotated example and checks every value, defaults included.
 func TestExample(t *testing.T) {
-	cfg, err := config.Load(filepath.Join(testdata, "providers.yml"))
+	cfg, err := config.Load(example)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := filepath.Abs(testdata)
+	dir, err := filepath.Abs(filepath.Dir(example))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -601,11 +606,11 @@ func TestLoadMissingFile(t *testing.T) {
 // TestEqual changes each field of a provider in turn (found by reflection, so a field added
 // later is covered) and expects Equal to notice.
 func TestEqual(t *testing.T) {
-	c, err := config.Load(filepath.Join(testdata, "providers.yml"))
+	c, err := config.Load(example)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reload, err := config.Load(filepath.Join(testdata, "providers.yml"))
+	reload, err := config.Load(example)
 	if err != nil {
 		t.Fatal(err)
 	}

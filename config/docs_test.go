@@ -2,7 +2,6 @@ package config_test
 
 import (
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,14 +15,14 @@ import (
 
 const docsFile = "../docs/configuration.md"
 
-// TestDocsExample: the complete example in docs/configuration.md is testdata/providers.yml, byte
+// TestDocsExample: the complete example in docs/configuration.md is the repository's testdata/providers.yml, byte
 // for byte, so the example users copy is the one the tests load.
 func TestDocsExample(t *testing.T) {
 	doc, err := os.ReadFile(docsFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	example, err := os.ReadFile(filepath.Join(testdata, "providers.yml"))
+	example, err := os.ReadFile(example)
 	if err != nil {
 		t.Fatal(err)
 	}

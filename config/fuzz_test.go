@@ -13,7 +13,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 )
 
-// FuzzParse feeds the parser arbitrary bytes, seeded with every file of testdata/*.yml. Whatever
+// FuzzParse feeds the parser arbitrary bytes, seeded with every file of testdata/*.yml and the example. Whatever
 // the input, config.Parse must return either a config that keeps the loader's promises or config.Errors whose
 // every line is a placed problem; it must never panic.
 func FuzzParse(f *testing.F) {
@@ -21,6 +21,7 @@ func FuzzParse(f *testing.F) {
 	if err != nil || len(files) == 0 {
 		f.Fatalf("no seed files in %s: %v", testdata, err)
 	}
+	files = append(files, example)
 	for _, file := range files {
 		data, err := os.ReadFile(file)
 		if err != nil {

@@ -40,7 +40,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -50,7 +49,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/incluster"
 )
 
 // Defaults of Options.
@@ -232,7 +231,7 @@ func (o *Options) defaults() error {
 		o.LeaseName = o.Instance
 	}
 	if o.LeaseNamespace == "" {
-		o.LeaseNamespace = podNamespace()
+		o.LeaseNamespace = incluster.PodNamespace()
 	}
 	if o.Identity == "" {
 		o.Identity = defaultIdentity()
@@ -260,16 +259,6 @@ func (o *Options) defaults() error {
 		o.HolderPod = nil
 	}
 	return nil
-}
-
-// podNamespace is the namespace of the pod this runs in (its service account's), else
-// "default". The file is read as every file is (a regular file, bounded, with a deadline).
-func podNamespace() string {
-	b, err := fileread.Read("/var/run/secrets/kubernetes.io/serviceaccount/namespace", fileread.CredentialLimit)
-	if ns := strings.TrimSpace(string(b)); err == nil && ns != "" {
-		return ns
-	}
-	return metav1.NamespaceDefault
 }
 
 func defaultIdentity() string {

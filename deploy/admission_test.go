@@ -31,13 +31,13 @@ var providerHealths = schema.GroupVersionResource{Group: "providerhealth.io", Ve
 // instance or not managed by the exporter is refused with the policy's message. Other users are
 // not judged by it.
 func TestValidatingAdmissionPolicy(t *testing.T) {
-	root := repoRoot(t)
+	root := testutil.RepoRoot(t)
 	env := kube.Start(t)
 	env.ApplyCRDFile(t, filepath.Join(root, "deploy", "crd", "providerhealth.io_providerhealths.yaml"))
-	cache := filepath.Join(t.TempDir(), "cache")
+	flags := kube.ClusterFlags(t, env.Kubeconfig)
 	kubectl := func(args ...string) {
 		t.Helper()
-		if out, err := runKubectl(t, nil, append([]string{"--kubeconfig", env.Kubeconfig, "--cache-dir", cache}, args...)...); err != nil {
+		if out, err := kube.Kubectl(t, nil, append(flags, args...)...); err != nil {
 			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}

@@ -6,14 +6,11 @@ package deploy
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,7 +29,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
@@ -45,62 +41,14 @@ import (
 	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
 )
 
-func repoRoot(t testing.TB) string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate the test file")
-	}
-	return filepath.Dir(filepath.Dir(file))
-}
-
-func kubectlPath(t testing.TB) string {
-	t.Helper()
-	path, err := exec.LookPath("kubectl")
-	if err != nil {
-		testenv.Unavailable(t, "kubectl is not on PATH: install it (e.g. the kubectl package) to render deploy/ with its kustomize")
-	}
-	return path
-}
-
-// runKubectl runs kubectl with args for at most two minutes and returns its combined output.
-func runKubectl(t testing.TB, stdin []byte, args ...string) (string, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, kubectlPath(t), args...)
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
 // render is `kubectl kustomize deploy/`, the way the docs tell users to install it.
 func render(t testing.TB) []byte {
 	t.Helper()
-	out, err := runKubectl(t, nil, "kustomize", filepath.Join(repoRoot(t), "deploy"))
+	out, err := kube.Kubectl(t, nil, "kustomize", filepath.Join(testutil.RepoRoot(t), "deploy"))
 	if err != nil {
 		t.Fatalf("kubectl kustomize deploy/: %v\n%s", err, out)
 	}
 	return []byte(out)
-}
-
-func decodeObjects(t testing.TB, manifest []byte) []*unstructured.Unstructured {
-	t.Helper()
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs
-			}
-			t.Fatalf("decode the rendered manifests: %v", err)
-		}
-		if m != nil {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
-	}
 }
 
 // rendered is the output of kustomize, by kind.
@@ -145,7 +93,7 @@ func (r rendered) one(t *testing.T, kind, name string, into any) {
 // and Secrets fit the other objects and the example providers file (which the exporter's own
 // parser accepts), and the shard's Role grants exactly its verbs on Leases, in its namespace.
 func TestRenderedManifests(t *testing.T) {
-	r := rendered{decodeObjects(t, render(t))}
+	r := rendered{kube.DecodeObjects(t, render(t))}
 
 	var kinds []string
 	for _, o := range r.objs {
@@ -389,7 +337,7 @@ func TestRenderedManifests(t *testing.T) {
 
 	// The image: the project's published image (the Helm chart's default too), at the version
 	// of VERSION, so that the manifests as shipped pull an image that exists.
-	version, err := os.ReadFile(filepath.Join(repoRoot(t), "VERSION"))
+	version, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "VERSION"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -554,7 +502,7 @@ func checkProvidersFile(t *testing.T, r rendered, pod corev1.PodSpec, c corev1.C
 // docs/benchmarks.md (the ExporterRSS10000Targets row, "now").
 func measuredPeakRSS(t *testing.T) resource.Quantity {
 	t.Helper()
-	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "benchmarks.md"))
+	doc, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "docs", "benchmarks.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -575,7 +523,7 @@ func measuredPeakRSS(t *testing.T) resource.Quantity {
 // role gives read access and nothing more, and the built-in view role aggregates it.
 func TestManifestsAgainstAPIServer(t *testing.T) {
 	manifest := render(t)
-	objs := decodeObjects(t, manifest)
+	objs := kube.DecodeObjects(t, manifest)
 	crds := kube.OperatorCRDs(t)
 	env := kube.Start(t)
 	applied := env.ApplyCRD(t, crds)
@@ -588,9 +536,8 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 			t.Fatalf("the generated operator CRDs lack %s (have %v)", want, names)
 		}
 	}
-	cache := filepath.Join(t.TempDir(), "cache")
 	kubectl := func(stdin []byte, args ...string) (string, error) {
-		return runKubectl(t, stdin, append([]string{"--kubeconfig", env.Kubeconfig, "--cache-dir", cache}, args...)...)
+		return kube.Kubectl(t, stdin, append(kube.ClusterFlags(t, env.Kubeconfig), args...)...)
 	}
 
 	// The namespace must exist for a dry run of the objects in it.
@@ -693,7 +640,7 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 		t.Fatalf("bind the viewer role: %v\n%s", err, out)
 	}
 	asOncall := func(args ...string) (string, error) {
-		return runKubectl(t, nil, append([]string{"--kubeconfig", env.KubeconfigFor("oncall"), "--cache-dir", cache}, args...)...)
+		return kube.Kubectl(t, nil, append(kube.ClusterFlags(t, env.KubeconfigFor("oncall")), args...)...)
 	}
 	// canI answers kubectl auth can-i as oncall: its last line (kubectl may warn before it).
 	canI := func(args ...string) string {
@@ -879,7 +826,7 @@ func TestSystemdUnit(t *testing.T) {
 	if err != nil {
 		testenv.Unavailable(t, "no systemd-analyze on PATH: install Debian's systemd package")
 	}
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "systemd", "provider-health-exporter.service"))
+	raw, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "deploy", "systemd", "provider-health-exporter.service"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -909,7 +856,7 @@ func TestSystemdUnit(t *testing.T) {
 // from the mixin's jsonnet now (no drift), and holds exactly the groups of the mixin's own
 // generated rule files, mixin/prometheus_rules.yaml and mixin/prometheus_alerts.yaml.
 func TestPrometheusRuleFromMixin(t *testing.T) {
-	root := repoRoot(t)
+	root := testutil.RepoRoot(t)
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		testenv.Unavailable(t, "no go command to run jsonnet from the tools module: %v", err)

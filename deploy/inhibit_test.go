@@ -16,6 +16,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // mixinJsonnet renders a mixin entry point with the tools module's jsonnet, as make does.
@@ -28,7 +29,7 @@ func mixinJsonnet(t *testing.T, entry string, args ...string) []byte {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, goTool, append([]string{"tool", "-modfile=tools/go.mod", "jsonnet", "-J", "mixin", "-S"}, append(args, entry)...)...)
-	cmd.Dir = repoRoot(t)
+	cmd.Dir = testutil.RepoRoot(t)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -114,7 +115,7 @@ func inhibitRulesOfAlertmanagerConfig(t *testing.T, raw []byte) []map[string]any
 // TestAlertmanagerConfigFromMixin: deploy/alertmanagerconfig.yaml is what `make deploy-rules`
 // generates now, and says what mixin/alertmanager/inhibit_rules.yaml says.
 func TestAlertmanagerConfigFromMixin(t *testing.T) {
-	root := repoRoot(t)
+	root := testutil.RepoRoot(t)
 	committed, err := os.ReadFile(filepath.Join(root, "deploy", "alertmanagerconfig.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +148,7 @@ func TestAlertmanagerConfigFromMixin(t *testing.T) {
 // it sends: in every form, multi-cluster or not, a provider down in one cluster does not mute
 // the TargetDown of a provider of the same name in another cluster.
 func TestInhibitRulesOnAlertmanager(t *testing.T) {
-	root := repoRoot(t)
+	root := testutil.RepoRoot(t)
 	plain, err := os.ReadFile(filepath.Join(root, "mixin", "alertmanager", "inhibit_rules.yaml"))
 	if err != nil {
 		t.Fatal(err)

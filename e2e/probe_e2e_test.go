@@ -458,7 +458,11 @@ func TestProbeHealthyHostsBesideHangingOnes(t *testing.T) {
 // Over several scrapes of every target through both replicas: every scrape reads up 1, every
 // healthy target probe_success 1 (never 0), every dead one probe_success 0 with the reason of
 // the stage it really fails at (TCPUnreachable, SSHHandshakeFailed).
-func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
+//
+// The fleet's kvm provider bounds the TCP connect and the SSH handshake by stageBound each, and
+// the libvirt handshake and each call by callBound (0: their defaults); the probes' scrape
+// timeout must outlast stageBound, so that every dead host fails at its stage.
+func probeFleet(tb testing.TB, n int, interval, scrapeTimeout, stageBound, callBound time.Duration, scrapes int) {
 	bins := promstack.RequireBinaries(tb)
 	dead := n / 10
 	f := kvmstandin.Start(tb, kvmstandin.Counts{Healthy: n - dead, Silent: dead / 2, Dropping: dead - dead/2})
@@ -468,7 +472,7 @@ func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
 	env := kube.Start(tb)
 	sim := vcsim.Start(tb, vcsim.Options{})
 	// Every dead host fails within its stage's bound, well inside the probe's deadline.
-	providers := standInProviders(f.KVMConfig(), 500*time.Millisecond, 500*time.Millisecond, fmt.Sprintf(`  - name: gce
+	providers := standInProviders(f.KVMConfig(), stageBound, stageBound, fmt.Sprintf(`  - name: gce
     type: gcp
     gcp:
       project: %s
@@ -487,6 +491,12 @@ func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
       caFile: %s
       datacenter: DC0
 `, gcefake.DefaultProject, key, gce.URL(), env.Kubeconfig, sim.URL(), sim.UsernameFile(), sim.PasswordFile(), sim.CAFile()))
+	// A round fits a host that runs out every bound (the loader checks it).
+	roundTimeout := 15 * time.Second
+	if callBound > 0 {
+		providers = strings.Replace(providers, "      hosts:\n", fmt.Sprintf("      libvirtTimeout: %s\n      rpcTimeout: %s\n      hosts:\n", callBound, callBound), 1)
+		roundTimeout = max(roundTimeout, 3*stageBound+(2+kvm.CallsPerCheck)*callBound)
+	}
 	path := filepath.Join(tb.TempDir(), "providers.yml")
 	if err := os.WriteFile(path, []byte(providers), 0o600); err != nil {
 		tb.Fatal(err)
@@ -497,7 +507,7 @@ func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
 	// follow).
 	api := map[string]string{"gce": gcefake.DefaultProject}
 	for range 2 {
-		e := runExporter(tb, path, time.Minute, 15*time.Second)
+		e := runExporter(tb, path, time.Minute, roundTimeout)
 		srv := httptest.NewServer(e.Handler())
 		tb.Cleanup(srv.Close)
 		replicas = append(replicas, strings.TrimPrefix(srv.URL, "http://"))
@@ -514,7 +524,7 @@ func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
 	// The documented probe job, once per replica, each target labelled with what it is.
 	var cfg strings.Builder
 	// Prometheus refuses a scrape timeout longer than the interval.
-	fmt.Fprintf(&cfg, "global:\n  scrape_interval: %ds\n  scrape_timeout: %ds\nscrape_configs:\n", interval/time.Second, min(interval, 3*time.Second)/time.Second)
+	fmt.Fprintf(&cfg, "global:\n  scrape_interval: %ds\n  scrape_timeout: %ds\nscrape_configs:\n", interval/time.Second, min(interval, scrapeTimeout)/time.Second)
 	for i, addr := range replicas {
 		fmt.Fprintf(&cfg, "  - job_name: probe-%d\n    metrics_path: /probe\n    static_configs:\n", i)
 		for _, h := range f.Hosts {
@@ -619,16 +629,18 @@ func probeFleet(tb testing.TB, n int, interval time.Duration, scrapes int) {
 }
 
 // TestProbeFleet is probeFleet at the size make test affords on a shared 2-core machine: 100
-// stand-in hosts, 10 of them dead; BenchmarkProbeFleet runs the 1,000-host fleet (make bench).
+// stand-in hosts, 10 of them dead, every stage bound 2s (a healthy host of a loaded machine
+// answers within it) and a 5s scrape timeout (a dead host fails at its stage within it);
+// BenchmarkProbeFleet runs the 1,000-host fleet (make bench).
 func TestProbeFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Prometheus and 100 stand-in hosts")
 	}
-	probeFleet(t, 100, 3*time.Second, 5)
+	probeFleet(t, 100, 5*time.Second, 5*time.Second, 2*time.Second, 2*time.Second, 5)
 }
 
 // BenchmarkProbeFleet is the fleet test at 1,000 stand-in hosts (100 dead) and two replicas:
 // 2,002 probe targets scraped every 10s. It asserts what TestProbeFleet does, once.
 func BenchmarkProbeFleet(b *testing.B) {
-	probeFleet(b, 1000, 10*time.Second, 4)
+	probeFleet(b, 1000, 10*time.Second, 3*time.Second, 500*time.Millisecond, 0, 4)
 }

@@ -113,6 +113,34 @@ func (s *scheduledChecker) snapshots() []*checks.Snapshot {
 	return append([]*checks.Snapshot(nil), s.seen...)
 }
 
+// hostStageBound is each stage bound of a host's check (tcpTimeout, sshTimeout, libvirtTimeout,
+// rpcTimeout) in the tests of real KVM hosts: none under 2s, so that a healthy host of a loaded
+// machine is not cut short.
+const hostStageBound = 2 * time.Second
+
+// pace starts a round of runner as soon as w has written the one before (its SyncedRound), up
+// to round last or until ctx ends: the rounds follow one another in the order of events,
+// whatever the machine's speed, and the writer writes every round's verdicts (and their Events)
+// before the next round starts. published is runner.Subscribe's, taken before the runner starts.
+func pace(ctx context.Context, published <-chan struct{}, runner *checks.Runner, w *crdwriter.Writer, last uint64) {
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+	for range published {
+		round := runner.Current().Round
+		if round >= last {
+			return
+		}
+		for w.Report().SyncedRound < round {
+			select {
+			case <-ctx.Done():
+				return
+			case <-poll.C:
+			}
+		}
+		runner.RunSoon()
+	}
+}
+
 // TestThresholdsWithRealFaults: a kvm provider with failureThreshold 3 and successThreshold 2,
 // loaded from a providers file, checked by the real runner against real KVM hosts and mirrored by
 // the ProviderHealth writer into a real API server. One host meets real faults at chosen checks:
@@ -139,10 +167,14 @@ func TestThresholdsWithRealFaults(t *testing.T) {
       knownHostsFile: %s
       socket: %s
       storagePool: %s
+      tcpTimeout: %s
+      sshTimeout: %s
+      libvirtTimeout: %s
+      rpcTimeout: %s
       hosts:
         - {address: %q, name: %s}
         - {address: %q, name: %s}
-`, kc.User, kc.PrivateKeyFile, kc.KnownHostsFile, kc.Socket, kc.StoragePool,
+`, kc.User, kc.PrivateKeyFile, kc.KnownHostsFile, kc.Socket, kc.StoragePool, hostStageBound, hostStageBound, hostStageBound, hostStageBound,
 		kc.Hosts[0].Address, kc.Hosts[0].Name, kc.Hosts[1].Address, kc.Hosts[1].Name)
 	logs := &testutil.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -157,9 +189,13 @@ func TestThresholdsWithRealFaults(t *testing.T) {
 	}}
 	wrapConstructor(t, kvm.Type, func(c checks.Checker) checks.Checker { sc.Checker = c; return sc })
 
-	// Rounds every 3s, shorter than the flags allow: the exporter is built in process.
-	const interval = 3 * time.Second
-	e := newExporter(t, file, interval, interval, logger)
+	// The round's deadline is the host's bound (every stage at hostStageBound), so that a loaded
+	// machine answers within it. The rounds do not wait for the interval (longer than the test):
+	// each starts as soon as the writer has written the one before (pace), so the test takes
+	// as long as the checks and the writes, and the writer sees every verdict in turn.
+	const timeout = 18 * time.Second // 1 tcp + 2 ssh + 2 libvirt + 4 rpc stage bounds
+	const interval = 30 * time.Minute
+	e := newExporter(t, file, interval, timeout, logger)
 	runner := e.Runner()
 	if ps := runner.Current().Providers; len(ps) != 1 || ps[0].Thresholds != (checks.Thresholds{Failure: 3, Success: 2}) {
 		t.Fatalf("the runner is given %+v, want the file's thresholds", ps)
@@ -173,15 +209,17 @@ func TestThresholdsWithRealFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	const rounds = 12
 	ctx, cancel := context.WithCancel(context.Background())
+	published := runner.Subscribe(ctx)
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); runner.Run(ctx) }()
 	go func() { defer wg.Done(); _ = w.Run(ctx) }()
+	go func() { defer wg.Done(); pace(ctx, published, runner, w, rounds+1) }()
 	t.Cleanup(func() { cancel(); wg.Wait(); e.Close() })
 
-	const rounds = 12
-	testutil.Eventually(t, rounds*4*interval, fmt.Sprintf("%d rounds", rounds), func() bool { return len(sc.snapshots()) >= rounds })
+	testutil.Eventually(t, rounds*2*timeout, fmt.Sprintf("%d rounds", rounds), func() bool { return len(sc.snapshots()) >= rounds })
 	type want struct {
 		up         bool
 		reason     checks.Reason
@@ -389,6 +427,11 @@ func readyTransition(obj *unstructured.Unstructured) string {
 	return ""
 }
 
+// hungSSHTimeout is TestNotStartedHasNoVerdict's sshTimeout: three handshakes with a hung sshd
+// take longer than a host's whole bound (hungSSHTimeout×2 plus the other stages at
+// hostStageBound).
+const hungSSHTimeout = 15 * time.Second
+
 // TestNotStartedHasNoVerdict: a round whose deadline comes before a host's turn does not
 // contact it, and a host never contacted has no verdict, on real KVM hosts. A kvm provider of
 // concurrency 1 lists three hosts whose sshd hangs (each runs out its sshTimeout) before a
@@ -416,25 +459,28 @@ func TestNotStartedHasNoVerdict(t *testing.T) {
       socket: %s
       storagePool: %s
       concurrency: 1
-      tcpTimeout: 300ms
-      sshTimeout: 2500ms
-      libvirtTimeout: 300ms
-      rpcTimeout: 200ms
+      tcpTimeout: %s
+      sshTimeout: %s
+      libvirtTimeout: %s
+      rpcTimeout: %s
       hosts:
         - {address: %q, name: %s}
         - {address: %q, name: %s}
         - {address: %q, name: %s}
         - {address: %q, name: %s}
-`, kc.User, kc.PrivateKeyFile, kc.KnownHostsFile, kc.Socket, kc.StoragePool,
+`, kc.User, kc.PrivateKeyFile, kc.KnownHostsFile, kc.Socket, kc.StoragePool, hostStageBound, hungSSHTimeout, hostStageBound, hostStageBound,
 		kc.Hosts[0].Address, kc.Hosts[0].Name, kc.Hosts[1].Address, kc.Hosts[1].Name, kc.Hosts[2].Address, kc.Hosts[2].Name,
 		kc.Hosts[3].Address, kc.Hosts[3].Name)
 	logs := &testutil.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	// The round's deadline (6.7s, the least the loader accepts for these bounds: a host that
-	// runs them all out fits a round) comes during the third hung host's handshake (from 5s to
-	// 7.5s): the healthy host's turn never comes in the first round. (Rounds shorter than the
-	// flags allow: the exporter is built in process.)
-	const interval, timeout = 8 * time.Second, 6700 * time.Millisecond
+	// Every stage bound is hostStageBound but the SSH handshake's, hungSSHTimeout, long enough
+	// that three hung handshakes outlast a host's bound. The round's deadline (44s, the host's
+	// bound: the least the loader accepts, so that a host that runs every bound out fits a
+	// round) comes during the third hung host's handshake (from 30s to 45s): the healthy host's
+	// turn never comes in the first round, however slow the machine, since a hung handshake
+	// only ends at its bound. (The exporter is built in process.)
+	const timeout = hostStageBound + 2*hungSSHTimeout + 2*hostStageBound + kvm.CallsPerCheck*hostStageBound
+	const interval = timeout + 2*time.Second
 	e := newExporter(t, file, interval, timeout, logger)
 	runner := e.Runner()
 	srv := httptest.NewServer(e.Handler())
@@ -454,7 +500,7 @@ func TestNotStartedHasNoVerdict(t *testing.T) {
 		}
 	}()
 
-	testutil.Eventually(t, 30*time.Second, "the first round", func() bool { return runner.Current().Round >= 1 })
+	testutil.Eventually(t, 2*interval, "the first round", func() bool { return runner.Current().Round >= 1 })
 	first := runner.Current()
 	_, page := testutil.Fetch(t, srv.Client(), srv.URL+"/") // the page of the first round, unless the next has ended since
 	p := first.Providers[0]
@@ -517,7 +563,7 @@ func TestNotStartedHasNoVerdict(t *testing.T) {
 	}
 
 	// Round 2 ranks the hung hosts last: the healthy host is checked and reads Ready.
-	testutil.Eventually(t, 30*time.Second, "the second round", func() bool { return runner.Current().Round >= 2 })
+	testutil.Eventually(t, 2*interval, "the second round", func() bool { return runner.Current().Round >= 2 })
 	var got *checks.TargetState
 	for _, ts := range runner.Current().Providers[0].Targets {
 		if ts.Target == healthy.Name {

@@ -2,7 +2,7 @@
 // providers file (checkers.go) and their round runner, reloading (reload.go), the providers'
 // host files (inventory.go), the endpoints (http.go), the status model (exporter/status) that
 // the JSON API (api.go) encodes and the status page (landing.go, templates/) renders, and
-// /probe (probe.go). The command (package main) parses the flags, builds an
+// /probe (probehandler.go). The command (package main) parses the flags, builds an
 // Exporter with New, runs its rounds, serves its Handler and reloads or closes it on a signal.
 package exporter
 

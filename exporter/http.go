@@ -8,6 +8,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// DefaultListenAddress is --web.listen-address's default. 9847 is not the port of any widely
+// deployed exporter we know of. The range the Prometheus default-port-allocations list hands out
+// (9100-9999) is fully taken, so the port is not registered there: where it clashes,
+// --web.listen-address moves it. The image's EXPOSE follows it (package release checks).
+const DefaultListenAddress = ":9847"
+
 // Handler routes the exporter's HTTP endpoints at the root, behind Guard. exporter-toolkit wraps
 // it with TLS and basic auth when --web.config.file asks for them.
 func (e *Exporter) Handler() http.Handler { return Guard(e.Routes()) }
@@ -26,7 +32,7 @@ func (e *Exporter) Routes() http.Handler {
 			// anyway so that a flood of scrapes cannot pile up.
 			MaxRequestsInFlight: 10,
 		})))
-	// One check of one target now (blackbox's multi-target convention); see probe.go.
+	// One check of one target now (blackbox's multi-target convention); see probehandler.go.
 	mux.Handle("GET /probe", newProbeHandler(e, 0))
 	mux.HandleFunc("GET /{$}", e.serveLanding)
 	// What the status page shows, as JSON (api.go, docs/api.md).

@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -27,6 +25,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 	"github.com/provider-health-exporter/provider-health-exporter/membership"
 )
 
@@ -36,34 +35,19 @@ type docRow struct {
 	labels []string
 }
 
-// docRows reads the `proxy_operator_*` rows of docs/metrics.md's tables.
+// docRows reads the `proxy_operator_*` rows of docs/metrics.md's tables, their labels sorted.
 func docRows(t *testing.T) map[string]docRow {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "docs", "metrics.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	rows := map[string]docRow{}
-	row := regexp.MustCompile("^\\| `(proxy_operator_[a-z0-9_]+)` \\| ([a-z]+) \\|([^|]*)\\|")
-	for _, line := range strings.Split(string(b), "\n") {
-		m := row.FindStringSubmatch(line)
-		if m == nil {
+	for _, r := range testutil.MetricsDoc(t) {
+		if !strings.HasPrefix(r.Name, "proxy_operator_") {
 			continue
 		}
-		if _, dup := rows[m[1]]; dup {
-			t.Errorf("docs/metrics.md documents %s twice", m[1])
+		if _, dup := rows[r.Name]; dup {
+			t.Errorf("docs/metrics.md documents %s twice", r.Name)
 		}
-		var labels []string
-		for _, l := range strings.Split(m[3], ",") {
-			if l = strings.TrimSpace(l); l != "" {
-				labels = append(labels, l)
-			}
-		}
-		sort.Strings(labels)
-		rows[m[1]] = docRow{typ: m[2], labels: labels}
-	}
-	if len(rows) == 0 {
-		t.Fatal("no metric rows found in docs/metrics.md")
+		labels := slices.Sorted(slices.Values(r.Labels))
+		rows[r.Name] = docRow{typ: r.Type, labels: labels}
 	}
 	return rows
 }

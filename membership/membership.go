@@ -48,7 +48,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 )
 
 // Labels of a member's Lease and part: InstanceLabel carries the instance (--crd.instance), so
@@ -933,16 +932,6 @@ func (m *Membership) partsChanged() {
 	m.notifyMu.Lock()
 	defer m.notifyMu.Unlock()
 	m.o.OnParts(m.Parts())
-}
-
-// PodNamespace is the namespace of the pod this runs in (its service account's), else
-// "default".
-func PodNamespace() string {
-	b, err := fileread.Read("/var/run/secrets/kubernetes.io/serviceaccount/namespace", fileread.CredentialLimit)
-	if ns := strings.TrimSpace(string(b)); err == nil && ns != "" {
-		return ns
-	}
-	return metav1.NamespaceDefault
 }
 
 // Release clears the holder of this replica's Lease, within ctx and the renew deadline: the

@@ -19,7 +19,7 @@ PACKAGES=(
 	iptables
 	procps
 	chromium # headless, renders the status page in exporter/landing_test.go
-	ca-certificates # the image's base (make image, image_test.go)
+	ca-certificates # the image's base (make image, release/image_test.go)
 	tzdata # the image's base
 	containerd # the one-node cluster's container runtime (make cluster, internal/testenv/cluster)
 	runc

@@ -119,6 +119,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 )
 
 // Harness is what a provider type gives the kit.
@@ -197,7 +198,7 @@ const (
 type run struct {
 	h    Harness
 	typ  *checks.Type
-	logs *lockedBuffer
+	logs *testutil.SyncBuffer
 
 	mu       sync.Mutex
 	messages []string
@@ -222,7 +223,7 @@ func Run(t *testing.T, h Harness) {
 			t.Fatalf("Harness.Hangs: %v is not a kind of hung endpoint (%v)", k, Hangs)
 		}
 	}
-	r := &run{h: h, typ: typ, logs: &lockedBuffer{}}
+	r := &run{h: h, typ: typ, logs: &testutil.SyncBuffer{}}
 	// Later subtests build on what the earlier ones proved: a block that does not load, or a
 	// checker that is not healthy, makes the rest meaningless.
 	if !t.Run("Load", r.load) || !t.Run("Healthy", r.healthy) {
@@ -980,22 +981,4 @@ func goroutines() map[string]string {
 // server's, not the checker's).
 func serverSide(stack string) bool {
 	return strings.Contains(stack, "created by net/http.(*Server).Serve")
-}
-
-// lockedBuffer is a bytes.Buffer safe for the concurrent writes of loggers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -511,6 +511,34 @@ func (c *Checker) login(ctx context.Context, stage *atomic.Int32, cr creds) (*se
 // inventory makes the round's inventory retrieval. gone says the session is not (or no
 // longer) authenticated.
 func (c *Checker) inventory(ctx context.Context, s *session) (o outcome, gone bool) {
+	r, o, gone := c.retrieve(ctx, s)
+	if r == nil {
+		return o, gone
+	}
+	inv := &inventory{hosts: c.hostsOf(r), datastores: c.datastoresOf(r)}
+	counts := fmt.Sprintf("%d hosts, %d datastores", len(inv.hosts), len(inv.datastores))
+	if c.cfg.Datacenter == "" {
+		return outcome{reason: checks.ReasonReady, msg: fmt.Sprintf("logged in; the inventory answered: %d datacenters, %s", len(r.dcName), counts), inv: inv}, false
+	}
+	if !slices.Contains(slices.Collect(maps.Values(r.dcName)), c.cfg.Datacenter) {
+		return outcome{reason: ReasonDatacenterNotFound, msg: fmt.Sprintf("no datacenter named %q among the %d datacenters of the inventory", c.cfg.Datacenter, len(r.dcName)), inv: inv}, false
+	}
+	return outcome{reason: checks.ReasonReady, msg: fmt.Sprintf("logged in; datacenter %q is in the inventory: %s", c.cfg.Datacenter, counts), inv: inv}, false
+}
+
+// retrieved is what the inventory retrieval answered, page by page.
+type retrieved struct {
+	root     types.ManagedObjectReference
+	rootSeen bool
+	parent   map[types.ManagedObjectReference]types.ManagedObjectReference
+	dcName   map[types.ManagedObjectReference]string
+	// hosts and datastores are the HostSystem and Datastore objects.
+	hosts, datastores []types.ObjectContent
+}
+
+// retrieve reads the inventory, every page of it. On a failure r is nil and o the verdict, or
+// gone says the session is not (or no longer) authenticated.
+func (c *Checker) retrieve(ctx context.Context, s *session) (r *retrieved, o outcome, gone bool) {
 	root := s.client.ServiceContent.RootFolder
 	req := types.RetrievePropertiesEx{
 		This:    s.client.ServiceContent.PropertyCollector,
@@ -520,45 +548,23 @@ func (c *Checker) inventory(ctx context.Context, s *session) (o outcome, gone bo
 	res, err := methods.RetrievePropertiesEx(ctx, s.client, &req)
 	if err != nil {
 		if fault.Is(err, &types.NotAuthenticated{}) {
-			return outcome{}, true
+			return nil, outcome{}, true
 		}
-		return c.classify(ctx, err, "RetrievePropertiesEx"), false
+		return nil, c.classify(ctx, err, "RetrievePropertiesEx"), false
 	}
 	var objects []types.ObjectContent
 	token := ""
 	if res.Returnval != nil {
 		objects, token = res.Returnval.Objects, res.Returnval.Token
 	}
-	var (
-		rootSeen   bool
-		parent     = map[types.ManagedObjectReference]types.ManagedObjectReference{}
-		dcName     = map[types.ManagedObjectReference]string{}
-		hosts      []types.ObjectContent
-		datastores []types.ObjectContent
-	)
+	r = &retrieved{
+		root:   root,
+		parent: map[types.ManagedObjectReference]types.ManagedObjectReference{},
+		dcName: map[types.ManagedObjectReference]string{},
+	}
 	for {
-		for _, obj := range objects {
-			for _, m := range obj.MissingSet {
-				if _, ok := m.Fault.Fault.(*types.NotAuthenticated); ok {
-					return outcome{}, true
-				}
-				return outcome{reason: checks.ReasonAPIError, msg: fmt.Sprintf("RetrievePropertiesEx: %s %s: %s is missing: %s",
-					obj.Obj.Type, obj.Obj.Value, m.Path, faultName(m.Fault.Fault))}, false
-			}
-			if obj.Obj == root {
-				rootSeen = true
-			}
-			if p, ok := prop(obj, "parent").(types.ManagedObjectReference); ok {
-				parent[obj.Obj] = p
-			}
-			switch obj.Obj.Type {
-			case "Datacenter":
-				dcName[obj.Obj], _ = prop(obj, "name").(string)
-			case "HostSystem":
-				hosts = append(hosts, obj)
-			case "Datastore":
-				datastores = append(datastores, obj)
-			}
+		if o, gone, ok := r.add(objects); !ok {
+			return nil, o, gone
 		}
 		if token == "" || ctx.Err() != nil {
 			break
@@ -566,37 +572,73 @@ func (c *Checker) inventory(ctx context.Context, s *session) (o outcome, gone bo
 		more, err := methods.ContinueRetrievePropertiesEx(ctx, s.client, &types.ContinueRetrievePropertiesEx{This: req.This, Token: token})
 		if err != nil {
 			if fault.Is(err, &types.NotAuthenticated{}) {
-				return outcome{}, true
+				return nil, outcome{}, true
 			}
-			return c.classify(ctx, err, "ContinueRetrievePropertiesEx"), false
+			return nil, c.classify(ctx, err, "ContinueRetrievePropertiesEx"), false
 		}
 		objects, token = more.Returnval.Objects, more.Returnval.Token
 	}
 	if token != "" {
-		return outcome{reason: checks.ReasonTimeout}, false
+		return nil, outcome{reason: checks.ReasonTimeout}, false
 	}
-	if !rootSeen {
-		return outcome{reason: checks.ReasonAPIError, msg: "RetrievePropertiesEx answered without the root folder"}, false
+	if !r.rootSeen {
+		return nil, outcome{reason: checks.ReasonAPIError, msg: "RetrievePropertiesEx answered without the root folder"}, false
 	}
-	// datacenterOf walks up the parents to the datacenter; "" when the chain does not reach
-	// one (an object the account cannot see on the way).
-	datacenterOf := func(ref types.ManagedObjectReference) string {
-		for range 64 {
-			if name, ok := dcName[ref]; ok {
-				return name
+	return r, outcome{}, false
+}
+
+// add adds a page of objects. ok is false when one of them lacks a property: o is then the
+// verdict, or gone says the session is no longer authenticated.
+func (r *retrieved) add(objects []types.ObjectContent) (o outcome, gone, ok bool) {
+	for _, obj := range objects {
+		for _, m := range obj.MissingSet {
+			if _, ok := m.Fault.Fault.(*types.NotAuthenticated); ok {
+				return outcome{}, true, false
 			}
-			p, ok := parent[ref]
-			if !ok {
-				return ""
-			}
-			ref = p
+			return outcome{reason: checks.ReasonAPIError, msg: fmt.Sprintf("RetrievePropertiesEx: %s %s: %s is missing: %s",
+				obj.Obj.Type, obj.Obj.Value, m.Path, faultName(m.Fault.Fault))}, false, false
 		}
-		return ""
+		if obj.Obj == r.root {
+			r.rootSeen = true
+		}
+		if p, ok := prop(obj, "parent").(types.ManagedObjectReference); ok {
+			r.parent[obj.Obj] = p
+		}
+		switch obj.Obj.Type {
+		case "Datacenter":
+			r.dcName[obj.Obj], _ = prop(obj, "name").(string)
+		case "HostSystem":
+			r.hosts = append(r.hosts, obj)
+		case "Datastore":
+			r.datastores = append(r.datastores, obj)
+		}
 	}
-	inv := &inventory{}
+	return outcome{}, false, true
+}
+
+// datacenterOf walks up the parents to the datacenter; "" when the chain does not reach one (an
+// object the account cannot see on the way).
+func (r *retrieved) datacenterOf(ref types.ManagedObjectReference) string {
+	for range 64 {
+		if name, ok := r.dcName[ref]; ok {
+			return name
+		}
+		p, ok := r.parent[ref]
+		if !ok {
+			return ""
+		}
+		ref = p
+	}
+	return ""
+}
+
+// hostsOf is the hosts retrieved (of the configured datacenter, when one is), by name, each
+// name once; the target's own name is no host's.
+func (c *Checker) hostsOf(r *retrieved) []host {
+	var hosts []host
 	seen := map[string]bool{c.target: true}
-	for _, obj := range hosts {
-		h := host{datacenter: datacenterOf(obj.Obj)}
+	for _, obj := range r.hosts {
+		h := host{datacenter: r.datacenterOf(obj.Obj)}
 		h.name, _ = prop(obj, "name").(string)
 		h.state, _ = prop(obj, "runtime.connectionState").(types.HostSystemConnectionState)
 		h.maintenance, _ = prop(obj, "runtime.inMaintenanceMode").(bool)
@@ -608,11 +650,18 @@ func (c *Checker) inventory(ctx context.Context, s *session) (o outcome, gone bo
 			continue
 		}
 		seen[h.name] = true
-		inv.hosts = append(inv.hosts, h)
+		hosts = append(hosts, h)
 	}
-	slices.SortFunc(inv.hosts, func(a, b host) int { return strings.Compare(a.name, b.name) })
-	for _, obj := range datastores {
-		d := datastore{datacenter: datacenterOf(obj.Obj)}
+	slices.SortFunc(hosts, func(a, b host) int { return strings.Compare(a.name, b.name) })
+	return hosts
+}
+
+// datastoresOf is the datastores retrieved (of the configured datacenter, when one is), by
+// datacenter and name.
+func (c *Checker) datastoresOf(r *retrieved) []datastore {
+	var datastores []datastore
+	for _, obj := range r.datastores {
+		d := datastore{datacenter: r.datacenterOf(obj.Obj)}
 		d.name, _ = prop(obj, "name").(string)
 		d.capacity, _ = prop(obj, "summary.capacity").(int64)
 		d.free, _ = prop(obj, "summary.freeSpace").(int64)
@@ -620,19 +669,12 @@ func (c *Checker) inventory(ctx context.Context, s *session) (o outcome, gone bo
 		if d.name == "" || c.cfg.Datacenter != "" && d.datacenter != c.cfg.Datacenter {
 			continue
 		}
-		inv.datastores = append(inv.datastores, d)
+		datastores = append(datastores, d)
 	}
-	slices.SortFunc(inv.datastores, func(a, b datastore) int {
+	slices.SortFunc(datastores, func(a, b datastore) int {
 		return strings.Compare(a.datacenter+"\x00"+a.name, b.datacenter+"\x00"+b.name)
 	})
-	counts := fmt.Sprintf("%d hosts, %d datastores", len(inv.hosts), len(inv.datastores))
-	if c.cfg.Datacenter == "" {
-		return outcome{reason: checks.ReasonReady, msg: fmt.Sprintf("logged in; the inventory answered: %d datacenters, %s", len(dcName), counts), inv: inv}, false
-	}
-	if !slices.Contains(slices.Collect(maps.Values(dcName)), c.cfg.Datacenter) {
-		return outcome{reason: ReasonDatacenterNotFound, msg: fmt.Sprintf("no datacenter named %q among the %d datacenters of the inventory", c.cfg.Datacenter, len(dcName)), inv: inv}, false
-	}
-	return outcome{reason: checks.ReasonReady, msg: fmt.Sprintf("logged in; datacenter %q is in the inventory: %s", c.cfg.Datacenter, counts), inv: inv}, false
+	return datastores
 }
 
 // inventorySpec reads, from the root folder down, the folders and datacenters (names and

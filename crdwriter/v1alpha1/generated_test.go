@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
+	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
 )
 
@@ -30,19 +30,10 @@ func controllerGen() []string {
 	return []string{"go", "tool", "-modfile=tools/go.mod", "controller-gen"}
 }
 
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate the test file")
-	}
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
 // TestGeneratedFilesUpToDate regenerates the CRD and the deepcopy code into a temporary
 // directory and fails when the committed files differ: edit the markers, then regenerate.
 func TestGeneratedFilesUpToDate(t *testing.T) {
-	root := moduleRoot(t)
+	root := testutil.RepoRoot(t)
 	tmp := t.TempDir()
 	args := append(controllerGen(),
 		"object", "paths=./crdwriter/v1alpha1/...", "crd:crdVersions=v1",
@@ -104,7 +95,7 @@ func TestCRDAgreesWithGoConstants(t *testing.T) {
 	// The kind is the Go type's name (the scheme registers types by it); the short name is what
 	// the docs promise (`kubectl get ph`).
 	kind, shortName := reflect.TypeFor[v1alpha1.ProviderHealth]().Name(), "ph"
-	raw, err := os.ReadFile(filepath.Join(moduleRoot(t), "deploy", "crd", "providerhealth.io_providerhealths.yaml"))
+	raw, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "deploy", "crd", "providerhealth.io_providerhealths.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +167,7 @@ func TestCRDAgreesWithGoConstants(t *testing.T) {
 // TestPartCRDAgreesWithGoConstants checks the ProviderHealthPart CRD: its names, namespaced
 // scope, and spec.data's bound equal to MaxPartData once in base64.
 func TestPartCRDAgreesWithGoConstants(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(moduleRoot(t), "deploy", "crd", "providerhealth.io_providerhealthparts.yaml"))
+	raw, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "deploy", "crd", "providerhealth.io_providerhealthparts.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,9 @@
 // Package testutil holds the small helpers the tests of several packages share: a buffer that
 // log handlers and subprocesses may write to concurrently, a wait for a condition, a child
 // process that dies with the test, a file replaced as inventories replace theirs, the series a
-// gatherer holds for one label value, and (exporter.go) requests to a running exporter and
-// readers of its answers and logs.
+// gatherer holds for one label value, the repository's root (root.go) and docs/metrics.md's
+// metric rows (metricsdoc.go), and (exporter.go) requests to a running exporter and readers of
+// its answers and logs.
 package testutil
 
 import (

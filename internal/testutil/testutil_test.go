@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -70,5 +71,17 @@ func TestFreeLoopbackAddr(t *testing.T) {
 			t.Fatalf("the picked address is not free: %v", err)
 		}
 		_ = l.Close()
+	}
+}
+
+// TestMetricsDocReadsTheTables: docs/metrics.md's rows come with their type, labels and section.
+func TestMetricsDocReadsTheTables(t *testing.T) {
+	rows := MetricsDoc(t)
+	i := slices.IndexFunc(rows, func(r MetricRow) bool { return r.Name == "proxy_operator_provider_target_up" })
+	if i < 0 {
+		t.Fatalf("no row of proxy_operator_provider_target_up among %d rows", len(rows))
+	}
+	if r := rows[i]; r.Type != "gauge" || !slices.Equal(r.Labels, []string{"provider", "target"}) || r.Section != "Provider checks" {
+		t.Errorf("proxy_operator_provider_target_up: %+v, want a gauge of provider, target in Provider checks", r)
 	}
 }

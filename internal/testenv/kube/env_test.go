@@ -28,28 +28,11 @@ import (
 // kubectl runs the machine's kubectl with kubeconfig and fails the test if it fails.
 func kubectl(t *testing.T, kubeconfig string, args ...string) string {
 	t.Helper()
-	out, err := runKubectl(t, kubeconfig, args...)
+	out, err := Kubectl(t, nil, append(ClusterFlags(t, kubeconfig), args...)...)
 	if err != nil {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return out
-}
-
-// runKubectl runs the machine's kubectl with kubeconfig, for at most a minute, and returns its
-// combined output and how it ended. Without kubectl the test ends through testenv.Unavailable.
-func runKubectl(t *testing.T, kubeconfig string, args ...string) (string, error) {
-	t.Helper()
-	path, err := exec.LookPath("kubectl")
-	if err != nil {
-		testenv.Unavailable(t, "kubectl is not on PATH: install it (e.g. the kubectl package) to run this test")
-	}
-	// A private discovery cache: the machine's ~/.kube/cache may hold entries for a former
-	// server that had the same port.
-	all := append([]string{"--kubeconfig", kubeconfig, "--cache-dir", filepath.Join(t.TempDir(), "cache")}, args...)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, path, all...).CombinedOutput()
-	return string(out), err
 }
 
 // TestSmokeKubectl is the smoke test of the environment: the machine's kubectl lists the
@@ -132,7 +115,7 @@ func TestIdentitiesAndAudit(t *testing.T) {
 		t.Errorf("unknown token: err = %v, want Unauthorized", err)
 	}
 	// The same through a kubeconfig written for an arbitrary token.
-	out, err := runKubectl(t, env.KubeconfigWithToken("stranger", "not-a-known-token"), "get", "namespaces")
+	out, err := Kubectl(t, nil, append(ClusterFlags(t, env.KubeconfigWithToken("stranger", "not-a-known-token")), "get", "namespaces")...)
 	if err == nil || !strings.Contains(out, "You must be logged in to the server") {
 		t.Errorf("kubectl with an unknown token: err = %v, output %q; want kubectl's 401 failure", err, out)
 	}

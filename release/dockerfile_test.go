@@ -1,4 +1,4 @@
-package main
+package release
 
 import (
 	"bufio"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/provider-health-exporter/provider-health-exporter/exporter"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 )
 
@@ -130,7 +131,7 @@ func TestDockerfile(t *testing.T) {
 	if uid, _, _ := strings.Cut(d.user, ":"); uid == "" || uid == "0" || uid == "root" {
 		t.Errorf("USER %q: want a non-root user", d.user)
 	}
-	if _, port, _ := strings.Cut(defaultListenAddress, ":"); len(d.expose) != 1 || d.expose[0] != port {
+	if _, port, _ := strings.Cut(exporter.DefaultListenAddress, ":"); len(d.expose) != 1 || d.expose[0] != port {
 		t.Errorf("EXPOSE %v, want the default port %s", d.expose, port)
 	}
 

@@ -1,5 +1,9 @@
 package checks
 
+// On demand: checking one target now, outside the rounds (the exporter's /probe), through a
+// checker's TargetProber (declared with the other optional abilities in checks.go), and the
+// trace of its stages.
+
 import (
 	"context"
 	"errors"
@@ -8,26 +12,6 @@ import (
 	"sync"
 	"time"
 )
-
-// TargetProber is an optional ability of a Checker: check one of its targets now, on demand
-// (the exporter's /probe endpoint), through the same machinery as the rounds but outside them.
-// A probe's verdict is returned only: it never enters the runner's memory, so the snapshot, the
-// metrics and the ProviderHealth objects do not change.
-type TargetProber interface {
-	// ProbeTarget checks target once, within ctx. trace, when not nil, receives the stages of
-	// the check. The error is ErrUnknownTarget for a target the checker does not list, or
-	// ErrBusy when the target could not be checked before ctx ended because another check of
-	// it held it (the verdict is then not about the target); otherwise nil, and the verdict is
-	// the target's.
-	ProbeTarget(ctx context.Context, target string, trace *Trace) (TargetResult, error)
-}
-
-// ProbeLimiter is an optional ability of a TargetProber: how many on-demand probes of its
-// provider may run at once, sized from what the provider can take (a kvm provider: its
-// concurrency). A prober without it gets DefaultProbeLimit.
-type ProbeLimiter interface {
-	ProbeLimit() int
-}
 
 // DefaultProbeLimit is the on-demand probes of one provider that may run at once when its
 // checker does not say (ProbeLimiter): the API providers, whose one target is one API call,

@@ -1,4 +1,4 @@
-package main
+package release
 
 import (
 	"archive/tar"
@@ -30,9 +30,11 @@ import (
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
+	"github.com/provider-health-exporter/provider-health-exporter/exporter"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
-	"go.yaml.in/yaml/v3"
 )
 
 // The OCI image layout as the image spec defines it, read here with encoding/json alone, not
@@ -376,7 +378,7 @@ func TestImage(t *testing.T) {
 		if !slices.Equal(cfg.Config.Entrypoint, []string{"/bin/provider_health_exporter"}) {
 			t.Errorf("%s: entrypoint %q, want the binary alone", platform, cfg.Config.Entrypoint)
 		}
-		if _, port, _ := strings.Cut(defaultListenAddress, ":"); len(cfg.Config.ExposedPorts) != 1 {
+		if _, port, _ := strings.Cut(exporter.DefaultListenAddress, ":"); len(cfg.Config.ExposedPorts) != 1 {
 			t.Errorf("%s: exposed ports %v, want %s/tcp", platform, cfg.Config.ExposedPorts, port)
 		} else if _, ok := cfg.Config.ExposedPorts[port+"/tcp"]; !ok {
 			t.Errorf("%s: exposed ports %v, want %s/tcp", platform, cfg.Config.ExposedPorts, port)
