@@ -33,7 +33,6 @@ const (
 	namespace = "provider-health-exporter"
 )
 
-
 func chartDir(t testing.TB) string {
 	return filepath.Join(testutil.RepoRoot(t), "charts", "provider-health-exporter")
 }
