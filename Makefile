@@ -129,7 +129,7 @@ test-unit:
 	$(GO) test -short -count=1 $(PKGS)
 	cd mixin && $(GO) test -short -count=1 ./...
 
-## soak: the long form of the ground-truth soak (internal/soak, docs/testing.md): the real round
+## soak: the long form of the ground-truth soak (test/soak, docs/testing.md): the real round
 ## runner and checkers against the real test environment (KVM hosts, the GCE wire server, a
 ## kube-apiserver) for SOAK_ROUNDS rounds (default 1000, about 35 minutes at 2 s a round) of
 ## seeded random faults, behind it the alert chain (Prometheus with the mixin's rules,
@@ -143,7 +143,7 @@ SOAK_ROUNDS ?= 1000
 SOAK_SEED   ?= 0
 soak: test-deps kube-binaries prom-binaries
 	mkdir -p .build/soak
-	$(GO) test -race -count=1 -timeout 120m -run '^TestSoak$$' -v -artifacts -outputdir $(CURDIR)/.build/soak ./internal/soak -soak.rounds=$(SOAK_ROUNDS) -soak.seed=$(SOAK_SEED)
+	$(GO) test -race -count=1 -timeout 120m -run '^TestSoak$$' -v -artifacts -outputdir $(CURDIR)/.build/soak ./test/soak -soak.rounds=$(SOAK_ROUNDS) -soak.seed=$(SOAK_SEED)
 
 ## test-mixin: the monitoring mixin's tests (their own Go module, mixin/go.mod): the generated
 ## files match the sources, which are jsonnetfmt-formatted and jsonnet-lint clean; mixtool's
@@ -201,12 +201,12 @@ kube-node-binaries:
 ## helm-binary: build helm (tools/helm, its own module: helm brings its own Kubernetes library
 ## versions) from the Go module proxy into bin/helm-<version>/, for the chart's tests (charts/).
 helm-binary:
-	$(GO) run ./internal/testenv/helm/cmd/build-helm >/dev/null
+	$(GO) run ./test/testenv/helm/cmd/build-helm >/dev/null
 
-## vcsim-binary: build the vCenter simulator (internal/testenv/vcsim/cmd/vcsim, govmomi's
+## vcsim-binary: build the vCenter simulator (test/testenv/vcsim/cmd/vcsim, govmomi's
 ## simulator package) into bin/vcsim-<hash>-<version>/ (once; about a minute on two cores).
 vcsim-binary:
-	$(GO) run ./internal/testenv/vcsim/cmd/build-vcsim >/dev/null
+	$(GO) run ./test/testenv/vcsim/cmd/build-vcsim >/dev/null
 
 ## prom-binaries: build Prometheus 3 and promtool (tools/prometheus, -tags
 ## remove_all_sd,enable_kubernetes_sd, version stamped) and Alertmanager and amtool
@@ -214,14 +214,14 @@ vcsim-binary:
 ## bin/alertmanager-<version>/ (once; the first Prometheus build
 ## takes several minutes on two cores, later runs a fraction of a second).
 prom-binaries:
-	$(GO) run ./internal/testenv/promstack/cmd/build-promstack >/dev/null
+	$(GO) run ./test/testenv/promstack/cmd/build-promstack >/dev/null
 
 ## demo: as root, a local environment with the exporter in the foreground at fixed addresses
 ## (exporter 127.0.0.1:9847, Prometheus :9090, Alertmanager :9093; see docs/demo.md). It builds
 ## what is missing first; Ctrl-C stops everything it started.
 demo: test-deps build kube-binaries prom-binaries
 	@echo "demo: building the demo launcher" >&2
-	$(GO) build -o .build/phe-demo ./internal/demo/cmd/phe-demo
+	$(GO) build -o .build/phe-demo ./test/demo/cmd/phe-demo
 	.build/phe-demo -exporter ./$(BINARY)
 
 ## cluster: as root on Debian, a one-node Kubernetes of real parts on this machine (etcd,
@@ -231,7 +231,7 @@ demo: test-deps build kube-binaries prom-binaries
 ## Ctrl-C stops it and removes everything it made.
 cluster: test-deps helm-binary kube-node-binaries
 	$(MAKE) image PLATFORMS=linux/$(shell $(GO) env GOARCH)
-	$(GO) build -o .build/phe-cluster ./internal/testenv/cluster/cmd/phe-cluster
+	$(GO) build -o .build/phe-cluster ./test/testenv/cluster/cmd/phe-cluster
 	.build/phe-cluster -dir .build/cluster -image .build/image
 
 ## fuzz: search for inputs that crash the providers-file parser (make test runs the seed corpus).
@@ -239,19 +239,19 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 60s ./config
 
 ## generate: the list of the build's provider types (providers/) where other files spell it out
-## (internal/cmd/gentypes: the CRD's enum marker, the docs' marked places, and each type's
+## (scripts/gentypes: the CRD's enum marker, the docs' marked places, and each type's
 ## credentials Secret from its checks/<type>/credentials.yaml into the Helm chart's
 ## files/types.yaml, values.yaml and values.schema.json, deploy/deployment.yaml and
 ## docs/deploy.md), then the ProviderHealth
 ## CRD (deploy/crd/, copied into the Helm chart's files/crds/, which its templates/crd.yaml
 ## renders, so helm upgrade updates it) and the API types' deepcopy code, from the kubebuilder
 ## markers in crdwriter/v1alpha1, and the chart's README.md from its values.yaml's comments
-## (internal/cmd/chartdoc). `make test` fails when the committed files drift.
+## (scripts/chartdoc). `make test` fails when the committed files drift.
 generate:
-	$(GO) run ./internal/cmd/gentypes
+	$(GO) run ./scripts/gentypes
 	$(GOTOOL) controller-gen object paths=./crdwriter/v1alpha1/... crd:crdVersions=v1 output:crd:dir=deploy/crd
 	cp deploy/crd/*.yaml charts/provider-health-exporter/files/crds/
-	$(GO) run ./internal/cmd/chartdoc
+	$(GO) run ./scripts/chartdoc
 
 ## bench: every benchmark, with allocations; no tests. Then the mixin's availability rules
 ## against the rules they replaced on a real Prometheus (TestAvailabilityCost, docs/benchmarks.md):

@@ -21,8 +21,8 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/fakechecks"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // TestReadyFlipsAfterFirstRound: /-/ready answers 503 while the first round runs and 200 once

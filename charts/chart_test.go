@@ -1,6 +1,6 @@
 // Package charts holds the exporter's Helm chart (charts/provider-health-exporter); its tests
 // check the chart's copies of generated files, then run a real helm (built from the Go module
-// proxy, internal/testenv/helm): helm lint --strict, helm template with the defaults and with
+// proxy, test/testenv/helm): helm lint --strict, helm template with the defaults and with
 // every toggle, the renderings compared object by object with kustomize's rendering of deploy/,
 // and (apiserver_test.go) a strict server-side dry run, helm install, upgrade and uninstall
 // against the test environment's real API server.
@@ -21,9 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/helm"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/helm"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // release and namespace are those of deploy/: a release of this name renders objects of the

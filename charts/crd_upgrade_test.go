@@ -13,8 +13,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
 )
 
 // previousChart writes, under dir, the chart as version 0.1.0 shipped it: the CRD in crds/

@@ -9,9 +9,9 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/cluster"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/cluster"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // container returns the exporter's container and the pod spec of a rendering's Deployment.

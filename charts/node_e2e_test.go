@@ -15,13 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/chain"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/cluster"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/toolbuild"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/chain"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/cluster"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/promstack"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/toolbuild"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // nodeProviders are the in-cluster kubernetes providers the e2e release checks: each lists
@@ -78,7 +78,7 @@ func nodeProvidersJSON(fleet testenv.KVMBlock) string {
 }
 
 // TestChartOnNode: the chart on a one-node Kubernetes of real parts (make cluster's,
-// internal/testenv/cluster), the image make image builds running in its pods: helm install with
+// test/testenv/cluster), the image make image builds running in its pods: helm install with
 // three sharded replicas and the writer on, in-cluster kubernetes providers and a kvm provider
 // of real KVM hosts (kvmhost) reached over the pod network with the chart's SSH credentials;
 // pods Ready, every ProviderHealth object whole; a Prometheus (promstack's) discovering the pods

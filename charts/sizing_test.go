@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // sizingRow is one row of docs/deploy.md's sizing table.

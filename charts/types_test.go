@@ -10,10 +10,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
 )
 
-// chartTypes is the chart's files/types.yaml, which internal/cmd/gentypes writes from each
+// chartTypes is the chart's files/types.yaml, which scripts/gentypes writes from each
 // type's credentials.yaml (its own tests check that and a fixture type's rendering).
 type chartTypes struct {
 	Credentials []struct {

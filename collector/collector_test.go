@@ -26,8 +26,8 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	kvmcheck "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	vspherecheck "github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
-	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/promstack"
+	itestutil "github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 var t0 = time.Unix(1_800_000_000, 0)

@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	itestutil "github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // BenchmarkExporterRSS10000Targets runs the real exporter binary with 10,000 KVM targets (10

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // hostFile writes a target file into dir (JSON when its name ends in .json) of n targets, or

@@ -36,8 +36,8 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	kvmcheck "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // The namespace deploy/rbac/ puts the exporter's ServiceAccount and Lease in.
@@ -77,7 +77,7 @@ func newKubeFixture(t *testing.T) *kubeFixture {
 	return f
 }
 
-// TestAgainstAPIServer runs the writer against a real API server (internal/testenv/kube).
+// TestAgainstAPIServer runs the writer against a real API server (test/testenv/kube).
 func TestAgainstAPIServer(t *testing.T) {
 	f := newKubeFixture(t)
 	for _, tc := range []struct {

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	itestutil "github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // harness runs a Writer fed by a fakeSource, against the real API server (objs nil) or against

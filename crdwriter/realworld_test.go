@@ -26,8 +26,8 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	kvmcheck "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
-	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
+	itestutil "github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // testFenceExemptsOnlyTheLease closes the write fence and sends, through the writer's own

@@ -17,7 +17,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	kvmcheck "github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
 )
 
 // The writer under churn, restarts and bad objects, against the real API server (subtests of

@@ -1,6 +1,6 @@
 // Package deploy holds the kustomize manifests of the exporter; its tests render them with the
 // machine's kubectl and check them, statically and against the test environment's real API
-// server (internal/testenv/kube) with the Prometheus Operator's CRDs installed.
+// server (test/testenv/kube) with the Prometheus Operator's CRDs installed.
 package deploy
 
 import (
@@ -34,11 +34,11 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 	"github.com/provider-health-exporter/provider-health-exporter/membership"
 	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // render is `kubectl kustomize deploy/`, the way the docs tell users to install it.

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/chain"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/chain"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/promstack"
 )
 
 // The alert chain, judged end to end: real KVM hosts, the exporter, a real Prometheus

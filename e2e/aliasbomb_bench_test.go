@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // aliasBomb is the host file of about 32 KB: one anchored list of 1,000 bad targets

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // specialHostFiles writes a providers file whose kvm provider globs inventory/*.yml, and puts a

@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 var phResource = schema.GroupVersionResource{Group: v1alpha1.GroupName, Version: v1alpha1.SchemeGroupVersion.Version, Resource: v1alpha1.Resource}

@@ -5,14 +5,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
+	"github.com/provider-health-exporter/provider-health-exporter/test/fakechecks"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/gcefake"
 )
 
 // gceChecks are the checks of the tests that need providers but not a particular system: gcp
 // providers checking projects of a GCE wire server through the real OAuth flow, each project's
 // one target Ready until the test makes the server fail. (The in-process tests of the other
-// packages use internal/fakechecks; a binary has only the real checkers.)
+// packages use test/fakechecks; a binary has only the real checkers.)
 type gceChecks struct {
 	server *gcefake.Server
 	key    string // the service-account key file, whose token_uri is the server's

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // hugeHostFile is the host file: about 16 MiB (the default --config.host-file-max-size)

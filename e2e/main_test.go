@@ -1,6 +1,6 @@
 // Package e2e holds the end-to-end tests: each starts the real systems it needs (a Kubernetes
 // API server, KVM hosts, Prometheus and Alertmanager, the GCE wire server, the vSphere
-// simulator) through internal/testenv, and runs the exporter as a user does: the binary built
+// simulator) through test/testenv, and runs the exporter as a user does: the binary built
 // from the module root by TestMain, started as a process of its own, read through its HTTP
 // endpoints and its JSON logs, stopped with SIGTERM. The /probe tests build the exporter in
 // process through package exporter's API instead, to compare a probe with the runner's
@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 	// The provider types of the build, for the tests that build the exporter in process.
 	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
 )

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // memoryCgroup makes a memory cgroup limited to limit bytes (cgroup v2's memory.max, or v1's

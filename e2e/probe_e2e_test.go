@@ -22,15 +22,15 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/exporter"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/promstack"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/vcsim"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/fakechecks"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/gcefake"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmstandin"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/promstack"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/vcsim"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // startProbeExporter builds the exporter from a providers file as run() does, runs its first

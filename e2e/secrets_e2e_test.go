@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/vcsim"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/vcsim"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // TestSecretFilesEndToEnd: two vsphere providers whose usernameFile names a secret file, the

@@ -21,10 +21,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 	"github.com/provider-health-exporter/provider-health-exporter/membership"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmstandin"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // shardBenchRounds is how many check intervals BenchmarkShardedFleet measures over (CPU and the
@@ -103,7 +103,7 @@ func shardBenchCounts(n int) kvmstandin.Counts {
 }
 
 // BenchmarkShardedFleet runs the exporter binary against a fleet of stand-in KVM hosts
-// (internal/testenv/kvmstandin, served by its command in processes of their own, at most
+// (test/testenv/kvmstandin, served by its command in processes of their own, at most
 // shardBenchHostsPerProcess hosts each: not KVM hosts) shaped like a real one (shardBenchCounts),
 // one kvm provider per stand-in process, with failureThreshold 3 and successThreshold 2, so that
 // the counts a part carries have aged to their caps before anything is measured.

@@ -27,10 +27,10 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/exporter"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/fakechecks"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // scheduledChecker runs the real checker of a provider, causing before its n-th check (from 1)

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/vcsim"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/vcsim"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // TestVSphereEndToEnd runs the exporter with a vsphere provider against the vCenter simulator:

@@ -12,7 +12,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kubernetes"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
+	"github.com/provider-health-exporter/provider-health-exporter/test/fakechecks"
 	// The provider types of this build, as the command has them.
 	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
 )

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/fakechecks"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // TestInventoryGlobStalled: a host files pattern whose directory does not answer (a stalled

@@ -16,8 +16,8 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/fakechecks"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // hostsOf returns the hosts of the kvm provider's expanded block, as name=labels.

@@ -25,7 +25,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/exporter/status"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv"
 )
 
 // fleet is a snapshot of 1,000 targets, shaped like a large installation: a KVM provider of 600

@@ -24,9 +24,9 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/collector"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 	"github.com/provider-health-exporter/provider-health-exporter/membership"
+	"github.com/provider-health-exporter/provider-health-exporter/test/fakechecks"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // docRow is one metric row of docs/metrics.md.

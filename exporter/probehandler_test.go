@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/fakechecks"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // runExporter builds the exporter of the providers file at path as run() does, runs its rounds

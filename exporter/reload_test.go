@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fakechecks"
-	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/fakechecks"
+	itestutil "github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // TestAutoReload: with --config.auto-reload, the round after the providers file changed runs

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks/shard"
-	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	itestutil "github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // shardedProviders is a kvm provider of eight hosts and a kubernetes provider, none of which a

@@ -17,8 +17,8 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmstandin"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // silentListener accepts TCP connections and never says a word, as a host whose sshd hangs.

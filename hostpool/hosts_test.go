@@ -15,8 +15,8 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // The tests in this file run against real hosts (sshd + libvirtd in network namespaces).

@@ -10,7 +10,7 @@ import (
 
 	"github.com/digitalocean/go-libvirt"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmhost"
 )
 
 // recorder is a Tracer that keeps the stages it was given, in order, with their results.

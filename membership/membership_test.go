@@ -19,9 +19,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
-	itestutil "github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 	"github.com/provider-health-exporter/provider-health-exporter/membership"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
+	itestutil "github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // Short timing, so that an expiry happens within a test.

@@ -77,7 +77,7 @@ func sources(t *testing.T) []string {
 	return files
 }
 
-// unavailable mirrors internal/testenv.Unavailable: a missing part fails under REQUIRE_INTEGRATION=1
+// unavailable mirrors test/testenv.Unavailable: a missing part fails under REQUIRE_INTEGRATION=1
 // (except under -short) and skips otherwise (this module cannot import the main module's internal
 // packages).
 func unavailable(t *testing.T, format string, args ...any) {
@@ -91,7 +91,7 @@ func unavailable(t *testing.T, format string, args ...any) {
 
 // promtool returns the Prometheus 3 promtool: PROMTOOL_BIN, or the one the main module's
 // builder puts into bin/ (building it on first use: `make prom-binaries` does it beforehand).
-// Under -short it skips the test, as internal/testenv.SkipIfShort does.
+// Under -short it skips the test, as test/testenv.SkipIfShort does.
 func promtool(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("PROMTOOL_BIN"); p != "" && !testing.Short() {
@@ -109,7 +109,7 @@ func promBinaries(t *testing.T) []string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "run", "./internal/testenv/promstack/cmd/build-promstack")
+	cmd := exec.CommandContext(ctx, "go", "run", "./test/testenv/promstack/cmd/build-promstack")
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	var stdout, stderr bytes.Buffer

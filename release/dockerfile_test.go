@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/exporter"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv"
 )
 
 // dockerfile is what the test reads of the Dockerfile: ARG defaults, COPY, USER, EXPOSE, ENTRYPOINT.

@@ -33,8 +33,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/provider-health-exporter/provider-health-exporter/exporter"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // The OCI image layout as the image spec defines it, read here with encoding/json alone, not

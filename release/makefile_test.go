@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv"
 )
 
 // sudoSecurePath is the PATH Debian's sudo gives a command (secure_path in /etc/sudoers): it

@@ -8,4 +8,4 @@ set -eu
 cd "$(dirname "$0")/.."
 # go run compiles the small builder first (silently, from Go's build cache when warm).
 echo "build-kube: checking bin/ for kube-apiserver and etcd (the first run builds them)" >&2
-exec go run ./internal/testenv/kube/cmd/build-kube "$@"
+exec go run ./test/testenv/kube/cmd/build-kube "$@"

@@ -21,7 +21,7 @@ PACKAGES=(
 	chromium # headless, renders the status page in exporter/landing_test.go
 	ca-certificates # the image's base (make image, release/image_test.go)
 	tzdata # the image's base
-	containerd # the one-node cluster's container runtime (make cluster, internal/testenv/cluster)
+	containerd # the one-node cluster's container runtime (make cluster, test/testenv/cluster)
 	runc
 	containernetworking-plugins # the cluster's pod network (bridge, host-local, portmap, loopback)
 )

@@ -5,7 +5,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks/checkertest"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/gcefake"
 )
 
 // TestConformance runs the provider types' conformance kit against the GCE wire server, through

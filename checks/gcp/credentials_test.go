@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/gcefake"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // staler is the optional interface the exporter's reload asks a checker about.

@@ -27,8 +27,8 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks/checkertest"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/gcefake"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/gcefake"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 const project = gcefake.DefaultProject

@@ -19,8 +19,8 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // bulkObjects is how many labelled objects exist when the check must still list only one.

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks/checkertest"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kube"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
 )
 
 // TestConformance runs the provider types' conformance kit against a real kube-apiserver; the

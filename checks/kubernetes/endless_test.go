@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // TestEndlessAnswer: an API server that answers the list with a 200 and a body that never ends

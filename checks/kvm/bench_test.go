@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmhost"
 )
 
 // cpuTime is the process's user + system CPU time so far.

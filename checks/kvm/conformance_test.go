@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks/checkertest"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmhost"
 )
 
 // TestConformance runs the provider types' conformance kit against two real hosts (sshd and

@@ -12,9 +12,9 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmstandin"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // TestProbeTarget checks one host on demand against real hosts: a healthy host reads Ready with

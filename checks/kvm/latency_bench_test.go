@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmstandin"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmstandin"
 )
 
 // benchInts reads a list of whole numbers from env, def when unset: PHE_BENCH_HOSTS="1000,5000",

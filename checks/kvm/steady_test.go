@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmhost"
 )
 
 // TestSteadyCheckIsOneCall: on real hosts, counted by each host's libvirtd, a host's first

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/kvmhost"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmhost"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // TestHungHostsDoNotStarveHealthyOnesRealHosts: with concurrency C and more than C hosts whose

@@ -5,7 +5,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks/checkertest"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/vcsim"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/vcsim"
 )
 
 // TestConformance runs the provider types' conformance kit against the vCenter simulator; the

@@ -11,7 +11,7 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/vcsim"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/vcsim"
 )
 
 // Every ESXi host of the datacenter is a target, read by the round's one retrieval: a host

@@ -12,8 +12,8 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks/gcp"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/vcsim"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/vcsim"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // TestUsernameFileHoldingASecret: a usernameFile pointed at a secret file, the provider's own

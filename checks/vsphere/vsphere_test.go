@@ -15,8 +15,8 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/checks/vsphere"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testenv/vcsim"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/vcsim"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // block is a block that logs in to sim, verified with its CA.

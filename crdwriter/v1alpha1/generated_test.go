@@ -16,8 +16,8 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter/v1alpha1"
-	"github.com/provider-health-exporter/provider-health-exporter/internal/testutil"
 	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
+	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
 // controllerGen is the command that generates the CRD and the deepcopy code: the version pinned

@@ -1,5 +1,5 @@
 // Module alertmanager pins the Alertmanager the integration tests run
-// (internal/testenv/promstack). v0.31.1 is the newest release whose module zip still carries
+// (test/testenv/promstack). v0.31.1 is the newest release whose module zip still carries
 // the UI assets (v0.32 and later fail to build from the module proxy). It is its own module:
 // beside Prometheus v0.316.0 in tools/prometheus it would be downgraded.
 // Build with `make prom-binaries`.

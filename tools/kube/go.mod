@@ -1,5 +1,5 @@
 // Module kube builds the etcd and kube-apiserver binaries the integration tests run
-// (internal/testenv/kube). It is separate from the main module so the Kubernetes server
+// (test/testenv/kube). It is separate from the main module so the Kubernetes server
 // dependency tree never reaches the exporter's go.mod. Build with scripts/build-kube.sh.
 module github.com/provider-health-exporter/provider-health-exporter/tools/kube
 

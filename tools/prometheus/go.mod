@@ -1,5 +1,5 @@
 // Module prometheus pins the Prometheus 3 server and promtool the integration tests and the
-// mixin's rule tests run (internal/testenv/promstack). It is separate from the main module so
+// mixin's rule tests run (test/testenv/promstack). It is separate from the main module so
 // Prometheus's dependency tree never reaches the exporter's go.mod, and from tools/alertmanager
 // because Alertmanager beside Prometheus would be downgraded. Build with `make prom-binaries`.
 module github.com/provider-health-exporter/provider-health-exporter/tools/prometheus
