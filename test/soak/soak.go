@@ -63,8 +63,12 @@ type Options struct {
 	// Hosts is how many KVM hosts the kvm provider has; Concurrency its concurrency field,
 	// fewer than Hosts as in a real fleet, so that a host holding a slot can starve others.
 	Hosts, Concurrency int
-	// The kvm provider's dial bounds (providers-file fields), shortened so a dial fits a round.
-	TCPTimeout, SSHTimeout, LibvirtTimeout time.Duration
+	// The kvm provider's dial and RPC bounds (providers-file fields), shortened so a dial fits
+	// a round.
+	TCPTimeout, SSHTimeout, LibvirtTimeout, RPCTimeout time.Duration
+	// Factor is the factor the durations above, Settle and Scale were scaled by (Scaled); 0:
+	// Run measures it on the machine (MachineFactor) and scales the options by it.
+	Factor int
 	// Settle bounds the wait for every target to read Ready once every fault has cleared.
 	Settle time.Duration
 	// Chain runs the rest of the alert chain behind the runner (chain.go): its metrics scraped by
@@ -83,22 +87,26 @@ type Options struct {
 
 // DefaultOptions are the test-sized settings: 2 s rounds with a 1.5 s deadline, four hosts
 // checked one at a time (a fleet four times its concurrency; production's 32 slots serve
-// hundreds of hosts), dial bounds that fit a round (300 ms + 700 ms + 500 ms).
+// hundreds of hosts), dial bounds that fit a round (300 ms + 700 ms + 500 ms), 500 ms an RPC;
+// every one of them multiplied by the factor Run measures on the machine (MachineFactor).
 func DefaultOptions() Options {
 	return Options{
 		Rounds:   80,
 		Interval: 2 * time.Second, Timeout: 1500 * time.Millisecond,
 		Hosts: 4, Concurrency: 1,
 		TCPTimeout: 300 * time.Millisecond, SSHTimeout: 700 * time.Millisecond, LibvirtTimeout: 500 * time.Millisecond,
-		Settle: 90 * time.Second,
-		Chain:  true, Scale: 60, MaxHold: 12,
+		RPCTimeout: 500 * time.Millisecond,
+		Settle:     90 * time.Second,
+		Chain:      true, Scale: 60, MaxHold: 12,
 	}
 }
 
 // Report is the outcome of a run.
 type Report struct {
-	Seed          uint64
-	Rounds        int
+	Seed   uint64
+	Rounds int
+	// Options are the run's, scaled by the factor measured (Options.Factor).
+	Options       Options
 	Actions       []Action
 	Episodes      []Episode
 	TimestampLies []TimestampLie
@@ -169,11 +177,20 @@ func Run(tb testing.TB, o Options) *Report {
 	if logf == nil {
 		logf = tb.Logf
 	}
-	logf("soak: seed %d, %d rounds of %s (timeout %s), %d kvm hosts at concurrency %d; reproduce with -soak.seed=%d -soak.rounds=%d",
-		o.Seed, o.Rounds, o.Interval, o.Timeout, o.Hosts, o.Concurrency, o.Seed, o.Rounds)
+	fleet := kvmhost.Start(tb, o.Hosts)
+	if o.Factor == 0 {
+		f, slowest, err := MachineFactor(fleet, o.SSHTimeout, o.Scale)
+		if err != nil {
+			tb.Fatalf("soak: measure the machine: %v", err)
+		}
+		o = o.Scaled(f)
+		logf("soak: the slowest of %d healthy dials took %s: every bound of the run multiplied by %d (SSH bound %s, at least %d times it)",
+			dialSamples, slowest.Round(time.Millisecond), f, o.SSHTimeout, boundMargin)
+	}
+	logf("soak: seed %d, %d rounds of %s (timeout %s), %d kvm hosts at concurrency %d; reproduce with -soak.seed=%d -soak.rounds=%d -soak.factor=%d",
+		o.Seed, o.Rounds, o.Interval, o.Timeout, o.Hosts, o.Concurrency, o.Seed, o.Rounds, o.Factor)
 
-	e := &env{opts: o, savedHostKeys: map[int]map[string][]byte{}}
-	e.fleet = kvmhost.Start(tb, o.Hosts)
+	e := &env{opts: o, fleet: fleet, savedHostKeys: map[int]map[string][]byte{}}
 	e.kube = kube.Start(tb)
 	e.kubeAdmin = kubernetes.NewForConfigOrDie(e.kube.AdminConfig)
 	e.kube.AddUser(kubeUser)
@@ -288,7 +305,7 @@ func Run(tb testing.TB, o Options) *Report {
 	}
 
 	// The faults.
-	rep := &Report{Seed: o.Seed, Rounds: o.Rounds, Baseline: base}
+	rep := &Report{Seed: o.Seed, Rounds: o.Rounds, Options: o, Baseline: base}
 	sched := newSchedule(o.Seed, o.Hosts, o.MaxHold)
 	errs := make(chan error, 16)
 	// Actions on one target run one at a time and in the schedule's order: each waits for the
@@ -456,9 +473,10 @@ func (e *env) providers(tb testing.TB) []checks.Provider {
       tcpTimeout: %s
       sshTimeout: %s
       libvirtTimeout: %s
+      rpcTimeout: %s
       hosts:
 `, name, failureThreshold, kc.User, kc.PrivateKeyFile, kc.KnownHostsFile, kc.Socket, kc.StoragePool,
-			o.Concurrency, o.TCPTimeout, o.SSHTimeout, o.LibvirtTimeout)
+			o.Concurrency, o.TCPTimeout, o.SSHTimeout, o.LibvirtTimeout, o.RPCTimeout)
 		for _, h := range hosts {
 			fmt.Fprintf(&b, "        - {address: %q, name: %s}\n", h.Address, h.Name)
 		}

@@ -19,6 +19,7 @@ var (
 	flagInterval    = flag.Duration("soak.interval", 0, "round interval (0: DefaultOptions')")
 	flagConcurrency = flag.Int("soak.concurrency", 0, "the kvm provider's concurrency (0: DefaultOptions')")
 	flagScale       = flag.Int("soak.scale", 0, "divide every duration of the mixin and Prometheus by this (0: DefaultOptions')")
+	flagFactor      = flag.Int("soak.factor", 0, "multiply every bound of the run by this (0: measured on the machine, see MachineFactor; 1: DefaultOptions' as they are)")
 	flagChain       = flag.Bool("soak.chain", true, "run the alert chain and the ProviderHealth writer behind the runner and judge pages and objects")
 )
 
@@ -33,6 +34,7 @@ func TestSoak(t *testing.T) {
 	if *flagInterval > 0 {
 		o.Interval = *flagInterval
 		o.Timeout = *flagInterval * 3 / 4
+		o.Factor = 1
 	}
 	if *flagConcurrency > 0 {
 		o.Concurrency = *flagConcurrency
@@ -44,6 +46,12 @@ func TestSoak(t *testing.T) {
 	if *flagScale > 0 {
 		o.Scale = *flagScale
 	}
+	if *flagFactor > 0 {
+		if o.Scale%*flagFactor != 0 {
+			t.Fatalf("-soak.factor=%d: must divide the scale (%d)", *flagFactor, o.Scale)
+		}
+		o = o.Scaled(*flagFactor)
+	}
 	o.Seed = *flagSeed
 	if o.Seed == 0 {
 		o.Seed = rand.Uint64()
@@ -53,6 +61,9 @@ func TestSoak(t *testing.T) {
 	t.Logf("soak: seed %d: %s", rep.Seed, rep.Stats)
 	t.Logf("soak: %d actions; baseline %s; final %s", len(rep.Actions), rep.Baseline, rep.Final)
 	repro := fmt.Sprintf("reproduce: go test -race -count=1 -run '^TestSoak$' -v ./test/soak -soak.seed=%d -soak.rounds=%d", rep.Seed, rep.Rounds)
+	if *flagInterval == 0 {
+		repro += fmt.Sprintf(" -soak.factor=%d", rep.Options.Factor)
+	}
 	if *flagInterval > 0 {
 		repro += " -soak.interval=" + flagInterval.String()
 	}
@@ -104,7 +115,7 @@ func TestSoak(t *testing.T) {
 			n, len(show), strings.Join(lines, "\n"), repro)
 	}
 	if !rep.Settled {
-		t.Errorf("targets still not Ready %s after every fault cleared: %s\n%s", o.Settle, strings.Join(rep.NotReady, "; "), repro)
+		t.Errorf("targets still not Ready %s after every fault cleared: %s\n%s", rep.Options.Settle, strings.Join(rep.NotReady, "; "), repro)
 	}
 	if len(rep.Leaks) > 0 {
 		t.Errorf("not back at the baseline after every fault cleared (baseline %s):\n  %s\n%s", rep.Baseline, strings.Join(rep.Leaks, "\n  "), repro)
@@ -282,5 +293,39 @@ func TestLeaks(t *testing.T) {
 	}
 	if rss() == 0 || openFDs() <= 0 {
 		t.Errorf("rss %d, fds %d: /proc/self is not readable", rss(), openFDs())
+	}
+}
+
+// TestScaledAndPickFactor: a factor multiplies every bound and divides the mixin's scale, and
+// the factor picked is the smallest that puts the SSH bound boundMargin times above the
+// slowest dial, among the divisors of the scale.
+func TestScaledAndPickFactor(t *testing.T) {
+	o := DefaultOptions()
+	s := o.Scaled(3)
+	if s.Interval != 3*o.Interval || s.Timeout != 3*o.Timeout || s.TCPTimeout != 3*o.TCPTimeout || s.SSHTimeout != 3*o.SSHTimeout ||
+		s.LibvirtTimeout != 3*o.LibvirtTimeout || s.RPCTimeout != 3*o.RPCTimeout || s.Settle != 3*o.Settle || s.Scale != o.Scale/3 || s.Factor != 3 {
+		t.Errorf("Scaled(3) = %+v, from %+v", s, o)
+	}
+	if s := o.Scaled(1); s.Interval != o.Interval || s.Factor != 1 {
+		t.Errorf("Scaled(1) = %+v, want the options as they are, factor 1", s)
+	}
+	ms := time.Millisecond
+	for _, c := range []struct {
+		slowest time.Duration
+		scale   int
+		want    int
+	}{
+		{20 * ms, 60, 1},  // 700 ms >= 100 ms
+		{140 * ms, 60, 1}, // 700 ms >= 700 ms
+		{141 * ms, 60, 2}, // 1.4 s >= 705 ms
+		{400 * ms, 60, 3}, // 2.1 s >= 2 s
+		{500 * ms, 60, 4}, // 2.8 s >= 2.5 s
+		{10 * time.Second, 60, 6},
+		{400 * ms, 8, 4}, // 3 does not divide 8
+		{10 * time.Second, 7, 1},
+	} {
+		if got := pickFactor(c.slowest, 700*ms, c.scale); got != c.want {
+			t.Errorf("pickFactor(%s, 700ms, %d) = %d, want %d", c.slowest, c.scale, got, c.want)
+		}
 	}
 }
