@@ -205,10 +205,10 @@ func New(o Options) (*Shard, error) {
 	return s, nil
 }
 
-// Join renews this replica's Lease and reads the members and the others' parts once, within
-// the renew deadline, before the runner starts (Membership.Join): a new replica then begins
-// with the members the API server lists, and checks only its share. On an error it has not
-// joined: it owns nothing, and is not Ready, until Run succeeds.
+// Join renews this replica's Lease and reads the members once, within the renew deadline,
+// before the runner starts (Membership.Join): a new replica then begins with the members the
+// API server lists, and checks only its share. On an error it has not joined: it owns nothing,
+// and is not Ready, until Run succeeds. The others' parts come with Run's watch.
 func (s *Shard) Join(ctx context.Context) error {
 	err := s.m.Join(ctx)
 	s.mu.Lock()
