@@ -18,7 +18,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/exporter"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/incluster"
-	"github.com/provider-health-exporter/provider-health-exporter/membership"
+	"github.com/provider-health-exporter/provider-health-exporter/shard"
 )
 
 // holderPod is the pod this runs in, from the downward API ($POD_NAME, $POD_UID), so that it
@@ -63,22 +63,23 @@ func shardLinger(o shardOptions) time.Duration {
 const shardStepTimeout = 2 * time.Second
 
 // startSharding makes e check only the targets this replica owns and starts following the
-// shard's members (--shard.enabled). release stops following them and releases the replica's
-// Lease (within ctx and shardStepTimeout): call it first at shutdown, so that the others take
-// over at once; remove deletes the Lease and the part: call it last, once the others have
-// read its part.
-func startSharding(o shardOptions, instance string, e *exporter.Exporter, logger *slog.Logger) (release, remove func(context.Context), err error) {
+// shard's members (--shard.enabled). It returns the ProviderHealth writer's source: the
+// fleet's snapshots when sharded, else the runner's. release stops following the members and
+// releases the replica's Lease (within ctx and shardStepTimeout): call it first at shutdown, so
+// that the others take over at once; remove deletes the Lease and the part: call it last, once
+// the others have read its part.
+func startSharding(o shardOptions, instance string, interval time.Duration, e *exporter.Exporter, logger *slog.Logger) (source crdwriter.Source, release, remove func(context.Context), err error) {
 	if !o.enabled {
-		return func(context.Context) {}, func(context.Context) {}, nil
+		return e.Runner(), func(context.Context) {}, func(context.Context) {}, nil
 	}
 	cfg, err := ownClientConfig(o.kubeconfig)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--shard.kubeconfig=%q: %w", o.kubeconfig, err)
+		return nil, nil, nil, fmt.Errorf("--shard.kubeconfig=%q: %w", o.kubeconfig, err)
 	}
 	cfg.UserAgent = programName
 	identity := shardIdentity(o)
 	logger = logger.With("component", "shard", "identity", identity, "instance", instance)
-	m, err := membership.New(membership.Options{
+	s, err := shard.New(shard.Options{
 		Config:        cfg,
 		Namespace:     cmp.Or(o.leaseNamespace, incluster.PodNamespace()),
 		Identity:      identity,
@@ -88,25 +89,24 @@ func startSharding(o shardOptions, instance string, e *exporter.Exporter, logger
 		RetryPeriod:   o.retryPeriod,
 		Logger:        logger,
 		Owner:         podOwner(identity),
-		OnChange:      e.SetMembers,
-		Part:          e.ShardPart,
-		OnParts:       e.SetParts,
-		Working:       e.ShardWorking,
+		Runner:        e.Runner(),
+		Checkers:      e.Checkers,
+		Interval:      interval,
+		Working:       e.Working,
+		Registerer:    e.Registry(),
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	if err := m.Join(context.Background()); err != nil {
+	if err := s.Join(context.Background()); err != nil {
 		logger.Warn("cannot join the shard yet: checking nothing and not ready until the API server answers", "err", err)
 	}
-	e.Registry().MustRegister(m.Collectors()...)
-	e.EnableSharding(identity, m.Members(), m.Joined)
-	e.SetParts(m.Parts())
+	e.Readiness = s.Ready
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		m.Run(ctx)
+		s.Run(ctx)
 	}()
 	logger.Info("sharding on: checking the targets this replica owns")
 	bounded := func(ctx context.Context, f func(context.Context)) {
@@ -114,12 +114,12 @@ func startSharding(o shardOptions, instance string, e *exporter.Exporter, logger
 		defer cancel()
 		f(ctx)
 	}
-	return func(ctx context.Context) {
+	return s.Fleet(), func(ctx context.Context) {
 			cancel()
 			<-done
-			bounded(ctx, func(ctx context.Context) { _ = m.Release(ctx) })
+			bounded(ctx, func(ctx context.Context) { _ = s.Release(ctx) })
 		}, func(ctx context.Context) {
-			bounded(ctx, m.Delete)
+			bounded(ctx, s.Delete)
 		}, nil
 }
 
@@ -133,9 +133,10 @@ func podOwner(identity string) *metav1.OwnerReference {
 	return &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: identity, UID: types.UID(uid)}
 }
 
-// startCRDWriter starts mirroring the runner's snapshots into ProviderHealth objects, or, with
-// checks off, deletes ours (RunChecksOff). The returned channel is closed when it has stopped (ctx done).
-func startCRDWriter(ctx context.Context, o crdOptions, e *exporter.Exporter, interval time.Duration, logger *slog.Logger) (<-chan struct{}, error) {
+// startCRDWriter starts mirroring source's snapshots (startSharding's) into ProviderHealth
+// objects, or, with checks off, deletes ours (RunChecksOff). The returned channel is closed
+// when it has stopped (ctx done).
+func startCRDWriter(ctx context.Context, o crdOptions, e *exporter.Exporter, source crdwriter.Source, interval time.Duration, logger *slog.Logger) (<-chan struct{}, error) {
 	done := make(chan struct{})
 	if !o.enabled {
 		close(done)
@@ -149,7 +150,7 @@ func startCRDWriter(ctx context.Context, o crdOptions, e *exporter.Exporter, int
 	logger = logger.With("component", "crdwriter", "instance", o.instance)
 	w, err := crdwriter.New(crdwriter.Options{
 		Config:            cfg,
-		Source:            e.Fleet(),
+		Source:            source,
 		Logger:            logger,
 		Instance:          o.instance,
 		Interval:          interval,

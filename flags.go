@@ -24,7 +24,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/exporter"
 	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
-	"github.com/provider-health-exporter/provider-health-exporter/membership"
+	"github.com/provider-health-exporter/provider-health-exporter/shard"
 )
 
 const (
@@ -135,9 +135,9 @@ func parseFlags(args []string, stdout, stderr io.Writer) (opts *options, code in
 	app.Flag("shard.identity", "This replica's name among the shard's members, and the name of its Lease; empty: $POD_NAME, else the host name.").StringVar(&opts.shard.identity)
 	app.Flag("shard.lease-namespace", "Namespace of the shard's Leases; empty: the pod's namespace in a cluster, else default.").StringVar(&opts.shard.leaseNamespace)
 	app.Flag("shard.kubeconfig", "Kubeconfig of the cluster that holds the shard's Leases; empty: in-cluster config.").StringVar(&opts.shard.kubeconfig)
-	app.Flag("shard.lease-duration", "How long a replica's Lease lives without renewal: a replica killed without releasing it leaves the shard after this.").Default(model.Duration(membership.DefaultLeaseDuration).String()).SetValue(durationValue{"shard.lease-duration", &opts.shard.leaseDuration})
-	app.Flag("shard.renew-deadline", "Bound of each request renewing the Lease or reading the members.").Default(model.Duration(membership.DefaultRenewDeadline).String()).SetValue(durationValue{"shard.renew-deadline", &opts.shard.renewDeadline})
-	app.Flag("shard.retry-period", "Time between two renewals of the Lease (and reads of the members).").Default(model.Duration(membership.DefaultRetryPeriod).String()).SetValue(durationValue{"shard.retry-period", &opts.shard.retryPeriod})
+	app.Flag("shard.lease-duration", "How long a replica's Lease lives without renewal: a replica killed without releasing it leaves the shard after this.").Default(model.Duration(shard.DefaultLeaseDuration).String()).SetValue(durationValue{"shard.lease-duration", &opts.shard.leaseDuration})
+	app.Flag("shard.renew-deadline", "Bound of each request renewing the Lease or reading the members.").Default(model.Duration(shard.DefaultRenewDeadline).String()).SetValue(durationValue{"shard.renew-deadline", &opts.shard.renewDeadline})
+	app.Flag("shard.retry-period", "Time between two renewals of the Lease (and reads of the members).").Default(model.Duration(shard.DefaultRetryPeriod).String()).SetValue(durationValue{"shard.retry-period", &opts.shard.retryPeriod})
 	opts.web = kingpinflag.AddFlags(app, exporter.DefaultListenAddress)
 	app.Flag("web.external-url", "The URL under which the exporter is reached from outside, e.g. behind a reverse proxy that routes by path: the links of its pages start with its path, and when it has one every endpoint is served under it (as Prometheus does). Empty: served and linked at the root.").StringVar(&opts.externalURL)
 	app.Flag("web.route-prefix", "Prefix of the endpoints' paths (a proxy that strips the external path: /). Default: the path of --web.external-url.").StringVar(&opts.routePrefix)

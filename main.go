@@ -154,8 +154,8 @@ func start(opts *options, timeout time.Duration, e *exporter.Exporter, signals <
 	p := &process{opts: opts, logger: logger, e: e, signals: signals}
 	// Sharding is set up, the members read once, before the first round, so that it checks
 	// only what this replica owns (everything when the API server cannot be reached).
-	var err error
-	p.releaseShard, p.removeShard, err = startSharding(opts.shard, opts.crd.instance, e, logger)
+	source, releaseShard, removeShard, err := startSharding(opts.shard, opts.crd.instance, opts.interval, e, logger)
+	p.releaseShard, p.removeShard = releaseShard, removeShard
 	if err != nil {
 		logger.Error("cannot start sharding", "err", err)
 		e.Close()
@@ -174,7 +174,7 @@ func start(opts *options, timeout time.Duration, e *exporter.Exporter, signals <
 	// The writer stops first at exit (its Lease released), not after the runner.
 	writerCtx, stopWriter := context.WithCancel(ctx)
 	p.stopWriter = stopWriter
-	if p.writerDone, err = startCRDWriter(writerCtx, opts.crd, e, opts.interval, logger); err != nil {
+	if p.writerDone, err = startCRDWriter(writerCtx, opts.crd, e, source, opts.interval, logger); err != nil {
 		logger.Error("cannot start the ProviderHealth writer", "err", err)
 		stopWriter()
 		p.releaseShard(context.Background())

@@ -34,8 +34,8 @@ import (
 
 	"github.com/provider-health-exporter/provider-health-exporter/config"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
-	"github.com/provider-health-exporter/provider-health-exporter/membership"
 	_ "github.com/provider-health-exporter/provider-health-exporter/providers"
+	"github.com/provider-health-exporter/provider-health-exporter/shard"
 	"github.com/provider-health-exporter/provider-health-exporter/test/testenv"
 	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
 	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
@@ -691,7 +691,7 @@ func TestManifestsAgainstAPIServer(t *testing.T) {
 // checkShardAuthorization runs on the API server deploy/ was applied to. The API server's own
 // authorizer (SubjectAccessReview) allows the exporter's ServiceAccount each of shardVerbs on
 // Leases in its namespace, and none of them in another namespace or across all namespaces, nor
-// a verb the shard does not use (watch). Then the shard's own code (package membership), as
+// a verb the shard does not use (watch). Then the shard's own code (package shard, its Membership), as
 // that ServiceAccount, does its work with these rights: two replicas join and see each other,
 // renew their Leases, and one leaves and deletes its Lease; in another namespace it cannot join.
 func checkShardAuthorization(t *testing.T, env *kube.Env) {
@@ -753,21 +753,21 @@ func checkShardAuthorization(t *testing.T, env *kube.Env) {
 	// The shard's requests as the ServiceAccount (a token user of its name and groups).
 	env.AddUser(exporterServiceAccount, groups[:2]...)
 	saConfig := env.ConfigFor(exporterServiceAccount)
-	member := func(ns, identity string) *membership.Membership {
+	member := func(ns, identity string) *shard.Membership {
 		t.Helper()
-		m, err := membership.New(membership.Options{Config: saConfig, Namespace: ns, Identity: identity, Instance: crdwriter.DefaultInstance,
+		m, err := shard.NewMembership(shard.MembershipOptions{Config: saConfig, Namespace: ns, Identity: identity, Instance: crdwriter.DefaultInstance,
 			LeaseDuration: 15 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
-			Part: func() membership.Publication {
-				return membership.Publication{Data: []byte("verdicts of " + identity), Verdicts: 1, CheckedAt: time.Now(), Key: "k"}
+			Part: func() shard.Publication {
+				return shard.Publication{Data: []byte("verdicts of " + identity), Verdicts: 1, CheckedAt: time.Now(), Key: "k"}
 			},
-			OnParts: func([]membership.Part) {}})
+			OnParts: func([]shard.Part) {}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return m
 	}
 	a, b := member(namespace, "phe-a"), member(namespace, "phe-b")
-	for _, m := range []*membership.Membership{a, b} {
+	for _, m := range []*shard.Membership{a, b} {
 		if err := m.Join(ctx); err != nil {
 			t.Fatalf("%s joins the shard as the ServiceAccount: %v", m.Identity(), err)
 		}

@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks/kvm"
-	"github.com/provider-health-exporter/provider-health-exporter/membership"
+	"github.com/provider-health-exporter/provider-health-exporter/shard"
 	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
 	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmstandin"
 	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
@@ -316,7 +316,7 @@ func BenchmarkShardedFleet(b *testing.B) {
 		waitShardCoverage(b, survivors, counts)
 		time.Sleep(k.interval) // a round of the new shares at their peak
 		longest := gaps.stop()
-		if bound := membership.DefaultLeaseDuration + k.interval + shardBenchGapPoll; longest > bound {
+		if bound := shard.DefaultLeaseDuration + k.interval + shardBenchGapPoll; longest > bound {
 			b.Errorf("a target went unreported for %s after %d replicas were killed: more than the lease plus one interval (and a poll: %s)",
 				longest.Round(time.Second), k.kill, bound)
 		}
@@ -336,14 +336,14 @@ func BenchmarkShardedFleet(b *testing.B) {
 }
 
 // startPhantoms makes n members of the shard that check nothing and publish no part: the
-// membership package itself, renewing a Lease each (phantom-0, ...) in this process, so that the
+// shard's Membership itself, renewing a Lease each (phantom-0, ...) in this process, so that the
 // real replicas own fleet/(replicas+n) of the hosts. A phantom's stop function ends it without
 // releasing its Lease, as a kill does; every phantom is stopped at the benchmark's end.
 func startPhantoms(b *testing.B, env *kube.Env, n int) []func() {
 	b.Helper()
 	var stops []func()
 	for i := range n {
-		m, err := membership.New(membership.Options{Config: env.AdminConfig, Namespace: "default",
+		m, err := shard.NewMembership(shard.MembershipOptions{Config: env.AdminConfig, Namespace: "default",
 			Identity: fmt.Sprintf("phantom-%d", i), Instance: "provider-health-exporter"})
 		if err != nil {
 			b.Fatal(err)

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -153,7 +154,9 @@ func TestAnswersBoundedForAliasBomb(t *testing.T) {
 }
 
 // TestReadyWhileRoundsRun: /-/ready answers 200 after the first round, 503 once no round has
-// started for two intervals plus the timeout, and 503 from the start of a shutdown.
+// started for two intervals plus the timeout (Working says so too, so that a sharded replica
+// releases its Lease), 503 with the reason while the Readiness hook (the shard's) refuses, and
+// 503 from the start of a shutdown.
 func TestReadyWhileRoundsRun(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "providers.yml")
@@ -161,6 +164,9 @@ func TestReadyWhileRoundsRun(t *testing.T) {
 	e, err := New(path, time.Minute, 15*time.Second, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := e.Working(); err != nil {
+		t.Errorf("before any round: Working says %v, want nothing (starting)", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -180,7 +186,21 @@ func TestReadyWhileRoundsRun(t *testing.T) {
 	if code, body := ready(); code != http.StatusServiceUnavailable || !strings.Contains(body, "no round of checks has started for 2m16s") {
 		t.Errorf("rounds stalled: %d %q; want 503 saying since when", code, body)
 	}
+	if err := e.Working(); err == nil || !strings.Contains(err.Error(), "no round of checks has started for 2m16s") {
+		t.Errorf("rounds stalled: Working says %v, want an error saying since when", err)
+	}
 	e.roundStarted.Store(time.Now().UnixNano())
+	if err := e.Working(); err != nil {
+		t.Errorf("after a round started: Working says %v", err)
+	}
+	e.Readiness = func() error { return errors.New("the members of the shard could not be read yet") }
+	if code, body := ready(); code != http.StatusServiceUnavailable || body != "Not ready: the members of the shard could not be read yet\n" {
+		t.Errorf("the Readiness hook refusing: %d %q; want 503 with its reason", code, body)
+	}
+	e.Readiness = func() error { return nil }
+	if code, body := ready(); code != http.StatusOK {
+		t.Errorf("the Readiness hook agreeing: %d %q; want 200", code, body)
+	}
 	e.Stopping()
 	if code, body := ready(); code != http.StatusServiceUnavailable || !strings.Contains(body, "shutting down") {
 		t.Errorf("shutting down: %d %q; want 503", code, body)

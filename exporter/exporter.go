@@ -7,6 +7,7 @@
 package exporter
 
 import (
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,11 @@ type Exporter struct {
 	// no answer (probes at once still share one check). Set before the server starts.
 	ProbeMinInterval time.Duration
 
+	// Readiness, when set before the server starts, is asked by /-/ready after the checks
+	// are found on: an error makes it answer 503 with the error (the shard's Ready: the
+	// members not read yet).
+	Readiness func() error
+
 	// CRDReport is the ProviderHealth writer's Report (--crd.enabled), set before the server
 	// starts; nil without one. The status page and the status API show its Report.
 	CRDReport func() crdwriter.Report
@@ -66,9 +72,6 @@ type Exporter struct {
 
 	// inventory reads the providers' host files (hostFiles).
 	inventory *inventory
-
-	// shard is the replica's ownership when sharded (EnableSharding); nil: it owns every target.
-	shard *sharding
 
 	// limits bound the reads of the providers file and the host files (WithFileLimits).
 	limits config.Limits
@@ -183,6 +186,40 @@ func (e *Exporter) Runner() *checks.Runner { return e.runner }
 // Registry is the exporter's own metrics registry, served by /metrics before the snapshot's
 // families; the ProviderHealth writer registers its metrics there.
 func (e *Exporter) Registry() *prometheus.Registry { return e.registry }
+
+// Checkers returns the configured checkers (the providers file's, as last loaded well); the
+// shard checks the others' verdicts against them.
+func (e *Exporter) Checkers() []checks.Checker {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cs := make([]checks.Checker, 0, len(e.entries))
+	for _, en := range e.entries {
+		cs = append(cs, en.checker)
+	}
+	return cs
+}
+
+// Working reports an error when the rounds are wedged, the last having started longer ago
+// than two intervals plus the timeout (the limit of readiness); nil with checks off or before
+// the first round. A sharded replica then releases its Lease, so that its share moves to the
+// others (shard.Options.Working).
+func (e *Exporter) Working() error {
+	if !e.ChecksOn() {
+		return nil
+	}
+	ns := e.roundStarted.Load()
+	if ns == 0 {
+		// No round has started yet: the replica is starting.
+		return nil
+	}
+	now := time.Now()
+	started := time.Unix(0, ns)
+	if late := now.Sub(started); late > e.stalledAfter() {
+		return fmt.Errorf("no round of checks has started for %s (the last started at %s; one starts every %s)",
+			late.Round(time.Second), started.UTC().Format(time.RFC3339), e.interval)
+	}
+	return nil
+}
 
 // ProviderCount is the number of configured providers.
 func (e *Exporter) ProviderCount() int {

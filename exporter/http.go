@@ -64,7 +64,7 @@ func (e *Exporter) serveReady(w http.ResponseWriter, _ *http.Request) {
 }
 
 // notReady says why the exporter cannot do a round now, "" when it can: it is shutting down;
-// the first round has not finished; or no round has started for longer than
+// Readiness says why; the first round has not finished; or no round has started for longer than
 // stalledAfter (a round, or the reads before it, cannot complete). With checks off it is
 // ready at once, until it shuts down.
 func (e *Exporter) notReady(now time.Time) string {
@@ -74,8 +74,10 @@ func (e *Exporter) notReady(now time.Time) string {
 	if !e.ChecksOn() {
 		return ""
 	}
-	if s := e.shard; s != nil && s.joined != nil && !s.joined() {
-		return "sharded, and the members of the shard could not be read yet: checking nothing until they are"
+	if e.Readiness != nil {
+		if err := e.Readiness(); err != nil {
+			return err.Error()
+		}
 	}
 	select {
 	case <-e.runner.FirstRound():

@@ -24,7 +24,7 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/collector"
 	"github.com/provider-health-exporter/provider-health-exporter/crdwriter"
 	"github.com/provider-health-exporter/provider-health-exporter/hostpool"
-	"github.com/provider-health-exporter/provider-health-exporter/membership"
+	"github.com/provider-health-exporter/provider-health-exporter/shard"
 	"github.com/provider-health-exporter/provider-health-exporter/test/fakechecks"
 	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
@@ -92,13 +92,6 @@ func TestMetricsDocumented(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Sharded (--shard.enabled), alone: every metric of sharding is served, and every target.
-	e.EnableSharding("self", []string{"self"}, nil)
-	m, err := membership.New(membership.Options{Config: &rest.Config{Host: "https://127.0.0.1:1"}, Namespace: "default", Identity: "self", Instance: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Registry().MustRegister(m.Collectors()...)
 	ctx, cancel := context.WithCancel(context.Background())
 	runnerDone := make(chan struct{})
 	go func() {
@@ -122,6 +115,15 @@ func TestMetricsDocumented(t *testing.T) {
 	case <-e.Runner().FirstRound():
 	case <-time.After(20 * time.Second):
 		t.Fatal("the first round did not finish within 20s")
+	}
+	// Sharded (--shard.enabled) once the round has run, the runner stopped: every metric of
+	// sharding is served (the shard, not joined, would own nothing from the next round on),
+	// and every target of the round.
+	cancel()
+	<-runnerDone
+	if _, err := shard.New(shard.Options{Config: &rest.Config{Host: "https://127.0.0.1:1"}, Namespace: "default", Identity: "self", Instance: "main",
+		Runner: e.Runner(), Checkers: e.Checkers, Interval: time.Minute, Registerer: e.Registry()}); err != nil {
+		t.Fatal(err)
 	}
 
 	srv := httptest.NewServer(e.Handler())

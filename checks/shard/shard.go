@@ -5,8 +5,8 @@
 // does not matter, and a change of members moves only the keys whose heaviest member joined or
 // left: about 1/N of them.
 //
-// The package imports nothing of the project: the runner's ownership test, the Lease
-// membership and the tests all build on it.
+// The package imports nothing of the project: the runner's ownership test, the shard (package
+// shard, its fold and handover) and the tests all build on it.
 package shard
 
 import (

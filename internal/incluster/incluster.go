@@ -1,5 +1,5 @@
 // Package incluster is what the exporter learns of the pod it runs in, for the packages that
-// write to the cluster (membership's Leases and parts, crdwriter's Lease and objects), so that
+// write to the cluster (the shard's Leases and parts, crdwriter's Lease and objects), so that
 // both read it the same way.
 package incluster
 

@@ -1,4 +1,4 @@
-package membership_test
+package shard_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/provider-health-exporter/provider-health-exporter/membership"
+	"github.com/provider-health-exporter/provider-health-exporter/shard"
 	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kube"
 	itestutil "github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
@@ -50,17 +50,17 @@ func (c *clock) add(d time.Duration) {
 }
 
 type member struct {
-	m     *membership.Membership
+	m     *shard.Membership
 	clock *clock
 	stop  context.CancelFunc
 	done  chan struct{}
 	// pub is what the member publishes; working what Working answers.
 	mu      sync.Mutex
-	pub     membership.Publication
+	pub     shard.Publication
 	working error
 }
 
-func (mb *member) setPub(p membership.Publication) {
+func (mb *member) setPub(p shard.Publication) {
 	mb.mu.Lock()
 	defer mb.mu.Unlock()
 	mb.pub = p
@@ -84,18 +84,18 @@ func start(t *testing.T, cfg *rest.Config, instance, identity string, o ...membe
 		opts = o[0]
 	}
 	mb := &member{clock: &clock{off: opts.offset}, done: make(chan struct{})}
-	mb.pub = membership.Publication{Data: []byte("part of " + identity), Verdicts: 1, CheckedAt: time.Now(), Key: "k1"}
-	m, err := membership.New(membership.Options{
+	mb.pub = shard.Publication{Data: []byte("part of " + identity), Verdicts: 1, CheckedAt: time.Now(), Key: "k1"}
+	m, err := shard.NewMembership(shard.MembershipOptions{
 		Config: cfg, Namespace: "default", Identity: identity, Instance: instance,
 		LeaseDuration: opts.leaseDuration, RenewDeadline: opts.renewDeadline, RetryPeriod: opts.retryPeriod,
 		Now:    mb.clock.now,
 		Logger: slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Part: func() membership.Publication {
+		Part: func() shard.Publication {
 			mb.mu.Lock()
 			defer mb.mu.Unlock()
 			return mb.pub
 		},
-		OnParts: func([]membership.Part) {},
+		OnParts: func([]shard.Part) {},
 		Working: func() error {
 			mb.mu.Lock()
 			defer mb.mu.Unlock()
@@ -127,14 +127,14 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func waitMembers(t *testing.T, m *membership.Membership, want ...string) {
+func waitMembers(t *testing.T, m *shard.Membership, want ...string) {
 	t.Helper()
 	itestutil.Eventually(t, 30*time.Second, fmt.Sprintf("%s to see the members %v", m.Identity(), want), func() bool {
 		return slices.Equal(m.Members(), want)
 	})
 }
 
-func partOf(parts []membership.Part, identity string) *membership.Part {
+func partOf(parts []shard.Part, identity string) *shard.Part {
 	for i := range parts {
 		if parts[i].Identity == identity {
 			return &parts[i]
@@ -152,7 +152,7 @@ func startKube(t *testing.T) (*kube.Env, *kubernetes.Clientset) {
 // A replica that never reached the API server has not joined: it sees no member, not even
 // itself, so that it owns nothing rather than everything.
 func TestReplicaWithoutAPIServerOwnsNothing(t *testing.T) {
-	m, err := membership.New(membership.Options{Config: &rest.Config{Host: "http://127.0.0.1:1"}, Namespace: "default", Identity: "phe-0", Instance: "main",
+	m, err := shard.NewMembership(shard.MembershipOptions{Config: &rest.Config{Host: "http://127.0.0.1:1"}, Namespace: "default", Identity: "phe-0", Instance: "main",
 		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod})
 	if err != nil {
 		t.Fatal(err)
@@ -168,12 +168,12 @@ func TestReplicaWithoutAPIServerOwnsNothing(t *testing.T) {
 }
 
 func TestNewRejectsBadTiming(t *testing.T) {
-	_, err := membership.New(membership.Options{Config: &rest.Config{Host: "http://x"}, Namespace: "default", Identity: "a", Instance: "main",
+	_, err := shard.NewMembership(shard.MembershipOptions{Config: &rest.Config{Host: "http://x"}, Namespace: "default", Identity: "a", Instance: "main",
 		LeaseDuration: 2 * time.Second, RetryPeriod: 2 * time.Second})
 	if err == nil {
 		t.Error("a retry period as long as the lease duration was accepted")
 	}
-	if _, err := membership.New(membership.Options{Config: &rest.Config{Host: "http://x"}, Namespace: "default", Instance: "main"}); err == nil {
+	if _, err := shard.NewMembership(shard.MembershipOptions{Config: &rest.Config{Host: "http://x"}, Namespace: "default", Instance: "main"}); err == nil {
 		t.Error("an empty identity was accepted")
 	}
 }
@@ -195,7 +195,7 @@ func TestMembersFromLeases(t *testing.T) {
 	waitMembers(t, b.m, "phe-a", "phe-b")
 
 	// A member killed with SIGKILL: its Lease, renewed once, is never renewed again.
-	labels := map[string]string{membership.InstanceLabel: "main", membership.ShardLabel: "member"}
+	labels := map[string]string{shard.InstanceLabel: "main", shard.ShardLabel: "member"}
 	now := metav1.NewMicroTime(time.Now())
 	holder, dur := "phe-killed", int32(leaseDuration/time.Second)
 	if _, err := leases.Create(context.Background(), &coordinationv1.Lease{
@@ -269,7 +269,7 @@ func TestMembersFromLeases(t *testing.T) {
 	}
 
 	// A replica that joins sees the members before its first round (Join), not itself alone.
-	joiner, err := membership.New(membership.Options{
+	joiner, err := shard.NewMembership(shard.MembershipOptions{
 		Config: env.AdminConfig, Namespace: "default", Identity: "phe-b", Instance: "main",
 		LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod,
 	})
@@ -290,7 +290,7 @@ func TestMembersFromLeases(t *testing.T) {
 
 	// Leases seen unchanged for GCAfter on a member's own clock are deleted by it; live ones
 	// are not, however far its clock moves.
-	a.clock.add(membership.GCAfter + time.Minute)
+	a.clock.add(shard.GCAfter + time.Minute)
 	itestutil.Eventually(t, 10*time.Second, "the Leases left unrenewed to be deleted", func() bool {
 		_, err1 := leases.Get(context.Background(), "phe-killed", metav1.GetOptions{})
 		_, err2 := leases.Get(context.Background(), "phe-forged", metav1.GetOptions{})
@@ -342,7 +342,7 @@ func TestPartWrittenOnlyWhenItChanges(t *testing.T) {
 	}
 	// New messages, same verdicts (key): not written before PartRefresh.
 	checked := time.Now()
-	a.setPub(membership.Publication{Data: []byte("part of phe-a, new messages"), Verdicts: 1, CheckedAt: checked, Key: "k1"})
+	a.setPub(shard.Publication{Data: []byte("part of phe-a, new messages"), Verdicts: 1, CheckedAt: checked, Key: "k1"})
 	time.Sleep(8 * retryPeriod)
 	if got := writes(); got != 1 {
 		t.Errorf("%v writes after a change of messages alone, want 1", got)
@@ -352,10 +352,10 @@ func TestPartWrittenOnlyWhenItChanges(t *testing.T) {
 		p := partOf(b.m.Parts(), "phe-a")
 		return p != nil && string(p.Data) == "part of phe-a" && p.RoundAt.Equal(checked.Truncate(time.Millisecond))
 	})
-	a.clock.add(membership.PartRefresh)
+	a.clock.add(shard.PartRefresh)
 	itestutil.Eventually(t, 10*time.Second, "the messages written after PartRefresh", func() bool { return writes() == 2 })
 	// A new key is written at the next step.
-	a.setPub(membership.Publication{Data: []byte("part of phe-a, a flip"), Verdicts: 1, CheckedAt: time.Now(), Key: "k2"})
+	a.setPub(shard.Publication{Data: []byte("part of phe-a, a flip"), Verdicts: 1, CheckedAt: time.Now(), Key: "k2"})
 	itestutil.Eventually(t, 10*time.Second, "a changed key written", func() bool { return writes() == 3 })
 	itestutil.Eventually(t, 10*time.Second, "phe-b to read the new part", func() bool {
 		p := partOf(b.m.Parts(), "phe-a")
@@ -366,7 +366,7 @@ func TestPartWrittenOnlyWhenItChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, v := range l.Annotations {
-		if k != membership.RoundAnnotation || len(v) > 41 {
+		if k != shard.RoundAnnotation || len(v) > 41 {
 			t.Errorf("phe-a's Lease carries %s=%q; want the round annotation alone, short", k, v)
 		}
 	}
@@ -461,7 +461,7 @@ func TestSlowAPIServerChangesNothing(t *testing.T) {
 	env, _ := startKube(t)
 	slow := rest.CopyConfig(env.AdminConfig)
 	slow.Host = "https://" + itestutil.NewRelay(t, env.URL[len("https://"):], 6*time.Second).Addr()
-	def := memberOpts{leaseDuration: membership.DefaultLeaseDuration, renewDeadline: membership.DefaultRenewDeadline, retryPeriod: membership.DefaultRetryPeriod}
+	def := memberOpts{leaseDuration: shard.DefaultLeaseDuration, renewDeadline: shard.DefaultRenewDeadline, retryPeriod: shard.DefaultRetryPeriod}
 	a := start(t, env.AdminConfig, "main", "phe-a", def)
 	b := start(t, slow, "main", "phe-b", def)
 	c := start(t, slow, "main", "phe-c", def)
@@ -469,7 +469,7 @@ func TestSlowAPIServerChangesNothing(t *testing.T) {
 	for _, mb := range []*member{a, b, c} {
 		itestutil.Eventually(t, 2*time.Minute, mb.m.Identity()+" to see every member", func() bool { return slices.Equal(mb.m.Members(), all) })
 	}
-	deadline := time.Now().Add(4 * membership.DefaultLeaseDuration)
+	deadline := time.Now().Add(4 * shard.DefaultLeaseDuration)
 	for time.Now().Before(deadline) {
 		for _, mb := range []*member{a, b, c} {
 			if got := mb.m.Members(); !slices.Equal(got, all) {

@@ -1,4 +1,4 @@
-package exporter
+package shard
 
 import (
 	"bytes"
@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/membership"
 )
 
 // labFleet is a kvm provider "lab" of n hosts, one in seven down with a message of its own.
@@ -54,7 +53,7 @@ func labReader(snap *checks.Snapshot, now time.Time) *partReader {
 func TestShardPartRoundTrip(t *testing.T) {
 	now := time.Now().Truncate(time.Millisecond)
 	snap := labFleet(50, "libvirt answered: 3 domains running", now)
-	enc := encodePart(snap, membership.MaxPart)
+	enc := encodePart(snap, MaxPart)
 	if enc.left != 0 || enc.verdicts != 50 {
 		t.Fatalf("50 verdicts: %d kept, %d left out", enc.verdicts, enc.left)
 	}
@@ -86,7 +85,7 @@ func TestShardPartRoundTrip(t *testing.T) {
 // changes the key.
 func TestShardPartKeyOnlyChangesWithVerdicts(t *testing.T) {
 	now := time.Now()
-	a := encodePart(labFleet(500, "pool default: 1.2 TiB free", now), membership.MaxPart)
+	a := encodePart(labFleet(500, "pool default: 1.2 TiB free", now), MaxPart)
 	next := labFleet(500, "pool default: 1.1 TiB free", now)
 	for i := range next.Providers[0].Targets {
 		next.Providers[0].Targets[i].CheckedAt = now.Add(time.Minute)
@@ -98,8 +97,8 @@ func TestShardPartKeyOnlyChangesWithVerdicts(t *testing.T) {
 		base.Providers[0].Targets[i].ConsecutiveFailures += 10
 		base.Providers[0].Targets[i].ConsecutiveSuccesses += 10
 	}
-	b := encodePart(next, membership.MaxPart)
-	c := encodePart(base, membership.MaxPart)
+	b := encodePart(next, MaxPart)
+	c := encodePart(base, MaxPart)
 	if b.key != c.key {
 		t.Error("the key depends on the messages")
 	}
@@ -108,7 +107,7 @@ func TestShardPartKeyOnlyChangesWithVerdicts(t *testing.T) {
 	}
 	flipped := labFleet(500, "", now)
 	flipped.Providers[0].Targets[1].Up, flipped.Providers[0].Targets[1].Reason = false, "TCPUnreachable"
-	if d := encodePart(flipped, membership.MaxPart); d.key == encodePart(labFleet(500, "", now), membership.MaxPart).key {
+	if d := encodePart(flipped, MaxPart); d.key == encodePart(labFleet(500, "", now), MaxPart).key {
 		t.Error("a flip left the key as it was")
 	}
 }
@@ -126,7 +125,7 @@ func TestShardPartTrimsLongestMessagesFirst(t *testing.T) {
 		}
 		snap.Providers[0].Targets[i].Message = msg.String()
 	}
-	full := encodePart(snap, membership.MaxPart)
+	full := encodePart(snap, MaxPart)
 	bound := len(full.data) * 3 / 4
 	enc := encodePart(snap, bound)
 	if len(enc.data) > bound {
@@ -262,7 +261,7 @@ func gzipLines(lines ...string) []byte {
 func FuzzDecodePart(f *testing.F) {
 	now := time.Unix(1_800_000_000, 0)
 	snap := labFleet(4, "msg", now)
-	f.Add(encodePart(snap, membership.MaxPart).data)
+	f.Add(encodePart(snap, MaxPart).data)
 	f.Add([]byte{})
 	f.Add([]byte("not gzip"))
 	f.Add(gzipLines(`{"v":2,"n":1}`, `{"p":"lab","y":"kvm","t":"hv-00001.rack-1.example.org","r":"Ready","u":true,"s":1,"f":-1}`))

@@ -1,26 +1,25 @@
-package exporter
+package shard
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/shard"
-	"github.com/provider-health-exporter/provider-health-exporter/membership"
+	rendezvous "github.com/provider-health-exporter/provider-health-exporter/checks/shard"
+	"github.com/provider-health-exporter/provider-health-exporter/exporter"
 )
 
 // runOneRound runs e's runner until its first round is published.
-func runOneRound(t *testing.T, e *Exporter) {
+func runOneRound(t *testing.T, e *exporter.Exporter) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); e.runner.Run(ctx) }()
-	<-e.runner.FirstRound()
+	go func() { defer close(done); e.Runner().Run(ctx) }()
+	<-e.Runner().FirstRound()
 	cancel()
 	<-done
 }
@@ -44,44 +43,34 @@ func verdictsOf(s *checks.Snapshot) (verdicts, unchecked []string) {
 // exporter's: every target of every provider, with the same verdicts, on every replica.
 func TestFleetOfTheShardsIsTheUnshardedVerdicts(t *testing.T) {
 	path := shardedProviders(t)
-	logger := slog.New(slog.DiscardHandler)
-	whole, err := New(path, time.Minute, 5*time.Second, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(whole.Close)
+	whole := newReplica(t, path)
 	runOneRound(t, whole)
-	want, _ := verdictsOf(whole.runner.Current())
+	want, _ := verdictsOf(whole.Runner().Current())
 	if len(want) != 9 {
 		t.Fatalf("unsharded verdicts %v, want the eight hosts and the cluster", want)
 	}
 
 	members := []string{"phe-0", "phe-1", "phe-2"}
-	replicas := map[string]*Exporter{}
+	replicas := map[string]*Shard{}
 	for _, m := range members {
-		e, err := New(path, time.Minute, 5*time.Second, logger)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(e.Close)
-		e.EnableSharding(m, members, nil)
+		e := newReplica(t, path)
+		replicas[m] = sharded(t, e, m, members, nil)
 		runOneRound(t, e)
-		replicas[m] = e
 	}
-	for self, e := range replicas {
-		own, _ := verdictsOf(e.runner.Current())
+	for self, s := range replicas {
+		own, _ := verdictsOf(s.runner.Current())
 		if len(own) == 0 || len(own) == len(want) {
 			t.Fatalf("%s reports %v itself: the test needs a split", self, own)
 		}
-		var parts []membership.Part
+		var parts []Part
 		for other, o := range replicas {
 			if other != self {
-				pub := o.ShardPart()
-				parts = append(parts, membership.Part{Identity: other, Live: true, Data: pub.Data, CheckedAt: pub.CheckedAt})
+				pub := o.publication()
+				parts = append(parts, Part{Identity: other, Live: true, Data: pub.Data, CheckedAt: pub.CheckedAt})
 			}
 		}
-		e.SetParts(parts)
-		got, unchecked := verdictsOf(e.Fleet().Current())
+		s.setParts(parts)
+		got, unchecked := verdictsOf(s.Fleet().Current())
 		if !slices.Equal(got, want) || len(unchecked) != 0 {
 			t.Errorf("%s's fleet:\n%s\nunchecked %v; want the unsharded verdicts:\n%s", self, strings.Join(got, "\n"), unchecked, strings.Join(want, "\n"))
 		}
@@ -89,13 +78,13 @@ func TestFleetOfTheShardsIsTheUnshardedVerdicts(t *testing.T) {
 
 	// Without the others' parts a replica's fleet lists their targets without a verdict, never
 	// as down or gone.
-	e := replicas["phe-0"]
-	e.SetParts(nil)
-	got, unchecked := verdictsOf(e.Fleet().Current())
+	s := replicas["phe-0"]
+	s.setParts(nil)
+	got, unchecked := verdictsOf(s.Fleet().Current())
 	if len(got)+len(unchecked) != len(want) || len(unchecked) == 0 {
 		t.Errorf("phe-0 alone: verdicts %v, unchecked %v; want its own verdicts and the others' targets unchecked", got, unchecked)
 	}
-	for _, p := range e.Fleet().Current().Providers {
+	for _, p := range s.Fleet().Current().Providers {
 		for _, u := range p.Unchecked {
 			if !strings.Contains(u.Message, "not reported yet by the replica that owns it") {
 				t.Errorf("%s/%s unchecked with %q, want it to say its owner has not reported it", p.Name, u.Target, u.Message)
@@ -108,18 +97,14 @@ func TestFleetOfTheShardsIsTheUnshardedVerdicts(t *testing.T) {
 // reporting it then, not two intervals later; targets the new owner has not reported yet
 // stay.
 func TestHandoverEndsWhenTheNewOwnerReports(t *testing.T) {
-	e, err := New(shardedProviders(t), time.Minute, 5*time.Second, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	e.EnableSharding("phe-0", []string{"phe-0"}, nil)
-	e.shard.runSoon = func() {}
+	e := newReplica(t, shardedProviders(t))
+	s := sharded(t, e, "phe-0", []string{"phe-0"}, nil)
+	s.runSoon = func() {}
 	two := []string{"phe-0", "phe-1"}
-	e.SetMembers(two)
+	s.setMembers(two)
 	var moved []string
 	for i := 1; i <= 8; i++ {
-		if h := fmt.Sprintf("hv%d", i); shard.Owner(two, "lab/"+h) == "phe-1" {
+		if h := fmt.Sprintf("hv%d", i); rendezvous.Owner(two, "lab/"+h) == "phe-1" {
 			moved = append(moved, h)
 		}
 	}
@@ -131,19 +116,19 @@ func TestHandoverEndsWhenTheNewOwnerReports(t *testing.T) {
 	snap := &checks.Snapshot{Providers: []checks.ProviderState{{Name: "lab", Type: "kvm", Targets: []checks.TargetState{{
 		TargetResult: checks.TargetResult{Target: moved[0], Up: true, Reason: checks.ReasonReady, CheckedAt: now}, Since: now,
 	}}}}}
-	e.SetParts([]membership.Part{{Identity: "phe-1", Live: true, Data: encodePart(snap, membership.MaxPart).data, CheckedAt: now}})
-	if e.shard.owns("lab/" + moved[0]) {
+	s.setParts([]Part{{Identity: "phe-1", Live: true, Data: encodePart(snap, MaxPart).data, CheckedAt: now}})
+	if s.owns("lab/" + moved[0]) {
 		t.Errorf("phe-0 still reports %s after phe-1's part has it", moved[0])
 	}
 	for _, h := range moved[1:] {
-		if !e.shard.owns("lab/" + h) {
+		if !s.owns("lab/" + h) {
 			t.Errorf("phe-0 stopped reporting %s, which phe-1 has not reported yet", h)
 		}
 	}
 	// A part of a replica that is no member (its Lease released) ends nothing.
 	snap.Providers[0].Targets[0].Target = moved[1]
-	e.SetParts([]membership.Part{{Identity: "phe-1", Live: false, LastLive: now, Data: encodePart(snap, membership.MaxPart).data, CheckedAt: now}})
-	if !e.shard.owns("lab/" + moved[1]) {
+	s.setParts([]Part{{Identity: "phe-1", Live: false, LastLive: now, Data: encodePart(snap, MaxPart).data, CheckedAt: now}})
+	if !s.owns("lab/" + moved[1]) {
 		t.Errorf("phe-0 stopped reporting %s on the part of a replica whose Lease is not live", moved[1])
 	}
 }
@@ -151,36 +136,32 @@ func TestHandoverEndsWhenTheNewOwnerReports(t *testing.T) {
 // A new owner goes on from the newest verdict another replica published on the target, not
 // from one older than staleIntervals intervals.
 func TestCarryTakesTheNewestRecentVerdict(t *testing.T) {
-	e, err := New(shardedProviders(t), time.Minute, 5*time.Second, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	e.EnableSharding("phe-0", []string{"phe-0"}, nil)
+	e := newReplica(t, shardedProviders(t))
+	s := sharded(t, e, "phe-0", []string{"phe-0"}, nil)
 	now := time.Now()
-	part := func(identity string, live bool, checked time.Time, up bool, failures int) membership.Part {
+	part := func(identity string, live bool, checked time.Time, up bool, failures int) Part {
 		reason := checks.ReasonReady
 		if !up {
 			reason = "SSHHandshakeFailed"
 		}
 		enc := encodePart(&checks.Snapshot{Providers: []checks.ProviderState{{Name: "lab", Type: "kvm", Thresholds: checks.Thresholds{Failure: 9, Success: 9}, Targets: []checks.TargetState{{
 			TargetResult: checks.TargetResult{Target: "hv1", Up: up, Reason: reason, CheckedAt: checked}, Since: checked.Add(-time.Hour), ConsecutiveFailures: failures,
-		}}}}}, membership.MaxPart)
-		return membership.Part{Identity: identity, Live: live, LastLive: now, Data: enc.data, CheckedAt: checked}
+		}}}}}, MaxPart)
+		return Part{Identity: identity, Live: live, LastLive: now, Data: enc.data, CheckedAt: checked}
 	}
-	e.SetParts([]membership.Part{
+	s.setParts([]Part{
 		part("phe-1", false, now.Add(-30*time.Second), true, 2),
 		part("phe-2", true, now.Add(-90*time.Second), false, 5),
 	})
-	c, ok := e.shard.carry("lab", "hv1")
+	c, ok := s.carry("lab", "hv1")
 	if !ok || !c.Up || c.ConsecutiveFailures != 2 || !c.Since.Equal(now.Add(-30*time.Second-time.Hour).Truncate(time.Millisecond)) {
 		t.Errorf("carry: %+v, %v; want phe-1's newer verdict (up, two failures), its Since kept", c, ok)
 	}
-	if _, ok := e.shard.carry("lab", "hv2"); ok {
+	if _, ok := s.carry("lab", "hv2"); ok {
 		t.Error("carried a verdict nobody published")
 	}
-	e.SetParts([]membership.Part{part("phe-1", false, now.Add(-4*time.Minute), true, 2)})
-	if c, ok := e.shard.carry("lab", "hv1"); ok {
+	s.setParts([]Part{part("phe-1", false, now.Add(-4*time.Minute), true, 2)})
+	if c, ok := s.carry("lab", "hv1"); ok {
 		t.Errorf("carried %+v, checked four intervals ago; want nothing (stale)", c)
 	}
 }
@@ -189,24 +170,20 @@ func TestCarryTakesTheNewestRecentVerdict(t *testing.T) {
 // the verdict its old owner published, not nothing; once it comes to another replica that has
 // not reported it, its targets are listed without a verdict.
 func TestFleetOfAProviderOwnedWholeDuringAHandover(t *testing.T) {
-	e, err := New(shardedProviders(t), time.Minute, 5*time.Second, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
+	e := newReplica(t, shardedProviders(t))
 	self, other := "phe-0", ""
 	for i := 1; other == ""; i++ {
-		if m := fmt.Sprintf("phe-%d", i); shard.Owner([]string{self, m}, "cluster") == self {
+		if m := fmt.Sprintf("phe-%d", i); rendezvous.Owner([]string{self, m}, "cluster") == self {
 			other = m
 		}
 	}
-	e.EnableSharding(self, []string{self, other}, nil)
+	s := sharded(t, e, self, []string{self, other}, nil)
 	now := time.Now()
 	enc := encodePart(&checks.Snapshot{Providers: []checks.ProviderState{{Name: "cluster", Type: "kubernetes", Targets: []checks.TargetState{{
 		TargetResult: checks.TargetResult{Target: "cluster", Reason: "APIUnreachable", CheckedAt: now}, Since: now,
-	}}}}}, membership.MaxPart)
-	e.SetParts([]membership.Part{{Identity: other, Live: true, Data: enc.data, CheckedAt: now}})
-	got, _ := verdictsOf(e.Fleet().Current())
+	}}}}}, MaxPart)
+	s.setParts([]Part{{Identity: other, Live: true, Data: enc.data, CheckedAt: now}})
+	got, _ := verdictsOf(s.Fleet().Current())
 	if !slices.Contains(got, "cluster/cluster false APIUnreachable") {
 		t.Errorf("fleet %v: want the old owner's verdict on the provider this replica has not checked yet", got)
 	}
@@ -214,13 +191,13 @@ func TestFleetOfAProviderOwnedWholeDuringAHandover(t *testing.T) {
 	// Owned by a third replica, which has not reported it: listed without a verdict.
 	third := ""
 	for i := 100; third == ""; i++ {
-		if m := fmt.Sprintf("phe-%d", i); shard.Owner([]string{self, other, m}, "cluster") == m {
+		if m := fmt.Sprintf("phe-%d", i); rendezvous.Owner([]string{self, other, m}, "cluster") == m {
 			third = m
 		}
 	}
-	e.SetMembers([]string{self, other, third})
-	e.SetParts(nil)
-	for _, ps := range e.Fleet().Current().Providers {
+	s.setMembers([]string{self, other, third})
+	s.setParts(nil)
+	for _, ps := range s.Fleet().Current().Providers {
 		if ps.Name != "cluster" {
 			continue
 		}
@@ -234,33 +211,29 @@ func TestFleetOfAProviderOwnedWholeDuringAHandover(t *testing.T) {
 // part of a Lease never seen live (forged: no holder, a renewal in the year 3000) changes no
 // verdict, carries no count and ends no handover; nor does one with times far in the future.
 func TestForgedPartsCountForNothing(t *testing.T) {
-	e, err := New(shardedProviders(t), time.Minute, 5*time.Second, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	e.EnableSharding("phe-0", []string{"phe-0"}, nil)
+	e := newReplica(t, shardedProviders(t))
+	s := sharded(t, e, "phe-0", []string{"phe-0"}, nil)
 	now := time.Now()
 	enc := encodePart(&checks.Snapshot{Providers: []checks.ProviderState{{Name: "lab", Type: "kvm", Thresholds: checks.Thresholds{Failure: 5, Success: 5}, Targets: []checks.TargetState{{
 		TargetResult: checks.TargetResult{Target: "hv1", Reason: "TCPUnreachable", CheckedAt: now}, Since: now, ConsecutiveFailures: 4,
-	}}}}}, membership.MaxPart)
-	e.SetParts([]membership.Part{{Identity: "phe-forged", Live: false, Data: enc.data, CheckedAt: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}})
-	if _, ok := e.shard.carry("lab", "hv1"); ok {
+	}}}}}, MaxPart)
+	s.setParts([]Part{{Identity: "phe-forged", Live: false, Data: enc.data, CheckedAt: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}})
+	if _, ok := s.carry("lab", "hv1"); ok {
 		t.Error("carried a verdict from a part whose Lease was never seen live")
 	}
 	// Seen live four intervals ago: out of the carry window.
-	e.SetParts([]membership.Part{{Identity: "phe-old", LastLive: now.Add(-4 * time.Minute), Data: enc.data, CheckedAt: now}})
-	if _, ok := e.shard.carry("lab", "hv1"); ok {
+	s.setParts([]Part{{Identity: "phe-old", LastLive: now.Add(-4 * time.Minute), Data: enc.data, CheckedAt: now}})
+	if _, ok := s.carry("lab", "hv1"); ok {
 		t.Error("carried a verdict from a member last seen live four intervals ago")
 	}
 	// A live member whose round claims the year 3000: its verdicts are not newer than any.
-	e.SetParts([]membership.Part{{Identity: "phe-1", Live: true, Data: enc.data, CheckedAt: now, RoundAt: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}})
-	if c, ok := e.shard.carry("lab", "hv1"); ok {
+	s.setParts([]Part{{Identity: "phe-1", Live: true, Data: enc.data, CheckedAt: now, RoundAt: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}})
+	if c, ok := s.carry("lab", "hv1"); ok {
 		t.Errorf("carried %+v from a part whose round is in the year 3000", c)
 	}
 	// The same part, live and honest: carried, its count kept.
-	e.SetParts([]membership.Part{{Identity: "phe-1", Live: true, Data: enc.data, CheckedAt: now}})
-	if c, ok := e.shard.carry("lab", "hv1"); !ok || c.ConsecutiveFailures != 4 || c.Up {
+	s.setParts([]Part{{Identity: "phe-1", Live: true, Data: enc.data, CheckedAt: now}})
+	if c, ok := s.carry("lab", "hv1"); !ok || c.ConsecutiveFailures != 4 || c.Up {
 		t.Errorf("carry from a live member: %+v %v; want down with 4 failures", c, ok)
 	}
 }

@@ -1,7 +1,6 @@
-// Package membership tells a sharded replica (--shard.enabled) who the members of its shard
-// are, and carries the replicas' parts (their verdicts) between them.
+// Membership: who the members of the shard are, and the replicas' parts carried between them.
 //
-// Membership: each replica holds a coordination.k8s.io Lease of its own, named by its
+// Each replica holds a coordination.k8s.io Lease of its own, named by its
 // identity, and renews it every RetryPeriod; the Lease is a heartbeat and carries liveness
 // only (and one short annotation, RoundAnnotation, naming the part its last round confirmed).
 // A member is a Lease of the instance, held, that this replica has seen change within the lease
@@ -14,12 +13,13 @@
 // Parts: each replica writes its verdicts into a ProviderHealthPart object of its own name
 // (crdwriter/v1alpha1), only when they changed (messages alone at most every PartRefresh), and
 // reads the others' through a watch of their metadata, fetching a part when it changes. What a
-// part holds is opaque here: the exporter encodes and checks it.
+// part holds is opaque here: part.go encodes and checks it.
 //
-// In a pod (Options.Owner), the Lease and the part are owned by the pod, so that the garbage
-// collector removes them with it even when the replica could not (killed, or its rights gone
-// first at helm uninstall). main wires it in; ownership itself is checks/shard's.
-package membership
+// In a pod (MembershipOptions.Owner), the Lease and the part are owned by the pod, so that the
+// garbage collector removes them with it even when the replica could not (killed, or its rights
+// gone first at helm uninstall). Shard (shard.go) drives it; ownership itself is checks/shard's.
+
+package shard
 
 import (
 	"context"
@@ -89,8 +89,8 @@ const maxJoinBackoff = 30 * time.Second
 // readable, for the targets' handover.
 const GCAfter = 5 * time.Minute
 
-// Options configure a Membership.
-type Options struct {
+// MembershipOptions configure a Membership.
+type MembershipOptions struct {
 	// Config is the client configuration of the cluster holding the Leases.
 	Config *rest.Config
 	// Namespace of the Leases; Identity names this replica's Lease (a DNS-1123 subdomain);
@@ -122,7 +122,7 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Publication is this replica's part, as Options.Part gives it.
+// Publication is this replica's part, as MembershipOptions.Part gives it.
 type Publication struct {
 	// Data is the encoded part (at most MaxPart bytes); nil before the first round.
 	Data []byte
@@ -173,7 +173,7 @@ type fetched struct {
 
 // Membership is this replica's view of its shard's members.
 type Membership struct {
-	o      Options
+	o      MembershipOptions
 	client coordinationclient.LeasesGetter
 	parts  *gentype.ClientWithList[*v1alpha1.ProviderHealthPart, *v1alpha1.ProviderHealthPartList]
 	meta   metadata.ResourceInterface
@@ -212,8 +212,8 @@ type Membership struct {
 	releases     prometheus.Counter
 }
 
-// New returns the Membership of opts' identity; it contacts nothing until Join or Run.
-func New(o Options) (*Membership, error) {
+// NewMembership returns the Membership of o's identity; it contacts nothing until Join or Run.
+func NewMembership(o MembershipOptions) (*Membership, error) {
 	if o.Config == nil || o.Namespace == "" || o.Identity == "" || o.Instance == "" {
 		return nil, errors.New("membership: a client configuration, namespace, identity and instance are needed")
 	}
@@ -532,7 +532,7 @@ func (m *Membership) setMembers(members []string) {
 	m.partsChanged()
 }
 
-// checkWorking asks Options.Working; a wedged replica releases its Lease once, and reports
+// checkWorking asks MembershipOptions.Working; a wedged replica releases its Lease once, and reports
 // true until its rounds work again.
 func (m *Membership) checkWorking(ctx context.Context) bool {
 	if m.o.Working == nil {
@@ -593,7 +593,7 @@ func parseRound(s string) (seq int64, at time.Time, ok bool) {
 	return seq, time.UnixMilli(ms), true
 }
 
-// publish writes this replica's part when it changed (Options.Part).
+// publish writes this replica's part when it changed (MembershipOptions.Part).
 func (m *Membership) publish(ctx context.Context) error {
 	if m.o.Part == nil {
 		return nil

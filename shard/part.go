@@ -1,4 +1,4 @@
-package exporter
+package shard
 
 import (
 	"bufio"
@@ -16,23 +16,22 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/shard"
-	"github.com/provider-health-exporter/provider-health-exporter/membership"
+	rendezvous "github.com/provider-health-exporter/provider-health-exporter/checks/shard"
 )
 
 // A sharded replica's part is what it publishes in its ProviderHealthPart object
-// (membership): the verdicts of the targets it reports, with their consecutive counts. The
+// (membership.go): the verdicts of the targets it reports, with their consecutive counts. The
 // writer's leader folds the members' parts into whole ProviderHealth objects (fleet.go), an old
 // owner stops reporting a target once its new owner's part has it, and a new owner goes on
 // from the counts the old one published (checks.Carried).
 //
 // Encoded as gzip-compressed JSON lines: a header line (partHeader: the version first, then
 // the number of verdicts), then one line per verdict (partLine). A part carries no per-target
-// time: its verdicts were checked in the round its object names (membership.Part's CheckedAt,
+// time: its verdicts were checked in the round its object names (Part's CheckedAt,
 // RoundAt). Counts are capped at the provider's thresholds (beyond them they change no
 // decision), so that a steady fleet's part does not change from round to round and is not
 // rewritten. Messages are clipped to maxPartMessage bytes; a part larger than
-// membership.MaxPart loses messages, longest first, then verdicts (counted in
+// MaxPart loses messages, longest first, then verdicts (counted in
 // proxy_operator_shard_unpublished_targets).
 const (
 	partVersion    = 2
@@ -74,7 +73,7 @@ type encodedPart struct {
 	// key is a digest of the verdicts without their messages: what must go out at once.
 	key      string
 	verdicts int
-	// left counts the verdicts left out to stay within membership.MaxPart.
+	// left counts the verdicts left out to stay within MaxPart.
 	left int
 }
 
@@ -208,8 +207,8 @@ func (r *partReader) decodePart(data []byte) (*part, error) {
 	if len(data) == 0 {
 		return p, nil
 	}
-	if len(data) > membership.MaxPart {
-		return nil, fmt.Errorf("%d bytes, more than %d", len(data), membership.MaxPart)
+	if len(data) > MaxPart {
+		return nil, fmt.Errorf("%d bytes, more than %d", len(data), MaxPart)
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(data))
 	if err != nil {
@@ -267,7 +266,7 @@ func (r *partReader) decodePart(data []byte) (*part, error) {
 		l.Message = checks.Sanitize(checks.Clip(l.Message, maxPartMessage))
 		v.targets[l.Target] = &l
 		v.order = append(v.order, l.Target)
-		p.keys[shard.Key(l.Provider, l.Target, perTarget)] = true
+		p.keys[rendezvous.Key(l.Provider, l.Target, perTarget)] = true
 	}
 }
 

@@ -1,4 +1,4 @@
-package membership
+package shard
 
 // FailedSteps is how many steps in a row could not reach the API server.
 func (m *Membership) FailedSteps() int {

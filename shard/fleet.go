@@ -1,4 +1,4 @@
-package exporter
+package shard
 
 import (
 	"context"
@@ -6,35 +6,25 @@ import (
 	"time"
 
 	"github.com/provider-health-exporter/provider-health-exporter/checks"
-	"github.com/provider-health-exporter/provider-health-exporter/checks/shard"
+	rendezvous "github.com/provider-health-exporter/provider-health-exporter/checks/shard"
 )
 
-// Fleet is the source of the ProviderHealth writer (crdwriter.Source): the runner's snapshots
-// without sharding; sharded, snapshots of the whole fleet, this replica's verdicts folded with
-// the parts the other members publish in their Leases.
-type Fleet interface {
-	Current() *checks.Snapshot
-	Subscribe(ctx context.Context) <-chan struct{}
-}
+// Fleet is the source of the ProviderHealth writer (crdwriter.Source) of a sharded replica:
+// snapshots of the whole fleet, this replica's verdicts folded with the parts the other
+// members publish.
+type Fleet struct{ s *Shard }
 
-// Fleet returns the writer's source. Call it after EnableSharding, if at all.
-func (e *Exporter) Fleet() Fleet {
-	if e.shard == nil {
-		return e.runner
-	}
-	return &fleetView{e: e}
-}
-
-type fleetView struct{ e *Exporter }
+// Fleet returns the writer's source.
+func (s *Shard) Fleet() *Fleet { return &Fleet{s: s} }
 
 // Subscribe tells after each snapshot of the runner and each read of the others' parts.
-func (f *fleetView) Subscribe(ctx context.Context) <-chan struct{} {
-	s := f.e.shard
+func (f *Fleet) Subscribe(ctx context.Context) <-chan struct{} {
+	s := f.s
 	ch := make(chan struct{}, 1)
 	s.subsMu.Lock()
 	s.fleetSubs[ch] = struct{}{}
 	s.subsMu.Unlock()
-	runner := f.e.runner.Subscribe(ctx)
+	runner := s.runner.Subscribe(ctx)
 	go func() {
 		for range runner {
 			select {
@@ -56,10 +46,10 @@ func (f *fleetView) Subscribe(ctx context.Context) <-chan struct{} {
 // verdict is the newest, that of a replica gone included (its verdicts age and turn stale as
 // any); a target nobody reports is listed without a verdict. Round and the providers'
 // configuration are this replica's.
-func (f *fleetView) Current() *checks.Snapshot {
-	local := f.e.runner.Current()
-	configured := f.e.configuredTargetNames()
-	s := f.e.shard
+func (f *Fleet) Current() *checks.Snapshot {
+	s := f.s
+	local := s.runner.Current()
+	configured := s.configuredTargetNames()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := *local
@@ -71,7 +61,7 @@ func (f *fleetView) Current() *checks.Snapshot {
 }
 
 // foldProvider is local's provider with the fleet's verdicts. s.mu must be held.
-func (s *sharding) foldProvider(local *checks.ProviderState, targets []string) checks.ProviderState {
+func (s *Shard) foldProvider(local *checks.ProviderState, targets []string) checks.ProviderState {
 	out := *local
 	out.Targets, out.Unchecked = nil, nil
 	mine := make(map[string]*checks.TargetState, len(local.Targets))
@@ -79,7 +69,7 @@ func (s *sharding) foldProvider(local *checks.ProviderState, targets []string) c
 		mine[local.Targets[i].Target] = &local.Targets[i]
 	}
 	if !checks.PerTarget(local.Type) {
-		owner := shard.Owner(s.members, shard.Key(local.Name, "", false))
+		owner := rendezvous.Owner(s.members, rendezvous.Key(local.Name, "", false))
 		if owner == s.self && len(local.Targets) > 0 {
 			return *local
 		}
@@ -130,7 +120,7 @@ func (s *sharding) foldProvider(local *checks.ProviderState, targets []string) c
 		}
 	}
 	for _, t := range targets {
-		owner := shard.Owner(s.members, shard.Key(local.Name, t, true))
+		owner := rendezvous.Owner(s.members, rendezvous.Key(local.Name, t, true))
 		var chosen *checks.TargetState
 		if owner == s.self {
 			chosen = mine[t]
@@ -184,12 +174,11 @@ func newestLocal(p *checks.ProviderState) time.Time {
 }
 
 // configuredTargetNames returns the configured targets of each provider, owned or not.
-func (e *Exporter) configuredTargetNames() map[string][]string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make(map[string][]string, len(e.entries))
-	for name, en := range e.entries {
-		out[name] = en.checker.Targets()
+func (s *Shard) configuredTargetNames() map[string][]string {
+	cs := s.checkers()
+	out := make(map[string][]string, len(cs))
+	for _, c := range cs {
+		out[c.Name()] = c.Targets()
 	}
 	return out
 }
