@@ -105,7 +105,7 @@ test: test-deps test-env test-mixin
 ## fuzz-short: a short fuzz run (FUZZTIME each) of every fuzz target of FUZZ_TARGETS
 ## (package:FuzzName; a new fuzz target is added here), each seeded with its corpus in the
 ## package's testdata/fuzz/. make test runs it.
-FUZZ_TARGETS = ./config:FuzzParse ./config:FuzzParseTargetFile ./exporter:FuzzProbeRequest ./exporter:FuzzDecodePart
+FUZZ_TARGETS = ./config:FuzzParse ./config:FuzzParseTargetFile ./exporter:FuzzProbeRequest ./shard:FuzzDecodePart
 FUZZTIME ?= 10s
 fuzz-short:
 	@set -e; for t in $(FUZZ_TARGETS); do \
