@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,7 +212,8 @@ func TestRunnerOwnsNothingOfSubsetChecker(t *testing.T) {
 // running one ends; calls while one is pending make one round.
 func TestRunSoon(t *testing.T) {
 	f := newFake("prod", typeGCP, "my-project")
-	r, _ := newTestRunner(t, time.Second, f)
+	c := &holdingChecker{fakeChecker: f, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	r, _ := newTestRunner(t, time.Second, c)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -223,28 +225,49 @@ func TestRunSoon(t *testing.T) {
 		<-done
 	}()
 	<-r.FirstRound()
-	waitCalls := func(want int) {
+	waitPublished := func(round uint64) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
-		for f.callCount() < want {
+		for r.Current().Round < round {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d rounds, want %d", f.callCount(), want)
+				t.Fatalf("round %d not published (%d checks so far)", round, f.callCount())
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	waitCalls(1)
 	r.RunSoon()
-	waitCalls(2)
-	// Three calls while nothing runs: the first starts a round, the pending one at most one more.
+	waitPublished(2)
+	// Three calls while a round runs make one round after it: the third round's check is held
+	// until the calls are made.
+	c.hold.Store(true)
+	r.RunSoon()
+	<-c.entered
+	c.hold.Store(false)
 	r.RunSoon()
 	r.RunSoon()
 	r.RunSoon()
-	waitCalls(3)
-	time.Sleep(200 * time.Millisecond)
-	if n := f.callCount(); n > 4 {
-		t.Errorf("%d rounds after three RunSoon calls at once, want at most 4 in all", n)
+	close(c.release)
+	waitPublished(4)
+	if n, pending := f.callCount(), len(r.soon); n != 4 || pending != 0 {
+		t.Errorf("after round 4: %d checks and %d round(s) pending, want 4 and none: three RunSoon calls during a round make one round", n, pending)
 	}
+}
+
+// holdingChecker is a fakeChecker whose Check, while hold is set, says it entered and waits
+// for release.
+type holdingChecker struct {
+	*fakeChecker
+	hold    atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (c *holdingChecker) Check(ctx context.Context) []TargetResult {
+	if c.hold.Load() {
+		c.entered <- struct{}{}
+		<-c.release
+	}
+	return c.fakeChecker.Check(ctx)
 }
 
 // A target taken over from another replica goes on from the verdict and counts it published
