@@ -129,6 +129,10 @@ func (s *sharding) foldProvider(local *checks.ProviderState, targets []string) c
 			targets = append(targets, u.Target)
 		}
 	}
+	// The fleet's targets, allocated once (the fold runs at each change of the fleet); one
+	// message per owner for the targets it has not reported yet.
+	out.Targets = make([]checks.TargetState, 0, len(targets))
+	notYet := map[string]string{}
 	for _, t := range targets {
 		owner := shard.Owner(s.members, shard.Key(local.Name, t, true))
 		var chosen *checks.TargetState
@@ -155,9 +159,12 @@ func (s *sharding) foldProvider(local *checks.ProviderState, targets []string) c
 		case ok && owner == s.self:
 			out.Unchecked = append(out.Unchecked, u)
 		default:
-			out.Unchecked = append(out.Unchecked, checks.UncheckedTarget{
-				Target: t, Message: fmt.Sprintf("not reported yet by the replica that owns it (%s)", owner),
-			})
+			msg, ok := notYet[owner]
+			if !ok {
+				msg = fmt.Sprintf("not reported yet by the replica that owns it (%s)", owner)
+				notYet[owner] = msg
+			}
+			out.Unchecked = append(out.Unchecked, checks.UncheckedTarget{Target: t, Message: msg})
 		}
 	}
 	return out

@@ -161,7 +161,9 @@ func (e *Exporter) ShardPart() membership.Publication {
 func (e *Exporter) SetParts(parts []membership.Part) {
 	s := e.shard
 	now := s.now()
-	r := e.partReader(now)
+	// What the parts are checked against (every configured target): built only when a part
+	// changed, not at each of the members' reads, which call this too.
+	var r *partReader
 	s.mu.Lock()
 	old := s.parts
 	s.mu.Unlock()
@@ -185,6 +187,9 @@ func (e *Exporter) SetParts(parts []membership.Part) {
 			next[mp.Identity] = &memberPart{digest: digest, live: mp.Live, p: &p}
 			continue
 		}
+		if r == nil {
+			r = e.partReader(now)
+		}
 		p, err := r.decodePart(mp.Data)
 		if err != nil {
 			s.logger.Warn("cannot read a shard member's part; its verdicts are not folded into the ProviderHealth objects", "member", mp.Identity, "err", err)
@@ -198,6 +203,7 @@ func (e *Exporter) SetParts(parts []membership.Part) {
 		next[mp.Identity] = &memberPart{digest: digest, live: mp.Live, p: p}
 	}
 	s.mu.Lock()
+	changed := !sameParts(s.parts, next)
 	s.parts = next
 	for k := range s.leaving {
 		owner := shard.Owner(s.members, k)
@@ -206,7 +212,26 @@ func (e *Exporter) SetParts(parts []membership.Part) {
 		}
 	}
 	s.mu.Unlock()
-	s.notifyFleet()
+	if changed {
+		// The fleet's subscribers (the ProviderHealth writer folds the whole fleet for each
+		// notice) are told of a change, not of every read of the members that found none.
+		s.notifyFleet()
+	}
+}
+
+// sameParts says whether a and b hold the same parts, live or not, checked at the same time:
+// the fleet folded from either is the same.
+func sameParts(a, b map[string]*memberPart) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for id, x := range a {
+		y := b[id]
+		if y == nil || x.digest != y.digest || x.live != y.live || !x.p.checkedAt.Equal(y.p.checkedAt) {
+			return false
+		}
+	}
+	return true
 }
 
 // partReader is what this replica checks the others' parts against: its configured providers
@@ -296,6 +321,8 @@ func (e *Exporter) SetMembers(members []string) {
 	if e.shard.setMembers(members, keys) {
 		e.shard.runSoon()
 	}
+	// The owners changed: so may the fleet folded from the same parts.
+	e.shard.notifyFleet()
 }
 
 // setMembers records the new members, and reports whether keys came to this replica.
