@@ -16,7 +16,14 @@ import (
 
 // memoryCgroup makes a memory cgroup limited to limit bytes (cgroup v2's memory.max, or v1's
 // memory.limit_in_bytes), removed in cleanup, and returns the file a process is moved in by.
-func memoryCgroup(t *testing.T, limit int64) string {
+func memoryCgroup(t testing.TB, limit int64) string {
+	t.Helper()
+	return namedMemoryCgroup(t, fmt.Sprintf("phe-test-%d", os.Getpid()), limit)
+}
+
+// namedMemoryCgroup is memoryCgroup with a name of the caller's (one cgroup per process when
+// several run at once).
+func namedMemoryCgroup(t testing.TB, name string, limit int64) string {
 	t.Helper()
 	for _, v := range []struct{ root, limitFile string }{
 		{"/sys/fs/cgroup", "memory.max"},                   // v2
@@ -30,7 +37,7 @@ func memoryCgroup(t *testing.T, limit int64) string {
 				continue // the v1 hierarchy's root has no cgroup.controllers
 			}
 		}
-		dir := filepath.Join(v.root, fmt.Sprintf("phe-test-%d", os.Getpid()))
+		dir := filepath.Join(v.root, name)
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			testenv.Unavailable(t, "cannot make a memory cgroup (root and a writable cgroup hierarchy are needed): %v", err)
 		}

@@ -33,7 +33,8 @@ import (
 // default 3), the check interval (PHE_BENCH_SHARD_INTERVAL, default 1m; the timeout is the
 // derived min(15s, interval)), the replicas killed at the end (PHE_BENCH_SHARD_KILL, default 1),
 // members that check nothing (PHE_BENCH_SHARD_PHANTOMS, default 0: see startPhantoms; with them
-// the phantoms are the ones killed)
+// the phantoms are the ones killed), the memory limit the replicas run under
+// (PHE_BENCH_SHARD_LIMIT_MIB, default none: see shardBenchKnobs.limit)
 // and whether one unsharded replica is measured first (PHE_BENCH_SHARD_ONE=0 skips it: at
 // 50,000 hosts one replica needs about 6 GiB, and more open files than a limit of 20,000).
 const (
@@ -49,9 +50,16 @@ const (
 // shardBenchKnobs are BenchmarkShardedFleet's settings, from the environment.
 type shardBenchKnobs struct {
 	hosts, replicas, kill, phantoms int
-	interval                        time.Duration
-	one                             bool
+	// limitMiB is the memory limit each replica runs under, in MiB (0: none).
+	limitMiB int
+	interval time.Duration
+	one      bool
 }
+
+// limit is the memory limit each replica runs under (0: none): a memory cgroup of its own, as a
+// container's, where --auto-gomemlimit (on by default) sets the runtime's soft limit to 0.9 of
+// it and the kernel kills the replica past it.
+func (k shardBenchKnobs) limit() int64 { return int64(k.limitMiB) << 20 }
 
 func readShardBenchKnobs(b *testing.B) shardBenchKnobs {
 	b.Helper()
@@ -60,7 +68,7 @@ func readShardBenchKnobs(b *testing.B) shardBenchKnobs {
 		env string
 		to  *int
 		min int
-	}{{"PHE_BENCH_SHARD_HOSTS", &k.hosts, 10}, {"PHE_BENCH_SHARD_REPLICAS", &k.replicas, 1}, {"PHE_BENCH_SHARD_KILL", &k.kill, 1}, {"PHE_BENCH_SHARD_PHANTOMS", &k.phantoms, 0}} {
+	}{{"PHE_BENCH_SHARD_HOSTS", &k.hosts, 10}, {"PHE_BENCH_SHARD_REPLICAS", &k.replicas, 1}, {"PHE_BENCH_SHARD_KILL", &k.kill, 1}, {"PHE_BENCH_SHARD_PHANTOMS", &k.phantoms, 0}, {"PHE_BENCH_SHARD_LIMIT_MIB", &k.limitMiB, 0}} {
 		if s := os.Getenv(v.env); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < v.min {
@@ -167,13 +175,13 @@ func BenchmarkShardedFleet(b *testing.B) {
 	for b.Loop() {
 		startShard := func(i int, args ...string) *shardBenchReplica {
 			name := fmt.Sprintf("shard-%d", i)
-			return startShardBenchReplica(b, bin, name, append(args, "--shard.enabled",
+			return startShardBenchReplica(b, bin, name, k.limit(), append(args, "--shard.enabled",
 				"--shard.identity="+name, "--shard.kubeconfig="+env.Kubeconfig, "--shard.lease-namespace=default",
 				"--crd.enabled", "--crd.leader-elect", "--crd.kubeconfig="+env.Kubeconfig, "--crd.lease-namespace=default")...)
 		}
 
 		if k.one {
-			one := startShardBenchReplica(b, bin, "one", common...)
+			one := startShardBenchReplica(b, bin, "one", k.limit(), common...)
 			waitShardCoverage(b, []*shardBenchReplica{one}, counts)
 			oneCPU, oneRSS, onePeak := measureShardReplicas(b, []*shardBenchReplica{one}, k.interval)
 			one.stop()
@@ -251,6 +259,18 @@ func BenchmarkShardedFleet(b *testing.B) {
 			waitProviderHealthWhole(b, env, counts)
 		}
 		logEvents(b, env)
+
+		// The Go runtime's own view of the busiest replica (the largest heap): the heap in use
+		// (live objects and garbage not yet collected) and the goroutines' stacks.
+		heapMax, stackMax, goroutinesMax := 0.0, 0.0, 0.0
+		for _, s := range shards {
+			if h := s.metric("go_memstats_heap_inuse_bytes"); h > heapMax {
+				heapMax, stackMax, goroutinesMax = h, s.metric("go_memstats_stack_inuse_bytes"), s.metric("go_goroutines")
+			}
+		}
+		b.ReportMetric(heapMax/(1<<20), "shard-heap-inuse-MiB-max")
+		b.ReportMetric(stackMax/(1<<20), "shard-stack-MiB")
+		b.ReportMetric(goroutinesMax, "shard-goroutines")
 
 		var cpuMax, cpuSum, rssMax, rssSum, peakMax float64
 		rssMin := rss[0]
@@ -576,10 +596,16 @@ type shardBenchReplica struct {
 	logs *testutil.SyncBuffer
 }
 
-func startShardBenchReplica(b *testing.B, bin, name string, args ...string) *shardBenchReplica {
+func startShardBenchReplica(b *testing.B, bin, name string, limit int64, args ...string) *shardBenchReplica {
 	b.Helper()
 	r := &shardBenchReplica{b: b, name: name, logs: &testutil.SyncBuffer{}}
-	cmd := exec.Command(bin, append([]string{"--web.listen-address=127.0.0.1:0", "--log.format=json"}, args...)...)
+	args = append([]string{"--web.listen-address=127.0.0.1:0", "--log.format=json"}, args...)
+	cmd := exec.Command(bin, args...)
+	if limit > 0 {
+		// The shell moves itself into the replica's memory cgroup, then becomes the replica.
+		procs := namedMemoryCgroup(b, fmt.Sprintf("phe-bench-%d-%s", os.Getpid(), name), limit)
+		cmd = exec.Command("sh", append([]string{"-c", fmt.Sprintf(`echo $$ > %s && exec "$0" "$@"`, procs), bin}, args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = r.logs, r.logs
 	r.proc = testutil.StartProcess(b, cmd)
 	r.base = "http://" + testutil.ListenAddress(b, r.logs, r.proc.Exited)

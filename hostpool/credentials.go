@@ -27,8 +27,8 @@ type credentials struct {
 
 	khVer   filestate.State
 	khRead  bool
-	cb      ssh.HostKeyCallback
-	cbErr   error
+	kh      *knownHosts
+	khErr   error
 	khLoads int
 	// algos caches the host key algorithms of each address for the current callback.
 	algos map[string][]string
@@ -69,10 +69,10 @@ func (p *Pool) signer() (ssh.Signer, error) {
 	return s, err
 }
 
-// hostKeyCallback returns the callback that verifies host keys: the caller's, known_hosts
-// (parsed again only when the file changed), or none at all when verification is explicitly
-// switched off.
-func (p *Pool) hostKeyCallback() (ssh.HostKeyCallback, error) {
+// hostKeyCallback returns the callback that verifies addr's host key: the caller's, known_hosts'
+// (the file read again only when it changed, each dial given the lines that can name its
+// address: knownHosts), or none at all when verification is explicitly switched off.
+func (p *Pool) hostKeyCallback(addr string) (ssh.HostKeyCallback, error) {
 	switch {
 	case p.opts.HostKeyCallback != nil:
 		return p.opts.HostKeyCallback, nil
@@ -88,21 +88,28 @@ func (p *Pool) hostKeyCallback() (ssh.HostKeyCallback, error) {
 	}
 	c.mu.Lock()
 	if c.khRead && ver == c.khVer {
-		defer c.mu.Unlock()
-		return c.cb, c.cbErr
+		kh, err := c.kh, c.khErr
+		c.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		return kh.callback(addr)
 	}
 	c.mu.Unlock()
 	// Read bounded (a regular file, a size limit, a deadline) and parsed without the lock.
-	cb, err := knownHostsCallback(p.opts.KnownHostsFile)
+	kh, err := loadKnownHosts(p.opts.KnownHostsFile)
 	if err != nil {
 		err = fmt.Errorf("read known_hosts: %w", err)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.khVer, c.khRead, c.cb, c.cbErr = ver, true, cb, err
+	c.khVer, c.khRead, c.kh, c.khErr = ver, true, kh, err
 	c.algos = nil
 	c.khLoads++
-	return cb, err
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return kh.callback(addr)
 }
 
 // algorithms returns the host key algorithms to offer addr (see hostKeyAlgorithms), computed

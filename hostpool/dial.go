@@ -249,7 +249,7 @@ func (p *Pool) dialLink(ctx context.Context, addr string, tr Tracer) (*link, err
 		trace.finish(de.Error())
 		return nil, de
 	}
-	cb, err := p.hostKeyCallback()
+	cb, err := p.hostKeyCallback(addr)
 	if err != nil {
 		de := &DialError{Stage: StageKeyMaterial, Addr: addr, Err: err}
 		trace.finish(de.Error())

@@ -9,19 +9,12 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 	"golang.org/x/sys/unix"
-
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 )
 
-// knownHostsCallback parses the known_hosts file at path, read through fileread (a regular
-// file only, at most KnownHostsLimit, within its deadline). knownhosts.New opens files by path
-// only, so the bytes read reach it through an in-memory file (memfd, by its /proc/self/fd
-// path): it never opens the operator's path itself. Its parse errors name path.
-func knownHostsCallback(path string) (ssh.HostKeyCallback, error) {
-	b, err := fileread.Read(path, fileread.KnownHostsLimit)
-	if err != nil {
-		return nil, err
-	}
+// parseKnownHosts parses b, known_hosts text read from path. knownhosts.New opens files by path
+// only, so b reaches it through an in-memory file (memfd, by its /proc/self/fd path): it never
+// opens the operator's path itself. Its parse errors name path.
+func parseKnownHosts(b []byte, path string) (ssh.HostKeyCallback, error) {
 	fd, err := unix.MemfdCreate("known_hosts", unix.MFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("%s: an in-memory copy to parse: %w", path, err)

@@ -3,18 +3,33 @@
 package hostpool
 
 import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
-
-	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 )
 
-// knownHostsCallback parses the known_hosts file at path once fileread.Check passed (a regular
-// file of at most KnownHostsLimit); knownhosts.New then opens it by its path. Linux reads it
-// through fileread itself (knownhosts_linux.go).
-func knownHostsCallback(path string) (ssh.HostKeyCallback, error) {
-	if err := fileread.Check(path, fileread.KnownHostsLimit); err != nil {
-		return nil, err
+// parseKnownHosts parses b, known_hosts text read from path, through a temporary file
+// (knownhosts.New opens files by path only); its parse errors name path.
+func parseKnownHosts(b []byte, path string) (ssh.HostKeyCallback, error) {
+	f, err := os.CreateTemp("", "known_hosts")
+	if err != nil {
+		return nil, fmt.Errorf("%s: a copy to parse: %w", path, err)
 	}
-	return knownhosts.New(path)
+	defer os.Remove(f.Name())
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: a copy to parse: %w", path, err)
+	}
+	cb, err := knownhosts.New(f.Name())
+	if err != nil {
+		return nil, errors.New(strings.ReplaceAll(err.Error(), f.Name(), path))
+	}
+	return cb, nil
 }

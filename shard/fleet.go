@@ -119,6 +119,10 @@ func (s *Shard) foldProvider(local *checks.ProviderState, targets []string) chec
 			targets = append(targets, u.Target)
 		}
 	}
+	// The fleet's targets, allocated once (the fold runs at each change of the fleet); one
+	// message per owner for the targets it has not reported yet.
+	out.Targets = make([]checks.TargetState, 0, len(targets))
+	notYet := map[string]string{}
 	for _, t := range targets {
 		owner := rendezvous.Owner(s.members, rendezvous.Key(local.Name, t, true))
 		var chosen *checks.TargetState
@@ -145,9 +149,12 @@ func (s *Shard) foldProvider(local *checks.ProviderState, targets []string) chec
 		case ok && owner == s.self:
 			out.Unchecked = append(out.Unchecked, u)
 		default:
-			out.Unchecked = append(out.Unchecked, checks.UncheckedTarget{
-				Target: t, Message: fmt.Sprintf("not reported yet by the replica that owns it (%s)", owner),
-			})
+			msg, ok := notYet[owner]
+			if !ok {
+				msg = fmt.Sprintf("not reported yet by the replica that owns it (%s)", owner)
+				notYet[owner] = msg
+			}
+			out.Unchecked = append(out.Unchecked, checks.UncheckedTarget{Target: t, Message: msg})
 		}
 	}
 	return out

@@ -237,3 +237,49 @@ func TestForgedPartsCountForNothing(t *testing.T) {
 		t.Errorf("carry from a live member: %+v %v; want down with 4 failures", c, ok)
 	}
 }
+
+// The fleet's subscribers (the ProviderHealth writer, which folds the whole fleet at each
+// notice) are told when the parts or the members changed, not at every read of the members that
+// found the same parts.
+func TestFleetToldOfChangesOnly(t *testing.T) {
+	e := newReplica(t, shardedProviders(t))
+	sh := sharded(t, e, "phe-0", []string{"phe-0", "phe-1"}, nil)
+	sh.runSoon = func() {}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	told := sh.Fleet().Subscribe(ctx)
+	wasTold := func() bool {
+		select {
+		case <-told:
+			return true
+		default:
+			return false
+		}
+	}
+	now := time.Now()
+	snap := &checks.Snapshot{Providers: []checks.ProviderState{{Name: "lab", Type: "kvm", Targets: []checks.TargetState{{
+		TargetResult: checks.TargetResult{Target: "hv1", Up: true, Reason: checks.ReasonReady, CheckedAt: now}, Since: now,
+	}}}}}
+	data := encodePart(snap, MaxPart).data
+	steps := []struct {
+		what string
+		do   func()
+		told bool
+	}{
+		{"a first part", func() { sh.setParts([]Part{{Identity: "phe-1", Live: true, Data: data, CheckedAt: now}}) }, true},
+		{"the same part again", func() { sh.setParts([]Part{{Identity: "phe-1", Live: true, Data: data, CheckedAt: now}}) }, false},
+		{"the part confirmed by a later round", func() {
+			sh.setParts([]Part{{Identity: "phe-1", Live: true, Data: data, CheckedAt: now.Add(time.Second)}})
+		}, true},
+		{"its member no longer live", func() {
+			sh.setParts([]Part{{Identity: "phe-1", LastLive: now, Data: data, CheckedAt: now.Add(time.Second)}})
+		}, true},
+		{"the members", func() { sh.setMembers([]string{"phe-0"}) }, true},
+	}
+	for _, s := range steps {
+		s.do()
+		if got := wasTold(); got != s.told {
+			t.Errorf("%s: subscribers told %v, want %v", s.what, got, s.told)
+		}
+	}
+}

@@ -273,7 +273,9 @@ func (s *Shard) publication() Publication {
 // owner's part has it; the fleet's subscribers are told.
 func (s *Shard) setParts(parts []Part) {
 	now := s.now()
-	r := s.partReader(now)
+	// What the parts are checked against (every configured target): built only when a part
+	// changed, not at each of the members' reads, which call this too.
+	var r *partReader
 	s.mu.Lock()
 	old := s.parts
 	s.mu.Unlock()
@@ -297,6 +299,9 @@ func (s *Shard) setParts(parts []Part) {
 			next[mp.Identity] = &memberPart{digest: digest, live: mp.Live, p: &p}
 			continue
 		}
+		if r == nil {
+			r = s.partReader(now)
+		}
 		p, err := r.decodePart(mp.Data)
 		if err != nil {
 			s.logger.Warn("cannot read a shard member's part; its verdicts are not folded into the ProviderHealth objects", "member", mp.Identity, "err", err)
@@ -310,6 +315,7 @@ func (s *Shard) setParts(parts []Part) {
 		next[mp.Identity] = &memberPart{digest: digest, live: mp.Live, p: p}
 	}
 	s.mu.Lock()
+	changed := !sameParts(s.parts, next)
 	s.parts = next
 	for k := range s.leaving {
 		owner := rendezvous.Owner(s.members, k)
@@ -318,7 +324,26 @@ func (s *Shard) setParts(parts []Part) {
 		}
 	}
 	s.mu.Unlock()
-	s.notifyFleet()
+	if changed {
+		// The fleet's subscribers (the ProviderHealth writer folds the whole fleet for each
+		// notice) are told of a change, not of every read of the members that found none.
+		s.notifyFleet()
+	}
+}
+
+// sameParts says whether a and b hold the same parts, live or not, checked at the same time:
+// the fleet folded from either is the same.
+func sameParts(a, b map[string]*memberPart) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for id, x := range a {
+		y := b[id]
+		if y == nil || x.digest != y.digest || x.live != y.live || !x.p.checkedAt.Equal(y.p.checkedAt) {
+			return false
+		}
+	}
+	return true
 }
 
 // partReader is what this replica checks the others' parts against: its configured providers
@@ -406,6 +431,8 @@ func (s *Shard) setMembers(members []string) {
 	if s.moveKeys(members, keys) {
 		s.runSoon()
 	}
+	// The owners changed: so may the fleet folded from the same parts.
+	s.notifyFleet()
 }
 
 // moveKeys records the new members, and reports whether keys came to this replica.
