@@ -45,12 +45,20 @@ func (s *SyncBuffer) String() string {
 // passes first, naming what it waited for.
 func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
 	tb.Helper()
+	EventuallyEvery(tb, timeout, 5*time.Millisecond, what, cond)
+}
+
+// EventuallyEvery is Eventually, calling cond every poll: for a condition whose every call
+// costs the processes it reads (a scrape of large /metrics answers), so that waiting does not
+// load what it measures.
+func EventuallyEvery(tb testing.TB, timeout, poll time.Duration, what string, cond func() bool) {
+	tb.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			tb.Fatalf("timed out after %s waiting until %s", timeout, what)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(poll)
 	}
 }
 
