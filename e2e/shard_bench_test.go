@@ -799,7 +799,19 @@ func waitShardMembers(b *testing.B, rs []*shardBenchReplica, n int) {
 func waitShardCoverage(b *testing.B, rs []*shardBenchReplica, c kvmstandin.Counts) {
 	b.Helper()
 	steady := 0
+	logged := time.Now()
 	testutil.EventuallyEvery(b, 15*time.Minute, shardBenchPoll, fmt.Sprintf("%d hosts reported once each, %d of them up", c.Total(), c.Healthy), func() bool {
+		defer func() {
+			if time.Since(logged) > time.Minute {
+				logged = time.Now()
+				var each []string
+				for _, r := range rs {
+					n, u := r.targets()
+					each = append(each, fmt.Sprintf("%s %d (%d up)", r.name, n, u))
+				}
+				b.Logf("waiting for %d hosts reported once each, %d up: %s", c.Total(), c.Healthy, strings.Join(each, ", "))
+			}
+		}()
 		reported, up := 0, 0
 		for _, r := range rs {
 			if r.proc.Exited() {
