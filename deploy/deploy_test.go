@@ -756,7 +756,7 @@ func checkShardAuthorization(t *testing.T, env *kube.Env) {
 	member := func(ns, identity string) *shard.Membership {
 		t.Helper()
 		m, err := shard.NewMembership(shard.MembershipOptions{Config: saConfig, Namespace: ns, Identity: identity, Instance: crdwriter.DefaultInstance,
-			LeaseDuration: 15 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
+			LeaseDuration: 15 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 2 * time.Second,
 			Part: func() shard.Publication {
 				return shard.Publication{Data: []byte("verdicts of " + identity), Verdicts: 1, CheckedAt: time.Now(), Key: "k"}
 			},

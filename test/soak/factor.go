@@ -2,13 +2,13 @@ package soak
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 	"github.com/provider-health-exporter/provider-health-exporter/test/testenv/kvmhost"
 )
 
@@ -56,7 +56,7 @@ func (o Options) Scaled(f int) Options {
 // dividing scale, by which sshTimeout is at least boundMargin times the slowest dial; and that
 // dial's duration.
 func MachineFactor(fleet *kvmhost.Fleet, sshTimeout time.Duration, scale int) (int, time.Duration, error) {
-	key, err := os.ReadFile(fleet.ClientKeyPath)
+	key, err := fileread.Read(fleet.ClientKeyPath, 64<<10) // an OpenSSH private key: a few hundred bytes
 	if err != nil {
 		return 0, 0, err
 	}

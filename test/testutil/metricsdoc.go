@@ -1,11 +1,12 @@
 package testutil
 
 import (
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/provider-health-exporter/provider-health-exporter/internal/fileread"
 )
 
 // MetricRow is one metric's row in docs/metrics.md's tables.
@@ -26,7 +27,9 @@ var metricRow = regexp.MustCompile("^\\| `([a-z_:][a-z0-9_:]*)` \\| ([a-z]+) \\|
 // metric documented twice is there twice. It fails the test when the file has none.
 func MetricsDoc(tb testing.TB) []MetricRow {
 	tb.Helper()
-	b, err := os.ReadFile(filepath.Join(RepoRoot(tb), "docs", "metrics.md"))
+	// A regular file of the repository, bounded like every file read (1 MiB: about 30 times
+	// its size today).
+	b, err := fileread.Read(filepath.Join(RepoRoot(tb), "docs", "metrics.md"), 1<<20)
 	if err != nil {
 		tb.Fatal(err)
 	}
