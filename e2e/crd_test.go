@@ -221,7 +221,7 @@ func TestTwoInstancesKeepToTheirOwn(t *testing.T) {
 		v, ok := testutil.Metric(t, body, "proxy_operator_crd_writer_name_clashes")
 		return ok && v == 1
 	})
-	if r := b.logs.Find("the ProviderHealth object of this provider's name belongs to someone else; leaving it alone (rename one of the providers)"); r == nil || r["provider"] != "shared" {
+	if r := b.logs.Await(t, 10*time.Second, "the ProviderHealth object of this provider's name belongs to someone else; leaving it alone (rename one of the providers)"); r["provider"] != "shared" {
 		t.Errorf("the clash log record: %v", r)
 	}
 	shared, err := dyn.Resource(phResource).Get(context.Background(), "shared", metav1.GetOptions{})

@@ -69,7 +69,7 @@ func TestReloadKeepsUnchangedHostsLinks(t *testing.T) {
 
 	// kvm-0 removed, kvm-2 added, kvm-1 kept.
 	reload(kvmProviders(t, fleet, map[string][]int{"kvm-lab": {1, 2}}), http.StatusOK)
-	if r := x.logs.Find("providers file reloaded"); r == nil || r["changed"] != float64(1) {
+	if r := x.logs.Await(t, 10*time.Second, "providers file reloaded"); r["changed"] != float64(1) {
 		t.Fatalf("the reload's log record %v, want the provider changed", r)
 	}
 	testutil.Eventually(t, 30*time.Second, "kvm-1 and kvm-2 Ready, kvm-0 gone", func() bool {

@@ -30,7 +30,8 @@ func fleetPool(t *testing.T, f *kvmhost.Fleet, name string) *Pool {
 		KnownHostsFile:    f.KnownHostsPath,
 		Socket:            f.Hosts[0].Socket,
 		KeepaliveInterval: 200 * time.Millisecond,
-		KeepaliveTimeout:  time.Second,
+		// A keepalive's answer may be slow on a loaded machine: the link must not be dropped.
+		KeepaliveTimeout:  5 * time.Second,
 		DisconnectTimeout: time.Second,
 	})
 	t.Cleanup(func() { p.Close() })

@@ -27,11 +27,17 @@ import (
 	"github.com/provider-health-exporter/provider-health-exporter/test/testutil"
 )
 
-// roundTimeout is the deadline of one round in these tests: short, as the machine is shared.
-const roundTimeout = 2 * time.Second
-
-// testRPCTimeout is the bound of each libvirt call in these tests: well inside the round.
-const testRPCTimeout = 700 * time.Millisecond
+// The bounds of these tests. Every bound that a live host must meet is at least 2s, so that a
+// loaded machine does not turn a slow answer into a fault; the round's deadline leaves room for
+// one stage's bound and a call's after the healthy stages.
+const (
+	// roundTimeout is the deadline of one round.
+	roundTimeout = 6 * time.Second
+	// stageTimeout is each dial stage's own bound (TCP, SSH, libvirt).
+	stageTimeout = 2 * time.Second
+	// testRPCTimeout is the bound of each libvirt call.
+	testRPCTimeout = 2 * time.Second
+)
 
 func provider(name string, f *kvmhost.Fleet, hosts []*kvmhost.Host) config.Provider {
 	k := &Config{
@@ -43,9 +49,9 @@ func provider(name string, f *kvmhost.Fleet, hosts []*kvmhost.Host) config.Provi
 		StoragePool:    hosts[0].Pool,
 		Concurrency:    DefaultConcurrency,
 		// Each stage's own bound expires inside the round, so a fault reads its stage's reason.
-		TCPTimeout:     time.Second,
-		SSHTimeout:     time.Second,
-		LibvirtTimeout: time.Second,
+		TCPTimeout:     stageTimeout,
+		SSHTimeout:     stageTimeout,
+		LibvirtTimeout: stageTimeout,
 		// Each call's bound, too: a hung libvirtd costs this, not the round.
 		RPCTimeout: testRPCTimeout,
 	}
@@ -59,7 +65,7 @@ func newChecker(t *testing.T, p config.Provider) *Checker {
 	t.Helper()
 	c, err := newTuned(p, nil, tuning{
 		KeepaliveInterval: 200 * time.Millisecond,
-		KeepaliveTimeout:  time.Second,
+		KeepaliveTimeout:  5 * time.Second,
 		DisconnectTimeout: time.Second,
 	})
 	if err != nil {
@@ -202,7 +208,7 @@ func TestKVM(t *testing.T) {
 			h.MakeUnreachable()
 			// The established link goes silent: the keepalive closes it, then the redial hangs.
 			testutil.Eventually(t, 15*time.Second, "the keepalive to close the silent link", func() bool { return stats().Links == 2 })
-		}, ReasonTCPUnreachable, "no answer within the stage's bound of 1s", (*kvmhost.Host).MakeReachable)
+		}, ReasonTCPUnreachable, "no answer within the stage's bound of "+stageTimeout.String(), (*kvmhost.Host).MakeReachable)
 	})
 	t.Run("ssh link killed", func(t *testing.T) {
 		h := f.Hosts[0]
@@ -232,7 +238,7 @@ func TestKVM(t *testing.T) {
 		// Cut by the call's own bound, not by the round's deadline: the host holds its slot no
 		// longer than that. On a connection checked before, the check's one call is
 		// StoragePoolGetInfo.
-		expect(t, r, checks.ReasonTimeout, "no reply to StoragePoolGetInfo within rpcTimeout (700ms)")
+		expect(t, r, checks.ReasonTimeout, "no reply to StoragePoolGetInfo within rpcTimeout ("+testRPCTimeout.String()+")")
 		if r.Duration < testRPCTimeout || r.Duration >= roundTimeout {
 			t.Errorf("the first round returned after %s, want the call's bound (%v), before the round's deadline (%v)", r.Duration, testRPCTimeout, roundTimeout)
 		}

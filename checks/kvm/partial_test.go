@@ -21,16 +21,16 @@ import (
 // TestFailingHostsDoNotStarveHealthyOnes is the property, on the scale stand-in
 // (in-process SSH + libvirt RPC servers on loopback; the silent and dropping hosts are real
 // sockets: one accepts TCP and never speaks, the other's full accept queue makes the kernel
-// drop SYNs): with concurrency 4, 40 healthy hosts, 40 that accept TCP and never answer and
-// 40 that drop packets, every healthy host reads Ready in every round from the second on, and
+// drop SYNs): with concurrency 8, 40 healthy hosts, 16 that accept TCP and never answer and
+// 16 that drop packets, every healthy host reads Ready in every round from the second on, and
 // every dead host reads the reason of a stage it actually reached, or Timeout.
 func TestFailingHostsDoNotStarveHealthyOnes(t *testing.T) {
-	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 40, Silent: 40, Dropping: 40})
+	f := kvmstandin.Start(t, kvmstandin.Counts{Healthy: 40, Silent: 16, Dropping: 16})
 	k := fleetConfig(f.KVMConfig())
-	k.Concurrency = 4
-	// Short bounds keep the test short; the SSH bound leaves a loaded machine's handshakes
-	// (race detector on) room to finish.
-	k.TCPTimeout, k.SSHTimeout, k.LibvirtTimeout = 250*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
+	k.Concurrency = 8
+	// The stage bounds a healthy host must meet leave a loaded machine's dials (race detector
+	// on) room to finish.
+	k.TCPTimeout, k.SSHTimeout, k.LibvirtTimeout = 2*time.Second, 2*time.Second, 2*time.Second
 	// Dead and healthy hosts interleaved, as a rack outage leaves them in a real host list.
 	rand.New(rand.NewPCG(12, 12)).Shuffle(len(k.Hosts), func(i, j int) { k.Hosts[i], k.Hosts[j] = k.Hosts[j], k.Hosts[i] })
 	// Every dead host is dialled again in every round: the healthy ones must stay Ready.
@@ -44,8 +44,8 @@ func TestFailingHostsDoNotStarveHealthyOnes(t *testing.T) {
 	for _, h := range f.Hosts {
 		mode[h.Name] = h.Mode
 	}
-	// Every round tries all 80 dead hosts: (40 × 500ms + 40 × 250ms) over 4 slots, about 7.5s.
-	const rounds, timeout = 3, 15 * time.Second
+	// Every round tries all 32 dead hosts: 32 × 2s over 8 slots, about 8s.
+	const rounds, timeout = 3, 20 * time.Second
 	logins := map[string]int64{}
 	for n := 1; n <= rounds; n++ {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -101,7 +101,7 @@ func TestFailingHostsDoNotStarveHealthyOnesRealHosts(t *testing.T) {
 	p := provider("kvm-partial-real", f, healthyHosts)
 	k := p.Block.(*Config)
 	k.Concurrency = 2
-	k.TCPTimeout, k.SSHTimeout, k.LibvirtTimeout = 300*time.Millisecond, time.Second, time.Second
+	k.TCPTimeout, k.SSHTimeout, k.LibvirtTimeout = 2*time.Second, 2*time.Second, 2*time.Second
 	kind := map[string]string{}
 	for _, h := range healthyHosts {
 		kind[h.Name] = "healthy"
@@ -149,7 +149,8 @@ func TestFailingHostsDoNotStarveHealthyOnesRealHosts(t *testing.T) {
 				logins[h.Name] = h.Logins()
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// 2 dropping and 4 silent hosts, each holding one of 2 slots for 2s: about 6s.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		rs := c.Check(ctx)
 		cancel()
 		for _, r := range rs {
@@ -242,7 +243,7 @@ func TestSilentHostIsDialledEveryRound(t *testing.T) {
 		silent, healthy = healthy, silent
 	}
 	k := fleetConfig(f.KVMConfig())
-	k.SSHTimeout = 200 * time.Millisecond
+	k.SSHTimeout = 2 * time.Second // the healthy host's handshake must finish within it
 	c, err := newTuned(config.Provider{Name: "kvm-silent", Type: "kvm", Block: &k}, nil, tuning{})
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,9 @@ func TestHungHostsDoNotStarveHealthyOnesRealHosts(t *testing.T) {
 	p := provider("kvm-hung", f, f.Hosts)
 	p.Block.(*Config).Concurrency = 2
 	c := newChecker(t, p)
-	const timeout = 5 * time.Second
+	// Three hung hosts over two slots hold them for two calls' bounds (2 × testRPCTimeout)
+	// before the healthy hosts' turn: the round leaves them room on a loaded machine.
+	const timeout = 6 * testRPCTimeout
 	check := func() map[string]checks.TargetResult {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -74,7 +76,8 @@ func TestRecoveredHostReadsReadyAtTheNextRound(t *testing.T) {
 	f := kvmhost.Start(t, 1)
 	h := f.Hosts[0]
 	c := newChecker(t, provider("kvm-recover", f, f.Hosts))
-	const interval = 2 * time.Second
+	// A round outlasts the SSH stage's bound, so that a silent host's dial ends at it.
+	const interval = 2*stageTimeout + time.Second
 	r := checks.NewRunner(checks.Options{Interval: interval, Timeout: interval}, []checks.Checker{c})
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})

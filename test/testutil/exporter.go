@@ -38,6 +38,18 @@ func (s *SyncBuffer) Find(msg string) map[string]any {
 	return nil
 }
 
+// Await waits up to d for a JSON log record with the message and returns it. A subprocess's
+// log comes through a pipe, so a record written before an HTTP answer may be read after it.
+func (s *SyncBuffer) Await(t testing.TB, d time.Duration, msg string) map[string]any {
+	t.Helper()
+	var r map[string]any
+	Eventually(t, d, "the log record "+strconv.Quote(msg), func() bool {
+		r = s.Find(msg)
+		return r != nil
+	})
+	return r
+}
+
 // ListenAddress waits for exporter-toolkit's "Listening on" log record in logs and returns its
 // address; exited reports whether the exporter has exited (then the test fails at once).
 func ListenAddress(t testing.TB, logs *SyncBuffer, exited func() bool) string {

@@ -26,7 +26,8 @@ func TestStandIn(t *testing.T) {
 	newPool := func() *hostpool.Pool {
 		p := hostpool.New(hostpool.Options{Name: "standin-test", User: kvmstandin.User, PrivateKeyFile: f.ClientKeyPath,
 			KnownHostsFile: f.KnownHostsPath, Socket: kvmstandin.Socket, KeepaliveInterval: time.Hour,
-			TCPTimeout: 300 * time.Millisecond, SSHTimeout: 300 * time.Millisecond, LibvirtTimeout: time.Second})
+			// Bounds a healthy host meets on a loaded machine; the silent and dropping hosts outlast them.
+			TCPTimeout: 2 * time.Second, SSHTimeout: 2 * time.Second, LibvirtTimeout: 2 * time.Second})
 		t.Cleanup(func() { p.Close() })
 		return p
 	}
