@@ -17,13 +17,27 @@ type Fleet struct{ s *Shard }
 // Fleet returns the writer's source.
 func (s *Shard) Fleet() *Fleet { return &Fleet{s: s} }
 
-// Subscribe tells after each snapshot of the runner and each read of the others' parts.
+// Subscribe tells after each snapshot of the runner and each read of the others' parts. A
+// subscriber folds the fleet: from now on the replica follows the others' parts as they change
+// (following), and it reads them once before Subscribe returns, so that the first fold has
+// them.
 func (f *Fleet) Subscribe(ctx context.Context) <-chan struct{} {
 	s := f.s
 	ch := make(chan struct{}, 1)
 	s.subsMu.Lock()
 	s.fleetSubs[ch] = struct{}{}
 	s.subsMu.Unlock()
+	if err := s.m.Refresh(ctx); err != nil && ctx.Err() == nil {
+		s.logger.Warn("cannot read the other members' parts yet: their targets read as not reported until they are read; retrying every retry period", "err", err)
+		go func() {
+			for s.m.Refresh(ctx) != nil && ctx.Err() == nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(s.m.o.RetryPeriod):
+				}
+			}
+		}()
+	}
 	runner := s.runner.Subscribe(ctx)
 	go func() {
 		for range runner {

@@ -114,6 +114,11 @@ type MembershipOptions struct {
 	// OnParts, when set, is called (from the watch's goroutine or Run's) with the others'
 	// parts whenever one of them or the members changed.
 	OnParts func(parts []Part)
+	// Follow, when set, says whether this replica needs the others' parts as they change (it
+	// writes the ProviderHealth objects, or is handing targets over). While it says no, the
+	// parts' watch notes their versions and reads none: a part that changed since it was read
+	// is dropped (Parts leaves it out) until Refresh reads it again. Nil: always.
+	Follow func() bool
 	// Working, when set, is asked before each renewal: an error means this replica's rounds
 	// are wedged, and it releases its Lease (its share moves to the others) until they work
 	// again.
@@ -165,6 +170,9 @@ type observed struct {
 	uid       string
 }
 
+// refreshFetches is how many parts Refresh reads at once.
+const refreshFetches = 4
+
 // fetched is another replica's part object as last fetched.
 type fetched struct {
 	rv   string
@@ -187,7 +195,9 @@ type Membership struct {
 	joined   bool
 	leases   map[string]*observed
 	fetched  map[string]*fetched
-	failing  bool // the last step failed (logged once per outage)
+	// known is each part object's resourceVersion as last listed or watched.
+	known   map[string]string
+	failing bool // the last step failed (logged once per outage)
 	// failedSteps counts the steps that could not renew or list, in a row.
 	failedSteps int
 	wedged      string
@@ -252,6 +262,7 @@ func NewMembership(o MembershipOptions) (*Membership, error) {
 		o: o, client: c, parts: pc, meta: mc.Namespace(o.Namespace), logger: o.Logger, now: o.Now,
 		leases:  map[string]*observed{},
 		fetched: map[string]*fetched{},
+		known:   map[string]string{},
 		membersGauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "proxy_operator", Subsystem: "shard", Name: "members",
 			Help: "Members of the shard this replica sees: replicas of its instance whose Leases it has seen renewed within the lease duration, itself included (0 until it has read them once).",
@@ -844,19 +855,8 @@ func (m *Membership) followParts(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing the parts: %w", err)
 	}
-	present := map[string]string{}
-	for _, it := range list.Items {
-		present[it.Name] = it.ResourceVersion
-	}
-	m.mu.Lock()
-	for name := range m.fetched {
-		if _, ok := present[name]; !ok {
-			delete(m.fetched, name)
-		}
-	}
-	m.mu.Unlock()
-	for name, rv := range present {
-		m.fetch(ctx, name, rv)
+	for name, rv := range m.listed(list) {
+		m.changed(ctx, name, rv)
 	}
 	m.partsChanged()
 	w, err := m.meta.Watch(ctx, metav1.ListOptions{LabelSelector: m.selector(), ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true})
@@ -885,13 +885,75 @@ func (m *Membership) followParts(ctx context.Context) error {
 			if ev.Type == watch.Deleted {
 				m.mu.Lock()
 				delete(m.fetched, o.Name)
+				delete(m.known, o.Name)
 				m.mu.Unlock()
 			} else {
-				m.fetch(ctx, o.Name, o.ResourceVersion)
+				m.changed(ctx, o.Name, o.ResourceVersion)
 			}
 			m.partsChanged()
 		}
 	}
+}
+
+// listed notes the parts a list found (their resourceVersions), forgets the others, and returns
+// them.
+func (m *Membership) listed(list *metav1.PartialObjectMetadataList) map[string]string {
+	present := make(map[string]string, len(list.Items))
+	for _, it := range list.Items {
+		present[it.Name] = it.ResourceVersion
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name := range m.fetched {
+		if _, ok := present[name]; !ok {
+			delete(m.fetched, name)
+		}
+	}
+	m.known = present
+	return present
+}
+
+// changed notes that the part name is at rv: it reads it when this replica follows the parts
+// (MembershipOptions.Follow), and drops the one held otherwise, unless it is at rv already.
+func (m *Membership) changed(ctx context.Context, name, rv string) {
+	m.mu.Lock()
+	m.known[name] = rv
+	m.mu.Unlock()
+	if m.o.Follow == nil || m.o.Follow() {
+		m.fetch(ctx, name, rv)
+		return
+	}
+	m.mu.Lock()
+	if f := m.fetched[name]; f != nil && f.rv != rv {
+		delete(m.fetched, name)
+	}
+	m.mu.Unlock()
+}
+
+// Refresh lists the others' parts and reads those that changed since this replica last read
+// them (refreshFetches at a time), all within ctx and the renew deadline, then tells OnParts. A
+// replica that does not follow the parts (MembershipOptions.Follow) calls it when it needs them:
+// before it goes on from their verdicts (a handover), or starts writing the ProviderHealth
+// objects.
+func (m *Membership) Refresh(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, m.o.RenewDeadline)
+	defer cancel()
+	list, err := m.meta.List(ctx, metav1.ListOptions{LabelSelector: m.selector(), Limit: maxMembers})
+	if err != nil {
+		return fmt.Errorf("listing the parts: %w", err)
+	}
+	slots := make(chan struct{}, refreshFetches)
+	var wg sync.WaitGroup
+	for name, rv := range m.listed(list) {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			m.fetch(ctx, name, rv)
+		})
+	}
+	wg.Wait()
+	m.partsChanged()
+	return ctx.Err()
 }
 
 // fetch reads the part name unless the one held is at rv already.
@@ -919,8 +981,12 @@ func (m *Membership) fetch(ctx context.Context, name, rv string) {
 		return
 	}
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	if f := m.fetched[name]; f != nil && f.rv == m.known[name] && obj.ResourceVersion != f.rv {
+		// Refresh and the watch read it at once, and the newer read came first.
+		return
+	}
 	m.fetched[name] = &fetched{rv: obj.ResourceVersion, spec: obj.Spec}
-	m.mu.Unlock()
 }
 
 // partsChanged tells OnParts, one call at a time (from Run's goroutine and the watch's), each

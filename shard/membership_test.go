@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,6 +77,8 @@ func (mb *member) setWorking(err error) {
 type memberOpts struct {
 	offset                                    time.Duration
 	leaseDuration, renewDeadline, retryPeriod time.Duration
+	// follow is the member's MembershipOptions.Follow (nil: it follows the parts always).
+	follow func() bool
 }
 
 func start(t *testing.T, cfg *rest.Config, instance, identity string, o ...memberOpts) *member {
@@ -96,6 +100,7 @@ func start(t *testing.T, cfg *rest.Config, instance, identity string, o ...membe
 			return mb.pub
 		},
 		OnParts: func([]shard.Part) {},
+		Follow:  opts.follow,
 		Working: func() error {
 			mb.mu.Lock()
 			defer mb.mu.Unlock()
@@ -326,15 +331,7 @@ func TestPartWrittenOnlyWhenItChanges(t *testing.T) {
 	a := start(t, env.AdminConfig, "main", "phe-a")
 	b := start(t, env.AdminConfig, "main", "phe-b")
 	waitMembers(t, a.m, "phe-a", "phe-b")
-	writes := func() float64 {
-		for _, c := range a.m.Collectors() {
-			if d := c; testutil.CollectAndCount(d, "proxy_operator_shard_part_writes_total") == 1 {
-				return testutil.ToFloat64(d)
-			}
-		}
-		t.Fatal("no proxy_operator_shard_part_writes_total")
-		return 0
-	}
+	writes := func() float64 { return partWrites(t, a.m) }
 	itestutil.Eventually(t, 10*time.Second, "a first write", func() bool { return writes() == 1 })
 	time.Sleep(20 * retryPeriod)
 	if got := writes(); got != 1 {
@@ -371,6 +368,80 @@ func TestPartWrittenOnlyWhenItChanges(t *testing.T) {
 		}
 	}
 }
+
+// partWrites is m's proxy_operator_shard_part_writes_total.
+func partWrites(t *testing.T, m *shard.Membership) float64 {
+	t.Helper()
+	for _, c := range m.Collectors() {
+		if testutil.CollectAndCount(c, "proxy_operator_shard_part_writes_total") == 1 {
+			return testutil.ToFloat64(c)
+		}
+	}
+	t.Fatal("no proxy_operator_shard_part_writes_total")
+	return 0
+}
+
+// A member that does not follow the parts (MembershipOptions.Follow: not the ProviderHealth
+// writer, handing nothing over) reads none of the others' as they change: it drops one that
+// changed since it read it. Refresh reads them when it needs them; once it follows, it reads
+// each change as it comes. Its reads are counted at its client.
+func TestPartsReadOnlyWhenFollowed(t *testing.T) {
+	env, _ := startKube(t)
+	var reads atomic.Int64
+	counted := rest.CopyConfig(env.AdminConfig)
+	counted.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/providerhealthparts/phe-a") {
+				reads.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	var follow atomic.Bool
+	a := start(t, env.AdminConfig, "main", "phe-a")
+	opts := memberOpts{leaseDuration: leaseDuration, renewDeadline: renewDeadline, retryPeriod: retryPeriod, follow: follow.Load}
+	b := start(t, counted, "main", "phe-b", opts)
+	waitMembers(t, b.m, "phe-a", "phe-b")
+	publish := func(data string) {
+		t.Helper()
+		before := partWrites(t, a.m)
+		a.setPub(shard.Publication{Data: []byte(data), Verdicts: 1, CheckedAt: time.Now(), Key: data})
+		itestutil.Eventually(t, 10*time.Second, "phe-a to write "+data, func() bool { return partWrites(t, a.m) > before })
+	}
+	for _, data := range []string{"flip 1", "flip 2", "flip 3"} {
+		publish(data)
+	}
+	// The watch has seen the last write when the list of the parts (b's Refresh, below) would:
+	// give it the time of a few steps.
+	time.Sleep(4 * retryPeriod)
+	if n := reads.Load(); n != 0 {
+		t.Errorf("phe-b, not following, read phe-a's part %d times, want 0", n)
+	}
+	if p := partOf(b.m.Parts(), "phe-a"); p != nil {
+		t.Errorf("phe-b, not following, holds phe-a's part %q", p.Data)
+	}
+	if err := b.m.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if p := partOf(b.m.Parts(), "phe-a"); p == nil || string(p.Data) != "flip 3" || reads.Load() != 1 {
+		t.Errorf("after Refresh phe-b holds %v after %d reads, want phe-a's last part (flip 3) after 1", p, reads.Load())
+	}
+	// Nothing changed: a second Refresh reads nothing.
+	if err := b.m.Refresh(context.Background()); err != nil || reads.Load() != 1 {
+		t.Errorf("a Refresh with nothing changed: %v, %d reads in all, want 1", err, reads.Load())
+	}
+	follow.Store(true)
+	publish("flip 4")
+	itestutil.Eventually(t, 10*time.Second, "phe-b, following, to read phe-a's change", func() bool {
+		p := partOf(b.m.Parts(), "phe-a")
+		return p != nil && string(p.Data) == "flip 4"
+	})
+}
+
+// roundTripper is a function that is an http.RoundTripper.
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // A member whose rounds are wedged releases its Lease (the others stop counting it, it counts
 // itself out too) and says so in a metric; once they work again it takes its Lease back.

@@ -96,8 +96,9 @@ type Shard struct {
 	mu      sync.Mutex
 	members []string
 	// leaving holds the keys this replica owned before the last change of members, and until
-	// when it keeps them.
-	leaving map[string]time.Time
+	// when it keeps them; leavingUntil is the latest of those times.
+	leaving      map[string]time.Time
+	leavingUntil time.Time
 	// parts are the other replicas' parts, by identity, as the last read of the Leases found
 	// them (setParts); guarded by mu.
 	parts map[string]*memberPart
@@ -181,6 +182,7 @@ func New(o Options) (*Shard, error) {
 		OnChange:      s.setMembers,
 		Part:          s.publication,
 		OnParts:       s.setParts,
+		Follow:        s.following,
 		Working:       o.Working,
 	})
 	if err != nil {
@@ -208,7 +210,8 @@ func New(o Options) (*Shard, error) {
 // Join renews this replica's Lease and reads the members once, within the renew deadline,
 // before the runner starts (Membership.Join): a new replica then begins with the members the
 // API server lists, and checks only its share. On an error it has not joined: it owns nothing,
-// and is not Ready, until Run succeeds. The others' parts come with Run's watch.
+// and is not Ready, until Run succeeds. The others' parts are read as it takes its share over
+// (setMembers), then as following asks.
 func (s *Shard) Join(ctx context.Context) error {
 	err := s.m.Join(ctx)
 	s.mu.Lock()
@@ -429,7 +432,20 @@ func (s *Shard) setMembers(members []string) {
 		}
 	}
 	if s.moveKeys(members, keys) {
+		// The round that lists them goes on from the verdicts their last owner published
+		// (carry): read the parts first, within half the renew deadline, as the next renewal
+		// waits for it.
+		ctx, cancel := context.WithTimeout(context.Background(), s.m.o.RenewDeadline/2)
+		if err := s.m.Refresh(ctx); err != nil {
+			s.logger.Warn("cannot read the other members' parts: the targets this replica takes over start without their last verdicts", "err", err)
+		}
+		cancel()
 		s.runSoon()
+	} else if s.following() {
+		// Handing targets over: the new owners' parts say when they report them.
+		ctx, cancel := context.WithTimeout(context.Background(), s.m.o.RenewDeadline/2)
+		_ = s.m.Refresh(ctx)
+		cancel()
 	}
 	// The owners changed: so may the fleet folded from the same parts.
 	s.notifyFleet()
@@ -450,6 +466,7 @@ func (s *Shard) moveKeys(members, keys []string) (gained bool) {
 		switch {
 		case before && !after:
 			s.leaving[k] = now.Add(handoverIntervals * s.interval)
+			s.leavingUntil = s.leaving[k]
 			s.handovers.WithLabelValues("out").Inc()
 		case !before && after:
 			delete(s.leaving, k)
@@ -459,6 +476,23 @@ func (s *Shard) moveKeys(members, keys []string) (gained bool) {
 	}
 	s.members = members
 	return gained
+}
+
+// following says whether this replica needs the others' parts as they change
+// (MembershipOptions.Follow): while the ProviderHealth writer folds the fleet (it subscribed to
+// Fleet), and while it hands targets over (their new owners' parts end the handover). The
+// others read parts only when they take targets over: at steady state a part's change is read
+// by one replica, not by every member.
+func (s *Shard) following() bool {
+	s.subsMu.Lock()
+	subscribed := len(s.fleetSubs) > 0
+	s.subsMu.Unlock()
+	if subscribed {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.leaving) > 0 && s.now().Before(s.leavingUntil)
 }
 
 // owns is the runner's checks.Ownership.

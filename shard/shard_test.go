@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -146,7 +147,8 @@ func helpOf(t *testing.T, reg prometheus.Gatherer, name string) string {
 }
 
 // A target whose owner moves away is kept for two intervals (make before break), then let go;
-// one that moves here is owned at once; both moves are counted.
+// one that moves here is owned at once; both moves are counted. The replica follows the
+// others' parts only while it hands targets over or a writer folds the fleet.
 func TestShardHandover(t *testing.T) {
 	e := newReplica(t, shardedProviders(t))
 	now := time.Unix(1_800_000_000, 0)
@@ -164,6 +166,9 @@ func TestShardHandover(t *testing.T) {
 		if !s.owns(k) {
 			t.Fatalf("alone, phe-0 does not own %s", k)
 		}
+	}
+	if s.following() {
+		t.Error("phe-0 follows the parts with nothing handed over and no writer")
 	}
 
 	two := []string{"phe-0", "phe-1"}
@@ -186,12 +191,25 @@ func TestShardHandover(t *testing.T) {
 	if soon != 0 {
 		t.Errorf("a round was asked for %d times when targets only left; want none", soon)
 	}
+	if !s.following() {
+		t.Error("phe-0 does not follow the parts while it hands targets over")
+	}
 	now = now.Add(2*time.Minute + time.Second)
 	for _, k := range keys {
 		if got, want := s.owns(k), rendezvous.Owner(two, k) == "phe-0"; got != want {
 			t.Errorf("two intervals after the change, owns(%s) = %v, want %v", k, got, want)
 		}
 	}
+	if s.following() {
+		t.Error("phe-0 still follows the parts once its handover is over")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.Fleet().Subscribe(ctx)
+	if !s.following() {
+		t.Error("phe-0 does not follow the parts while the writer folds the fleet")
+	}
+	cancel()
+	itestutil.Eventually(t, 10*time.Second, "phe-0 to stop following once the writer left", func() bool { return !s.following() })
 
 	s.setMembers([]string{"phe-0"})
 	if got := testutil.ToFloat64(s.handovers.WithLabelValues("in")); int(got) != len(leaving) {
