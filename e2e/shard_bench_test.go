@@ -182,7 +182,7 @@ func BenchmarkShardedFleet(b *testing.B) {
 
 		if k.one {
 			one := startShardBenchReplica(b, bin, "one", k.limit(), common...)
-			waitShardCoverage(b, []*shardBenchReplica{one}, counts)
+			waitShardCoverage(b, []*shardBenchReplica{one}, counts, true)
 			oneCPU, oneRSS, onePeak := measureShardReplicas(b, []*shardBenchReplica{one}, k.interval)
 			one.stop()
 			b.ReportMetric(oneCPU[0], "one-cpu-cores")
@@ -223,7 +223,7 @@ func BenchmarkShardedFleet(b *testing.B) {
 		if k.phantoms > 0 {
 			waitShardShares(b, shards)
 		} else {
-			waitShardCoverage(b, shards, counts)
+			waitShardCoverage(b, shards, counts, true)
 		}
 		const statusWrites, eventWrites = `proxy_operator_crd_writer_writes_total{kind="status"`, `proxy_operator_crd_writer_writes_total{kind="event"`
 		writes0, status0, events0 := 0.0, 0.0, 0.0
@@ -333,9 +333,16 @@ func BenchmarkShardedFleet(b *testing.B) {
 		for _, s := range shards[:k.kill] {
 			s.kill()
 		}
-		waitShardCoverage(b, survivors, counts)
+		// Reported once each: the survivors' rounds, a quarter longer, may not fit the timeout on
+		// a loaded machine, and a healthy host not reached reads Timeout (reported, not up).
+		waitShardCoverage(b, survivors, counts, false)
 		time.Sleep(k.interval) // a round of the new shares at their peak
 		longest := gaps.stop()
+		killedUp := 0
+		for _, s := range survivors {
+			_, u := s.targets()
+			killedUp += u
+		}
 		if bound := shard.DefaultLeaseDuration + k.interval + shardBenchGapPoll; longest > bound {
 			b.Errorf("a target went unreported for %s after %d replicas were killed: more than the lease plus one interval (and a poll: %s)",
 				longest.Round(time.Second), k.kill, bound)
@@ -347,6 +354,7 @@ func BenchmarkShardedFleet(b *testing.B) {
 			killOwned = max(killOwned, s.metricSum("proxy_operator_shard_owned_targets{"))
 		}
 		b.ReportMetric(longest.Seconds(), "killed-gap-s-max")
+		b.ReportMetric(float64(killedUp), "killed-hosts-up")
 		b.ReportMetric(killPeak, "killed-peak-rss-MiB-max")
 		b.ReportMetric(killOwned, "killed-owned-max")
 		for _, s := range survivors {
@@ -794,13 +802,17 @@ func waitShardMembers(b *testing.B, rs []*shardBenchReplica, n int) {
 
 // waitShardCoverage waits until the replicas together report every host of the fleet c, each by
 // one replica (the sum of their counts is the fleet's: a handover's duplicate would make it
-// more), its healthy hosts up and the others down (past failureThreshold), for two polls in a
-// row.
-func waitShardCoverage(b *testing.B, rs []*shardBenchReplica, c kvmstandin.Counts) {
+// more), and with upWanted, its healthy hosts up and the others down (past failureThreshold),
+// for two polls in a row.
+func waitShardCoverage(b *testing.B, rs []*shardBenchReplica, c kvmstandin.Counts, upWanted bool) {
 	b.Helper()
 	steady := 0
 	logged := time.Now()
-	testutil.EventuallyEvery(b, 15*time.Minute, shardBenchPoll, fmt.Sprintf("%d hosts reported once each, %d of them up", c.Total(), c.Healthy), func() bool {
+	what := fmt.Sprintf("%d hosts reported once each", c.Total())
+	if upWanted {
+		what += fmt.Sprintf(", %d of them up", c.Healthy)
+	}
+	testutil.EventuallyEvery(b, 15*time.Minute, shardBenchPoll, what, func() bool {
 		defer func() {
 			if time.Since(logged) > time.Minute {
 				logged = time.Now()
@@ -809,7 +821,7 @@ func waitShardCoverage(b *testing.B, rs []*shardBenchReplica, c kvmstandin.Count
 					n, u := r.targets()
 					each = append(each, fmt.Sprintf("%s %d (%d up)", r.name, n, u))
 				}
-				b.Logf("waiting for %d hosts reported once each, %d up: %s", c.Total(), c.Healthy, strings.Join(each, ", "))
+				b.Logf("waiting for %s: %s", what, strings.Join(each, ", "))
 			}
 		}()
 		reported, up := 0, 0
@@ -820,7 +832,7 @@ func waitShardCoverage(b *testing.B, rs []*shardBenchReplica, c kvmstandin.Count
 			n, u := r.targets()
 			reported, up = reported+n, up+u
 		}
-		if reported == c.Total() && up == c.Healthy {
+		if reported == c.Total() && (!upWanted || up == c.Healthy) {
 			steady++
 		} else {
 			steady = 0
