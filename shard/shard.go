@@ -441,8 +441,9 @@ func (s *Shard) setMembers(members []string) {
 		}
 		cancel()
 		s.runSoon()
-	} else if s.following() {
-		// Handing targets over: the new owners' parts say when they report them.
+	} else if s.handingOver() {
+		// The new owners' parts say when they report the targets handed over: bring the parts
+		// held up to date, then the watch follows them.
 		ctx, cancel := context.WithTimeout(context.Background(), s.m.o.RenewDeadline/2)
 		_ = s.m.Refresh(ctx)
 		cancel()
@@ -487,9 +488,12 @@ func (s *Shard) following() bool {
 	s.subsMu.Lock()
 	subscribed := len(s.fleetSubs) > 0
 	s.subsMu.Unlock()
-	if subscribed {
-		return true
-	}
+	return subscribed || s.handingOver()
+}
+
+// handingOver says whether this replica keeps targets it no longer owns until their new owners
+// report them.
+func (s *Shard) handingOver() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.leaving) > 0 && s.now().Before(s.leavingUntil)
