@@ -218,8 +218,12 @@ func TestChartOnNode(t *testing.T) {
 	// the scale: a pod that has exited is a target that cannot be scraped until the kubelet
 	// reports it terminal (seen here: 4 to 6 s), and the pods a rollout replaces one after
 	// another are such targets one after another, so that "a replica is not scraped" holds
-	// for a rollout's length with no replica down longer than a few seconds.
-	mixin := chain.RenderWith(t, nodeMixinScale, map[string]any{"exporterDownFor": "1m"})
+	// for a rollout's length with no replica down longer than a few seconds. So does
+	// ShardMembershipDisagrees': a pod that has left exports the members it saw last while it
+	// lingers and until it is no target, and a rollout's pods linger one after another, so
+	// that two replicas disagree for a rollout's length with no replica wrong for longer than
+	// its own exit.
+	mixin := chain.RenderWith(t, nodeMixinScale, map[string]any{"exporterDownFor": "1m", "shardMembersDisagreeFor": "1m"})
 	opts := mixin.StackOptions(nil, mixin.WriteRuleFiles(t, t.TempDir(), 0))
 	opts.KubernetesPods = &promstack.KubernetesPods{Kubeconfig: c.Kubeconfig, Namespace: "phe",
 		LabelSelector: "app.kubernetes.io/instance=phe", Port: "http-metrics"}
@@ -354,7 +358,8 @@ var nodePendingAllowed = map[string]string{
 	"ProviderHealthExporterDown": "a pod that has exited stays a scrape target until the kubelet reports it terminal " +
 		"(phase Succeeded), a few seconds, one pod after another through a rollout; for: 5m, here 1m",
 	"ProviderHealthShardMembershipDisagrees": "the replicas see a member come or go at their own next read of the Leases, " +
-		"and a pod that left keeps exporting the members it saw last while it lingers",
+		"and a pod that left keeps exporting the members it saw last while it lingers, one pod after another through a " +
+		"rollout; for: 5m, here 1m",
 	"ProviderHealthCRDWriterNoLeader": "from the writer's release by a leaving leader to another replica's next attempt " +
 		"to lead (a retry period or two, docs/crd.md)",
 }
